@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs everything Shardline needs to build and test, and nothing that is already there.
+# Idempotent: a second run on a set-up machine only checks and returns.
+#   - Debian packages: Bazel (bazel-bootstrap), gRPC, protobuf, Abseil, GoogleTest, Gloo, SQLite,
+#     yaml-cpp, OpenSSL, Google Benchmark.
+#   - A project-local virtual environment at .venv holding torch==2.11.0 from the Python registry;
+#     LibTorch (headers + shared libraries) is taken from that wheel by third_party/torch/torch.bzl.
+#   - .bazelrc.user with this machine's absolute paths (disk cache shared by all checkouts).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$here"
+
+TORCH_VERSION="2.11.0"
+DEBIAN_PACKAGES=(
+  bazel-bootstrap g++ python3-venv
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libsqlite3-dev libyaml-cpp-dev libssl-dev iproute2 procps
+)
+
+log() { echo "[setup] $*" >&2; }
+
+missing=()
+for p in "${DEBIAN_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The venv: python3 from PATH; python3-venv (Debian) is only needed for Debian's own python.
+venv="$here/.venv"
+if ! "$venv/bin/python" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
+  log "creating $venv with torch==$TORCH_VERSION (first time: a few minutes)"
+  [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy safetensors pyyaml
+fi
+
+# Machine-specific Bazel settings live outside version control.
+cache_dir="${SHARDLINE_BAZEL_CACHE:-$HOME/.cache/shardline/bazel-disk}"
+mkdir -p "$cache_dir"
+cat > "$here/.bazelrc.user" <<RC
+# Written by tools/setup.sh; machine-specific, not committed.
+build --disk_cache=$cache_dir
+RC
+log "ready"
