@@ -1,0 +1,80 @@
+// Communicator: collectives over one group of ranks, on flat tensors.
+//
+// Backends: GlooCommunicator (CPU tensors, Debian's libgloo algorithms over TCP) and
+// NcclCommunicator (CUDA tensors, one ncclComm_t per group, its own stream). The FSDP engine
+// only sees this interface, so tests can swap in a fake (fsdp/testing/).
+//
+// Tensors: contiguous, same dtype and device on every rank of the group; element counts as
+// documented per call. Supported dtypes: float32, bfloat16, float16 (and float64/int64 for
+// AllReduce of scalars and counters).
+//
+// Errors: every call takes the communicator's timeout (Options::timeout). A collective that does
+// not finish in time returns DEADLINE_EXCEEDED with a message naming the group, the operation and
+// the current step ("group shard[1] op reduce_scatter step 17: timed out after 30s"); a lost peer
+// returns UNAVAILABLE with the same naming. After such an error the communicator is broken:
+// every later call fails fast with FAILED_PRECONDITION.
+//
+// Thread safety: calls are issued from one thread in the same order on every rank. The *Async
+// forms queue the work on the communicator's own thread (CPU) or stream (GPU) and return at once;
+// the caller must keep the tensors alive and untouched until Wait() returns.
+#ifndef SHARDLINE_FSDP_COMMUNICATOR_H_
+#define SHARDLINE_FSDP_COMMUNICATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/status.h"
+
+namespace shardline::fsdp {
+
+enum class ReduceOp { kSum, kAvg };
+
+// Waitable result of an asynchronous collective.
+class CommHandle {
+ public:
+  virtual ~CommHandle() = default;
+  // Blocks until the collective finished (GPU: until it is ordered before the current stream's
+  // later work). Returns the collective's status. Calling twice returns the same status.
+  virtual absl::Status Wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;  // Rank within this group, [0, size()).
+  virtual int size() const = 0;
+  // Name used in errors, e.g. "shard[1]" or "replicate[0]" or "world".
+  virtual const std::string& name() const = 0;
+
+  // Sets the training step quoted in error messages.
+  virtual void set_step(int64_t step) = 0;
+
+  // out = concat over ranks r of in_r. Requires out.numel() == in.numel() * size().
+  virtual absl::Status AllGather(const at::Tensor& in, const at::Tensor& out) = 0;
+  virtual std::unique_ptr<CommHandle> AllGatherAsync(const at::Tensor& in,
+                                                     const at::Tensor& out) = 0;
+
+  // out = chunk rank() of (reduction over ranks of in). Requires in.numel() == out.numel() *
+  // size(). Never implemented as all-reduce + slice (that doubles the traffic).
+  virtual absl::Status ReduceScatter(const at::Tensor& in, const at::Tensor& out,
+                                     ReduceOp op) = 0;
+  virtual std::unique_ptr<CommHandle> ReduceScatterAsync(const at::Tensor& in,
+                                                         const at::Tensor& out, ReduceOp op) = 0;
+
+  // In place: t = reduction over ranks of t.
+  virtual absl::Status AllReduce(const at::Tensor& t, ReduceOp op) = 0;
+  virtual std::unique_ptr<CommHandle> AllReduceAsync(const at::Tensor& t, ReduceOp op) = 0;
+
+  // In place: t = t of rank `root`.
+  virtual absl::Status Broadcast(const at::Tensor& t, int root) = 0;
+
+  virtual absl::Status Barrier() = 0;
+};
+
+}  // namespace shardline::fsdp
+
+#endif  // SHARDLINE_FSDP_COMMUNICATOR_H_
