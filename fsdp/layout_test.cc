@@ -1,0 +1,170 @@
+#include "fsdp/layout.h"
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace shardline::fsdp {
+namespace {
+
+using ::shardline::FsdpSpec;
+
+// Groups must partition the world; shard group g = [g*S, (g+1)*S), replicate j = {j, j+S, ...}.
+void ExpectGroupsConsistent(const ParallelLayout& layout) {
+  const int w = layout.world_size();
+  const int s = layout.shard_degree();
+  const int r = layout.replicate_degree();
+  ASSERT_EQ(r * s, w);
+  std::set<std::vector<int>> shard_groups, replicate_groups;
+  for (int rank = 0; rank < w; ++rank) {
+    std::vector<int> shard = layout.ShardGroupRanks(rank);
+    std::vector<int> replicate = layout.ReplicateGroupRanks(rank);
+    ASSERT_EQ(static_cast<int>(shard.size()), s);
+    ASSERT_EQ(static_cast<int>(replicate.size()), r);
+    const int g = layout.ReplicateIndex(rank);
+    const int j = layout.ShardIndex(rank);
+    EXPECT_EQ(rank, g * s + j);
+    for (int i = 0; i < s; ++i) EXPECT_EQ(shard[i], g * s + i) << "rank " << rank;
+    for (int i = 0; i < r; ++i) EXPECT_EQ(replicate[i], j + i * s) << "rank " << rank;
+    EXPECT_EQ(shard[j], rank);
+    EXPECT_EQ(replicate[g], rank);
+    shard_groups.insert(shard);
+    replicate_groups.insert(replicate);
+  }
+  EXPECT_EQ(static_cast<int>(shard_groups.size()), r);
+  EXPECT_EQ(static_cast<int>(replicate_groups.size()), s);
+}
+
+TEST(ParallelLayout, KeepsStrategyWithDegreeZeroForEveryWorldSize) {
+  struct Case {
+    ShardingStrategy strategy;
+    bool shard_all;  // S = W, else S = 1.
+    bool reshard;
+  };
+  const Case cases[] = {{FsdpSpec::FULL_SHARD, true, true},
+                        {FsdpSpec::SHARD_GRAD_OP, true, false},
+                        {FsdpSpec::NO_SHARD, false, false}};
+  for (int w = 1; w <= 8; ++w) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(StrategyName(c.strategy) + " W=" + std::to_string(w));
+      absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(w, c.strategy, 0);
+      ASSERT_TRUE(layout.ok()) << layout.status();
+      EXPECT_EQ(layout->world_size(), w);
+      EXPECT_EQ(layout->shard_degree(), c.shard_all ? w : 1);
+      EXPECT_EQ(layout->replicate_degree(), c.shard_all ? 1 : w);
+      EXPECT_EQ(layout->strategy(), c.strategy);
+      EXPECT_EQ(layout->reshard_after_forward(), c.reshard);
+      ExpectGroupsConsistent(*layout);
+    }
+  }
+}
+
+TEST(ParallelLayout, DegreeForcesHybridForEveryDividingDegree) {
+  const ShardingStrategy given[] = {FsdpSpec::FULL_SHARD, FsdpSpec::SHARD_GRAD_OP,
+                                    FsdpSpec::NO_SHARD, FsdpSpec::HYBRID_SHARD,
+                                    FsdpSpec::HYBRID_SHARD_ZERO2};
+  for (int w = 1; w <= 8; ++w) {
+    for (int s = 2; s <= 9; ++s) {
+      for (ShardingStrategy strategy : given) {
+        SCOPED_TRACE(StrategyName(strategy) + " W=" + std::to_string(w) +
+                     " S=" + std::to_string(s));
+        absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(w, strategy, s);
+        if (w % s != 0) {
+          ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
+          EXPECT_EQ(layout.status().message(),
+                    "fsdp.hybrid_shard_degree: " + std::to_string(s) +
+                        " does not divide world_size " + std::to_string(w));
+          continue;
+        }
+        ASSERT_TRUE(layout.ok()) << layout.status();
+        EXPECT_EQ(layout->shard_degree(), s);
+        EXPECT_EQ(layout->replicate_degree(), w / s);
+        const ShardingStrategy expected = strategy == FsdpSpec::HYBRID_SHARD_ZERO2
+                                              ? FsdpSpec::HYBRID_SHARD_ZERO2
+                                              : FsdpSpec::HYBRID_SHARD;
+        EXPECT_EQ(layout->strategy(), expected);
+        EXPECT_EQ(layout->reshard_after_forward(), expected == FsdpSpec::HYBRID_SHARD);
+        ExpectGroupsConsistent(*layout);
+      }
+    }
+  }
+}
+
+TEST(ParallelLayout, ExampleGroupsForFourRanksOfTwo) {
+  absl::StatusOr<ParallelLayout> layout =
+      ParallelLayout::Create(4, FsdpSpec::FULL_SHARD, 2);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->ShardGroupRanks(3), (std::vector<int>{2, 3}));
+  EXPECT_EQ(layout->ReplicateGroupRanks(3), (std::vector<int>{1, 3}));
+  EXPECT_EQ(layout->ShardGroupRanks(0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(layout->ReplicateGroupRanks(0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(layout->DebugString(), "W=4 (R=2 x S=2) HYBRID_SHARD");
+}
+
+TEST(ParallelLayout, RejectsDegreeNotDividingWorld) {
+  absl::StatusOr<ParallelLayout> layout =
+      ParallelLayout::Create(4, FsdpSpec::FULL_SHARD, 5);
+  ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(layout.status().message(), "fsdp.hybrid_shard_degree: 5 does not divide world_size 4");
+}
+
+TEST(ParallelLayout, RejectsDegreeOneAndNegative) {
+  for (int degree : {1, -1, -4}) {
+    absl::StatusOr<ParallelLayout> layout =
+        ParallelLayout::Create(4, FsdpSpec::FULL_SHARD, degree);
+    ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(layout.status().message().find("fsdp.hybrid_shard_degree: " +
+                                             std::to_string(degree) + " is invalid"),
+              std::string::npos)
+        << layout.status();
+  }
+}
+
+TEST(ParallelLayout, RejectsHybridWithoutDegree) {
+  for (ShardingStrategy s : {FsdpSpec::HYBRID_SHARD, FsdpSpec::HYBRID_SHARD_ZERO2}) {
+    absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(4, s, 0);
+    ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(layout.status().message().find(StrategyName(s) + " needs a shard degree"),
+              std::string::npos)
+        << layout.status();
+    EXPECT_NE(layout.status().message().find("world_size 4"), std::string::npos);
+  }
+}
+
+TEST(ParallelLayout, RejectsUnspecifiedStrategyAndBadWorld) {
+  absl::StatusOr<ParallelLayout> layout =
+      ParallelLayout::Create(4, FsdpSpec::SHARDING_STRATEGY_UNSPECIFIED, 0);
+  ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(layout.status().message().find("SHARDING_STRATEGY_UNSPECIFIED is not a strategy"),
+            std::string::npos)
+      << layout.status();
+
+  layout = ParallelLayout::Create(0, FsdpSpec::FULL_SHARD, 0);
+  ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(layout.status().message().find("world_size: 0"), std::string::npos);
+}
+
+TEST(ParseShardingStrategy, ParsesEveryValidName) {
+  for (ShardingStrategy s : {FsdpSpec::FULL_SHARD, FsdpSpec::SHARD_GRAD_OP, FsdpSpec::NO_SHARD,
+                             FsdpSpec::HYBRID_SHARD, FsdpSpec::HYBRID_SHARD_ZERO2}) {
+    absl::StatusOr<ShardingStrategy> parsed = ParseShardingStrategy(StrategyName(s));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, s);
+  }
+}
+
+TEST(ParseShardingStrategy, RejectsUnknownNameListingValidOnes) {
+  for (const char* bad : {"FULL_SHARDED", "full_shard", "", "SHARDING_STRATEGY_UNSPECIFIED"}) {
+    absl::StatusOr<ShardingStrategy> parsed = ParseShardingStrategy(bad);
+    ASSERT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(parsed.status().message(),
+              std::string("fsdp.sharding_strategy: unknown strategy \"") + bad +
+                  "\"; valid: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, "
+                  "HYBRID_SHARD_ZERO2");
+  }
+}
+
+}  // namespace
+}  // namespace shardline::fsdp
