@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing (tools/setup.sh), builds everything, runs
+# every test that needs no GPU, and ends with one line "N passed, N failed" counting test cases
+# (GoogleTest cases from each target's test.xml; a target that failed to build or crashed before
+# writing its XML counts as one failed case).
+#
+#   tools/test.sh            all default tests
+#   tools/test.sh //fsdp/... only these targets
+#   tools/test.sh --gpu      also the tests tagged "gpu" (needs the GPU machine)
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$here"
+bash tools/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
+
+tag_filter="-gpu"
+targets=()
+for arg in "$@"; do
+  case "$arg" in
+    --gpu) tag_filter="" ;;
+    *) targets+=("$arg") ;;
+  esac
+done
+((${#targets[@]})) || targets=("//...")
+
+# Test results are never taken from the cache: a run must run its tests.
+bazel test --nocache_test_results --test_tag_filters="$tag_filter" --keep_going \
+  "${targets[@]}" 2>&1 | tee /tmp/shardline_test_$$.log | grep -v -E "^(Loading|Analyzing|\[)"
+bazel_rc=${PIPESTATUS[0]}
+
+# Which test targets were meant to run.
+query="tests(set(${targets[*]}))"
+[[ -n "$tag_filter" ]] && query="$query except attr(tags, 'gpu', $query)"
+bazel query "$query" 2>/dev/null > /tmp/shardline_tests_$$.txt
+
+python3 - /tmp/shardline_tests_$$.txt "$(bazel info bazel-testlogs 2>/dev/null)" <<'PY'
+import os, sys, xml.etree.ElementTree as ET
+targets = [t.strip() for t in open(sys.argv[1]) if t.strip()]
+logs = sys.argv[2]
+passed = failed = 0
+bad = []
+for t in targets:
+    pkg, name = t.lstrip("/").split(":")
+    xml = os.path.join(logs, pkg, name, "test.xml")
+    try:
+        root = ET.parse(xml).getroot()
+        suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+        cases = [c for s in suites for c in s.iter("testcase")]
+        if not cases:
+            raise ValueError("no test cases")
+        for c in cases:
+            if c.find("failure") is not None or c.find("error") is not None:
+                failed += 1
+                bad.append(f"{t} {c.get('classname','')}.{c.get('name','')}")
+            else:
+                passed += 1
+    except Exception as e:  # no XML: did not build, or died before writing it
+        failed += 1
+        bad.append(f"{t} (no result: {e.__class__.__name__})")
+for b in bad:
+    print("FAILED:", b)
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
+PY
+count_rc=$?
+rm -f /tmp/shardline_test_$$.log /tmp/shardline_tests_$$.txt
+if [[ $bazel_rc -ne 0 && $count_rc -eq 0 ]]; then
+  # Bazel failed without a failed test case (e.g. a non-test target did not build).
+  echo "bazel exited $bazel_rc"; echo "0 passed, 1 failed"; exit 1
+fi
+exit $count_rc
