@@ -1,0 +1,150 @@
+#include "worker/rank_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+extern char** environ;
+
+namespace shardline::worker {
+namespace {
+
+int ExitCodeFromWaitStatus(int wstatus) {
+  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+  if (WIFSIGNALED(wstatus)) return -WTERMSIG(wstatus);
+  return -1;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(const Options& options) {
+  if (options.argv.empty()) return absl::InvalidArgumentError("rank process: empty argv");
+  if (access(options.argv[0].c_str(), X_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank process: executable ", options.argv[0], " is not runnable: ",
+                     strerror(errno)));
+  }
+  const int log_fd = open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    return absl::InternalError(
+        absl::StrCat("rank process: cannot open log file ", options.log_path, ": ", strerror(errno)));
+  }
+
+  // Build argv and envp before fork: the child may only call async-signal-safe functions.
+  std::vector<std::string> env_strings;
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const char* eq = strchr(*e, '=');
+    if (eq != nullptr) merged[std::string(*e, eq - *e)] = eq + 1;
+  }
+  for (const auto& [k, v] : options.env) merged[k] = v;
+  for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_strings = options.argv;
+  std::vector<char*> argv;
+  for (auto& s : argv_strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const pid_t parent = getpid();
+
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(log_fd);
+    return absl::InternalError(absl::StrCat("rank process: fork failed: ", strerror(errno)));
+  }
+  if (pid == 0) {
+    // Child. Own process group, so Stop() reaches grandchildren too.
+    setpgid(0, 0);
+    // Die with the daemon; and if it already died between fork and here, go now.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    dup2(log_fd, STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    const int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    if (!options.working_dir.empty() && chdir(options.working_dir.c_str()) != 0) _exit(126);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  close(log_fd);
+  // Also set the group from the parent side: whichever runs first, the group exists before Stop.
+  setpgid(pid, pid);
+  return std::unique_ptr<RankProcess>(new RankProcess(pid, options.log_path));
+}
+
+RankProcess::~RankProcess() {
+  if (!exit_code_.has_value()) {
+    kill(-pid_, SIGKILL);
+    kill(pid_, SIGKILL);
+    int wstatus = 0;
+    waitpid(pid_, &wstatus, 0);
+  }
+}
+
+std::optional<int> RankProcess::Poll() {
+  if (exit_code_.has_value()) return exit_code_;
+  int wstatus = 0;
+  const pid_t r = waitpid(pid_, &wstatus, WNOHANG);
+  if (r == pid_) {
+    exit_code_ = ExitCodeFromWaitStatus(wstatus);
+    // Anything the rank left running in its group goes with it.
+    kill(-pid_, SIGKILL);
+  }
+  return exit_code_;
+}
+
+std::optional<int> RankProcess::WaitFor(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    if (auto code = Poll(); code.has_value()) return code;
+    if (absl::Now() >= deadline) return std::nullopt;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+int RankProcess::Stop(absl::Duration grace) {
+  if (auto code = Poll(); code.has_value()) return *code;
+  kill(-pid_, SIGTERM);
+  if (auto code = WaitFor(grace); code.has_value()) return *code;
+  kill(-pid_, SIGKILL);
+  kill(pid_, SIGKILL);
+  int wstatus = 0;
+  waitpid(pid_, &wstatus, 0);
+  exit_code_ = ExitCodeFromWaitStatus(wstatus);
+  return *exit_code_;
+}
+
+std::string RankProcess::LogTail(size_t max_bytes) const {
+  std::ifstream in(log_path_, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff start = size > static_cast<std::streamoff>(max_bytes) ? size - max_bytes : 0;
+  in.seekg(start);
+  std::string tail((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (start > 0) {
+    const size_t nl = tail.find('\n');
+    if (nl != std::string::npos) tail.erase(0, nl + 1);
+  }
+  return tail;
+}
+
+std::string DescribeExit(int exit_code) {
+  if (exit_code >= 0) return absl::StrCat("exited with code ", exit_code);
+  const char* name = sigabbrev_np(-exit_code);
+  return absl::StrCat("killed by SIG", name != nullptr ? name : std::to_string(-exit_code));
+}
+
+}  // namespace shardline::worker

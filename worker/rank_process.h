@@ -1,0 +1,72 @@
+// RankProcess: one supervised trainer process (one rank of a job attempt) started by the worker
+// daemon.
+//
+// The child runs in its own process group (so a stop reaches anything it started), writes stdout
+// and stderr to its log file, and gets SIGKILL from the kernel if the daemon dies
+// (PR_SET_PDEATHSIG), so a killed daemon leaves no trainer behind.
+//
+// Thread safety: not thread-safe; the daemon's supervision thread owns each RankProcess.
+#ifndef SHARDLINE_WORKER_RANK_PROCESS_H_
+#define SHARDLINE_WORKER_RANK_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace shardline::worker {
+
+class RankProcess {
+ public:
+  struct Options {
+    std::vector<std::string> argv;              // argv[0] is the executable path.
+    std::map<std::string, std::string> env;     // Added to (and overriding) the daemon's env.
+    std::string log_path;                       // stdout + stderr, created or truncated.
+    std::string working_dir;                    // Empty: the daemon's.
+  };
+
+  // Starts the process. Errors: INVALID_ARGUMENT for an empty argv or an executable that does
+  // not exist (naming it); INTERNAL when fork fails; the log file's error when it cannot be opened.
+  static absl::StatusOr<std::unique_ptr<RankProcess>> Start(const Options& options);
+
+  // Kills the process group if still running (SIGKILL) and reaps it.
+  ~RankProcess();
+
+  pid_t pid() const { return pid_; }
+  const std::string& log_path() const { return log_path_; }
+
+  // Reaps the process if it ended. Returns its exit code: the code it exited with, or -SIGNAL when
+  // a signal killed it; nullopt while it runs.
+  std::optional<int> Poll();
+
+  // Blocks until the process ends or `timeout` passes; returns the exit code or nullopt.
+  std::optional<int> WaitFor(absl::Duration timeout);
+
+  // SIGTERM to the process group, then SIGKILL after `grace` if it is still running. Returns the
+  // exit code.
+  int Stop(absl::Duration grace);
+
+  // The last `max_bytes` of the log file (whole lines), for failure reports.
+  std::string LogTail(size_t max_bytes = 4096) const;
+
+ private:
+  RankProcess(pid_t pid, std::string log_path) : pid_(pid), log_path_(std::move(log_path)) {}
+
+  pid_t pid_;
+  std::string log_path_;
+  std::optional<int> exit_code_;
+};
+
+// Human-readable form of an exit code from Poll(): "exited with code 3", "killed by SIGKILL".
+std::string DescribeExit(int exit_code);
+
+}  // namespace shardline::worker
+
+#endif  // SHARDLINE_WORKER_RANK_PROCESS_H_

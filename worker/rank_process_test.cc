@@ -1,0 +1,80 @@
+#include "worker/rank_process.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace shardline::worker {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+}
+
+bool Alive(pid_t pid) { return kill(pid, 0) == 0; }
+
+TEST(RankProcess, ExitCodeEnvAndLogAreReported) {
+  RankProcess::Options o;
+  o.argv = {"/bin/sh", "-c", "echo rank=$RANK world=$WORLD_SIZE; echo oops >&2; exit 3"};
+  o.env = {{"RANK", "2"}, {"WORLD_SIZE", "4"}};
+  o.log_path = TempPath("exit.log");
+  auto p = RankProcess::Start(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->WaitFor(absl::Seconds(10)), 3);
+  const std::string tail = (*p)->LogTail();
+  EXPECT_TRUE(absl::StrContains(tail, "rank=2 world=4")) << tail;
+  EXPECT_TRUE(absl::StrContains(tail, "oops")) << tail;
+  EXPECT_EQ(DescribeExit(3), "exited with code 3");
+}
+
+TEST(RankProcess, StopSendsTermThenKillAfterGrace) {
+  RankProcess::Options o;
+  // Ignores SIGTERM, so only the SIGKILL after the grace period ends it.
+  o.argv = {"/bin/sh", "-c", "trap '' TERM; while true; do sleep 0.05; done"};
+  o.log_path = TempPath("stop.log");
+  auto p = RankProcess::Start(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::SleepFor(absl::Milliseconds(200));
+  const int code = (*p)->Stop(absl::Milliseconds(300));
+  EXPECT_EQ(code, -SIGKILL);
+  EXPECT_EQ(DescribeExit(code), "killed by SIGKILL");
+}
+
+TEST(RankProcess, StopReachesGrandchildren) {
+  RankProcess::Options o;
+  const std::string pidfile = TempPath("grandchild.pid");
+  o.argv = {"/bin/sh", "-c", "sleep 60 & echo $! > " + pidfile + "; wait"};
+  o.log_path = TempPath("grand.log");
+  auto p = RankProcess::Start(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  pid_t grandchild = 0;
+  for (int i = 0; i < 100 && grandchild == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    std::ifstream in(pidfile);
+    in >> grandchild;
+  }
+  ASSERT_GT(grandchild, 0);
+  (*p)->Stop(absl::Seconds(2));
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(Alive(grandchild));
+}
+
+TEST(RankProcess, MissingExecutableIsInvalidArgumentNamingIt) {
+  RankProcess::Options o;
+  o.argv = {"/nonexistent/trainer"};
+  o.log_path = TempPath("missing.log");
+  auto p = RankProcess::Start(o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "/nonexistent/trainer")) << p.status();
+}
+
+}  // namespace
+}  // namespace shardline::worker
