@@ -1,0 +1,73 @@
+#include "cli/progress_view.h"
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace shardline::cli {
+namespace {
+
+TEST(ProgressView, RunningLineShowsStepLossRateAndEta) {
+  JobStatus s;
+  s.set_state(RUNNING);
+  s.set_step(120);
+  s.set_total_steps(400);
+  s.set_loss(2.31414);
+  s.set_tokens_per_s(12400);
+  s.set_eta_s(65);
+  s.set_attempt(1);
+  EXPECT_EQ(ProgressLine(s, 10),
+            "RUNNING   step 120/400 [###.......]  30%  loss 2.3141  12.4k tok/s  ETA 1m05s");
+}
+
+TEST(ProgressView, RestartedJobShowsAttempt) {
+  JobStatus s;
+  s.set_state(SUCCEEDED);
+  s.set_step(400);
+  s.set_total_steps(400);
+  s.set_loss(1.5);
+  s.set_tokens_per_s(900);
+  s.set_attempt(2);
+  const std::string line = ProgressLine(s, 4);
+  EXPECT_TRUE(absl::StartsWith(line, "SUCCEEDED step 400/400 [####] 100%")) << line;
+  EXPECT_TRUE(absl::StrContains(line, "900 tok/s")) << line;
+  EXPECT_TRUE(absl::EndsWith(line, "attempt 2")) << line;
+  EXPECT_FALSE(absl::StrContains(line, "ETA")) << line;
+}
+
+TEST(ProgressView, PendingJobHasNoLoss) {
+  JobStatus s;
+  s.set_state(PENDING);
+  s.set_total_steps(50);
+  EXPECT_EQ(ProgressLine(s, 0), "PENDING   step 0/50");
+}
+
+TEST(ProgressView, Formatting) {
+  EXPECT_EQ(FormatDuration(45), "45s");
+  EXPECT_EQ(FormatDuration(187), "3m07s");
+  EXPECT_EQ(FormatDuration(7500), "2h05m");
+  EXPECT_EQ(FormatDuration(-1), "--");
+  EXPECT_EQ(FormatRate(3.1e6), "3.10M tok/s");
+  EXPECT_EQ(FormatBytes(512), "512 B");
+  EXPECT_EQ(FormatBytes(3 * 1048576), "3.0 MiB");
+}
+
+TEST(ProgressView, StatusBlockListsPlacementAndEvents) {
+  JobStatus s;
+  s.set_job_id("job-7");
+  s.mutable_spec()->set_name("tiny");
+  s.set_state(FAILED);
+  s.set_message("rank 2 exited with code 3");
+  RankPlacement* p = s.add_placement();
+  p->set_rank(2);
+  p->set_node_name("node-b");
+  JobEvent* e = s.add_events();
+  e->set_kind("RANK_FAILED");
+  e->set_message("rank 2 exited with code 3");
+  const std::string block = StatusBlock(s);
+  EXPECT_TRUE(absl::StrContains(block, "state      FAILED: rank 2 exited with code 3")) << block;
+  EXPECT_TRUE(absl::StrContains(block, "rank 2   node node-b")) << block;
+  EXPECT_TRUE(absl::StrContains(block, "RANK_FAILED")) << block;
+}
+
+}  // namespace
+}  // namespace shardline::cli
