@@ -1,0 +1,89 @@
+#include "spec/job_spec.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "spec/defaults.h"
+#include "spec/proto_yaml.h"
+
+namespace shardline::spec {
+namespace {
+
+std::string DirName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return "";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+void MakeAbsolute(const std::string& base, std::string* path) {
+  if (path->empty() || absl::StartsWith(*path, "/") || base.empty()) return;
+  *path = absl::StrCat(base, "/", *path);
+}
+
+}  // namespace
+
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source) {
+  JobSpec spec;
+  RETURN_IF_ERROR(MergeYamlText(text, source, &spec, nullptr));
+  return spec;
+}
+
+absl::Status ApplyOverride(JobSpec* spec, absl::string_view assignment) {
+  return ApplyAssignment(assignment, spec, nullptr);
+}
+
+absl::StatusOr<JobSpec> LoadJobSpecText(absl::string_view text, absl::string_view source,
+                                        const LoadOptions& options) {
+  JobSpec spec;
+  FieldPaths written;
+  RETURN_IF_ERROR(MergeYamlText(text, source, &spec, &written));
+  for (const std::string& assignment : options.overrides) {
+    RETURN_IF_ERROR(ApplyAssignment(assignment, &spec, &written));
+  }
+  std::string base = options.base_dir;
+  if (base.empty() || !absl::StartsWith(base, "/")) {
+    char cwd[4096];
+    if (getcwd(cwd, sizeof(cwd)) != nullptr) {
+      base = base.empty() ? std::string(cwd) : absl::StrCat(cwd, "/", base);
+    }
+  }
+  MakeAbsolute(base, spec.mutable_data()->mutable_path());
+  MakeAbsolute(base, spec.mutable_model()->mutable_torchscript_path());
+  MakeAbsolute(base, spec.mutable_checkpoint()->mutable_dir());
+  MakeAbsolute(base, spec.mutable_checkpoint()->mutable_init_from_safetensors());
+  RETURN_IF_ERROR(FillDefaults(&spec, &written));
+  RETURN_IF_ERROR(Validate(spec, options.validate));
+  return spec;
+}
+
+absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path, LoadOptions options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("job spec \"", path, "\" cannot be read"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  if (options.base_dir.empty()) options.base_dir = DirName(path);
+  return LoadJobSpecText(text.str(), path, options);
+}
+
+std::string JobSpecToYaml(const JobSpec& spec) { return MessageToYaml(spec); }
+
+std::string JobSpecToJson(const JobSpec& spec) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.add_whitespace = true;
+  opts.preserve_proto_field_names = true;
+  // Cannot fail for a message without Any fields.
+  (void)google::protobuf::util::MessageToJsonString(spec, &out, opts);
+  return out;
+}
+
+}  // namespace shardline::spec

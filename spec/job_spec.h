@@ -1,0 +1,54 @@
+// Loading a job spec: the one pipeline shared by `trainer --spec`, `shardctl submit` and tests.
+//
+//   parse YAML/JSON  ->  apply --set overrides  ->  resolve relative paths  ->  fill defaults
+//   (spec/defaults.h)  ->  validate (spec/validate.h)
+//
+// Relative paths (data.path, model.torchscript_path, checkpoint.dir) are taken relative to the
+// spec file's directory and made absolute, so the job does not depend on the caller's working
+// directory.
+//
+// Thread safety: pure functions (LoadJobSpecFile reads the file system).
+#ifndef SHARDLINE_SPEC_JOB_SPEC_H_
+#define SHARDLINE_SPEC_JOB_SPEC_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/job_spec.pb.h"
+#include "spec/validate.h"
+
+namespace shardline::spec {
+
+struct LoadOptions {
+  // `path=value` assignments applied in order after parsing, e.g. "fsdp.hybrid_shard_degree=3".
+  std::vector<std::string> overrides;
+  // Base for relative paths; LoadJobSpecFile sets it to the spec file's directory. Empty: the
+  // current directory.
+  std::string base_dir;
+  ValidateOptions validate;
+};
+
+// Reads, parses, overrides, defaults and validates the spec file at `path`.
+// Errors: NOT_FOUND when the file cannot be read; INVALID_ARGUMENT naming field and value.
+absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path, LoadOptions options = {});
+
+// The same from text; `source` names it in errors.
+absl::StatusOr<JobSpec> LoadJobSpecText(absl::string_view text, absl::string_view source,
+                                        const LoadOptions& options);
+
+// Parses YAML or JSON text into a spec without defaults or validation.
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source = "");
+
+// Applies one `path=value` override. Errors: INVALID_ARGUMENT naming the path and value.
+absl::Status ApplyOverride(JobSpec* spec, absl::string_view assignment);
+
+// Serializes a spec; parsing the result gives an equal message.
+std::string JobSpecToYaml(const JobSpec& spec);
+std::string JobSpecToJson(const JobSpec& spec);
+
+}  // namespace shardline::spec
+
+#endif  // SHARDLINE_SPEC_JOB_SPEC_H_

@@ -1,0 +1,173 @@
+#include "spec/job_spec.h"
+
+#include <gtest/gtest.h>
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include <string>
+#include <vector>
+
+#include "spec/model_presets.h"
+
+namespace shardline::spec {
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+
+// A valid spec; each bad case below changes it by overrides or replaces it.
+constexpr char kBase[] = R"(
+name: base
+world_size: 4
+model: {preset: tiny}
+data: {path: data/tinyshakespeare.txt}
+fsdp: {sharding_strategy: HYBRID_SHARD, hybrid_shard_degree: 2}
+train: {global_batch_size: 32, micro_batch_size: 4}
+)";
+
+absl::StatusOr<JobSpec> Load(const std::string& text, std::vector<std::string> sets = {}) {
+  LoadOptions opts;
+  opts.overrides = std::move(sets);
+  return LoadJobSpecText(text, "job.yaml", opts);
+}
+
+TEST(LoadJobSpec, BaseSpecIsValidAndDefaulted) {
+  auto spec = Load(kBase);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().architecture(), ModelSpec::GPT);
+  EXPECT_EQ(spec->model().n_embd(), 64);
+  EXPECT_EQ(spec->data().seq_len(), 64);  // = block_size.
+  EXPECT_EQ(spec->optimizer().kind(), OptimizerSpec::ADAMW);
+  EXPECT_DOUBLE_EQ(spec->optimizer().min_lr(), 3e-5);
+  EXPECT_DOUBLE_EQ(spec->optimizer().grad_clip(), 1.0);
+  EXPECT_EQ(spec->device().kind(), DeviceSpec::CPU);
+  EXPECT_EQ(spec->data().path()[0], '/');  // Made absolute.
+}
+
+TEST(LoadJobSpec, ExplicitZeroKeepsMeaningfulZeroDefaultsOff) {
+  auto spec = Load(std::string(kBase) + "optimizer: {grad_clip: 0, weight_decay: 0}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->optimizer().grad_clip(), 0);
+  EXPECT_EQ(spec->optimizer().weight_decay(), 0);
+}
+
+TEST(LoadJobSpec, OverridesApplyBeforeValidation) {
+  // Degree 4 divides 4; alone degree 3 would not. The override path must win over the file.
+  auto spec = Load(kBase, {"fsdp.hybrid_shard_degree=4", "train.steps=5"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->fsdp().hybrid_shard_degree(), 4);
+  EXPECT_EQ(spec->train().steps(), 5);
+  auto bad = Load(kBase, {"fsdp.hybrid_shard_degree=3"});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "fsdp.hybrid_shard_degree: 3 does not divide world_size 4");
+}
+
+struct BadSpec {
+  const char* label;
+  std::string text;  // Empty: kBase.
+  std::vector<std::string> sets;
+  const char* expected;  // Substring of the error message.
+};
+
+TEST(LoadJobSpec, RejectsBadSpecsWithFieldAndValue) {
+  const std::vector<BadSpec> cases = {
+      {"wrong type", "model: {n_head: \"abc\"}", {}, "job.yaml:1: model.n_head: \"abc\" is not an integer"},
+      {"unknown field", "fsdp: {shard_degre: 2}", {},
+       "unknown field \"fsdp.shard_degre\" (did you mean \"hybrid_shard_degree\"?)"},
+      {"unknown top-level", "wrld_size: 2", {}, "unknown field \"wrld_size\" (did you mean \"world_size\"?)"},
+      {"bad enum", "", {"fsdp.sharding_strategy=FULL"},
+       "fsdp.sharding_strategy: \"FULL\" is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, "
+       "HYBRID_SHARD, HYBRID_SHARD_ZERO2"},
+      {"degree does not divide", "", {"fsdp.hybrid_shard_degree=5"},
+       "fsdp.hybrid_shard_degree: 5 does not divide world_size 4"},
+      {"degree one", "", {"fsdp.hybrid_shard_degree=1"}, "fsdp.hybrid_shard_degree: 1"},
+      {"batch not divisible", "", {"train.global_batch_size=12"},
+       "train.global_batch_size: 12 is not divisible by micro_batch_size * world_size = 4 * 4 = 16"},
+      {"seq_len too long", "", {"data.seq_len=65"}, "data.seq_len: 65 exceeds model.block_size 64"},
+      {"n_embd not divisible", "", {"model.n_head=5"}, "model.n_embd: 64 is not divisible by model.n_head 5"},
+      {"vocab too small", "", {"model.vocab_size=100"},
+       "model.vocab_size: 100 is below 256, which the byte-level tokenizer of TEXT data needs"},
+      {"missing data file", "", {"data.path=no/such/file.txt"}, "/no/such/file.txt\" does not exist"},
+      {"no data path", "name: x\nmodel: {preset: tiny}\n", {}, "data.path: must name the training data file"},
+      {"cpu offload on cpu", "", {"fsdp.cpu_offload=true"}, "fsdp.cpu_offload: true needs device.kind CUDA"},
+      {"fp16 on cpu", "", {"fsdp.mixed_precision.param_dtype=FP16"},
+       "fsdp.mixed_precision: FP16 needs device.kind CUDA"},
+      {"negative lr", "", {"optimizer.lr=-1"}, "optimizer.lr: -1 must be > 0"},
+      {"beta out of range", "", {"optimizer.beta2=1.5"}, "optimizer.beta2: 1.5 is not in [0, 1)"},
+      {"dropout out of range", "", {"model.dropout=1"}, "model.dropout: 1 is not in [0, 1)"},
+      {"val fraction", "", {"data.val_fraction=0.9"}, "data.val_fraction: 0.9 is not in [0, 0.5]"},
+      {"unknown preset", "", {"model.preset=huge"},
+       "model.preset: \"huge\" is not one of tiny, small, gpt2, llama-tiny"},
+      {"bad name", "", {"name=has space"}, "name: \"has space\" must be 1-64 characters"},
+      {"zero steps", "", {"train.steps=-3"}, "train.steps: -3 must be positive"},
+      {"min_lr above lr", "", {"optimizer.min_lr=1"}, "optimizer.min_lr: 1 is not in [0, lr = 0.0003]"},
+      {"torchscript without path", "", {"model.architecture=TORCHSCRIPT"},
+       "model.torchscript_path: must be set for architecture TORCHSCRIPT"},
+      {"save without dir", "", {"checkpoint.save_final=true"}, "checkpoint.dir: must be set"},
+      {"elastic above world", "", {"elastic.min_world_size=8"},
+       "elastic.min_world_size: 8 is not in [0, world_size = 4]"},
+      {"int32 overflow", "", {"train.steps=99999999999"}, "train.steps: \"99999999999\" is out of range for int32"},
+      {"not a bool", "", {"train.deterministic=maybe"}, "train.deterministic: \"maybe\" is not a boolean"},
+      {"odd llama head", "", {"model.preset=llama-tiny", "model.architecture=LLAMA", "model.n_head=64"},
+       "model.n_embd: 64 / n_head 64 gives an odd head size"},
+      {"hybrid without degree", "", {"fsdp.hybrid_shard_degree=0"}, "HYBRID_SHARD"},
+      {"negative world", "", {"world_size=-2"}, "world_size: -2"},
+      {"list for a number", "world_size: [1, 2]", {}, "world_size: a list is not an integer"},
+      {"prompt longer than block", "", {"train.sample_prompt=" + std::string(80, 'x')},
+       "train.sample_prompt: 80 bytes do not fit model.block_size 64"},
+  };
+  ASSERT_GE(cases.size(), 20u);
+  for (const BadSpec& c : cases) {
+    auto spec = Load(c.text.empty() ? std::string(kBase) : c.text, c.sets);
+    ASSERT_FALSE(spec.ok()) << c.label;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << c.label;
+    EXPECT_NE(spec.status().message().find(c.expected), absl::string_view::npos)
+        << c.label << "\n  got:      " << spec.status().message() << "\n  expected: " << c.expected;
+  }
+}
+
+TEST(LoadJobSpec, ReportsEveryProblemAtOnce) {
+  auto spec = Load(kBase, {"optimizer.lr=-1", "model.dropout=2"});
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("job spec has 2 errors:"), absl::string_view::npos)
+      << spec.status().message();
+}
+
+// The foundation's smoke test: a full spec survives YAML -> proto -> YAML -> proto, and JSON.
+TEST(FoundationSmoke, JobSpecYamlAndJsonRoundTrip) {
+  auto spec = LoadJobSpecFile("examples/tiny_gpt_shakespeare.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->fsdp().sharding_strategy(), FsdpSpec::HYBRID_SHARD);
+  EXPECT_EQ(spec->fsdp().hybrid_shard_degree(), 2);
+  EXPECT_EQ(spec->world_size(), 4);
+
+  const std::string yaml = JobSpecToYaml(*spec);
+  auto from_yaml = ParseJobSpec(yaml, "roundtrip.yaml");
+  ASSERT_TRUE(from_yaml.ok()) << from_yaml.status() << "\n" << yaml;
+  EXPECT_TRUE(MessageDifferencer::Equals(*spec, *from_yaml)) << yaml;
+
+  const std::string json = JobSpecToJson(*spec);
+  auto from_json = ParseJobSpec(json, "roundtrip.json");
+  ASSERT_TRUE(from_json.ok()) << from_json.status() << "\n" << json;
+  EXPECT_TRUE(MessageDifferencer::Equals(*spec, *from_json)) << json;
+}
+
+TEST(LoadJobSpec, MissingFileIsNotFound) {
+  auto spec = LoadJobSpecFile("/no/such/spec.yaml");
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(spec.status().message(), "job spec \"/no/such/spec.yaml\" cannot be read");
+}
+
+TEST(ModelPresets, Gpt2SmallHas124MParameters) {
+  ModelSpec m;
+  m.set_preset("gpt2");
+  ASSERT_TRUE(ResolvePreset(&m).ok());
+  EXPECT_EQ(CountParameters(m), 124439808);  // Hugging Face's gpt2 count (tied head).
+  ModelSpec llama;
+  llama.set_preset("llama-tiny");
+  ASSERT_TRUE(ResolvePreset(&llama).ok());
+  EXPECT_EQ(llama.architecture(), ModelSpec::LLAMA);
+  EXPECT_EQ(llama.ffn_hidden(), 192);
+}
+
+}  // namespace
+}  // namespace shardline::spec

@@ -1,0 +1,239 @@
+#include "spec/validate.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "fsdp/layout.h"
+#include "spec/model_presets.h"
+
+namespace shardline::spec {
+namespace {
+
+// Collects problems; each is "<path>: <value> <what is wrong>".
+class Problems {
+ public:
+  template <typename... Args>
+  void Add(const Args&... parts) {
+    list_.push_back(absl::StrCat(parts...));
+  }
+  absl::Status ToStatus() const {
+    if (list_.empty()) return absl::OkStatus();
+    if (list_.size() == 1) return absl::InvalidArgumentError(list_[0]);
+    return absl::InvalidArgumentError(absl::StrCat("job spec has ", list_.size(), " errors:\n  ",
+                                                   absl::StrJoin(list_, "\n  ")));
+  }
+
+ private:
+  std::vector<std::string> list_;
+};
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+void CheckReadableFile(const std::string& path_field, const std::string& path, Problems* p) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    p->Add(path_field, ": \"", path, "\" does not exist");
+  } else if (!S_ISREG(st.st_mode)) {
+    p->Add(path_field, ": \"", path, "\" is not a regular file");
+  } else if (access(path.c_str(), R_OK) != 0) {
+    p->Add(path_field, ": \"", path, "\" is not readable");
+  }
+}
+
+void ValidateModel(const JobSpec& s, const ValidateOptions& opt, Problems* p) {
+  const ModelSpec& m = s.model();
+  if (m.architecture() == ModelSpec::TORCHSCRIPT) {
+    if (m.torchscript_path().empty()) {
+      p->Add("model.torchscript_path: must be set for architecture TORCHSCRIPT");
+    } else if (opt.check_files) {
+      CheckReadableFile("model.torchscript_path", m.torchscript_path(), p);
+    }
+  } else {
+    if (!m.torchscript_path().empty()) {
+      p->Add("model.torchscript_path: \"", m.torchscript_path(),
+             "\" is only used with architecture TORCHSCRIPT, not ",
+             ModelSpec::Architecture_Name(m.architecture()));
+    }
+    if (m.n_embd() <= 0) p->Add("model.n_embd: ", m.n_embd(), " must be positive");
+    if (m.n_layer() <= 0) p->Add("model.n_layer: ", m.n_layer(), " must be positive");
+    if (m.n_head() <= 0) p->Add("model.n_head: ", m.n_head(), " must be positive");
+    if (m.n_embd() > 0 && m.n_head() > 0 && m.n_embd() % m.n_head() != 0) {
+      p->Add("model.n_embd: ", m.n_embd(), " is not divisible by model.n_head ", m.n_head());
+    } else if (m.architecture() == ModelSpec::LLAMA && m.n_head() > 0 &&
+               (m.n_embd() / m.n_head()) % 2 != 0) {
+      p->Add("model.n_embd: ", m.n_embd(), " / n_head ", m.n_head(),
+             " gives an odd head size; rotary embeddings need an even one");
+    }
+    if (m.ffn_hidden() < 0) p->Add("model.ffn_hidden: ", m.ffn_hidden(), " must be >= 0");
+    if (m.ffn_hidden() > 0 && m.architecture() != ModelSpec::LLAMA) {
+      p->Add("model.ffn_hidden: ", m.ffn_hidden(), " is only used by LLAMA models");
+    }
+  }
+  if (m.vocab_size() <= 0) {
+    p->Add("model.vocab_size: ", m.vocab_size(), " must be positive");
+  } else if (s.data().format() == DataSpec::TEXT && m.vocab_size() < 256) {
+    p->Add("model.vocab_size: ", m.vocab_size(),
+           " is below 256, which the byte-level tokenizer of TEXT data needs");
+  } else if (s.data().format() == DataSpec::TOKENS_U16 && m.vocab_size() > 65536) {
+    p->Add("model.vocab_size: ", m.vocab_size(), " does not fit TOKENS_U16 data (max 65536)");
+  }
+  if (m.block_size() <= 0) p->Add("model.block_size: ", m.block_size(), " must be positive");
+  if (!(m.dropout() >= 0 && m.dropout() < 1)) {
+    p->Add("model.dropout: ", m.dropout(), " is not in [0, 1)");
+  }
+}
+
+void ValidateData(const JobSpec& s, const ValidateOptions& opt, Problems* p) {
+  const DataSpec& d = s.data();
+  if (d.path().empty()) {
+    p->Add("data.path: must name the training data file");
+  } else if (opt.check_files) {
+    CheckReadableFile("data.path", d.path(), p);
+  }
+  if (!(d.val_fraction() >= 0 && d.val_fraction() <= 0.5)) {
+    p->Add("data.val_fraction: ", d.val_fraction(), " is not in [0, 0.5]");
+  }
+  if (d.seq_len() <= 0) {
+    p->Add("data.seq_len: ", d.seq_len(), " must be positive");
+  } else if (s.model().architecture() != ModelSpec::TORCHSCRIPT &&
+             d.seq_len() > s.model().block_size()) {
+    p->Add("data.seq_len: ", d.seq_len(), " exceeds model.block_size ", s.model().block_size());
+  }
+}
+
+void ValidateOptimizer(const JobSpec& s, Problems* p) {
+  const OptimizerSpec& o = s.optimizer();
+  if (!(o.lr() > 0) || !std::isfinite(o.lr())) p->Add("optimizer.lr: ", o.lr(), " must be > 0");
+  if (!(o.weight_decay() >= 0)) {
+    p->Add("optimizer.weight_decay: ", o.weight_decay(), " must be >= 0");
+  }
+  if (!(o.beta1() >= 0 && o.beta1() < 1)) p->Add("optimizer.beta1: ", o.beta1(), " is not in [0, 1)");
+  if (!(o.beta2() >= 0 && o.beta2() < 1)) p->Add("optimizer.beta2: ", o.beta2(), " is not in [0, 1)");
+  if (!(o.eps() > 0)) p->Add("optimizer.eps: ", o.eps(), " must be > 0");
+  if (!(o.momentum() >= 0 && o.momentum() < 1)) {
+    p->Add("optimizer.momentum: ", o.momentum(), " is not in [0, 1)");
+  }
+  if (!(o.grad_clip() >= 0)) p->Add("optimizer.grad_clip: ", o.grad_clip(), " must be >= 0");
+  if (o.warmup_steps() < 0) p->Add("optimizer.warmup_steps: ", o.warmup_steps(), " must be >= 0");
+  if (o.lr() > 0 && !(o.min_lr() >= 0 && o.min_lr() <= o.lr())) {
+    p->Add("optimizer.min_lr: ", o.min_lr(), " is not in [0, lr = ", o.lr(), "]");
+  }
+}
+
+void ValidateFsdp(const JobSpec& s, Problems* p) {
+  const FsdpSpec& f = s.fsdp();
+  if (s.world_size() >= 1) {
+    // The same rules the engine and coordinator apply (fsdp/layout.h), so the messages agree.
+    auto layout = fsdp::ParallelLayout::Create(s.world_size(), f.sharding_strategy(),
+                                               f.hybrid_shard_degree());
+    if (!layout.ok()) p->Add(layout.status().message());
+  }
+  if (f.auto_wrap_policy() == FsdpSpec::SIZE_BASED && f.min_num_params() <= 0) {
+    p->Add("fsdp.min_num_params: ", f.min_num_params(), " must be positive for SIZE_BASED");
+  }
+  if (f.collective_timeout_s() <= 0) {
+    p->Add("fsdp.collective_timeout_s: ", f.collective_timeout_s(), " must be positive");
+  }
+  if (s.device().kind() == DeviceSpec::CPU) {
+    if (f.cpu_offload()) {
+      p->Add("fsdp.cpu_offload: true needs device.kind CUDA; a CPU job keeps everything in host "
+             "memory already");
+    }
+    const FsdpSpec::MixedPrecision& mp = f.mixed_precision();
+    if (mp.param_dtype() == FsdpSpec::FP16 || mp.reduce_dtype() == FsdpSpec::FP16 ||
+        mp.buffer_dtype() == FsdpSpec::FP16) {
+      p->Add("fsdp.mixed_precision: FP16 needs device.kind CUDA; use BF16 or FP32 on CPU");
+    }
+  }
+}
+
+void ValidateTrain(const JobSpec& s, Problems* p) {
+  const TrainSpec& t = s.train();
+  if (t.steps() <= 0) p->Add("train.steps: ", t.steps(), " must be positive");
+  if (t.micro_batch_size() <= 0) {
+    p->Add("train.micro_batch_size: ", t.micro_batch_size(), " must be positive");
+  }
+  if (t.global_batch_size() <= 0) {
+    p->Add("train.global_batch_size: ", t.global_batch_size(), " must be positive");
+  }
+  if (t.micro_batch_size() > 0 && t.global_batch_size() > 0 && s.world_size() > 0) {
+    const int64_t per_round = static_cast<int64_t>(t.micro_batch_size()) * s.world_size();
+    if (t.global_batch_size() % per_round != 0) {
+      p->Add("train.global_batch_size: ", t.global_batch_size(),
+             " is not divisible by micro_batch_size * world_size = ", t.micro_batch_size(),
+             " * ", s.world_size(), " = ", per_round);
+    }
+  }
+  if (t.eval_every() < 0) p->Add("train.eval_every: ", t.eval_every(), " must be >= 0");
+  if (t.eval_batches() <= 0) p->Add("train.eval_batches: ", t.eval_batches(), " must be positive");
+  if (t.log_every() <= 0) p->Add("train.log_every: ", t.log_every(), " must be positive");
+  if (t.sample_tokens() < 0) p->Add("train.sample_tokens: ", t.sample_tokens(), " must be >= 0");
+  if (s.model().architecture() != ModelSpec::TORCHSCRIPT && s.model().block_size() > 0 &&
+      static_cast<int64_t>(t.sample_prompt().size()) >= s.model().block_size()) {
+    p->Add("train.sample_prompt: ", t.sample_prompt().size(),
+           " bytes do not fit model.block_size ", s.model().block_size());
+  }
+}
+
+void ValidateRest(const JobSpec& s, Problems* p) {
+  if (!ValidName(s.name())) {
+    p->Add("name: \"", s.name(), "\" must be 1-64 characters of [a-zA-Z0-9._-]");
+  }
+  if (s.world_size() <= 0) p->Add("world_size: ", s.world_size(), " must be positive");
+  const CheckpointSpec& c = s.checkpoint();
+  if (c.every_steps() < 0) p->Add("checkpoint.every_steps: ", c.every_steps(), " must be >= 0");
+  if (c.keep_last() < 0) p->Add("checkpoint.keep_last: ", c.keep_last(), " must be >= 0");
+  if (c.resume_step() < -1) {
+    p->Add("checkpoint.resume_step: ", c.resume_step(), " must be -1 (latest), 0 or a step");
+  }
+  if (c.dir().empty() && (c.every_steps() > 0 || c.save_final())) {
+    p->Add("checkpoint.dir: must be set when checkpoint.every_steps or save_final asks for "
+           "checkpoints");
+  }
+  if (s.restart().max_restarts() < 0) {
+    p->Add("restart.max_restarts: ", s.restart().max_restarts(), " must be >= 0");
+  }
+  if (s.restart().backoff_s() < 0) {
+    p->Add("restart.backoff_s: ", s.restart().backoff_s(), " must be >= 0");
+  }
+  const int min_w = s.elastic().min_world_size();
+  if (min_w < 0 || (s.world_size() > 0 && min_w > s.world_size())) {
+    p->Add("elastic.min_world_size: ", min_w, " is not in [0, world_size = ", s.world_size(),
+           "]");
+  }
+  if (s.device().kind() == DeviceSpec::KIND_UNSPECIFIED) {
+    p->Add("device.kind: must be CPU or CUDA");
+  }
+  if (s.device().cpu_threads() < 0) {
+    p->Add("device.cpu_threads: ", s.device().cpu_threads(), " must be >= 0");
+  }
+}
+
+}  // namespace
+
+absl::Status Validate(const JobSpec& spec, const ValidateOptions& options) {
+  Problems p;
+  ValidateRest(spec, &p);
+  ValidateModel(spec, options, &p);
+  ValidateData(spec, options, &p);
+  ValidateOptimizer(spec, &p);
+  ValidateFsdp(spec, &p);
+  ValidateTrain(spec, &p);
+  return p.ToStatus();
+}
+
+}  // namespace shardline::spec

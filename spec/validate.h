@@ -1,0 +1,28 @@
+// Validation of a defaulted JobSpec: ranges of single fields and the rules that tie fields
+// together (shard degree divides the world size, batch sizes divide, seq_len fits the model...).
+// Every problem is reported, not just the first, each naming the field path and its value:
+//
+//   fsdp.hybrid_shard_degree: 5 does not divide world_size 4
+//   train.global_batch_size: 12 is not divisible by micro_batch_size * world_size = 8
+//
+// Thread safety: pure functions (CheckFiles reads the file system).
+#ifndef SHARDLINE_SPEC_VALIDATE_H_
+#define SHARDLINE_SPEC_VALIDATE_H_
+
+#include "absl/status/status.h"
+#include "proto/job_spec.pb.h"
+
+namespace shardline::spec {
+
+struct ValidateOptions {
+  // Check that data.path (and model.torchscript_path) exist and are readable files. Off for the
+  // coordinator, which does not see the workers' file systems.
+  bool check_files = true;
+};
+
+// Returns OK or INVALID_ARGUMENT listing every problem (one per line after the first).
+absl::Status Validate(const JobSpec& spec, const ValidateOptions& options = {});
+
+}  // namespace shardline::spec
+
+#endif  // SHARDLINE_SPEC_VALIDATE_H_
