@@ -1,0 +1,120 @@
+#include "coordinator/checkpoint_registry.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+
+namespace shardline::coordinator {
+namespace {
+constexpr absl::string_view kManifestName = "MANIFEST.json";
+}  // namespace
+
+absl::StatusOr<CheckpointRecord> CheckpointRegistry::Report(const CheckpointReport& report,
+                                                            const Layout& layout, absl::Time now,
+                                                            bool* newly_committed) {
+  *newly_committed = false;
+  if (report.step() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint report: step must be >= 0, got ", report.step()));
+  }
+  if (report.path().empty()) {
+    return absl::InvalidArgumentError("checkpoint report: path must not be empty");
+  }
+  const Key key(report.job_id(), report.step());
+  auto it = records_.find(key);
+  if (it == records_.end()) {
+    CheckpointRecord rec;
+    CheckpointInfo* info = rec.mutable_info();
+    info->set_job_id(report.job_id());
+    info->set_step(report.step());
+    info->set_path(report.path());
+    info->set_created_unix_ms(absl::ToUnixMillis(now));
+    info->set_world_size(layout.world_size);
+    info->set_sharding_strategy(layout.sharding_strategy);
+    info->set_shard_degree(layout.shard_degree);
+    it = records_.emplace(key, std::move(rec)).first;
+  }
+  CheckpointRecord& rec = it->second;
+  if (rec.info().path() != report.path()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint report: path ", report.path(), " differs from ", rec.info().path(),
+        " reported earlier for job ", report.job_id(), " step ", report.step()));
+  }
+  std::set<std::string> files(rec.files().begin(), rec.files().end());
+  for (const std::string& f : report.files()) {
+    if (f == kManifestName) continue;
+    if (rec.info().committed() && !files.count(f)) {
+      return absl::FailedPreconditionError(absl::StrCat("checkpoint job ", report.job_id(),
+                                                        " step ", report.step(),
+                                                        " is committed; new file ", f,
+                                                        " reported after the commit"));
+    }
+    files.insert(f);
+  }
+  rec.clear_files();
+  for (const std::string& f : files) rec.add_files(f);
+  rec.set_expected_files(std::max(rec.expected_files(), report.expected_files()));
+  if (report.manifest_committed()) rec.set_manifest_committed(true);
+  if (!rec.info().committed() && rec.manifest_committed() && rec.expected_files() > 0 &&
+      rec.files_size() >= rec.expected_files()) {
+    rec.mutable_info()->set_committed(true);
+    *newly_committed = true;
+  }
+  return rec;
+}
+
+std::vector<CheckpointInfo> CheckpointRegistry::List(absl::string_view job_id) const {
+  std::vector<CheckpointInfo> out;
+  for (auto it = records_.lower_bound(Key(std::string(job_id), INT64_MIN));
+       it != records_.end() && it->first.first == job_id; ++it) {
+    out.push_back(it->second.info());
+  }
+  return out;
+}
+
+absl::StatusOr<CheckpointInfo> CheckpointRegistry::Get(absl::string_view job_id,
+                                                       int64_t step) const {
+  auto it = records_.find(Key(std::string(job_id), step));
+  if (it == records_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no checkpoint of job ", job_id, " at step ", step));
+  }
+  return it->second.info();
+}
+
+int64_t CheckpointRegistry::LatestCommitted(absl::string_view job_id) const {
+  int64_t latest = 0;
+  for (const CheckpointInfo& info : List(job_id)) {
+    if (info.committed()) latest = std::max(latest, info.step());
+  }
+  return latest;
+}
+
+std::vector<std::pair<std::string, int64_t>> CheckpointRegistry::ApplyRetention(
+    absl::string_view job_id, int32_t keep_last) {
+  std::vector<std::pair<std::string, int64_t>> removed;
+  if (keep_last <= 0) return removed;
+  std::vector<int64_t> committed;
+  for (const CheckpointInfo& info : List(job_id)) {
+    if (info.committed()) committed.push_back(info.step());
+  }
+  if (static_cast<int32_t>(committed.size()) <= keep_last) return removed;
+  const int64_t oldest_kept = committed[committed.size() - keep_last];
+  for (auto it = records_.lower_bound(Key(std::string(job_id), INT64_MIN));
+       it != records_.end() && it->first.first == job_id;) {
+    if (it->first.second < oldest_kept) {
+      removed.push_back(it->first);
+      it = records_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return removed;
+}
+
+void CheckpointRegistry::Restore(const CheckpointRecord& record) {
+  records_[Key(record.info().job_id(), record.info().step())] = record;
+}
+
+}  // namespace shardline::coordinator

@@ -1,0 +1,67 @@
+// CheckpointRegistry: checkpoint steps of every job, built from the ranks' shard reports.
+//
+// A step is committed only when every data file the step has (expected_files) has been reported
+// and a report says the manifest was renamed into place (manifest_committed). Reports may arrive
+// in any order and may repeat. Retention keeps the newest K committed steps of a job and forgets
+// older ones (the files on disk belong to the trainers' shared storage; the registry only stops
+// listing them).
+//
+// Thread safety: none; the coordinator serializes calls under its own lock.
+#ifndef SHARDLINE_COORDINATOR_CHECKPOINT_REGISTRY_H_
+#define SHARDLINE_COORDINATOR_CHECKPOINT_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "coordinator/state.pb.h"
+#include "proto/coordinator.pb.h"
+
+namespace shardline::coordinator {
+
+class CheckpointRegistry {
+ public:
+  // Layout of the attempt that wrote the step, recorded in CheckpointInfo.
+  struct Layout {
+    int32_t world_size = 0;
+    std::string sharding_strategy;
+    int32_t shard_degree = 0;
+  };
+
+  // Applies one report. Returns the step's record after it (check record.info().committed();
+  // `*newly_committed` says whether this report committed it).
+  // Errors: INVALID_ARGUMENT for a step < 0, an empty path, or a path that differs from the
+  // step's earlier reports; FAILED_PRECONDITION for a report on an already committed step that
+  // names files it does not have.
+  absl::StatusOr<CheckpointRecord> Report(const CheckpointReport& report, const Layout& layout,
+                                          absl::Time now, bool* newly_committed);
+
+  // Every step of `job_id` (committed or not), oldest first.
+  std::vector<CheckpointInfo> List(absl::string_view job_id) const;
+  // Errors: NOT_FOUND naming the job and step.
+  absl::StatusOr<CheckpointInfo> Get(absl::string_view job_id, int64_t step) const;
+  // Newest committed step of `job_id`, 0 when none.
+  int64_t LatestCommitted(absl::string_view job_id) const;
+
+  // Forgets committed steps of `job_id` beyond the newest `keep_last` (0 keeps all) and
+  // uncommitted steps older than the oldest kept one. Returns the (job, step) pairs removed.
+  std::vector<std::pair<std::string, int64_t>> ApplyRetention(absl::string_view job_id,
+                                                              int32_t keep_last);
+
+  // Re-creates a record from storage.
+  void Restore(const CheckpointRecord& record);
+
+ private:
+  using Key = std::pair<std::string, int64_t>;
+  std::map<Key, CheckpointRecord> records_;
+};
+
+}  // namespace shardline::coordinator
+
+#endif  // SHARDLINE_COORDINATOR_CHECKPOINT_REGISTRY_H_

@@ -1,0 +1,90 @@
+#include "coordinator/checkpoint_registry.h"
+
+#include "gtest/gtest.h"
+
+namespace shardline::coordinator {
+namespace {
+
+const absl::Time kNow = absl::FromUnixSeconds(1700000000);
+const CheckpointRegistry::Layout kLayout{4, "FULL_SHARD", 4};
+
+CheckpointReport Rep(int64_t step, std::vector<std::string> files, bool manifest = false,
+                     int expected = 2) {
+  CheckpointReport r;
+  r.set_job_id("job-1");
+  r.set_step(step);
+  r.set_path("/ckpt/job-1/step_" + std::to_string(step));
+  for (auto& f : files) r.add_files(f);
+  r.set_manifest_committed(manifest);
+  r.set_expected_files(expected);
+  return r;
+}
+
+TEST(CheckpointRegistry, CommittedOnlyWhenAllFilesAndManifestReported) {
+  CheckpointRegistry reg;
+  bool committed = false;
+  auto r = reg.Report(Rep(10, {"shard_00000.bin"}), kLayout, kNow, &committed);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(committed);
+  // Manifest before the last shard: still not committed.
+  r = reg.Report(Rep(10, {"MANIFEST.json"}, true), kLayout, kNow, &committed);
+  EXPECT_FALSE(committed);
+  EXPECT_FALSE(reg.Get("job-1", 10)->committed());
+  EXPECT_EQ(reg.LatestCommitted("job-1"), 0);
+  // A repeated report changes nothing.
+  r = reg.Report(Rep(10, {"shard_00000.bin"}), kLayout, kNow, &committed);
+  EXPECT_FALSE(committed);
+  r = reg.Report(Rep(10, {"shard_00001.bin"}), kLayout, kNow, &committed);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(committed);
+  EXPECT_TRUE(r->info().committed());
+  EXPECT_EQ(r->info().world_size(), 4);
+  EXPECT_EQ(r->info().sharding_strategy(), "FULL_SHARD");
+  EXPECT_EQ(reg.LatestCommitted("job-1"), 10);
+  r = reg.Report(Rep(10, {"shard_00001.bin"}), kLayout, kNow, &committed);
+  EXPECT_FALSE(committed);  // only the first commit says so
+}
+
+TEST(CheckpointRegistry, RejectsInconsistentReports) {
+  CheckpointRegistry reg;
+  bool c;
+  CheckpointReport other = Rep(5, {"a"});
+  ASSERT_TRUE(reg.Report(other, kLayout, kNow, &c).ok());
+  other.set_path("/elsewhere");
+  auto r = reg.Report(other, kLayout, kNow, &c);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("differs"), std::string::npos);
+  EXPECT_EQ(reg.Report(Rep(-1, {"a"}), kLayout, kNow, &c).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(reg.Report(Rep(5, {"b", "MANIFEST.json"}, true), kLayout, kNow, &c).ok());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(reg.Report(Rep(5, {"c"}), kLayout, kNow, &c).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(CheckpointRegistry, ListGetAndRetention) {
+  CheckpointRegistry reg;
+  bool c;
+  for (int64_t step : {10, 20, 30, 40}) {
+    ASSERT_TRUE(reg.Report(Rep(step, {"a", "b", "MANIFEST.json"}, true), kLayout, kNow, &c).ok());
+  }
+  ASSERT_TRUE(reg.Report(Rep(15, {"a"}), kLayout, kNow, &c).ok());  // never finished
+  ASSERT_TRUE(reg.Report(Rep(45, {"a"}), kLayout, kNow, &c).ok());  // in progress
+  EXPECT_EQ(reg.List("job-1").size(), 6u);
+  EXPECT_TRUE(reg.List("job-2").empty());
+  EXPECT_EQ(reg.Get("job-1", 99).status().code(), absl::StatusCode::kNotFound);
+  auto removed = reg.ApplyRetention("job-1", 2);
+  ASSERT_EQ(removed.size(), 3u);  // 10, 15, 20
+  EXPECT_EQ(removed[0].second, 10);
+  EXPECT_EQ(removed[1].second, 15);
+  EXPECT_EQ(removed[2].second, 20);
+  auto left = reg.List("job-1");
+  ASSERT_EQ(left.size(), 3u);
+  EXPECT_EQ(left[0].step(), 30);
+  EXPECT_EQ(left[2].step(), 45);
+  EXPECT_TRUE(reg.ApplyRetention("job-1", 0).empty());
+  EXPECT_EQ(reg.LatestCommitted("job-1"), 40);
+}
+
+}  // namespace
+}  // namespace shardline::coordinator

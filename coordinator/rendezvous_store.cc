@@ -1,0 +1,125 @@
+#include "coordinator/rendezvous_store.h"
+
+#include <random>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace shardline::coordinator {
+
+bool SecretEquals(absl::string_view a, absl::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? a[i] : 0;
+    const unsigned char y = i < b.size() ? b[i] : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+std::string RandomSecret() {
+  std::random_device rd;  // /dev/urandom on Linux
+  std::string bytes(32, '\0');
+  for (char& c : bytes) c = static_cast<char>(rd() & 0xff);
+  return absl::BytesToHexString(bytes);
+}
+
+void RendezvousStore::Open(absl::string_view ns, absl::string_view secret) {
+  absl::MutexLock lock(&mu_);
+  auto it = namespaces_.find(ns);
+  if (it != namespaces_.end()) it->second->closed = true;
+  auto n = std::make_shared<Namespace>();
+  n->secret = std::string(secret);
+  namespaces_[std::string(ns)] = std::move(n);
+}
+
+void RendezvousStore::Close(absl::string_view ns) {
+  absl::MutexLock lock(&mu_);
+  auto it = namespaces_.find(ns);
+  if (it == namespaces_.end()) return;
+  it->second->closed = true;
+  namespaces_.erase(it);
+}
+
+absl::StatusOr<std::shared_ptr<RendezvousStore::Namespace>> RendezvousStore::Find(
+    absl::string_view ns, absl::string_view secret) const {
+  auto it = namespaces_.find(ns);
+  if (it == namespaces_.end()) {
+    return absl::NotFoundError(absl::StrCat("rendezvous namespace ", ns, " does not exist"));
+  }
+  if (!SecretEquals(it->second->secret, secret)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("rendezvous namespace ", ns, ": wrong secret"));
+  }
+  return it->second;
+}
+
+absl::Status RendezvousStore::Set(absl::string_view ns, absl::string_view secret,
+                                  absl::string_view key, absl::string_view value) {
+  if (key.empty()) return absl::InvalidArgumentError("rendezvous key must not be empty");
+  if (value.size() > limits_.max_value_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("rendezvous value for ", key, " has ",
+                                                     value.size(), " bytes; limit ",
+                                                     limits_.max_value_bytes));
+  }
+  absl::MutexLock lock(&mu_);
+  auto n = Find(ns, secret);
+  if (!n.ok()) return n.status();
+  auto& values = (*n)->values;
+  if (values.size() >= limits_.max_keys_per_namespace && !values.count(std::string(key))) {
+    return absl::ResourceExhaustedError(absl::StrCat("rendezvous namespace ", ns, " holds ",
+                                                     values.size(), " keys; limit reached"));
+  }
+  values[std::string(key)] = std::string(value);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(
+    absl::string_view ns, absl::string_view secret, const std::vector<std::string>& keys,
+    absl::Duration timeout) {
+  for (const std::string& k : keys) {
+    if (k.empty()) return absl::InvalidArgumentError("rendezvous key must not be empty");
+  }
+  absl::MutexLock lock(&mu_);
+  auto found = Find(ns, secret);
+  if (!found.ok()) return found.status();
+  std::shared_ptr<Namespace> n = *found;
+  auto ready = [&]() {
+    if (n->closed) return true;
+    for (const std::string& k : keys) {
+      if (!n->values.count(k)) return false;
+    }
+    return true;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), std::max(timeout, absl::ZeroDuration()));
+  if (n->closed) {
+    return absl::AbortedError(
+        absl::StrCat("rendezvous namespace ", ns, " was closed (the attempt ended)"));
+  }
+  std::vector<std::string> missing;
+  std::vector<std::string> out;
+  for (const std::string& k : keys) {
+    auto it = n->values.find(k);
+    if (it == n->values.end()) {
+      missing.push_back(k);
+    } else {
+      out.push_back(it->second);
+    }
+  }
+  if (!missing.empty()) {
+    return absl::DeadlineExceededError(absl::StrCat("rendezvous namespace ", ns, ": keys [",
+                                                    absl::StrJoin(missing, ", "),
+                                                    "] missing after ",
+                                                    absl::FormatDuration(timeout)));
+  }
+  return out;
+}
+
+size_t RendezvousStore::namespace_count() const {
+  absl::MutexLock lock(&mu_);
+  return namespaces_.size();
+}
+
+}  // namespace shardline::coordinator

@@ -1,0 +1,103 @@
+#include "coordinator/rendezvous_store.h"
+
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace shardline::coordinator {
+namespace {
+
+TEST(RendezvousStore, SetThenGetInKeyOrder) {
+  RendezvousStore store;
+  store.Open("job-1/1", "s3cret");
+  ASSERT_TRUE(store.Set("job-1/1", "s3cret", "a", "1").ok());
+  ASSERT_TRUE(store.Set("job-1/1", "s3cret", "b", std::string("\0x", 2)).ok());
+  auto v = store.Get("job-1/1", "s3cret", {"b", "a"}, absl::ZeroDuration());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, (std::vector<std::string>{std::string("\0x", 2), "1"}));
+}
+
+TEST(RendezvousStore, WrongSecretIsPermissionDenied) {
+  RendezvousStore store;
+  store.Open("job-1/1", "s3cret");
+  ASSERT_TRUE(store.Set("job-1/1", "s3cret", "a", "1").ok());
+  absl::Status set = store.Set("job-1/1", "guess", "a", "evil");
+  EXPECT_EQ(set.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(set.message().find("wrong secret"), std::string::npos);
+  auto get = store.Get("job-1/1", "", {"a"}, absl::ZeroDuration());
+  EXPECT_EQ(get.status().code(), absl::StatusCode::kPermissionDenied);
+  // The value is unchanged by the refused write.
+  EXPECT_EQ((*store.Get("job-1/1", "s3cret", {"a"}, absl::ZeroDuration()))[0], "1");
+  // Another attempt's secret does not open this one.
+  store.Open("job-1/2", "other");
+  EXPECT_EQ(store.Get("job-1/1", "other", {"a"}, absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
+TEST(RendezvousStore, UnknownNamespaceIsNotFound) {
+  RendezvousStore store;
+  EXPECT_EQ(store.Set("nope/1", "x", "a", "1").code(), absl::StatusCode::kNotFound);
+}
+
+TEST(RendezvousStore, GetTimesOutNamingMissingKeys) {
+  RendezvousStore store;
+  store.Open("ns", "s");
+  ASSERT_TRUE(store.Set("ns", "s", "have", "1").ok());
+  const absl::Time start = absl::Now();
+  auto v = store.Get("ns", "s", {"have", "missing0", "missing1"}, absl::Milliseconds(200));
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(v.status().message().find("[missing0, missing1]"), std::string::npos) << v.status();
+  EXPECT_GE(waited, absl::Milliseconds(190));
+  EXPECT_LT(waited, absl::Seconds(5));
+}
+
+TEST(RendezvousStore, GetWaitsForAKeySetByAnotherThread) {
+  RendezvousStore store;
+  store.Open("ns", "s");
+  std::thread setter([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    EXPECT_TRUE(store.Set("ns", "s", "late", "v").ok());
+  });
+  auto v = store.Get("ns", "s", {"late"}, absl::Seconds(10));
+  setter.join();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ((*v)[0], "v");
+}
+
+TEST(RendezvousStore, CloseWakesWaitersWithAborted) {
+  RendezvousStore store;
+  store.Open("ns", "s");
+  std::thread closer([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    store.Close("ns");
+  });
+  auto v = store.Get("ns", "s", {"never"}, absl::Seconds(10));
+  closer.join();
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(store.namespace_count(), 0u);
+}
+
+TEST(RendezvousStore, LimitsAreResourceExhausted) {
+  RendezvousStore store(RendezvousStore::Limits{4, 2});
+  store.Open("ns", "s");
+  EXPECT_EQ(store.Set("ns", "s", "a", "12345").code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(store.Set("ns", "s", "a", "1").ok());
+  ASSERT_TRUE(store.Set("ns", "s", "b", "1").ok());
+  EXPECT_EQ(store.Set("ns", "s", "c", "1").code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(store.Set("ns", "s", "a", "2").ok());  // overwriting is fine
+  EXPECT_EQ(store.Set("ns", "s", "", "1").code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SecretEquals, ComparesWholeStrings) {
+  EXPECT_TRUE(SecretEquals("abc", "abc"));
+  EXPECT_FALSE(SecretEquals("abc", "abd"));
+  EXPECT_FALSE(SecretEquals("abc", "abcd"));
+  EXPECT_FALSE(SecretEquals("", "a"));
+  EXPECT_TRUE(SecretEquals("", ""));
+  EXPECT_EQ(RandomSecret().size(), 64u);
+  EXPECT_NE(RandomSecret(), RandomSecret());
+}
+
+}  // namespace
+}  // namespace shardline::coordinator

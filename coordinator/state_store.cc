@@ -1,0 +1,170 @@
+#include "coordinator/state_store.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace shardline::coordinator {
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS jobs (
+  job_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS checkpoints (
+  job_id TEXT NOT NULL, step INTEGER NOT NULL, record BLOB NOT NULL,
+  PRIMARY KEY (job_id, step));
+CREATE TABLE IF NOT EXISTS workers (
+  worker_id TEXT PRIMARY KEY, unused INTEGER NOT NULL, record BLOB NOT NULL);
+)sql";
+
+// Closes a statement on scope exit.
+struct Stmt {
+  sqlite3_stmt* s = nullptr;
+  ~Stmt() { sqlite3_finalize(s); }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& state_dir) {
+  if (state_dir.empty()) return absl::InvalidArgumentError("state_dir must not be empty");
+  if (mkdir(state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create state_dir ", state_dir, ": ", std::strerror(errno)));
+  }
+  const std::string path = absl::StrCat(state_dir, "/coordinator.db");
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &db,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                     SQLITE_OPEN_FULLMUTEX,
+                                 nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close(db);
+    return absl::UnavailableError(absl::StrCat("cannot open ", path, ": ", msg));
+  }
+  std::unique_ptr<StateStore> store(new StateStore(db));
+  absl::MutexLock lock(&store->mu_);
+  sqlite3_busy_timeout(db, 5000);
+  if (absl::Status s = store->Exec("PRAGMA journal_mode=WAL;"); !s.ok()) return s;
+  if (absl::Status s = store->Exec("PRAGMA synchronous=NORMAL;"); !s.ok()) return s;
+  if (absl::Status s = store->Exec(kSchema); !s.ok()) {
+    return absl::DataLossError(absl::StrCat("cannot create schema in ", path, ": ", s.message()));
+  }
+  return store;
+}
+
+StateStore::~StateStore() {
+  absl::MutexLock lock(&mu_);
+  sqlite3_close(db_);
+}
+
+absl::Status StateStore::Exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return absl::UnavailableError(absl::StrCat("sqlite: ", msg));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::Upsert(const char* sql, absl::string_view k1, int64_t k2,
+                                const std::string& blob) {
+  absl::MutexLock lock(&mu_);
+  Stmt st;
+  if (sqlite3_prepare_v2(db_, sql, -1, &st.s, nullptr) != SQLITE_OK) {
+    return absl::InternalError(absl::StrCat("sqlite prepare: ", sqlite3_errmsg(db_)));
+  }
+  sqlite3_bind_text(st.s, 1, k1.data(), static_cast<int>(k1.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st.s, 2, k2);
+  sqlite3_bind_blob(st.s, 3, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+  if (sqlite3_step(st.s) != SQLITE_DONE) {
+    return absl::UnavailableError(absl::StrCat("sqlite write: ", sqlite3_errmsg(db_)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::PutJob(const JobRecord& job) {
+  return Upsert("INSERT OR REPLACE INTO jobs (job_id, seq, record) VALUES (?1, ?2, ?3)",
+                job.status().job_id(), job.seq(), job.SerializeAsString());
+}
+
+absl::Status StateStore::PutCheckpoint(const CheckpointRecord& c) {
+  return Upsert("INSERT OR REPLACE INTO checkpoints (job_id, step, record) VALUES (?1, ?2, ?3)",
+                c.info().job_id(), c.info().step(), c.SerializeAsString());
+}
+
+absl::Status StateStore::PutWorker(const WorkerInfo& w) {
+  return Upsert("INSERT OR REPLACE INTO workers (worker_id, unused, record) VALUES (?1, ?2, ?3)",
+                w.worker_id(), 0, w.SerializeAsString());
+}
+
+absl::Status StateStore::DeleteCheckpoint(absl::string_view job_id, int64_t step) {
+  absl::MutexLock lock(&mu_);
+  Stmt st;
+  if (sqlite3_prepare_v2(db_, "DELETE FROM checkpoints WHERE job_id = ?1 AND step = ?2", -1,
+                         &st.s, nullptr) != SQLITE_OK) {
+    return absl::InternalError(absl::StrCat("sqlite prepare: ", sqlite3_errmsg(db_)));
+  }
+  sqlite3_bind_text(st.s, 1, job_id.data(), static_cast<int>(job_id.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st.s, 2, step);
+  if (sqlite3_step(st.s) != SQLITE_DONE) {
+    return absl::UnavailableError(absl::StrCat("sqlite delete: ", sqlite3_errmsg(db_)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> StateStore::LoadBlobs(const char* sql) {
+  absl::MutexLock lock(&mu_);
+  Stmt st;
+  if (sqlite3_prepare_v2(db_, sql, -1, &st.s, nullptr) != SQLITE_OK) {
+    return absl::InternalError(absl::StrCat("sqlite prepare: ", sqlite3_errmsg(db_)));
+  }
+  std::vector<std::string> out;
+  int rc;
+  while ((rc = sqlite3_step(st.s)) == SQLITE_ROW) {
+    const void* p = sqlite3_column_blob(st.s, 0);
+    const int n = sqlite3_column_bytes(st.s, 0);
+    out.emplace_back(static_cast<const char*>(p), n);
+  }
+  if (rc != SQLITE_DONE) {
+    return absl::UnavailableError(absl::StrCat("sqlite read: ", sqlite3_errmsg(db_)));
+  }
+  return out;
+}
+
+namespace {
+template <typename T>
+absl::StatusOr<std::vector<T>> ParseAll(absl::StatusOr<std::vector<std::string>> blobs,
+                                        const char* what) {
+  if (!blobs.ok()) return blobs.status();
+  std::vector<T> out(blobs->size());
+  for (size_t i = 0; i < blobs->size(); ++i) {
+    if (!out[i].ParseFromString((*blobs)[i])) {
+      return absl::DataLossError(absl::StrCat("state store: ", what, " row ", i,
+                                              " does not parse"));
+    }
+  }
+  return out;
+}
+}  // namespace
+
+absl::StatusOr<std::vector<JobRecord>> StateStore::LoadJobs() {
+  return ParseAll<JobRecord>(LoadBlobs("SELECT record FROM jobs ORDER BY seq"), "jobs");
+}
+
+absl::StatusOr<std::vector<CheckpointRecord>> StateStore::LoadCheckpoints() {
+  return ParseAll<CheckpointRecord>(
+      LoadBlobs("SELECT record FROM checkpoints ORDER BY job_id, step"), "checkpoints");
+}
+
+absl::StatusOr<std::vector<WorkerInfo>> StateStore::LoadWorkers() {
+  return ParseAll<WorkerInfo>(LoadBlobs("SELECT record FROM workers ORDER BY worker_id"),
+                              "workers");
+}
+
+}  // namespace shardline::coordinator

@@ -1,0 +1,66 @@
+#include "coordinator/state_store.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace shardline::coordinator {
+namespace {
+
+std::string TempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  return std::string(base ? base : "/tmp") + "/" + name;
+}
+
+TEST(StateStore, RecordsSurviveReopen) {
+  const std::string dir = TempDir("store_reopen");
+  {
+    auto store = StateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    JobRecord job;
+    job.set_seq(2);
+    job.mutable_status()->set_job_id("job-2");
+    job.mutable_status()->set_state(RUNNING);
+    ASSERT_TRUE((*store)->PutJob(job).ok());
+    job.set_seq(1);
+    job.mutable_status()->set_job_id("job-1");
+    job.mutable_status()->set_state(PENDING);
+    ASSERT_TRUE((*store)->PutJob(job).ok());
+    job.mutable_status()->set_state(FAILED);  // replaces
+    ASSERT_TRUE((*store)->PutJob(job).ok());
+    CheckpointRecord c;
+    c.mutable_info()->set_job_id("job-1");
+    c.mutable_info()->set_step(5);
+    ASSERT_TRUE((*store)->PutCheckpoint(c).ok());
+    c.mutable_info()->set_step(6);
+    ASSERT_TRUE((*store)->PutCheckpoint(c).ok());
+    ASSERT_TRUE((*store)->DeleteCheckpoint("job-1", 5).ok());
+    WorkerInfo w;
+    w.set_worker_id("w1");
+    w.set_node_name("a");
+    ASSERT_TRUE((*store)->PutWorker(w).ok());
+  }
+  auto store = StateStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto jobs = (*store)->LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].status().job_id(), "job-1");  // by seq
+  EXPECT_EQ((*jobs)[0].status().state(), FAILED);
+  EXPECT_EQ((*jobs)[1].status().state(), RUNNING);
+  auto cps = (*store)->LoadCheckpoints();
+  ASSERT_EQ(cps->size(), 1u);
+  EXPECT_EQ((*cps)[0].info().step(), 6);
+  EXPECT_EQ((*store)->LoadWorkers()->at(0).node_name(), "a");
+}
+
+TEST(StateStore, UnwritableDirectoryIsUnavailable) {
+  auto store = StateStore::Open("/proc/no/such/dir");
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(store.status().message().find("state_dir"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardline::coordinator

@@ -1,0 +1,88 @@
+// WorkerRegistry: the workers the coordinator knows, their liveness and which of their slots are
+// reserved by jobs.
+//
+// A worker registers with a node name; its id is stable across re-registrations of that node
+// name. A worker whose last heartbeat is older than the heartbeat timeout is declared DEAD by
+// ReapDead(); its reservations are dropped (the caller fails the jobs that held them). A dead
+// worker comes back only by registering again.
+//
+// Thread safety: every method may be called from any thread (one internal mutex; Heartbeat is a
+// hash lookup and a time store, so concurrent heartbeats from many workers stay cheap).
+#ifndef SHARDLINE_COORDINATOR_WORKER_REGISTRY_H_
+#define SHARDLINE_COORDINATOR_WORKER_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/clock.h"
+#include "coordinator/planner.h"
+#include "proto/coordinator.pb.h"
+
+namespace shardline::coordinator {
+
+class WorkerRegistry {
+ public:
+  // `clock` must outlive the registry.
+  WorkerRegistry(const Clock* clock, absl::Duration heartbeat_timeout);
+
+  // Registers `req.node_name` (or re-registers it: address, slots and labels are replaced, the
+  // worker is ALIVE again, reservations of a live worker are kept). Returns the worker id.
+  // Errors: INVALID_ARGUMENT naming the field (empty node_name, no slots, duplicate slot index).
+  absl::StatusOr<std::string> Register(const RegisterWorkerRequest& req);
+
+  // Records a heartbeat now. Errors: NOT_FOUND for an unknown id, FAILED_PRECONDITION for a
+  // worker already declared dead (it must re-register).
+  absl::Status Heartbeat(absl::string_view worker_id);
+
+  // Declares every ALIVE worker silent past the timeout DEAD, drops its reservations and returns
+  // the ids of the workers that died in this call.
+  std::vector<std::string> ReapDead();
+
+  bool IsAlive(absl::string_view worker_id) const;
+
+  // Free slots of ALIVE workers with slots of `kind`, one entry per worker with at least one
+  // free slot, ordered by node name.
+  std::vector<NodeCapacity> FreeCapacity(Slot::Kind kind) const;
+
+  // Reserves `slot_index` on `worker_id` for `job_id`. Errors: NOT_FOUND (worker or slot),
+  // FAILED_PRECONDITION when the slot is busy or the worker is dead.
+  absl::Status Reserve(absl::string_view worker_id, int32_t slot_index, absl::string_view job_id);
+  // Frees every slot reserved by `job_id`.
+  void ReleaseJob(absl::string_view job_id);
+
+  std::vector<WorkerInfo> List() const;
+  absl::StatusOr<WorkerInfo> Get(absl::string_view worker_id) const;
+
+  // Re-creates a worker from a stored record (after a coordinator restart). A worker stored as
+  // ALIVE gets a fresh heartbeat time of now, so it has one timeout to come back.
+  void Restore(const WorkerInfo& info);
+
+  int alive_count() const;
+
+ private:
+  struct Worker {
+    WorkerInfo info;  // state, slots, labels; busy_slots/last_heartbeat filled on read
+    absl::Time last_heartbeat;
+    std::map<int32_t, std::string> busy;  // slot index -> job id
+  };
+  WorkerInfo ToInfo(const Worker& w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Clock* clock_;
+  const absl::Duration timeout_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);          // by id
+  absl::flat_hash_map<std::string, std::string> id_by_node_ ABSL_GUARDED_BY(mu_);  // node -> id
+  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace shardline::coordinator
+
+#endif  // SHARDLINE_COORDINATOR_WORKER_REGISTRY_H_
