@@ -1,0 +1,363 @@
+#include "worker/worker_daemon.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "spec/job_spec.h"
+
+namespace shardline::worker {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kVersion[] = "shardline-worker 0.1";
+// How long an exited rank stays in heartbeats, so its exit reaches a coordinator that was
+// briefly unreachable.
+constexpr absl::Duration kKeepExited = absl::Minutes(2);
+
+std::chrono::system_clock::time_point Deadline(absl::Duration d) {
+  return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerOptions& options) {
+  if (options.coordinator_address.empty()) {
+    return absl::InvalidArgumentError("--coordinator: the coordinator's host:port is required");
+  }
+  if (options.node_name.empty()) return absl::InvalidArgumentError("--node_name is empty");
+  if (options.work_dir.empty()) return absl::InvalidArgumentError("--work_dir is required");
+  if (access(options.trainer_path.c_str(), X_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--trainer: ", options.trainer_path, " is not an executable file"));
+  }
+  std::error_code ec;
+  fs::create_directories(options.work_dir, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--work_dir: cannot create ", options.work_dir, ": ", ec.message()));
+  }
+  auto daemon = std::unique_ptr<WorkerDaemon>(new WorkerDaemon(options));
+  if (daemon->DiscoverSlots().empty()) {
+    return absl::InvalidArgumentError("no slots: no GPU found and --slots is 0");
+  }
+  return daemon;
+}
+
+WorkerDaemon::WorkerDaemon(WorkerOptions options) : options_(std::move(options)) {
+  grpc::ChannelArguments args;
+  // Reconnect quickly after a coordinator restart.
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  channel_ = grpc::CreateCustomChannel(options_.coordinator_address,
+                                       grpc::InsecureChannelCredentials(), args);
+  stub_ = Coordinator::NewStub(channel_);
+}
+
+WorkerDaemon::~WorkerDaemon() { Shutdown(); }
+
+void WorkerDaemon::AddAuth(grpc::ClientContext* ctx) const {
+  if (!options_.join_token.empty()) {
+    ctx->AddMetadata("authorization", "Bearer " + options_.join_token);
+  }
+}
+
+std::vector<Slot> WorkerDaemon::DiscoverSlots() const {
+  std::vector<Slot> slots;
+  // NVIDIA's driver lists one directory per GPU; reading it needs no CUDA library.
+  std::error_code ec;
+  const fs::path gpus("/proc/driver/nvidia/gpus");
+  if (fs::is_directory(gpus, ec)) {
+    int index = 0;
+    for (const auto& entry : fs::directory_iterator(gpus, ec)) {
+      Slot s;
+      s.set_kind(Slot::CUDA);
+      s.set_index(index++);
+      std::ifstream info(entry.path() / "information");
+      std::string line;
+      while (std::getline(info, line)) {
+        absl::string_view rest = line;
+        if (absl::ConsumePrefix(&rest, "Model:")) {
+          s.set_device_name(std::string(absl::StripAsciiWhitespace(rest)));
+        }
+      }
+      slots.push_back(s);
+    }
+  }
+  if (slots.empty()) {
+    for (int i = 0; i < options_.cpu_slots; ++i) {
+      Slot s;
+      s.set_kind(Slot::CPU);
+      s.set_index(i);
+      s.set_device_name("cpu");
+      slots.push_back(s);
+    }
+  }
+  return slots;
+}
+
+absl::Status WorkerDaemon::Register() {
+  RegisterWorkerRequest req;
+  req.set_node_name(options_.node_name);
+  req.set_address(options_.advertise_address);
+  req.set_version(kVersion);
+  for (const Slot& s : DiscoverSlots()) *req.add_slots() = s;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline(options_.rpc_timeout));
+  AddAuth(&ctx);
+  RegisterWorkerResponse resp;
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->RegisterWorker(&ctx, req, &resp), "RegisterWorker"));
+  absl::MutexLock lock(&mu_);
+  worker_id_ = resp.worker_id();
+  registered_ = true;
+  if (resp.heartbeat_interval_ms() > 0) {
+    heartbeat_interval_ = absl::Milliseconds(resp.heartbeat_interval_ms());
+  }
+  SL_LOG(INFO) << "registered as " << worker_id_ << " with " << req.slots_size() << " slot(s)";
+  return absl::OkStatus();
+}
+
+absl::Status WorkerDaemon::Run() {
+  std::thread supervisor([this] { SuperviseLoop(); });
+  std::thread heartbeat([this] { HeartbeatLoop(); });
+  absl::Duration backoff = absl::Milliseconds(100);
+  while (!shutdown_.load()) {
+    absl::Status s = Register();
+    if (s.ok()) {
+      backoff = absl::Milliseconds(100);
+      s = ServeAssignments();
+    }
+    if (shutdown_.load()) break;
+    {
+      absl::MutexLock lock(&mu_);
+      registered_ = false;
+    }
+    SL_LOG(WARNING) << "coordinator connection lost (" << s << "); retrying in " << backoff;
+    for (absl::Time until = absl::Now() + backoff; absl::Now() < until && !shutdown_.load();) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    backoff = std::min(backoff * 2, options_.max_backoff);
+  }
+  heartbeat.join();
+  supervisor.join();
+  // Stop every rank still running.
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, rank] : ranks_) {
+    if (!rank.process->Poll().has_value()) rank.process->Stop(options_.grace_period);
+  }
+  ranks_.clear();
+  return absl::OkStatus();
+}
+
+void WorkerDaemon::Shutdown() {
+  shutdown_.store(true);
+  absl::MutexLock lock(&mu_);
+  if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+}
+
+absl::Status WorkerDaemon::ServeAssignments() {
+  grpc::ClientContext ctx;
+  AddAuth(&ctx);
+  StreamAssignmentsRequest req;
+  {
+    absl::MutexLock lock(&mu_);
+    req.set_worker_id(worker_id_);
+    stream_ctx_ = &ctx;
+  }
+  if (shutdown_.load()) ctx.TryCancel();
+  // The stream stays open for the worker's lifetime: no deadline; loss is detected by the
+  // transport (keepalive) or by the coordinator answering heartbeats with `reregister`.
+  std::unique_ptr<grpc::ClientReader<Assignment>> reader = stub_->StreamAssignments(&ctx, req);
+  Assignment a;
+  while (reader->Read(&a)) HandleAssignment(a);
+  const grpc::Status status = reader->Finish();
+  absl::MutexLock lock(&mu_);
+  stream_ctx_ = nullptr;
+  if (status.ok()) return absl::UnavailableError("StreamAssignments: the coordinator closed the stream");
+  return FromGrpcStatus(status, "StreamAssignments");
+}
+
+void WorkerDaemon::HandleAssignment(const Assignment& a) {
+  if (a.action() == Assignment::STOP) {
+    SL_LOG(INFO) << "stop " << a.job_id() << " attempt " << a.attempt();
+    StopAttempt(a.job_id(), a.attempt(),
+                a.grace_period_s() > 0 ? absl::Seconds(a.grace_period_s()) : options_.grace_period);
+    return;
+  }
+  if (a.action() != Assignment::START) return;
+  const absl::Status s = StartRank(a);
+  if (!s.ok()) {
+    SL_LOG(ERROR) << "cannot start rank " << a.rank() << " of " << a.job_id() << ": " << s;
+    // Report it as exited so the coordinator fails the attempt instead of waiting forever.
+    absl::MutexLock lock(&mu_);
+    Rank& r = ranks_[RankKey{a.job_id(), a.attempt(), a.rank()}];
+    r.assignment = a;
+    r.status.set_job_id(a.job_id());
+    r.status.set_attempt(a.attempt());
+    r.status.set_rank(a.rank());
+    r.status.set_state(RankStatus::EXITED);
+    r.status.set_exit_code(127);
+    r.status.set_log_tail(std::string(s.message()));
+    r.exited_at = absl::Now();
+  }
+}
+
+absl::Status WorkerDaemon::StartRank(const Assignment& a) {
+  const std::string dir = absl::StrCat(options_.work_dir, "/jobs/", a.job_id(), "/attempt-",
+                                       a.attempt());
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  const std::string spec_path = absl::StrCat(dir, "/spec-rank-", a.rank(), ".yaml");
+  {
+    std::ofstream out(spec_path, std::ios::trunc);
+    out << spec::JobSpecToYaml(a.spec());
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", spec_path));
+  }
+  const std::string metrics_path = absl::StrCat(dir, "/metrics-rank-", a.rank(), ".jsonl");
+  unlink(metrics_path.c_str());
+
+  RankProcess::Options po;
+  po.argv = {options_.trainer_path, "--spec=" + spec_path, "--metrics_out=" + metrics_path};
+  po.log_path = absl::StrCat(dir, "/rank-", a.rank(), ".log");
+  po.working_dir = dir;
+  po.env = {
+      {"RANK", std::to_string(a.rank())},
+      {"WORLD_SIZE", std::to_string(a.world_size())},
+      {"LOCAL_RANK", std::to_string(a.local_rank())},
+      {"LOCAL_WORLD_SIZE", std::to_string(a.local_world_size())},
+      {"MASTER_ADDR", a.master_addr()},
+      {"SHARDLINE_COORDINATOR", options_.coordinator_address},
+      {"SHARDLINE_TOKEN", options_.join_token},
+      {"SHARDLINE_JOB_ID", a.job_id()},
+      {"SHARDLINE_ATTEMPT", std::to_string(a.attempt())},
+      {"SHARDLINE_RDZV_NAMESPACE", a.rendezvous_namespace()},
+      {"SHARDLINE_RDZV_SECRET", a.rendezvous_secret()},
+      {"SHARDLINE_RESUME_STEP", std::to_string(a.resume_step())},
+      {"SHARDLINE_ADVERTISE_ADDRESS", options_.advertise_address},
+  };
+  if (a.spec().device().kind() == DeviceSpec::CUDA) {
+    po.env["CUDA_VISIBLE_DEVICES"] = std::to_string(a.slot_index());
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<RankProcess> process, RankProcess::Start(po));
+  SL_LOG(INFO) << "started rank " << a.rank() << "/" << a.world_size() << " of " << a.job_id()
+               << " attempt " << a.attempt() << " (pid " << process->pid() << ", log "
+               << po.log_path << ")";
+  absl::MutexLock lock(&mu_);
+  Rank& r = ranks_[RankKey{a.job_id(), a.attempt(), a.rank()}];
+  r.assignment = a;
+  r.process = std::move(process);
+  r.metrics = std::make_unique<MetricsTail>(metrics_path);
+  r.status.set_job_id(a.job_id());
+  r.status.set_attempt(a.attempt());
+  r.status.set_rank(a.rank());
+  r.status.set_state(RankStatus::RUNNING);
+  return absl::OkStatus();
+}
+
+void WorkerDaemon::StopAttempt(const std::string& job_id, int attempt, absl::Duration grace) {
+  // Collect the processes under the lock, stop them outside it (stopping takes up to `grace`).
+  std::vector<RankProcess*> to_stop;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, rank] : ranks_) {
+      if (std::get<0>(key) == job_id && (attempt <= 0 || std::get<1>(key) == attempt) &&
+          rank.process != nullptr) {
+        to_stop.push_back(rank.process.get());
+      }
+    }
+  }
+  std::vector<std::thread> stoppers;
+  for (RankProcess* p : to_stop) {
+    stoppers.emplace_back([p, grace] { p->Stop(grace); });
+  }
+  for (auto& t : stoppers) t.join();
+}
+
+void WorkerDaemon::SuperviseLoop() {
+  while (!shutdown_.load()) {
+    std::vector<ProgressReport> reports;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto it = ranks_.begin(); it != ranks_.end();) {
+        Rank& r = it->second;
+        if (r.metrics != nullptr) {
+          for (ProgressReport& p : r.metrics->Poll()) {
+            p.set_job_id(r.assignment.job_id());
+            p.set_attempt(r.assignment.attempt());
+            p.set_rank(r.assignment.rank());
+            reports.push_back(std::move(p));
+          }
+        }
+        if (r.process != nullptr && r.status.state() != RankStatus::EXITED) {
+          if (std::optional<int> code = r.process->Poll(); code.has_value()) {
+            r.status.set_state(RankStatus::EXITED);
+            r.status.set_exit_code(*code);
+            if (*code != 0) r.status.set_log_tail(r.process->LogTail(4096));
+            r.exited_at = absl::Now();
+            SL_LOG(INFO) << "rank " << r.assignment.rank() << " of " << r.assignment.job_id()
+                         << " " << DescribeExit(*code);
+          }
+        }
+        if (absl::Now() - r.exited_at > kKeepExited) {
+          it = ranks_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (const ProgressReport& p : reports) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(Deadline(options_.rpc_timeout));
+      AddAuth(&ctx);
+      ReportProgressResponse ignored;
+      const grpc::Status s = stub_->ReportProgress(&ctx, p, &ignored);
+      if (!s.ok()) {
+        SL_LOG(WARNING) << "ReportProgress: " << s.error_message();
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
+void WorkerDaemon::HeartbeatLoop() {
+  while (!shutdown_.load()) {
+    HeartbeatRequest req;
+    absl::Duration interval;
+    bool registered;
+    {
+      absl::MutexLock lock(&mu_);
+      registered = registered_;
+      interval = heartbeat_interval_;
+      req.set_worker_id(worker_id_);
+      for (const auto& [key, rank] : ranks_) *req.add_ranks() = rank.status;
+    }
+    if (registered) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(Deadline(options_.rpc_timeout));
+      AddAuth(&ctx);
+      HeartbeatResponse resp;
+      const grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
+      if (s.ok() && resp.reregister()) {
+        SL_LOG(WARNING) << "coordinator asked to re-register";
+        absl::MutexLock lock(&mu_);
+        registered_ = false;
+        if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+      } else if (!s.ok()) {
+        SL_LOG(WARNING) << "heartbeat failed: " << s.error_message();
+      }
+    }
+    for (absl::Time until = absl::Now() + interval; absl::Now() < until && !shutdown_.load();) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+}
+
+}  // namespace shardline::worker

@@ -1,0 +1,104 @@
+// WorkerDaemon: the node agent. Registers this node's slots with the coordinator, heartbeats,
+// takes rank assignments from its stream, starts one trainer process per rank (torchrun-style
+// environment plus the coordinator's rendezvous coordinates), supervises them, relays their
+// progress, and stops them on request.
+//
+// Life of an assignment:
+//   START  -> write the spec to <work_dir>/jobs/<job>/attempt-<a>/spec.json, start
+//             `trainer --spec ... --metrics_out ...` with RANK, WORLD_SIZE, LOCAL_RANK, ... and
+//             log to rank-<r>.log there; report it RUNNING in heartbeats;
+//   exit   -> report EXITED with the exit code and, on failure, the log's tail;
+//   STOP   -> SIGTERM, then SIGKILL after the grace period.
+// When the coordinator goes away the daemon keeps its trainers running and reconnects with
+// exponential backoff (re-registering under the same node name); if the daemon itself dies, the
+// kernel kills its trainers (see RankProcess).
+//
+// Thread safety: Run() blocks the calling thread; Shutdown() may be called from any thread
+// (e.g. a signal-watching thread).
+#ifndef SHARDLINE_WORKER_WORKER_DAEMON_H_
+#define SHARDLINE_WORKER_WORKER_DAEMON_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "worker/metrics_tail.h"
+#include "worker/rank_process.h"
+
+namespace shardline::worker {
+
+struct WorkerOptions {
+  std::string coordinator_address;  // host:port
+  std::string join_token;           // sent as "authorization: Bearer <token>" (empty: none)
+  std::string node_name;            // unique per node
+  std::string advertise_address;    // where peers reach this node (collectives bind here)
+  int cpu_slots = 0;                // CPU slots offered (used when no GPU is found)
+  std::string work_dir;             // per-job directories and rank logs
+  std::string trainer_path;         // the trainer binary
+  absl::Duration grace_period = absl::Seconds(10);
+  absl::Duration rpc_timeout = absl::Seconds(10);
+  absl::Duration max_backoff = absl::Seconds(5);
+};
+
+class WorkerDaemon {
+ public:
+  // Errors: INVALID_ARGUMENT for a missing coordinator address, node name, work dir, an
+  // unrunnable trainer path or no slots; the error creating work_dir.
+  static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Create(const WorkerOptions& options);
+  ~WorkerDaemon();
+
+  // Serves until Shutdown(). Returns OK after a requested shutdown (all ranks stopped).
+  absl::Status Run();
+
+  // Asks Run() to stop every rank and return.
+  void Shutdown();
+
+ private:
+  struct Rank {
+    Assignment assignment;
+    std::unique_ptr<RankProcess> process;
+    std::unique_ptr<MetricsTail> metrics;
+    RankStatus status;
+    absl::Time exited_at = absl::InfiniteFuture();
+  };
+  using RankKey = std::tuple<std::string, int, int>;  // job, attempt, rank
+
+  explicit WorkerDaemon(WorkerOptions options);
+
+  void AddAuth(grpc::ClientContext* ctx) const;
+  absl::Status Register();
+  void HeartbeatLoop();
+  void SuperviseLoop();
+  // Reads the assignment stream until it breaks or shutdown.
+  absl::Status ServeAssignments();
+  void HandleAssignment(const Assignment& a);
+  absl::Status StartRank(const Assignment& a);
+  void StopAttempt(const std::string& job_id, int attempt, absl::Duration grace);
+  std::vector<Slot> DiscoverSlots() const;
+
+  const WorkerOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<Coordinator::Stub> stub_;
+  std::atomic<bool> shutdown_{false};
+
+  absl::Mutex mu_;
+  std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  std::map<RankKey, Rank> ranks_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+}  // namespace shardline::worker
+
+#endif  // SHARDLINE_WORKER_WORKER_DAEMON_H_

@@ -1,0 +1,98 @@
+// worker: the Shardline node daemon. See worker/worker_daemon.h.
+//
+//   worker --coordinator=HOST:PORT --slots=2 --work_dir=/var/lib/shardline/worker \
+//          --trainer=/usr/local/bin/trainer [--node_name=NAME] [--address=IP] [--join_token=T]
+//
+// Exit codes: 0 after SIGTERM/SIGINT (every rank stopped first); 2 for bad flags.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "common/logging.h"
+#include "worker/worker_daemon.h"
+
+ABSL_FLAG(std::string, coordinator, "", "Coordinator address host:port (or $SHARDLINE_COORDINATOR).");
+ABSL_FLAG(std::string, join_token, "", "Worker join token (or $SHARDLINE_JOIN_TOKEN).");
+ABSL_FLAG(std::string, node_name, "", "Unique node name; default: the host name.");
+ABSL_FLAG(std::string, address, "127.0.0.1", "Address other nodes reach this node at.");
+ABSL_FLAG(int, slots, 0, "CPU slots to offer when the node has no GPU.");
+ABSL_FLAG(std::string, work_dir, "", "Directory for job files and rank logs.");
+ABSL_FLAG(std::string, trainer, "", "Path of the trainer binary; default: beside this binary.");
+ABSL_FLAG(int, grace_period_s, 10, "Seconds between SIGTERM and SIGKILL when stopping ranks.");
+ABSL_FLAG(bool, check_flags, false, "Parse and validate the flags, then exit (used by deploy tests).");
+
+namespace {
+
+std::string Default(const std::string& flag, const char* env) {
+  if (!flag.empty()) return flag;
+  const char* v = std::getenv(env);
+  return v != nullptr ? v : "";
+}
+
+std::string TrainerBesideSelf() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  std::string self(buf, n);
+  const std::string dir = self.substr(0, self.rfind('/'));
+  // Bazel's layout (bazel-bin/worker/worker -> bazel-bin/worker/trainer) and an install dir alike.
+  return dir + "/trainer";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Shardline worker daemon: runs trainer processes for the coordinator.");
+  absl::ParseCommandLine(argc, argv);
+  shardline::SetLogPrefix("worker");
+
+  shardline::worker::WorkerOptions o;
+  o.coordinator_address = Default(absl::GetFlag(FLAGS_coordinator), "SHARDLINE_COORDINATOR");
+  o.join_token = Default(absl::GetFlag(FLAGS_join_token), "SHARDLINE_JOIN_TOKEN");
+  o.node_name = absl::GetFlag(FLAGS_node_name);
+  if (o.node_name.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    o.node_name = host;
+  }
+  o.advertise_address = absl::GetFlag(FLAGS_address);
+  o.cpu_slots = absl::GetFlag(FLAGS_slots);
+  o.work_dir = absl::GetFlag(FLAGS_work_dir);
+  o.trainer_path = absl::GetFlag(FLAGS_trainer).empty() ? TrainerBesideSelf()
+                                                        : absl::GetFlag(FLAGS_trainer);
+  o.grace_period = absl::Seconds(absl::GetFlag(FLAGS_grace_period_s));
+
+  auto daemon = shardline::worker::WorkerDaemon::Create(o);
+  if (!daemon.ok()) {
+    std::fprintf(stderr, "worker: %s\n", std::string(daemon.status().message()).c_str());
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_check_flags)) return 0;
+
+  // Signals are taken by one thread with sigwait, which then asks the daemon to stop.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  shardline::worker::WorkerDaemon* d = daemon->get();
+  std::thread signals([set, d] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    SL_LOG(INFO) << "signal " << sig << ": stopping ranks and exiting";
+    d->Shutdown();
+  });
+  signals.detach();
+  const absl::Status s = d->Run();
+  if (!s.ok()) {
+    SL_LOG(ERROR) << s;
+    return 1;
+  }
+  return 0;
+}
