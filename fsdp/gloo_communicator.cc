@@ -1,0 +1,355 @@
+#include "fsdp/gloo_communicator.h"
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "fsdp/comm_args.h"
+#include "fsdp/comm_queue.h"
+#include "gloo/allgather.h"
+#include "gloo/allreduce.h"
+#include "gloo/barrier.h"
+#include "gloo/broadcast.h"
+#include "gloo/common/error.h"
+#include "gloo/common/logging.h"
+#include "gloo/math.h"
+#include "gloo/reduce_scatter.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+
+namespace shardline::fsdp {
+namespace {
+
+// Thrown by StoreAdapter through Gloo's rendezvous code (which only knows exceptions) and
+// caught again in Create.
+class StoreError : public std::runtime_error {
+ public:
+  explicit StoreError(absl::Status status)
+      : std::runtime_error(std::string(status.message())), status_(std::move(status)) {}
+  const absl::Status& status() const { return status_; }
+
+ private:
+  absl::Status status_;
+};
+
+// Lets gloo::rendezvous::Context::connectFullMesh publish and fetch pair addresses in our
+// KvStore. Gloo calls wait() before get(), so get() needs no long timeout of its own.
+class StoreAdapter : public gloo::rendezvous::Store {
+ public:
+  StoreAdapter(KvStore* store, absl::Duration timeout) : store_(store), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    absl::Status s = store_->Set(key, absl::string_view(data.data(), data.size()));
+    if (!s.ok()) throw StoreError(s);
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    absl::StatusOr<std::vector<std::string>> values = store_->Get({key}, timeout_);
+    if (!values.ok()) throw StoreError(values.status());
+    const std::string& v = (*values)[0];
+    return std::vector<char>(v.begin(), v.end());
+  }
+
+  void wait(const std::vector<std::string>& keys) override { Wait(keys, timeout_); }
+
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    Wait(keys, std::min(timeout_, absl::FromChrono(timeout)));
+  }
+
+ private:
+  void Wait(const std::vector<std::string>& keys, absl::Duration timeout) {
+    absl::StatusOr<std::vector<std::string>> values = store_->Get(keys, timeout);
+    if (!values.ok()) throw StoreError(values.status());
+  }
+
+  KvStore* const store_;
+  const absl::Duration timeout_;
+};
+
+std::chrono::milliseconds ToChrono(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+// Converts the exception being handled (from Gloo, our store adapter or LibTorch) into a
+// status whose message starts with `prefix`. Call only inside a catch block.
+absl::Status StatusFromCurrentException(const std::string& prefix, absl::Duration timeout) {
+  try {
+    throw;
+  } catch (const StoreError& e) {
+    return absl::Status(e.status().code(), absl::StrCat(prefix, e.status().message()));
+  } catch (const gloo::IoException& e) {
+    const std::string what = e.what();
+    if (what.find("Timed out") != std::string::npos ||
+        what.find("timeout") != std::string::npos) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          prefix, "timed out after ", absl::FormatDuration(timeout), ": ", what));
+    }
+    return absl::UnavailableError(absl::StrCat(prefix, "lost a peer: ", what));
+  } catch (const gloo::EnforceNotMet& e) {
+    // Gloo reports broken pairs (a peer that died while connecting or mid-operation) through
+    // its enforce checks as well as through IoException.
+    return absl::UnavailableError(absl::StrCat(prefix, "gloo failed: ", e.what()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(prefix, e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat(prefix, "unknown exception"));
+  }
+}
+
+template <typename T>
+void GlooAllReduce(const std::shared_ptr<gloo::Context>& context, T* data, size_t n,
+                   uint32_t tag, std::chrono::milliseconds timeout) {
+  gloo::AllreduceOptions opts(context);
+  opts.setOutput(data, n);  // No input: in place.
+  opts.setReduceFunction(
+      static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>));
+  opts.setTag(tag);
+  opts.setTimeout(timeout);
+  gloo::allreduce(opts);
+}
+
+// Gloo's halving-doubling reduce-scatter reduces `data` (count elements) in place and leaves
+// this rank's chunk at its start.
+template <typename T>
+void GlooReduceScatter(const std::shared_ptr<gloo::Context>& context, T* data, int count,
+                       int chunk) {
+  std::vector<int> recv_counts(context->size, chunk);
+  gloo::ReduceScatterHalvingDoubling<T> algorithm(context, std::vector<T*>{data}, count,
+                                                  recv_counts);
+  algorithm.run();
+}
+
+}  // namespace
+
+class GlooCommunicator::Impl {
+ public:
+  Impl(Options options, std::shared_ptr<gloo::transport::Device> device,
+       std::shared_ptr<gloo::rendezvous::Context> context)
+      : options_(std::move(options)), device_(std::move(device)), context_(std::move(context)) {
+    options_.store = nullptr;  // Only valid inside Create.
+  }
+
+  ~Impl() { queue_.reset(); }  // Join the thread before the context goes.
+
+  const Options& options() const { return options_; }
+  void set_step(int64_t step) { step_.store(step); }
+
+  // Runs `body(tag, timeout)` on the communication thread unless `args` is an error.
+  std::unique_ptr<CommHandle> Submit(absl::string_view op, absl::Status args,
+                                     std::function<void(uint32_t)> body) {
+    if (!args.ok()) return std::make_unique<ReadyHandle>(std::move(args));
+    const int64_t step = step_.load();
+    std::string prefix = CommErrorPrefix(options_.name, op, step);
+    return queue_->Enqueue([this, prefix = std::move(prefix), body = std::move(body)]() {
+      {
+        absl::MutexLock lock(&mu_);
+        if (!broken_.ok()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              prefix, "communicator is broken by an earlier error: ", broken_.message()));
+        }
+      }
+      try {
+        body(next_tag_++);
+        return absl::OkStatus();
+      } catch (...) {
+        absl::Status status = StatusFromCurrentException(prefix, options_.timeout);
+        absl::MutexLock lock(&mu_);
+        broken_ = status;
+        return status;
+      }
+    });
+  }
+
+  std::chrono::milliseconds timeout() const { return ToChrono(options_.timeout); }
+  const std::shared_ptr<gloo::rendezvous::Context>& context() const { return context_; }
+
+ private:
+  Options options_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::atomic<int64_t> step_{0};
+  uint32_t next_tag_ = 0;  // Used on the communication thread only.
+  absl::Mutex mu_;
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<CommQueue> queue_ = std::make_unique<CommQueue>();
+};
+
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
+    const Options& options) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", options.name, ": rank ",
+                                                   options.rank, " is outside a group of size ",
+                                                   options.size));
+  }
+  if (options.store == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", options.name, ": no store"));
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", options.name, ": timeout ",
+                                                   absl::FormatDuration(options.timeout),
+                                                   " is not positive"));
+  }
+  const std::string prefix = CommErrorPrefix(options.name, "connect", 0);
+  try {
+    gloo::transport::tcp::attr attr;
+    if (!options.interface.empty()) {
+      attr.iface = options.interface;
+    } else {
+      attr.hostname = options.address;
+    }
+    std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+    // Set before connecting: each pair copies the context's timeout when it is created, and
+    // the pairs' timeout is what bounds the halving-doubling reduce-scatter.
+    context->setTimeout(ToChrono(options.timeout));
+    StoreAdapter store(options.store, options.timeout);
+    context->connectFullMesh(store, device);
+    return std::unique_ptr<GlooCommunicator>(
+        new GlooCommunicator(std::make_unique<Impl>(options, device, context)));
+  } catch (...) {
+    return StatusFromCurrentException(prefix, options.timeout);
+  }
+}
+
+GlooCommunicator::GlooCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GlooCommunicator::~GlooCommunicator() = default;
+
+int GlooCommunicator::rank() const { return impl_->options().rank; }
+int GlooCommunicator::size() const { return impl_->options().size; }
+const std::string& GlooCommunicator::name() const { return impl_->options().name; }
+void GlooCommunicator::set_step(int64_t step) { impl_->set_step(step); }
+
+std::unique_ptr<CommHandle> GlooCommunicator::AllGatherAsync(const at::Tensor& in,
+                                                             const at::Tensor& out) {
+  Impl* impl = impl_.get();
+  return impl->Submit(
+      "all_gather", CheckAllGatherArgs(name(), size(), at::kCPU, in, out),
+      [impl, in, out](uint32_t tag) {
+        if (out.numel() == 0) return;
+        const auto& context = impl->context();
+        gloo::AllgatherOptions opts(context);
+        uint8_t* out_ptr = static_cast<uint8_t*>(out.data_ptr());
+        const size_t chunk_bytes = in.nbytes();
+        // In place when `in` already is this rank's slot of `out` (FSDP gathers that way).
+        if (static_cast<uint8_t*>(in.data_ptr()) != out_ptr + context->rank * chunk_bytes) {
+          opts.setInput(static_cast<uint8_t*>(in.data_ptr()), chunk_bytes);
+        }
+        opts.setOutput(out_ptr, out.nbytes());
+        opts.setTag(tag);
+        opts.setTimeout(impl->timeout());
+        gloo::allgather(opts);
+      });
+}
+
+absl::Status GlooCommunicator::AllGather(const at::Tensor& in, const at::Tensor& out) {
+  return AllGatherAsync(in, out)->Wait();
+}
+
+std::unique_ptr<CommHandle> GlooCommunicator::ReduceScatterAsync(const at::Tensor& in,
+                                                                 const at::Tensor& out,
+                                                                 ReduceOp op) {
+  Impl* impl = impl_.get();
+  const int group_size = size();
+  return impl->Submit(
+      "reduce_scatter", CheckReduceScatterArgs(name(), size(), at::kCPU, in, out),
+      [impl, in, out, op, group_size](uint32_t /*tag: slots come from context->nextSlot*/) {
+        if (out.numel() == 0) return;
+        // Gloo reduces in place, so reduce a working copy: fp64 stays fp64, everything else
+        // (fp32, and bf16/fp16 which Gloo cannot sum well or at all) is summed in fp32.
+        const at::ScalarType wide = in.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+        at::Tensor work = in.reshape({-1}).to(wide, /*non_blocking=*/false, /*copy=*/true);
+        const int count = static_cast<int>(work.numel());
+        const int chunk = static_cast<int>(out.numel());
+        if (wide == at::kDouble) {
+          GlooReduceScatter<double>(impl->context(), work.data_ptr<double>(), count, chunk);
+        } else {
+          GlooReduceScatter<float>(impl->context(), work.data_ptr<float>(), count, chunk);
+        }
+        at::Tensor mine = work.narrow(0, 0, chunk);
+        if (op == ReduceOp::kAvg) mine.div_(group_size);
+        out.view({-1}).copy_(mine);
+      });
+}
+
+absl::Status GlooCommunicator::ReduceScatter(const at::Tensor& in, const at::Tensor& out,
+                                             ReduceOp op) {
+  return ReduceScatterAsync(in, out, op)->Wait();
+}
+
+std::unique_ptr<CommHandle> GlooCommunicator::AllReduceAsync(const at::Tensor& t, ReduceOp op) {
+  Impl* impl = impl_.get();
+  const int group_size = size();
+  return impl->Submit(
+      "all_reduce", CheckAllReduceArgs(name(), at::kCPU, t, op == ReduceOp::kAvg),
+      [impl, t, op, group_size](uint32_t tag) {
+        if (t.numel() == 0) return;
+        const auto& context = impl->context();
+        const size_t n = t.numel();
+        switch (t.scalar_type()) {
+          case at::kDouble:
+            GlooAllReduce<double>(context, t.data_ptr<double>(), n, tag, impl->timeout());
+            break;
+          case at::kLong:
+            GlooAllReduce<int64_t>(context, t.data_ptr<int64_t>(), n, tag, impl->timeout());
+            break;
+          case at::kFloat:
+            GlooAllReduce<float>(context, t.data_ptr<float>(), n, tag, impl->timeout());
+            break;
+          default: {  // bf16 / fp16: sum in fp32, round once.
+            at::Tensor wide = t.to(at::kFloat);
+            GlooAllReduce<float>(context, wide.data_ptr<float>(), n, tag, impl->timeout());
+            if (op == ReduceOp::kAvg) wide.div_(group_size);
+            t.copy_(wide);
+            return;
+          }
+        }
+        if (op == ReduceOp::kAvg) t.div_(group_size);
+      });
+}
+
+absl::Status GlooCommunicator::AllReduce(const at::Tensor& t, ReduceOp op) {
+  return AllReduceAsync(t, op)->Wait();
+}
+
+absl::Status GlooCommunicator::Broadcast(const at::Tensor& t, int root) {
+  Impl* impl = impl_.get();
+  return impl
+      ->Submit("broadcast", CheckBroadcastArgs(name(), size(), at::kCPU, t, root),
+               [impl, t, root](uint32_t tag) {
+                 if (t.numel() == 0) return;
+                 gloo::BroadcastOptions opts(impl->context());
+                 opts.setOutput(static_cast<uint8_t*>(t.data_ptr()), t.nbytes());
+                 opts.setRoot(root);
+                 opts.setTag(tag);
+                 opts.setTimeout(impl->timeout());
+                 gloo::broadcast(opts);
+               })
+      ->Wait();
+}
+
+absl::Status GlooCommunicator::Barrier() {
+  Impl* impl = impl_.get();
+  return impl
+      ->Submit("barrier", absl::OkStatus(),
+               [impl](uint32_t tag) {
+                 gloo::BarrierOptions opts(impl->context());
+                 opts.setTag(tag);
+                 opts.setTimeout(impl->timeout());
+                 gloo::barrier(opts);
+               })
+      ->Wait();
+}
+
+}  // namespace shardline::fsdp

@@ -1,0 +1,86 @@
+// GlooCommunicator: the Communicator for CPU tensors, on Debian's libgloo over TCP.
+//
+// Bootstrap: Create() binds a Gloo TCP device to Options::address (or Options::interface) and
+// runs gloo::rendezvous::Context::connectFullMesh through an adapter from our KvStore to
+// gloo::rendezvous::Store. Every rank of the group must call Create() with the same store
+// namespace (wrap the store in a PrefixKvStore per group and attempt) and the same size.
+//
+// Algorithms (Gloo's own, no emulation):
+//   AllGather      gloo::allgather (ring), on raw bytes: any dtype.
+//   ReduceScatter  gloo::ReduceScatterHalvingDoubling with equal receive counts: each rank
+//                  sends and receives about (S-1)/S of the buffer, half of an all-reduce.
+//   AllReduce      gloo::allreduce (ring).
+//   Broadcast      gloo::broadcast; Barrier gloo::barrier.
+// kAvg is the sum divided by size(). Gloo has no bfloat16 and its float16 sums accumulate in
+// half precision, so reductions on bf16/fp16 tensors convert to fp32, reduce, and convert back
+// (once, after the whole sum: the result is the fp32 sum rounded once). ReduceScatter never
+// modifies its input (it reduces a fp32/fp64 working copy, since Gloo reduces in place).
+//
+// Timeouts: Options::timeout bounds every collective (Gloo's per-op timeout and the pairs'
+// timeout). Errors: a timeout is DEADLINE_EXCEEDED, a lost peer UNAVAILABLE, both with the
+// message "group <name> op <op> step <step>: ..."; the communicator is then broken and every
+// later call returns FAILED_PRECONDITION. Bad arguments (wrong sizes, dtypes, non-CPU tensors)
+// return INVALID_ARGUMENT at once and break nothing, but the other ranks will then time out.
+//
+// Thread safety: see communicator.h. All collectives, sync and async, run in issue order on one
+// communication thread per communicator; the sync forms enqueue and wait.
+#ifndef SHARDLINE_FSDP_GLOO_COMMUNICATOR_H_
+#define SHARDLINE_FSDP_GLOO_COMMUNICATOR_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "fsdp/communicator.h"
+#include "fsdp/kv_store.h"
+
+namespace shardline::fsdp {
+
+class GlooCommunicator : public Communicator {
+ public:
+  struct Options {
+    std::string name = "world";  // Used in error messages: "world", "shard[1]", ...
+    int rank = 0;                // Rank within the group.
+    int size = 1;                // Group size (>= 1).
+    // Bootstrap store, already namespaced for this group (not owned; used only inside Create).
+    KvStore* store = nullptr;
+    // Address the TCP device binds to and advertises to peers: an IP or a hostname.
+    std::string address = "127.0.0.1";
+    // If set, bind to this network interface (e.g. "eth0") instead of `address`.
+    std::string interface;
+    // Bounds bootstrap and every collective.
+    absl::Duration timeout = absl::Seconds(60);
+  };
+
+  // Connects to every peer of the group. Errors: INVALID_ARGUMENT for bad options,
+  // DEADLINE_EXCEEDED / UNAVAILABLE if the peers do not all show up within the timeout.
+  static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(const Options& options);
+  ~GlooCommunicator() override;
+
+  int rank() const override;
+  int size() const override;
+  const std::string& name() const override;
+  void set_step(int64_t step) override;
+
+  absl::Status AllGather(const at::Tensor& in, const at::Tensor& out) override;
+  std::unique_ptr<CommHandle> AllGatherAsync(const at::Tensor& in,
+                                             const at::Tensor& out) override;
+  absl::Status ReduceScatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op) override;
+  std::unique_ptr<CommHandle> ReduceScatterAsync(const at::Tensor& in, const at::Tensor& out,
+                                                 ReduceOp op) override;
+  absl::Status AllReduce(const at::Tensor& t, ReduceOp op) override;
+  std::unique_ptr<CommHandle> AllReduceAsync(const at::Tensor& t, ReduceOp op) override;
+  absl::Status Broadcast(const at::Tensor& t, int root) override;
+  absl::Status Barrier() override;
+
+  class Impl;  // Public only so the .cc's helpers can name it.
+
+ private:
+  explicit GlooCommunicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardline::fsdp
+
+#endif  // SHARDLINE_FSDP_GLOO_COMMUNICATOR_H_

@@ -1,0 +1,243 @@
+// GlooCommunicator with every rank as a thread of this process (real TCP pairs on loopback).
+// The multi-process tests (multi_process_comm_test) cover the same collectives across
+// processes and peer death.
+#include "fsdp/gloo_communicator.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "fsdp/prefix_kv_store.h"
+#include "fsdp/tcp_kv_store.h"
+#include "gtest/gtest.h"
+
+namespace shardline::fsdp {
+namespace {
+
+using RankFn = std::function<void(GlooCommunicator& comm)>;
+
+// Runs `fn` on `world` ranks, each a thread with its own communicator; failures inside `fn`
+// are reported by gtest with the rank in the trace.
+void RunGroup(int world, const RankFn& fn, absl::Duration timeout = absl::Seconds(20)) {
+  static int generation = 0;
+  const std::string prefix = absl::StrCat("test", generation++);
+  TcpKvStore::Options server_options;
+  server_options.serve = true;
+  auto server = TcpKvStore::Create(server_options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      SCOPED_TRACE(absl::StrCat("rank ", r, " of ", world));
+      PrefixKvStore store(server->get(), prefix);
+      GlooCommunicator::Options options;
+      options.name = "test";
+      options.rank = r;
+      options.size = world;
+      options.store = &store;
+      options.timeout = timeout;
+      auto comm = GlooCommunicator::Create(options);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      fn(**comm);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+// Rank r's input: r * 1000 + i.
+at::Tensor RankInput(int rank, int64_t n, at::ScalarType dtype) {
+  return (at::arange(n, at::kDouble) + 1000.0 * rank).to(dtype);
+}
+
+class GlooCollectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooCollectives, AllGatherConcatenatesInRankOrder) {
+  const int world = GetParam();
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    RunGroup(world, [&](GlooCommunicator& comm) {
+      const int64_t n = 5;
+      at::Tensor in = RankInput(comm.rank(), n, dtype);
+      at::Tensor out = at::zeros({n * world}, dtype);
+      ASSERT_TRUE(comm.AllGather(in, out).ok());
+      for (int r = 0; r < world; ++r) {
+        EXPECT_TRUE(out.narrow(0, r * n, n).equal(RankInput(r, n, dtype))) << "chunk " << r;
+      }
+    });
+  }
+}
+
+TEST_P(GlooCollectives, AllGatherInPlaceFromOwnSlot) {
+  const int world = GetParam();
+  RunGroup(world, [&](GlooCommunicator& comm) {
+    const int64_t n = 3;
+    at::Tensor out = at::zeros({n * world}, at::kFloat);
+    at::Tensor mine = out.narrow(0, comm.rank() * n, n);
+    mine.copy_(RankInput(comm.rank(), n, at::kFloat));
+    ASSERT_TRUE(comm.AllGather(mine, out).ok());
+    for (int r = 0; r < world; ++r) {
+      EXPECT_TRUE(out.narrow(0, r * n, n).equal(RankInput(r, n, at::kFloat)));
+    }
+  });
+}
+
+TEST_P(GlooCollectives, ReduceScatterSumAndAverageForManySizes) {
+  const int world = GetParam();
+  RunGroup(world, [&](GlooCommunicator& comm) {
+    for (int64_t chunk : {1, 2, 7, 1000}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
+          SCOPED_TRACE(absl::StrCat("chunk ", chunk, " avg ", op == ReduceOp::kAvg, " dtype ",
+                                    std::string(c10::toString(dtype))));
+          at::Tensor in = RankInput(comm.rank(), chunk * world, dtype);
+          const at::Tensor in_before = in.clone();
+          at::Tensor out = at::zeros({chunk}, dtype);
+          ASSERT_TRUE(comm.ReduceScatter(in, out, op).ok());
+          // sum_r (1000 r + rank*chunk + j) = 1000 W(W-1)/2 + W (rank*chunk + j)
+          at::Tensor expected = (at::arange(chunk, at::kDouble) + comm.rank() * chunk) * world +
+                                1000.0 * world * (world - 1) / 2;
+          if (op == ReduceOp::kAvg) expected = expected / world;
+          const double tol = dtype == at::kBFloat16 ? 0.01 : 1e-6;
+          EXPECT_TRUE(out.to(at::kDouble).allclose(expected, tol, tol))
+              << out.to(at::kDouble) << expected;
+          EXPECT_TRUE(in.equal(in_before)) << "input was modified";
+        }
+      }
+    }
+  });
+}
+
+TEST_P(GlooCollectives, AllReduceEveryDtype) {
+  const int world = GetParam();
+  RunGroup(world, [&](GlooCommunicator& comm) {
+    for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kLong, at::kBFloat16, at::kHalf}) {
+      SCOPED_TRACE(std::string(c10::toString(dtype)));
+      at::Tensor t = RankInput(comm.rank(), 11, dtype);
+      ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kSum).ok());
+      at::Tensor expected = at::arange(11, at::kDouble) * world + 1000.0 * world * (world - 1) / 2;
+      EXPECT_TRUE(t.to(at::kDouble).allclose(expected, 0.01, 0)) << t;
+      if (dtype == at::kLong) continue;
+      at::Tensor avg = RankInput(comm.rank(), 11, dtype);
+      ASSERT_TRUE(comm.AllReduce(avg, ReduceOp::kAvg).ok());
+      EXPECT_TRUE(avg.to(at::kDouble).allclose(expected / world, 0.01, 0)) << avg;
+    }
+  });
+}
+
+TEST_P(GlooCollectives, BroadcastFromEveryRoot) {
+  const int world = GetParam();
+  RunGroup(world, [&](GlooCommunicator& comm) {
+    for (int root = 0; root < world; ++root) {
+      at::Tensor t = RankInput(comm.rank(), 9, at::kBFloat16);
+      ASSERT_TRUE(comm.Broadcast(t, root).ok());
+      EXPECT_TRUE(t.equal(RankInput(root, 9, at::kBFloat16))) << "root " << root;
+    }
+    EXPECT_TRUE(comm.Barrier().ok());
+  });
+}
+
+TEST_P(GlooCollectives, AsyncOpsCompleteInIssueOrder) {
+  const int world = GetParam();
+  RunGroup(world, [&](GlooCommunicator& comm) {
+    std::vector<at::Tensor> tensors;
+    std::vector<std::unique_ptr<CommHandle>> handles;
+    for (int i = 0; i < 8; ++i) {
+      tensors.push_back(at::full({4}, static_cast<double>(i + comm.rank()), at::kFloat));
+      handles.push_back(comm.AllReduceAsync(tensors.back(), ReduceOp::kSum));
+    }
+    at::Tensor gathered = at::zeros({3 * world}, at::kFloat);
+    at::Tensor mine = RankInput(comm.rank(), 3, at::kFloat);
+    auto gather = comm.AllGatherAsync(mine, gathered);
+    for (int i = 7; i >= 0; --i) {  // Waiting out of order is fine.
+      ASSERT_TRUE(handles[i]->Wait().ok());
+      EXPECT_TRUE(handles[i]->Wait().ok());  // Twice: same status.
+      const double expected = world * i + world * (world - 1) / 2.0;
+      EXPECT_TRUE(tensors[i].equal(at::full({4}, expected, at::kFloat))) << tensors[i];
+    }
+    ASSERT_TRUE(gather->Wait().ok());
+    EXPECT_TRUE(gathered.narrow(0, 0, 3).equal(RankInput(0, 3, at::kFloat)));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooCollectives, ::testing::Values(1, 2, 3, 4, 5));
+
+TEST(GlooCommunicator, RejectsBadArgumentsWithoutBreaking) {
+  RunGroup(2, [&](GlooCommunicator& comm) {
+    at::Tensor in = at::zeros({4}, at::kFloat);
+    absl::Status s = comm.AllGather(in, at::zeros({7}, at::kFloat));
+    ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_EQ(s.message(),
+              "group test op all_gather: output Float[7] on cpu must hold 2 x input Float[4] on "
+              "cpu");
+    s = comm.ReduceScatter(in, at::zeros({2}, at::kDouble), ReduceOp::kSum);
+    ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    s = comm.Broadcast(in, 2);
+    ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("root 2 is outside the group of 2"), std::string::npos) << s;
+    s = comm.AllReduce(at::zeros({2}, at::kLong), ReduceOp::kAvg);
+    ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    // Still usable.
+    at::Tensor t = at::ones({3}, at::kFloat);
+    ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kSum).ok());
+    EXPECT_TRUE(t.equal(at::full({3}, 2.0, at::kFloat)));
+  });
+}
+
+TEST(GlooCommunicator, StalledPeerTimesOutNamingGroupOpAndStepThenStaysBroken) {
+  absl::Mutex mu;
+  bool rank0_done = false;
+  RunGroup(
+      2,
+      [&](GlooCommunicator& comm) {
+        comm.set_step(17);
+        if (comm.rank() == 1) {
+          // Never joins the all-reduce; waits until rank 0 gave up, then leaves.
+          absl::MutexLock lock(&mu);
+          mu.Await(absl::Condition(&rank0_done));
+          return;
+        }
+        at::Tensor t = at::ones({1000}, at::kFloat);
+        const absl::Time start = absl::Now();
+        absl::Status s = comm.AllReduce(t, ReduceOp::kSum);
+        const absl::Duration took = absl::Now() - start;
+        EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+        EXPECT_EQ(s.message().rfind("group test op all_reduce step 17: timed out after 1s", 0),
+                  0u)
+            << s;
+        EXPECT_GE(took, absl::Milliseconds(900));
+        EXPECT_LT(took, absl::Seconds(10));
+        absl::Status later = comm.Barrier();
+        EXPECT_EQ(later.code(), absl::StatusCode::kFailedPrecondition) << later;
+        EXPECT_EQ(later.message().rfind("group test op barrier step 17: communicator is broken", 0),
+                  0u)
+            << later;
+        absl::MutexLock lock(&mu);
+        rank0_done = true;
+      },
+      absl::Seconds(1));
+}
+
+TEST(GlooCommunicator, BootstrapTimesOutWhenPeersNeverArrive) {
+  TcpKvStore::Options server_options;
+  server_options.serve = true;
+  auto server = TcpKvStore::Create(server_options);
+  ASSERT_TRUE(server.ok());
+  GlooCommunicator::Options options;
+  options.name = "shard[1]";
+  options.rank = 0;
+  options.size = 3;
+  options.store = server->get();
+  options.timeout = absl::Milliseconds(500);
+  auto comm = GlooCommunicator::Create(options);
+  ASSERT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded) << comm.status();
+  EXPECT_EQ(comm.status().message().rfind("group shard[1] op connect step 0: ", 0), 0u)
+      << comm.status();
+}
+
+}  // namespace
+}  // namespace shardline::fsdp
