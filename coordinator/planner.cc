@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "fsdp/layout.h"
 
 namespace shardline::coordinator {
 namespace {
@@ -99,33 +100,11 @@ absl::StatusOr<Plan> PlanPlacement(int32_t world_size, int32_t shard_degree,
 }
 
 absl::StatusOr<int32_t> ShardDegreeFor(const JobSpec& spec, int32_t world_size) {
-  const FsdpSpec& f = spec.fsdp();
-  const int32_t h = f.hybrid_shard_degree();
-  if (h == 1) {
-    return absl::InvalidArgumentError(
-        "fsdp.hybrid_shard_degree: 1 is not a hybrid layout (use sharding_strategy NO_SHARD)");
-  }
-  if (h < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("fsdp.hybrid_shard_degree: must be >= 0, got ", h));
-  }
-  if (h >= 2) {
-    if (world_size % h != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("fsdp.hybrid_shard_degree: ", h,
-                                                     " does not divide world_size ", world_size));
-    }
-    return h;
-  }
-  switch (f.sharding_strategy()) {
-    case FsdpSpec::NO_SHARD:
-      return 1;
-    case FsdpSpec::HYBRID_SHARD:
-    case FsdpSpec::HYBRID_SHARD_ZERO2:
-      return absl::InvalidArgumentError(
-          "fsdp.hybrid_shard_degree: must be >= 2 for a HYBRID sharding_strategy");
-    default:
-      return world_size;
-  }
+  // One definition of the layout rules for the whole project (fsdp/layout.h).
+  auto layout = fsdp::ParallelLayout::Create(world_size, spec.fsdp().sharding_strategy(),
+                                             spec.fsdp().hybrid_shard_degree());
+  if (!layout.ok()) return layout.status();
+  return layout->shard_degree();
 }
 
 bool WorldSizeFits(const JobSpec& spec, int32_t w) {

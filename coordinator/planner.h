@@ -59,10 +59,9 @@ struct Plan {
 absl::StatusOr<Plan> PlanPlacement(int32_t world_size, int32_t shard_degree,
                                    const std::vector<NodeCapacity>& nodes);
 
-// Shard degree S of `spec` run at world size `world_size`: hybrid_shard_degree when >= 2,
-// else W for FULL_SHARD / SHARD_GRAD_OP (and unspecified), 1 for NO_SHARD.
-// Errors: INVALID_ARGUMENT naming fsdp.hybrid_shard_degree when it is 1, does not divide W, or a
-// HYBRID strategy leaves it unset.
+// Shard degree S of `spec` run at world size `world_size`, by fsdp::ParallelLayout's rules
+// (hybrid_shard_degree when >= 2, else W for FULL_SHARD / SHARD_GRAD_OP, 1 for NO_SHARD).
+// Errors: INVALID_ARGUMENT from ParallelLayout::Create naming the values.
 absl::StatusOr<int32_t> ShardDegreeFor(const JobSpec& spec, int32_t world_size);
 
 // Whether `spec` can run at world size `w`: a valid shard degree, and train.global_batch_size

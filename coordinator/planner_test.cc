@@ -157,6 +157,7 @@ TEST(Planner, ShardDegreeFollowsStrategy) {
 TEST(Planner, ElasticWorldSizeIsLargestValidSmallerWorld) {
   JobSpec spec;
   spec.set_world_size(8);
+  spec.mutable_fsdp()->set_sharding_strategy(FsdpSpec::HYBRID_SHARD);
   spec.mutable_fsdp()->set_hybrid_shard_degree(2);
   EXPECT_EQ(ElasticWorldSize(spec, 10), 8);
   EXPECT_EQ(ElasticWorldSize(spec, 7), 0);  // min_world_size unset: no shrinking

@@ -1,0 +1,392 @@
+#include "coordinator/coordinator_core.h"
+
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/testing/fake_clock.h"
+#include "gtest/gtest.h"
+
+namespace shardline::coordinator {
+namespace {
+
+JobSpec Spec(const std::string& name, int w, int max_restarts = 0) {
+  JobSpec spec;
+  spec.set_name(name);
+  spec.set_world_size(w);
+  spec.mutable_fsdp()->set_sharding_strategy(FsdpSpec::FULL_SHARD);
+  spec.mutable_restart()->set_max_restarts(max_restarts);
+  spec.mutable_train()->set_steps(100);
+  spec.mutable_checkpoint()->set_keep_last(2);
+  return spec;
+}
+
+RegisterWorkerRequest Worker(const std::string& node, int slots) {
+  RegisterWorkerRequest r;
+  r.set_node_name(node);
+  r.set_address(node + ":0");
+  for (int i = 0; i < slots; ++i) {
+    Slot* s = r.add_slots();
+    s->set_kind(Slot::CPU);
+    s->set_index(i);
+  }
+  return r;
+}
+
+class CoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start(""); }
+  void Start(const std::string& state_dir) {
+    core_.reset();
+    CoreOptions o;
+    o.clock = &clock_;
+    o.state_dir = state_dir;
+    o.heartbeat_interval = absl::Seconds(1);
+    o.heartbeat_timeout = absl::Seconds(5);
+    auto core = CoordinatorCore::Create(o);
+    ASSERT_TRUE(core.ok()) << core.status();
+    core_ = std::move(*core);
+  }
+  std::string Register(const std::string& node, int slots) {
+    auto r = core_->RegisterWorker(Worker(node, slots));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->worker_id() : "";
+  }
+  std::vector<Assignment> Drain(const std::string& worker, int64_t gen) {
+    std::vector<Assignment> out;
+    Assignment a;
+    while (true) {
+      auto got = core_->NextAssignment(worker, gen, absl::ZeroDuration(), &a);
+      EXPECT_TRUE(got.ok()) << got.status();
+      if (!got.ok() || !*got) break;
+      out.push_back(a);
+    }
+    return out;
+  }
+  void Exit(const std::string& worker, const std::string& job, int attempt, int rank, int code,
+            const std::string& tail = "") {
+    HeartbeatRequest hb;
+    hb.set_worker_id(worker);
+    RankStatus* rs = hb.add_ranks();
+    rs->set_job_id(job);
+    rs->set_attempt(attempt);
+    rs->set_rank(rank);
+    rs->set_state(RankStatus::EXITED);
+    rs->set_exit_code(code);
+    rs->set_log_tail(tail);
+    auto resp = core_->Heartbeat(hb);
+    ASSERT_TRUE(resp.ok());
+    EXPECT_FALSE(resp->reregister());
+  }
+  void Beat(const std::string& worker) {
+    HeartbeatRequest hb;
+    hb.set_worker_id(worker);
+    ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  }
+  void Commit(const std::string& job, int attempt, int64_t step, int files) {
+    for (int f = 0; f < files; ++f) {
+      CheckpointReport r;
+      r.set_job_id(job);
+      r.set_attempt(attempt);
+      r.set_rank(f);
+      r.set_step(step);
+      r.set_path(absl::StrCat("/ckpt/", job, "/step_", step));
+      r.add_files(absl::StrCat("shard_", f, ".bin"));
+      r.set_expected_files(files);
+      if (f == 0) {
+        r.add_files("MANIFEST.json");
+        r.set_manifest_committed(true);
+      }
+      ASSERT_TRUE(core_->ReportCheckpoint(r).ok());
+    }
+  }
+  bool HasEvent(const JobStatus& st, const std::string& kind) {
+    for (const JobEvent& e : st.events()) {
+      if (e.kind() == kind) return true;
+    }
+    return false;
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<CoordinatorCore> core_;
+};
+
+TEST_F(CoreTest, BadSpecIsInvalidArgumentNamingTheField) {
+  auto r = core_->SubmitJob(Spec("ok", 0));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("world_size"), std::string::npos) << r.status();
+  r = core_->SubmitJob(Spec("bad name!", 1));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("name"), std::string::npos);
+  JobSpec hybrid = Spec("h", 4);
+  hybrid.mutable_fsdp()->set_hybrid_shard_degree(3);
+  r = core_->SubmitJob(hybrid);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("fsdp.hybrid_shard_degree"), std::string::npos);
+  EXPECT_TRUE(core_->ListJobs({}).empty());
+}
+
+TEST_F(CoreTest, GangSchedulesAllRanksOrNone) {
+  const std::string a = Register("a", 2);
+  auto job = core_->SubmitJob(Spec("big", 3));
+  ASSERT_TRUE(job.ok());
+  auto st = core_->GetJob(*job);
+  EXPECT_EQ(st->state(), PENDING);
+  EXPECT_NE(st->message().find("waiting for 3 CPU slots (2 free"), std::string::npos)
+      << st->message();
+  EXPECT_EQ(core_->ListWorkers()[0].busy_slots(), 0);  // nothing partially placed
+  const std::string b = Register("b", 2);
+  st = core_->GetJob(*job);
+  ASSERT_EQ(st->state(), RUNNING);
+  EXPECT_EQ(st->attempt(), 1);
+  ASSERT_EQ(st->placement_size(), 3);
+  // One shard group of 3: two ranks on one node, one on the other.
+  auto ga = Drain(a, *core_->OpenAssignmentStream(a));
+  auto gb = Drain(b, *core_->OpenAssignmentStream(b));
+  EXPECT_EQ(ga.size() + gb.size(), 3u);
+  for (const auto* list : {&ga, &gb}) {
+    for (const Assignment& x : *list) {
+      EXPECT_EQ(x.action(), Assignment::START);
+      EXPECT_EQ(x.world_size(), 3);
+      EXPECT_EQ(x.shard_group_ranks_size(), 3);
+      EXPECT_EQ(x.replicate_group_ranks_size(), 1);
+      EXPECT_EQ(x.local_world_size(), static_cast<int>(list->size()));
+      EXPECT_EQ(x.rendezvous_namespace(), *job + "/1");
+      EXPECT_EQ(x.rendezvous_secret().size(), 64u);
+      EXPECT_EQ(x.spec().name(), "big");
+      EXPECT_FALSE(x.master_addr().empty());
+    }
+  }
+}
+
+TEST_F(CoreTest, PriorityThenSubmissionOrder) {
+  auto low = core_->SubmitJob(Spec("low", 2));
+  auto first = core_->SubmitJob(Spec("first", 2));
+  JobSpec hi = Spec("high", 2);
+  hi.set_priority(5);
+  auto high = core_->SubmitJob(hi);
+  auto second = core_->SubmitJob(Spec("second", 2));
+  const std::string a = Register("a", 2);
+  EXPECT_EQ(core_->GetJob(*high)->state(), RUNNING);
+  EXPECT_EQ(core_->GetJob(*low)->state(), PENDING);
+  // The high job finishes; the oldest of the equal-priority jobs goes next.
+  Exit(a, *high, 1, 0, 0);
+  Exit(a, *high, 1, 1, 0);
+  EXPECT_EQ(core_->GetJob(*high)->state(), SUCCEEDED);
+  EXPECT_TRUE(HasEvent(*core_->GetJob(*high), "SUCCEEDED"));
+  EXPECT_EQ(core_->GetJob(*low)->state(), RUNNING);
+  EXPECT_EQ(core_->GetJob(*first)->state(), PENDING);
+  EXPECT_EQ(core_->GetJob(*second)->state(), PENDING);
+}
+
+TEST_F(CoreTest, FailedRankRestartsFromLatestCommittedCheckpointAfterBackoff) {
+  const std::string a = Register("a", 2);
+  JobSpec spec = Spec("r", 2, /*max_restarts=*/1);
+  spec.mutable_restart()->set_backoff_s(3);
+  auto job = core_->SubmitJob(spec);
+  ASSERT_EQ(core_->GetJob(*job)->state(), RUNNING);
+  Commit(*job, 1, 10, 2);
+  Commit(*job, 1, 20, 2);
+  EXPECT_EQ(core_->GetJob(*job)->latest_checkpoint_step(), 20);
+  Exit(a, *job, 1, 1, 3, "line one\nRuntimeError: boom\n");
+  auto st = core_->GetJob(*job);
+  EXPECT_EQ(st->state(), PENDING);
+  EXPECT_TRUE(HasEvent(*st, "RANK_FAILED"));
+  EXPECT_TRUE(HasEvent(*st, "RESTARTING"));
+  EXPECT_NE(st->message().find("rank 1 on node a exited with code 3: RuntimeError: boom"),
+            std::string::npos)
+      << st->message();
+  // STOP went to the worker; nothing starts during the backoff.
+  const int64_t gen = *core_->OpenAssignmentStream(a);
+  EXPECT_TRUE(Drain(a, gen).empty());
+  clock_.Advance(absl::Seconds(2));
+  Beat(a);
+  core_->Tick();
+  EXPECT_EQ(core_->GetJob(*job)->state(), PENDING);
+  clock_.Advance(absl::Seconds(2));
+  Beat(a);
+  core_->Tick();
+  st = core_->GetJob(*job);
+  ASSERT_EQ(st->state(), RUNNING);
+  EXPECT_EQ(st->attempt(), 2);
+  auto starts = Drain(a, gen);
+  ASSERT_EQ(starts.size(), 2u);
+  EXPECT_EQ(starts[0].resume_step(), 20);
+  EXPECT_EQ(starts[0].attempt(), 2);
+  EXPECT_EQ(starts[0].rendezvous_namespace(), *job + "/2");
+  // Reports of the old attempt no longer count.
+  ProgressReport old;
+  old.set_job_id(*job);
+  old.set_attempt(1);
+  EXPECT_EQ(core_->ReportProgress(old).code(), absl::StatusCode::kFailedPrecondition);
+  // The second failure uses up the restarts.
+  Exit(a, *job, 2, 0, -9);
+  st = core_->GetJob(*job);
+  EXPECT_EQ(st->state(), FAILED);
+  EXPECT_NE(st->message().find("killed by signal 9"), std::string::npos) << st->message();
+}
+
+TEST_F(CoreTest, LostWorkerFailsAttemptAndElasticRestartShrinksTheWorld) {
+  const std::string a = Register("a", 2);
+  const std::string b = Register("b", 2);
+  JobSpec spec = Spec("e", 4, /*max_restarts=*/2);
+  spec.mutable_elastic()->set_min_world_size(2);
+  auto job = core_->SubmitJob(spec);
+  ASSERT_EQ(core_->GetJob(*job)->state(), RUNNING);
+  Commit(*job, 1, 50, 4);
+  for (int i = 0; i < 6; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Beat(a);  // b stays silent
+    core_->Tick();
+  }
+  auto st = core_->GetJob(*job);
+  EXPECT_TRUE(HasEvent(*st, "WORKER_LOST"));
+  ASSERT_EQ(st->state(), RUNNING);  // restarted at once (no backoff) on what is left
+  EXPECT_EQ(st->attempt(), 2);
+  EXPECT_EQ(st->world_size(), 2);
+  for (const RankPlacement& p : st->placement()) EXPECT_EQ(p.worker_id(), a);
+  EXPECT_NE(st->events(st->events_size() - 1).message().find("elastic: world shrunk from 4"),
+            std::string::npos);
+  auto workers = core_->ListWorkers();
+  EXPECT_EQ(workers[1].state(), WorkerInfo::DEAD);
+  // The dead worker is told to re-register.
+  HeartbeatRequest hb;
+  hb.set_worker_id(b);
+  EXPECT_TRUE(core_->Heartbeat(hb)->reregister());
+}
+
+TEST_F(CoreTest, CancelStopsRanksAndIsFinal) {
+  const std::string a = Register("a", 2);
+  auto job = core_->SubmitJob(Spec("c", 2));
+  const int64_t gen = *core_->OpenAssignmentStream(a);
+  EXPECT_EQ(Drain(a, gen).size(), 2u);
+  ASSERT_TRUE(core_->CancelJob(*job, "no longer needed").ok());
+  auto stops = Drain(a, gen);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].action(), Assignment::STOP);
+  EXPECT_EQ(stops[0].job_id(), *job);
+  EXPECT_EQ(core_->GetJob(*job)->state(), CANCELLED);
+  EXPECT_EQ(core_->ListWorkers()[0].busy_slots(), 0);
+  absl::Status again = core_->CancelJob(*job, "");
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_->CancelJob("job-999", "").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoreTest, NewStreamSupersedesOldAndResendsStarts) {
+  const std::string a = Register("a", 2);
+  ASSERT_TRUE(core_->SubmitJob(Spec("s", 2)).ok());
+  const int64_t g1 = *core_->OpenAssignmentStream(a);
+  const int64_t g2 = *core_->OpenAssignmentStream(a);
+  Assignment x;
+  EXPECT_EQ(core_->NextAssignment(a, g1, absl::ZeroDuration(), &x).status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(Drain(a, g2).size(), 2u);
+}
+
+TEST_F(CoreTest, RendezvousOnlyWithTheAttemptsSecret) {
+  const std::string a = Register("a", 1);
+  auto job = core_->SubmitJob(Spec("z", 1));
+  auto starts = Drain(a, *core_->OpenAssignmentStream(a));
+  ASSERT_EQ(starts.size(), 1u);
+  RendezvousSetRequest set;
+  set.set_namespace_(starts[0].rendezvous_namespace());
+  set.set_secret(starts[0].rendezvous_secret());
+  set.set_key("k");
+  set.set_value("v");
+  ASSERT_TRUE(core_->RendezvousSet(set).ok());
+  RendezvousGetRequest get;
+  get.set_namespace_(set.namespace_());
+  get.set_secret("wrong");
+  get.add_keys("k");
+  EXPECT_EQ(core_->RendezvousGet(get).status().code(), absl::StatusCode::kPermissionDenied);
+  get.set_secret(set.secret());
+  EXPECT_EQ(core_->RendezvousGet(get)->values(0), "v");
+}
+
+TEST_F(CoreTest, ProgressIsKeptAndWakesWatchers) {
+  Register("a", 2);
+  auto job = core_->SubmitJob(Spec("p", 2));
+  int64_t v0 = 0;
+  ASSERT_TRUE(core_->WaitJob(*job, 0, absl::ZeroDuration(), &v0).ok());
+  std::thread reporter([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    ProgressReport r;
+    r.set_job_id(*job);
+    r.set_attempt(1);
+    r.set_rank(0);
+    r.set_step(40);
+    r.set_loss(2.5);
+    r.set_step_time_s(0.5);
+    r.set_tokens_per_s(1000);
+    r.set_peak_memory_bytes(123);
+    EXPECT_TRUE(core_->ReportProgress(r).ok());
+  });
+  int64_t v1 = 0;
+  auto st = core_->WaitJob(*job, v0, absl::Seconds(10), &v1);
+  reporter.join();
+  ASSERT_TRUE(st.ok());
+  EXPECT_GT(v1, v0);
+  EXPECT_EQ(st->step(), 40);
+  EXPECT_DOUBLE_EQ(st->loss(), 2.5);
+  EXPECT_DOUBLE_EQ(st->eta_s(), 30.0);  // 60 steps left at 0.5 s
+  EXPECT_EQ(st->per_rank_peak_memory_bytes(0), 123);
+  ProgressReport bad;
+  bad.set_job_id(*job);
+  bad.set_attempt(1);
+  bad.set_rank(7);
+  EXPECT_EQ(core_->ReportProgress(bad).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoreTest, StateSurvivesRestartAndRunningJobWaitsForItsWorkers) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/core_restart";
+  Start(dir);
+  const std::string a = Register("a", 2);
+  auto done = core_->SubmitJob(Spec("done", 1));
+  auto running = core_->SubmitJob(Spec("running", 1, /*max_restarts=*/1));
+  auto waiting = core_->SubmitJob(Spec("waiting", 4));
+  Exit(a, *done, 1, 0, 0);
+  Commit(*running, 1, 7, 1);
+  ASSERT_EQ(core_->GetJob(*done)->state(), SUCCEEDED);
+  ASSERT_EQ(core_->GetJob(*running)->state(), RUNNING);
+  const JobStatus before = *core_->GetJob(*running);
+  std::string secret;
+  for (const Assignment& x : Drain(a, *core_->OpenAssignmentStream(a))) {
+    if (x.job_id() == *running) secret = x.rendezvous_secret();
+  }
+  ASSERT_FALSE(secret.empty());
+
+  Start(dir);  // a new coordinator on the same state
+  EXPECT_EQ(core_->ListJobs({}).size(), 3u);
+  EXPECT_EQ(core_->GetJob(*done)->state(), SUCCEEDED);
+  EXPECT_EQ(core_->GetJob(*waiting)->state(), PENDING);
+  auto st = core_->GetJob(*running);
+  ASSERT_EQ(st->state(), RUNNING);
+  EXPECT_EQ(st->attempt(), 1);
+  EXPECT_EQ(st->placement_size(), 1);
+  EXPECT_EQ(st->events_size(), before.events_size() + 1);  // + COORDINATOR_RESTARTED
+  EXPECT_EQ(core_->ListCheckpoints(*running)->size(), 1u);
+  EXPECT_TRUE(core_->ListCheckpoints(*running)->at(0).committed());
+  // The worker id stays valid; its stream gets the running rank again.
+  Beat(a);
+  auto starts = Drain(a, *core_->OpenAssignmentStream(a));
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].job_id(), *running);
+  EXPECT_EQ(starts[0].rendezvous_secret(), secret);  // ranks keep using their rendezvous
+  // A job submitted now does not reuse an id.
+  auto next = core_->SubmitJob(Spec("next", 1));
+  EXPECT_EQ(*next, "job-4");
+  // The worker never heartbeats again: the attempt fails and restarts from step 7 once a
+  // worker is back.
+  clock_.Advance(absl::Seconds(6));
+  core_->Tick();
+  st = core_->GetJob(*running);
+  EXPECT_EQ(st->state(), PENDING);
+  EXPECT_TRUE(HasEvent(*st, "WORKER_LOST"));
+  Register("a", 2);
+  st = core_->GetJob(*running);
+  EXPECT_EQ(st->state(), RUNNING);
+  EXPECT_EQ(st->attempt(), 2);
+}
+
+}  // namespace
+}  // namespace shardline::coordinator
