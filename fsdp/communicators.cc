@@ -1,0 +1,132 @@
+#include "fsdp/communicators.h"
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "fsdp/gloo_communicator.h"
+#include "fsdp/local_communicator.h"
+#include "fsdp/prefix_kv_store.h"
+
+namespace shardline::fsdp {
+namespace {
+
+std::mutex& RegistryMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+std::map<CommBackend, GroupCommunicatorFactory>& Registry() {
+  static auto* registry = new std::map<CommBackend, GroupCommunicatorFactory>();
+  return *registry;
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateGloo(const GroupSpec& group,
+                                                         const CommOptions& options) {
+  GlooCommunicator::Options gloo;
+  gloo.name = group.name;
+  gloo.rank = group.rank;
+  gloo.size = group.size;
+  gloo.store = group.store;
+  gloo.address = options.address;
+  gloo.interface = options.interface;
+  gloo.timeout = options.timeout;
+  absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm = GlooCommunicator::Create(gloo);
+  if (!comm.ok()) return comm.status();
+  return std::unique_ptr<Communicator>(std::move(*comm));
+}
+
+absl::StatusOr<GroupCommunicatorFactory> FactoryFor(CommBackend backend) {
+  if (backend == CommBackend::kGloo) return GroupCommunicatorFactory(&CreateGloo);
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  auto it = Registry().find(backend);
+  if (it == Registry().end()) {
+    return absl::FailedPreconditionError(
+        "comm backend nccl is not linked into this binary (build on a machine with CUDA and "
+        "depend on //fsdp:nccl_communicator)");
+  }
+  return it->second;
+}
+
+// Creates the communicator of one group that contains `rank`.
+absl::StatusOr<std::unique_ptr<Communicator>> CreateGroup(
+    const std::string& name, const std::vector<int>& ranks, int rank, KvStore* store,
+    const CommOptions& options, const GroupCommunicatorFactory& factory) {
+  if (ranks.size() == 1) return std::unique_ptr<Communicator>(new LocalCommunicator(name));
+  int group_rank = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == rank) group_rank = static_cast<int>(i);
+  }
+  PrefixKvStore group_store(store, absl::StrCat(options.key_prefix, "/", name));
+  GroupSpec spec;
+  spec.name = name;
+  spec.rank = group_rank;
+  spec.size = static_cast<int>(ranks.size());
+  spec.store = &group_store;
+  return factory(spec, options);
+}
+
+}  // namespace
+
+absl::StatusOr<CommBackend> ParseCommBackend(absl::string_view name) {
+  if (name == "gloo") return CommBackend::kGloo;
+  if (name == "nccl") return CommBackend::kNccl;
+  return absl::InvalidArgumentError(
+      absl::StrCat("comm backend: unknown backend \"", name, "\"; valid: gloo, nccl"));
+}
+
+bool RegisterCommBackend(CommBackend backend, GroupCommunicatorFactory factory) {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  Registry()[backend] = std::move(factory);
+  return true;
+}
+
+void CommGroups::set_step(int64_t step) {
+  for (Communicator* c : {world.get(), shard.get(), replicate.get()}) {
+    if (c != nullptr) c->set_step(step);
+  }
+}
+
+absl::StatusOr<CommGroups> CreateCommunicators(int world_size, int shard_degree, int rank,
+                                               KvStore* store, const CommOptions& options) {
+  if (world_size < 1 || shard_degree < 1 || world_size % shard_degree != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("shard degree ", shard_degree,
+                                                   " does not divide world_size ", world_size));
+  }
+  if (rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is outside world_size ", world_size));
+  }
+  if (store == nullptr) return absl::InvalidArgumentError("CreateCommunicators: no store");
+  absl::StatusOr<GroupCommunicatorFactory> factory = FactoryFor(options.backend);
+  if (!factory.ok()) return factory.status();
+
+  // Same groups as ParallelLayout: shard group g = [g*S, (g+1)*S), replicate j = {j, j+S, ...}.
+  const int s = shard_degree;
+  std::vector<int> world_ranks, shard_ranks, replicate_ranks;
+  for (int r = 0; r < world_size; ++r) world_ranks.push_back(r);
+  for (int r = rank / s * s; r < rank / s * s + s; ++r) shard_ranks.push_back(r);
+  for (int r = rank % s; r < world_size; r += s) replicate_ranks.push_back(r);
+  CommGroups groups;
+  absl::StatusOr<std::unique_ptr<Communicator>> world =
+      CreateGroup("world", world_ranks, rank, store, options, *factory);
+  if (!world.ok()) return world.status();
+  groups.world = std::move(*world);
+
+  absl::StatusOr<std::unique_ptr<Communicator>> shard =
+      CreateGroup(absl::StrCat("shard[", rank / s, "]"), shard_ranks, rank, store, options,
+                  *factory);
+  if (!shard.ok()) return shard.status();
+  groups.shard = std::move(*shard);
+
+  absl::StatusOr<std::unique_ptr<Communicator>> replicate =
+      CreateGroup(absl::StrCat("replicate[", rank % s, "]"), replicate_ranks, rank, store,
+                  options, *factory);
+  if (!replicate.ok()) return replicate.status();
+  groups.replicate = std::move(*replicate);
+  return groups;
+}
+
+}  // namespace shardline::fsdp

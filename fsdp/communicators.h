@@ -1,0 +1,88 @@
+// CreateCommunicators: the three communicators one rank needs for a layout W = R x S
+// (fsdp/layout.h's ParallelLayout: pass layout.world_size() and layout.shard_degree()).
+//
+//   world      all W ranks (buffer sync from rank 0, loss/metric reductions, barriers)
+//   shard      this rank's shard group   [g*S, (g+1)*S), named "shard[g]"
+//   replicate  this rank's replicate group {j, j+S, ...}, named "replicate[j]"
+//
+// Each group bootstraps under its own key prefix of the store ("<key_prefix>/world",
+// "<key_prefix>/shard[g]", "<key_prefix>/replicate[j]"); a fresh key_prefix per job attempt
+// keeps a restarted job from reading the addresses of the previous attempt. A group of one
+// rank gets a LocalCommunicator (no sockets). Every rank of the world must call this with the
+// same layout, store namespace and options; the calls connect world, then shard, then
+// replicate, so no group waits on a rank busy elsewhere.
+//
+// Backends: kGloo (CPU tensors) is always linked. kNccl (CUDA tensors) is available when the
+// binary links //fsdp:nccl_communicator (only defined on machines with CUDA), which registers
+// itself here; otherwise CreateCommunicators returns FAILED_PRECONDITION.
+//
+// Why ints and not a ParallelLayout: layout.h includes the job-spec proto (Debian's protobuf
+// headers), and LibTorch's include directory ships older google/protobuf headers that shadow
+// them in any translation unit that sees both; this header is for LibTorch code.
+//
+// Thread safety: CreateCommunicators may be called from any thread; see communicator.h for
+// the communicators themselves.
+#ifndef SHARDLINE_FSDP_COMMUNICATORS_H_
+#define SHARDLINE_FSDP_COMMUNICATORS_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "fsdp/communicator.h"
+#include "fsdp/kv_store.h"
+
+namespace shardline::fsdp {
+
+enum class CommBackend { kGloo, kNccl };
+
+// "gloo" / "nccl" -> backend. Errors: INVALID_ARGUMENT naming the bad name.
+absl::StatusOr<CommBackend> ParseCommBackend(absl::string_view name);
+
+struct CommOptions {
+  CommBackend backend = CommBackend::kGloo;
+  // Gloo: the address (IP or hostname) to bind and advertise; or a network interface name.
+  std::string address = "127.0.0.1";
+  std::string interface;
+  // Bounds bootstrap and every collective.
+  absl::Duration timeout = absl::Seconds(60);
+  // Namespace of this job attempt in the store.
+  std::string key_prefix = "comm";
+  // NCCL: the CUDA device index of this rank (-1: the current device).
+  int cuda_device = -1;
+};
+
+struct CommGroups {
+  std::unique_ptr<Communicator> world;
+  std::unique_ptr<Communicator> shard;
+  std::unique_ptr<Communicator> replicate;
+
+  // Sets the step quoted in error messages on all three.
+  void set_step(int64_t step);
+};
+
+// Errors: INVALID_ARGUMENT for a shard_degree that does not divide world_size, a rank outside
+// the world or a null store; FAILED_PRECONDITION for a backend not linked in; the
+// communicators' bootstrap errors (DEADLINE_EXCEEDED / UNAVAILABLE, naming the group).
+absl::StatusOr<CommGroups> CreateCommunicators(int world_size, int shard_degree, int rank,
+                                               KvStore* store, const CommOptions& options);
+
+// One group's communicator: what a backend registers. `store` is already namespaced.
+struct GroupSpec {
+  std::string name;
+  int rank = 0;  // Within the group.
+  int size = 1;
+  KvStore* store = nullptr;
+};
+using GroupCommunicatorFactory = std::function<absl::StatusOr<std::unique_ptr<Communicator>>(
+    const GroupSpec& group, const CommOptions& options)>;
+
+// Called once per backend at static-initialisation time by the backend's own file (the NCCL
+// backend); returns true so it can initialise a static.
+bool RegisterCommBackend(CommBackend backend, GroupCommunicatorFactory factory);
+
+}  // namespace shardline::fsdp
+
+#endif  // SHARDLINE_FSDP_COMMUNICATORS_H_
