@@ -1,0 +1,106 @@
+#include "fsdp/communicators.h"
+
+#include <thread>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "fsdp/local_communicator.h"
+#include "fsdp/tcp_kv_store.h"
+#include "gtest/gtest.h"
+
+namespace shardline::fsdp {
+namespace {
+
+TEST(LocalCommunicator, CopiesForGatherAndScatterAndKeepsReduceAsIs) {
+  LocalCommunicator comm("replicate[0]");
+  EXPECT_EQ(comm.size(), 1);
+  EXPECT_EQ(comm.rank(), 0);
+  at::Tensor in = at::arange(6, at::kFloat);
+  at::Tensor out = at::zeros({6}, at::kFloat);
+  ASSERT_TRUE(comm.AllGather(in, out).ok());
+  EXPECT_TRUE(out.equal(in));
+  at::Tensor rs = at::zeros({6}, at::kFloat);
+  ASSERT_TRUE(comm.ReduceScatterAsync(in, rs, ReduceOp::kAvg)->Wait().ok());
+  EXPECT_TRUE(rs.equal(in));
+  at::Tensor t = at::arange(3, at::kBFloat16);
+  ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kAvg).ok());
+  EXPECT_TRUE(t.equal(at::arange(3, at::kBFloat16)));
+  ASSERT_TRUE(comm.Broadcast(t, 0).ok());
+  EXPECT_TRUE(comm.Barrier().ok());
+  absl::Status s = comm.AllGather(in, at::zeros({5}, at::kFloat));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message().rfind("group replicate[0] op all_gather: ", 0), 0u) << s;
+  s = comm.Broadcast(t, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+}
+
+TEST(CreateCommunicators, RejectsBadShapesNamingValues) {
+  TcpKvStore::Options o;
+  o.serve = true;
+  auto store = TcpKvStore::Create(o);
+  ASSERT_TRUE(store.ok());
+  auto groups = CreateCommunicators(4, 3, 0, store->get(), {});
+  ASSERT_EQ(groups.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(groups.status().message(), "shard degree 3 does not divide world_size 4");
+  groups = CreateCommunicators(4, 2, 4, store->get(), {});
+  ASSERT_EQ(groups.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(groups.status().message(), "rank 4 is outside world_size 4");
+  groups = CreateCommunicators(4, 2, 0, nullptr, {});
+  EXPECT_EQ(groups.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CreateCommunicators, NcclWithoutTheBackendLinkedIsFailedPrecondition) {
+  TcpKvStore::Options o;
+  o.serve = true;
+  auto store = TcpKvStore::Create(o);
+  ASSERT_TRUE(store.ok());
+  CommOptions options;
+  options.backend = CommBackend::kNccl;
+  auto groups = CreateCommunicators(1, 1, 0, store->get(), options);
+  ASSERT_EQ(groups.status().code(), absl::StatusCode::kFailedPrecondition) << groups.status();
+  EXPECT_NE(groups.status().message().find("nccl is not linked"), std::string::npos);
+}
+
+TEST(ParseCommBackend, KnownAndUnknownNames) {
+  EXPECT_EQ(*ParseCommBackend("gloo"), CommBackend::kGloo);
+  EXPECT_EQ(*ParseCommBackend("nccl"), CommBackend::kNccl);
+  auto bad = ParseCommBackend("mpi");
+  ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "comm backend: unknown backend \"mpi\"; valid: gloo, nccl");
+}
+
+// W = 4, S = 2 in threads: names, sizes and one all-reduce per group.
+TEST(CreateCommunicators, BuildsNamedGroupsOfTheLayout) {
+  TcpKvStore::Options o;
+  o.serve = true;
+  auto store = TcpKvStore::Create(o);
+  ASSERT_TRUE(store.ok());
+  constexpr int kWorld = 4, kShard = 2;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    threads.emplace_back([&, rank] {
+      CommOptions options;
+      options.timeout = absl::Seconds(20);
+      auto groups = CreateCommunicators(kWorld, kShard, rank, store->get(), options);
+      ASSERT_TRUE(groups.ok()) << groups.status();
+      EXPECT_EQ(groups->world->name(), "world");
+      EXPECT_EQ(groups->shard->name(), "shard[" + std::to_string(rank / kShard) + "]");
+      EXPECT_EQ(groups->replicate->name(), "replicate[" + std::to_string(rank % kShard) + "]");
+      EXPECT_EQ(groups->shard->rank(), rank % kShard);
+      EXPECT_EQ(groups->replicate->rank(), rank / kShard);
+      at::Tensor t = at::full({2}, static_cast<double>(rank), at::kFloat);
+      ASSERT_TRUE(groups->shard->AllReduce(t, ReduceOp::kSum).ok());
+      // shard[0] = {0, 1} -> 1, shard[1] = {2, 3} -> 5.
+      EXPECT_EQ(t[0].item<float>(), rank / kShard == 0 ? 1.0f : 5.0f);
+      at::Tensor u = at::full({2}, static_cast<double>(rank), at::kFloat);
+      ASSERT_TRUE(groups->replicate->AllReduce(u, ReduceOp::kSum).ok());
+      // replicate[0] = {0, 2} -> 2, replicate[1] = {1, 3} -> 4.
+      EXPECT_EQ(u[0].item<float>(), rank % kShard == 0 ? 2.0f : 4.0f);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+}  // namespace
+}  // namespace shardline::fsdp
