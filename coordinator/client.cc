@@ -1,0 +1,233 @@
+#include "coordinator/client.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+
+namespace shardline::coordinator {
+namespace {
+
+std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
+  return absl::ToChronoTime(absl::Now() + timeout);
+}
+
+}  // namespace
+
+CoordinatorClient::CoordinatorClient(const Options& options)
+    : options_(options),
+      channel_(grpc::CreateChannel(options.address, grpc::InsecureChannelCredentials())),
+      stub_(::shardline::Coordinator::NewStub(channel_)) {}
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
+    const Options& options) {
+  if (options.address.empty()) {
+    return absl::InvalidArgumentError("coordinator address must not be empty");
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("client timeout must be positive");
+  }
+  return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(options));
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
+    const std::string& address, const std::string& token) {
+  Options o;
+  o.address = address;
+  o.token = token;
+  return Create(o);
+}
+
+absl::Status CoordinatorClient::WaitForReady(absl::Duration timeout) {
+  if (channel_->WaitForConnected(Deadline(timeout))) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("coordinator at ", options_.address,
+                                             " not reachable within ",
+                                             absl::FormatDuration(timeout)));
+}
+
+std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context(absl::Duration timeout) const {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(Deadline(timeout));
+  if (!options_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + options_.token);
+  return ctx;
+}
+
+#define SL_UNARY(Method, req, resp)                                               \
+  do {                                                                            \
+    auto ctx_ = Context(options_.timeout);                                        \
+    grpc::Status st_ = stub_->Method(ctx_.get(), req, &resp);                     \
+    if (!st_.ok()) return FromGrpcStatus(st_, #Method);                           \
+  } while (0)
+
+absl::StatusOr<RegisterWorkerResponse> CoordinatorClient::RegisterWorker(
+    const RegisterWorkerRequest& req) {
+  RegisterWorkerResponse resp;
+  SL_UNARY(RegisterWorker, req, resp);
+  return resp;
+}
+
+absl::StatusOr<HeartbeatResponse> CoordinatorClient::Heartbeat(const HeartbeatRequest& req) {
+  HeartbeatResponse resp;
+  SL_UNARY(Heartbeat, req, resp);
+  return resp;
+}
+
+absl::StatusOr<std::vector<WorkerInfo>> CoordinatorClient::ListWorkers() {
+  ListWorkersRequest req;
+  ListWorkersResponse resp;
+  SL_UNARY(ListWorkers, req, resp);
+  return std::vector<WorkerInfo>(resp.workers().begin(), resp.workers().end());
+}
+
+absl::Status CoordinatorClient::RendezvousSet(const std::string& ns, const std::string& secret,
+                                              const std::string& key, const std::string& value) {
+  RendezvousSetRequest req;
+  req.set_namespace_(ns);
+  req.set_secret(secret);
+  req.set_key(key);
+  req.set_value(value);
+  RendezvousSetResponse resp;
+  SL_UNARY(RendezvousSet, req, resp);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> CoordinatorClient::RendezvousGet(
+    const std::string& ns, const std::string& secret, const std::vector<std::string>& keys,
+    absl::Duration timeout) {
+  RendezvousGetRequest req;
+  req.set_namespace_(ns);
+  req.set_secret(secret);
+  for (const std::string& k : keys) req.add_keys(k);
+  req.set_timeout_ms(static_cast<int32_t>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(timeout), INT32_MAX)));
+  RendezvousGetResponse resp;
+  auto ctx = Context(timeout + options_.timeout);
+  grpc::Status st = stub_->RendezvousGet(ctx.get(), req, &resp);
+  if (!st.ok()) return FromGrpcStatus(st, "RendezvousGet");
+  return std::vector<std::string>(resp.values().begin(), resp.values().end());
+}
+
+absl::Status CoordinatorClient::ReportProgress(const ProgressReport& report) {
+  ReportProgressResponse resp;
+  SL_UNARY(ReportProgress, report, resp);
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorClient::ReportCheckpoint(const CheckpointReport& report) {
+  ReportCheckpointResponse resp;
+  SL_UNARY(ReportCheckpoint, report, resp);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> CoordinatorClient::SubmitJob(const JobSpec& spec) {
+  SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  SubmitJobResponse resp;
+  SL_UNARY(SubmitJob, req, resp);
+  return resp.job_id();
+}
+
+absl::StatusOr<JobStatus> CoordinatorClient::GetJob(const std::string& job_id) {
+  GetJobRequest req;
+  req.set_job_id(job_id);
+  JobStatus resp;
+  SL_UNARY(GetJob, req, resp);
+  return resp;
+}
+
+absl::StatusOr<std::vector<JobStatus>> CoordinatorClient::ListJobs(
+    const std::vector<JobState>& states) {
+  ListJobsRequest req;
+  for (JobState s : states) req.add_states(s);
+  ListJobsResponse resp;
+  SL_UNARY(ListJobs, req, resp);
+  return std::vector<JobStatus>(resp.jobs().begin(), resp.jobs().end());
+}
+
+absl::Status CoordinatorClient::CancelJob(const std::string& job_id, const std::string& reason) {
+  CancelJobRequest req;
+  req.set_job_id(job_id);
+  req.set_reason(reason);
+  CancelJobResponse resp;
+  SL_UNARY(CancelJob, req, resp);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<CheckpointInfo>> CoordinatorClient::ListCheckpoints(
+    const std::string& job_id) {
+  ListCheckpointsRequest req;
+  req.set_job_id(job_id);
+  ListCheckpointsResponse resp;
+  SL_UNARY(ListCheckpoints, req, resp);
+  return std::vector<CheckpointInfo>(resp.checkpoints().begin(), resp.checkpoints().end());
+}
+
+absl::StatusOr<GetCheckpointResponse> CoordinatorClient::GetCheckpoint(const std::string& job_id,
+                                                                       int64_t step) {
+  GetCheckpointRequest req;
+  req.set_job_id(job_id);
+  req.set_step(step);
+  GetCheckpointResponse resp;
+  SL_UNARY(GetCheckpoint, req, resp);
+  return resp;
+}
+
+template <typename Msg>
+absl::Status CoordinatorClient::ReadStream(const char* method, grpc::ClientContext* ctx,
+                                           grpc::ClientReader<Msg>* reader,
+                                           const std::function<bool(const Msg&)>& on_message) {
+  Msg msg;
+  bool stopped = false;
+  while (reader->Read(&msg)) {
+    if (!on_message(msg)) {
+      stopped = true;
+      ctx->TryCancel();
+      break;
+    }
+  }
+  grpc::Status st = reader->Finish();
+  {
+    absl::MutexLock lock(&mu_);
+    streams_.erase(ctx);
+  }
+  if (stopped) return absl::OkStatus();
+  return FromGrpcStatus(st, method);
+}
+
+void CoordinatorClient::CancelStreams() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  for (grpc::ClientContext* ctx : streams_) ctx->TryCancel();
+}
+
+absl::Status CoordinatorClient::StreamAssignments(
+    const std::string& worker_id, const std::function<bool(const Assignment&)>& on_assignment,
+    absl::Duration max_duration) {
+  auto ctx = Context(max_duration);
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return absl::CancelledError("StreamAssignments: client streams cancelled");
+    streams_.insert(ctx.get());
+  }
+  StreamAssignmentsRequest req;
+  req.set_worker_id(worker_id);
+  auto reader = stub_->StreamAssignments(ctx.get(), req);
+  return ReadStream<Assignment>("StreamAssignments", ctx.get(), reader.get(), on_assignment);
+}
+
+absl::Status CoordinatorClient::WatchJob(const std::string& job_id,
+                                         const std::function<bool(const JobStatus&)>& on_status,
+                                         absl::Duration max_duration) {
+  auto ctx = Context(max_duration);
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return absl::CancelledError("WatchJob: client streams cancelled");
+    streams_.insert(ctx.get());
+  }
+  WatchJobRequest req;
+  req.set_job_id(job_id);
+  auto reader = stub_->WatchJob(ctx.get(), req);
+  return ReadStream<JobStatus>("WatchJob", ctx.get(), reader.get(), on_status);
+}
+
+}  // namespace shardline::coordinator

@@ -1,0 +1,104 @@
+// CoordinatorClient: the typed client every other binary uses to talk to the coordinator
+// (worker daemon, shardctl, trainers' rendezvous and reports). Every call carries a deadline
+// (Options::timeout, or the stream's max duration) and, when a token is set, the metadata
+// "authorization: Bearer <token>". Errors are the server's status codes, with the method name
+// prefixed to the message ("SubmitJob: world_size: must be >= 1, got 0").
+//
+// Thread safety: all methods may be called from several threads at once; streams block their
+// caller. CancelStreams() from another thread ends every open stream of this client.
+#ifndef SHARDLINE_COORDINATOR_CLIENT_H_
+#define SHARDLINE_COORDINATOR_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/coordinator.grpc.pb.h"
+
+namespace shardline::coordinator {
+
+class CoordinatorClient {
+ public:
+  struct Options {
+    std::string address;  // host:port
+    std::string token;    // user token or worker join token; empty: none sent
+    absl::Duration timeout = absl::Seconds(10);
+  };
+  // Creates the channel (connects lazily). Errors: INVALID_ARGUMENT for an empty address.
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Create(const Options& options);
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Create(const std::string& address,
+                                                                   const std::string& token);
+
+  // Waits up to `timeout` for the channel to connect. Errors: UNAVAILABLE.
+  absl::Status WaitForReady(absl::Duration timeout);
+
+  // ---- workers
+  absl::StatusOr<RegisterWorkerResponse> RegisterWorker(const RegisterWorkerRequest& req);
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& req);
+  absl::StatusOr<std::vector<WorkerInfo>> ListWorkers();
+  // Calls `on_assignment` for each assignment until it returns false (then OK), the server ends
+  // the stream (its status), `max_duration` passes (DEADLINE_EXCEEDED) or CancelStreams()
+  // (CANCELLED).
+  absl::Status StreamAssignments(const std::string& worker_id,
+                                 const std::function<bool(const Assignment&)>& on_assignment,
+                                 absl::Duration max_duration = absl::Hours(24 * 365));
+
+  // ---- rendezvous. Get waits up to `timeout` server-side (capped by the server; the call's
+  // deadline is that plus Options::timeout).
+  absl::Status RendezvousSet(const std::string& ns, const std::string& secret,
+                             const std::string& key, const std::string& value);
+  absl::StatusOr<std::vector<std::string>> RendezvousGet(const std::string& ns,
+                                                         const std::string& secret,
+                                                         const std::vector<std::string>& keys,
+                                                         absl::Duration timeout);
+
+  // ---- reports
+  absl::Status ReportProgress(const ProgressReport& report);
+  absl::Status ReportCheckpoint(const CheckpointReport& report);
+
+  // ---- jobs
+  absl::StatusOr<std::string> SubmitJob(const JobSpec& spec);
+  absl::StatusOr<JobStatus> GetJob(const std::string& job_id);
+  absl::StatusOr<std::vector<JobStatus>> ListJobs(const std::vector<JobState>& states = {});
+  absl::Status CancelJob(const std::string& job_id, const std::string& reason = "");
+  // The job's status now and on every change, until it ends (OK after the terminal status) or
+  // `on_status` returns false (OK) or as StreamAssignments.
+  absl::Status WatchJob(const std::string& job_id,
+                        const std::function<bool(const JobStatus&)>& on_status,
+                        absl::Duration max_duration = absl::Hours(24 * 365));
+
+  // ---- checkpoints
+  absl::StatusOr<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& job_id);
+  absl::StatusOr<GetCheckpointResponse> GetCheckpoint(const std::string& job_id, int64_t step);
+
+  // Ends every stream open on this client (they return CANCELLED).
+  void CancelStreams();
+
+ private:
+  explicit CoordinatorClient(const Options& options);
+  // A context with the deadline `timeout` from now and the token.
+  std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
+  template <typename Msg>
+  absl::Status ReadStream(const char* method, grpc::ClientContext* ctx,
+                          grpc::ClientReader<Msg>* reader,
+                          const std::function<bool(const Msg&)>& on_message);
+
+  const Options options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<::shardline::Coordinator::Stub> stub_;
+  absl::Mutex mu_;
+  std::set<grpc::ClientContext*> streams_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace shardline::coordinator
+
+#endif  // SHARDLINE_COORDINATOR_CLIENT_H_

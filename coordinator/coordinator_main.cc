@@ -1,0 +1,121 @@
+// coordinator: the Shardline cluster service. Prints "listening on HOST:PORT" on stdout once
+// it serves (tests and `shardctl` read that line), then logs to stderr until SIGINT/SIGTERM.
+//
+//   coordinator --listen 0.0.0.0:7070 --state_dir /var/lib/shardline \
+//       --token_file /etc/shardline/user.token --worker_token_file /etc/shardline/join.token
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "coordinator/server.h"
+#include "spec/validate.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:0",
+          "host:port to serve on (port 0: any free port; the bound one is printed)");
+ABSL_FLAG(std::string, state_dir, "",
+          "directory of the SQLite state (jobs, events, checkpoints, workers); empty: memory "
+          "only, nothing survives a restart");
+ABSL_FLAG(int32_t, heartbeat_interval_ms, 2000, "how often workers are told to heartbeat");
+ABSL_FLAG(int32_t, heartbeat_timeout_ms, 10000, "a worker silent this long is dead");
+ABSL_FLAG(int32_t, tick_ms, 200, "period of liveness checks and scheduling");
+ABSL_FLAG(int32_t, stop_grace_s, 10, "seconds between SIGTERM and SIGKILL when ranks stop");
+ABSL_FLAG(std::string, token, "", "bearer token users must send (prefer --token_file)");
+ABSL_FLAG(std::string, token_file, "", "file holding the user token");
+ABSL_FLAG(std::string, worker_token, "",
+          "join token workers and their trainers must send (default: the user token)");
+ABSL_FLAG(std::string, worker_token_file, "", "file holding the worker join token");
+ABSL_FLAG(bool, insecure, false,
+          "allow a non-loopback --listen without tokens (plain text; trusted networks only)");
+
+namespace {
+
+// The flag's value, or the first line of the file flag's file.
+absl::StatusOr<std::string> Token(const std::string& value, const std::string& file,
+                                  const char* name) {
+  if (!value.empty() && !file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("give --", name, " or --", name, "_file, not both"));
+  }
+  if (file.empty()) return value;
+  std::ifstream in(file);
+  if (!in) return absl::NotFoundError(absl::StrCat("--", name, "_file: cannot read ", file));
+  std::string line;
+  std::getline(in, line);
+  line = std::string(absl::StripAsciiWhitespace(line));
+  if (line.empty()) return absl::InvalidArgumentError(absl::StrCat("--", name, "_file: ", file, " is empty"));
+  return line;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  shardline::SetLogPrefix("coordinator");
+
+  // Signals go to one waiting thread, not to whichever thread gRPC happens to run.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto user_token = Token(absl::GetFlag(FLAGS_token), absl::GetFlag(FLAGS_token_file), "token");
+  auto worker_token = Token(absl::GetFlag(FLAGS_worker_token),
+                            absl::GetFlag(FLAGS_worker_token_file), "worker_token");
+  for (const auto* t : {&user_token, &worker_token}) {
+    if (!t->ok()) {
+      SL_LOG(ERROR) << t->status();
+      return 2;
+    }
+  }
+  shardline::coordinator::ServerOptions o;
+  o.listen = absl::GetFlag(FLAGS_listen);
+  o.state_dir = absl::GetFlag(FLAGS_state_dir);
+  o.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  o.heartbeat_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_timeout_ms));
+  o.tick = absl::Milliseconds(absl::GetFlag(FLAGS_tick_ms));
+  o.stop_grace_period_s = absl::GetFlag(FLAGS_stop_grace_s);
+  o.user_token = *user_token;
+  o.worker_token = worker_token->empty() ? *user_token : *worker_token;
+  o.insecure = absl::GetFlag(FLAGS_insecure);
+  o.validate_spec = [](const shardline::JobSpec& spec) {
+    shardline::spec::ValidateOptions v;
+    v.check_files = false;  // the data lives on the workers' file systems
+    return shardline::spec::Validate(spec, v);
+  };
+  if (o.state_dir.empty()) {
+    SL_LOG(WARNING) << "no --state_dir: state is kept in memory and lost on exit";
+  }
+
+  auto server = shardline::coordinator::CoordinatorServer::Create(o);
+  if (!server.ok()) {
+    SL_LOG(ERROR) << "cannot start: " << server.status();
+    return 1;
+  }
+  std::cout << "listening on " << (*server)->address() << std::endl;
+  SL_LOG(INFO) << "serving on " << (*server)->address()
+               << (o.user_token.empty() ? " (no user token)" : "")
+               << (o.state_dir.empty() ? "" : absl::StrCat(", state in ", o.state_dir));
+
+  shardline::coordinator::CoordinatorServer* s = server->get();
+  std::thread waiter([s, signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    SL_LOG(INFO) << "signal " << sig << ": shutting down";
+    s->Shutdown();
+  });
+  waiter.detach();
+  s->Wait();
+  server->reset();
+  SL_LOG(INFO) << "stopped";
+  return 0;
+}

@@ -1,0 +1,89 @@
+#include "coordinator/server.h"
+
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace shardline::coordinator {
+
+bool IsLoopbackListenAddress(absl::string_view listen) {
+  if (absl::StartsWith(listen, "unix:")) return true;
+  absl::string_view host = listen;
+  if (absl::StartsWith(host, "[")) {
+    host = host.substr(1, host.find(']') == absl::string_view::npos ? host.size() - 1
+                                                                   : host.find(']') - 1);
+  } else if (size_t colon = host.rfind(':'); colon != absl::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
+    const ServerOptions& options) {
+  if (!IsLoopbackListenAddress(options.listen) && !options.insecure &&
+      (options.user_token.empty() || options.worker_token.empty())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to listen on non-loopback address ", options.listen,
+        " without --token and --worker_token (TLS is not implemented; add --insecure to accept "
+        "plain-text tokens on a trusted network)"));
+  }
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
+  CoreOptions core;
+  core.clock = &s->clock_;
+  core.state_dir = options.state_dir;
+  core.heartbeat_interval = options.heartbeat_interval;
+  core.heartbeat_timeout = options.heartbeat_timeout;
+  core.stop_grace_period_s = options.stop_grace_period_s;
+  core.validate_spec = options.validate_spec;
+  auto c = CoordinatorCore::Create(core);
+  if (!c.ok()) return c.status();
+  s->core_ = std::move(*c);
+  ServiceOptions so;
+  so.user_token = options.user_token;
+  so.worker_token = options.worker_token;
+  s->service_ = std::make_unique<CoordinatorService>(s->core_.get(), so);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(s->service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  absl::string_view host = options.listen;
+  if (size_t colon = host.rfind(':'); colon != absl::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  s->address_ = absl::StrCat(host, ":", port);
+  s->server_->GetHealthCheckService()->SetServingStatus(true);
+  s->tick_ = options.tick;
+  CoordinatorServer* self = s.get();
+  s->ticker_ = std::thread([self] {
+    while (!self->stop_.WaitForNotificationWithTimeout(self->tick_)) self->core_->Tick();
+  });
+  return s;
+}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+
+void CoordinatorServer::Wait() { stop_.WaitForNotification(); }
+
+void CoordinatorServer::Shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    if (!stop_.HasBeenNotified()) stop_.Notify();
+    if (ticker_.joinable()) ticker_.join();
+    if (server_) {
+      server_->GetHealthCheckService()->SetServingStatus(false);
+      service_->Shutdown();
+      core_->Shutdown();
+      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      server_->Wait();
+    }
+  });
+}
+
+}  // namespace shardline::coordinator

@@ -1,0 +1,82 @@
+// CoordinatorServer: the running coordinator process minus flag parsing: the core, the gRPC
+// service and the health service on one listening port, and the periodic tick (worker liveness,
+// scheduling).
+//
+// Security rule: a listen address that is not loopback needs a user token and a worker token
+// unless `insecure` is set (there is no TLS yet, so tokens travel in plain text; --insecure says
+// the operator accepts that on a trusted network).
+//
+// Thread safety: Shutdown() may be called from any thread, once Create() returned.
+#ifndef SHARDLINE_COORDINATOR_SERVER_H_
+#define SHARDLINE_COORDINATOR_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <mutex>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "coordinator/clock.h"
+#include "coordinator/coordinator_core.h"
+#include "coordinator/service.h"
+
+namespace shardline::coordinator {
+
+struct ServerOptions {
+  // host:port; port 0 picks a free one (see CoordinatorServer::address()).
+  std::string listen = "127.0.0.1:0";
+  std::string state_dir;
+  absl::Duration heartbeat_interval = absl::Seconds(2);
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  absl::Duration tick = absl::Milliseconds(200);
+  int32_t stop_grace_period_s = 10;
+  std::string user_token;
+  std::string worker_token;
+  bool insecure = false;
+  // Passed to the core (spec::Validate in the binary).
+  std::function<absl::Status(const JobSpec&)> validate_spec;
+};
+
+// True for 127.0.0.0/8, ::1, "localhost" and unix: sockets.
+bool IsLoopbackListenAddress(absl::string_view listen);
+
+class CoordinatorServer {
+ public:
+  // Errors: FAILED_PRECONDITION for a non-loopback address without tokens and without
+  // `insecure`; INVALID_ARGUMENT / UNAVAILABLE from the core; UNAVAILABLE when the port cannot
+  // be bound.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Create(const ServerOptions& options);
+  ~CoordinatorServer();
+
+  // "host:port" actually bound.
+  const std::string& address() const { return address_; }
+  CoordinatorCore* core() { return core_.get(); }
+
+  // Blocks until Shutdown().
+  void Wait();
+  // Stops accepting calls, ends open streams, stops the tick thread. Idempotent.
+  void Shutdown();
+
+ private:
+  CoordinatorServer() = default;
+
+  RealClock clock_;
+  std::unique_ptr<CoordinatorCore> core_;
+  std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  absl::Duration tick_;
+  absl::Notification stop_;
+  std::thread ticker_;
+  std::once_flag shutdown_once_;
+};
+
+}  // namespace shardline::coordinator
+
+#endif  // SHARDLINE_COORDINATOR_SERVER_H_
