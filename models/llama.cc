@@ -1,0 +1,142 @@
+#include "models/llama.h"
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "models/init.h"
+
+namespace shardline::models {
+namespace llama {
+namespace {
+
+torch::nn::Linear NoBias(int64_t in, int64_t out) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+}
+
+// Rotates channel pairs (2i, 2i+1) of x [B, H, T, D] by angle t * theta^(-2i/D).
+at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const auto sizes = x.sizes();
+  at::Tensor pairs = x.reshape({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2});
+  at::Tensor a = pairs.select(-1, 0), b = pairs.select(-1, 1);  // [B, H, T, D/2]
+  at::Tensor ra = a * cos - b * sin;
+  at::Tensor rb = a * sin + b * cos;
+  return at::stack({ra, rb}, -1).reshape(sizes);
+}
+
+}  // namespace
+
+RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight_ = register_parameter("weight", at::ones({dim}));
+}
+
+at::Tensor RmsNormImpl::forward(const at::Tensor& x) {
+  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps_) * weight_;
+}
+
+AttentionImpl::AttentionImpl(const Config& c) : n_head_(c.n_head), dropout_(c.dropout) {
+  wq_ = register_module("wq", NoBias(c.n_embd, c.n_embd));
+  wk_ = register_module("wk", NoBias(c.n_embd, c.n_embd));
+  wv_ = register_module("wv", NoBias(c.n_embd, c.n_embd));
+  wo_ = register_module("wo", NoBias(c.n_embd, c.n_embd));
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
+                                  const at::Tensor& sin) {
+  const int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / n_head_;
+  auto heads = [&](const at::Tensor& y) { return y.view({b, t, n_head_, d}).transpose(1, 2); };
+  at::Tensor q = ApplyRotary(heads(wq_->forward(x)), cos, sin);
+  at::Tensor k = ApplyRotary(heads(wk_->forward(x)), cos, sin);
+  at::Tensor y = at::scaled_dot_product_attention(q, k, heads(wv_->forward(x)), {},
+                                                  is_training() ? dropout_ : 0.0,
+                                                  /*is_causal=*/true);  // [B, H, T, D]
+  return wo_->forward(y.transpose(1, 2).contiguous().view({b, t, c}));
+}
+
+FeedForwardImpl::FeedForwardImpl(const Config& c) {
+  w1_ = register_module("w1", NoBias(c.n_embd, c.ffn_hidden));
+  w2_ = register_module("w2", NoBias(c.ffn_hidden, c.n_embd));
+  w3_ = register_module("w3", NoBias(c.n_embd, c.ffn_hidden));
+}
+
+at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
+  return w2_->forward(at::silu(w1_->forward(x)) * w3_->forward(x));
+}
+
+BlockImpl::BlockImpl(const Config& c) {
+  attention_norm_ = register_module("attention_norm", RmsNorm(c.n_embd, c.norm_eps));
+  attention_ = register_module("attention", Attention(c));
+  ffn_norm_ = register_module("ffn_norm", RmsNorm(c.n_embd, c.norm_eps));
+  feed_forward_ = register_module("feed_forward", FeedForward(c));
+  drop_ = register_module("drop", torch::nn::Dropout(c.dropout));
+}
+
+at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  at::Tensor h = x + drop_->forward(attention_->forward(attention_norm_->forward(x), cos, sin));
+  return h + drop_->forward(feed_forward_->forward(ffn_norm_->forward(h)));
+}
+
+LlamaImpl::LlamaImpl(const Config& c) : config_(c) {
+  tok_embeddings_ = register_module("tok_embeddings", torch::nn::Embedding(c.vocab_size, c.n_embd));
+  drop_ = register_module("drop", torch::nn::Dropout(c.dropout));
+  layers_ = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.n_layer; ++i) layers_->push_back(Block(c));
+  norm_ = register_module("norm", RmsNorm(c.n_embd, c.norm_eps));
+  output_ = register_module("output", NoBias(c.n_embd, c.vocab_size));
+}
+
+at::Tensor LlamaImpl::forward(const at::Tensor& tokens, fsdp::UnitRunner* runner) {
+  const int64_t t = tokens.size(1);
+  TORCH_CHECK(t <= config_.block_size, "sequence length ", t, " exceeds block_size ",
+              config_.block_size);
+  if (!cos_.defined() || cos_.device() != tokens.device()) {
+    const int64_t d = config_.n_embd / config_.n_head;
+    at::Tensor inv = at::pow(config_.rope_theta,
+                             -at::arange(0, d, 2, at::kDouble) / static_cast<double>(d));
+    at::Tensor angles = at::outer(at::arange(config_.block_size, at::kDouble), inv);
+    cos_ = angles.cos().to(tokens.device(), at::kFloat);
+    sin_ = angles.sin().to(tokens.device(), at::kFloat);
+  }
+  at::Tensor cos = cos_.narrow(0, 0, t), sin = sin_.narrow(0, 0, t);  // [T, D/2]
+  at::Tensor x = drop_->forward(tok_embeddings_->forward(tokens));
+  for (size_t i = 0; i < layers_->size(); ++i) {
+    auto block = layers_->ptr<BlockImpl>(i);
+    x = fsdp::RunUnit(runner, *block, x,
+                      [&](const at::Tensor& h) { return block->forward(h, cos, sin); });
+  }
+  return output_->forward(norm_->forward(x));
+}
+
+}  // namespace llama
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig& spec) {
+  llama::Config c{spec.n_embd, spec.n_layer, spec.n_head, spec.vocab_size,
+                  spec.block_size, spec.ffn_hidden, spec.dropout};
+  if (c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.vocab_size <= 0 ||
+      c.block_size <= 0 || c.ffn_hidden <= 0 || c.n_embd % c.n_head != 0 ||
+      (c.n_embd / c.n_head) % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model: LLAMA sizes n_embd ", c.n_embd, ", n_layer ", c.n_layer, ", n_head ", c.n_head,
+        ", vocab_size ", c.vocab_size, ", block_size ", c.block_size, ", ffn_hidden ",
+        c.ffn_hidden, " must be positive with an even head size n_embd / n_head"));
+  }
+  llama::Llama net(c);
+  InitParameters(*net, spec.init_seed,
+                 {static_cast<int>(c.n_layer), {"wo.weight", "w2.weight"}, {"norm."}});
+  return std::unique_ptr<LlamaModel>(new LlamaModel(c, std::move(net)));
+}
+
+double LlamaModel::TrainingFlopsPerToken(int64_t seq_len) const {
+  const double c = config_.n_embd, l = config_.n_layer, f = config_.ffn_hidden;
+  return 6 * (l * (4 * c * c + 3 * c * f) + config_.vocab_size * c) + 12 * l * c * seq_len;
+}
+
+std::string LlamaModel::Describe() const {
+  int64_t n = 0;
+  for (const at::Tensor& p : net_->parameters()) n += p.numel();
+  return absl::StrFormat("Llama %dx%d, %d heads, ffn %d, vocab %d, block %d: %.2fM parameters",
+                         config_.n_layer, config_.n_embd, config_.n_head, config_.ffn_hidden,
+                         config_.vocab_size, config_.block_size, n / 1e6);
+}
+
+}  // namespace shardline::models

@@ -1,0 +1,134 @@
+// Llama-style decoder in the LibTorch C++ frontend.
+//
+// Dimension legend: B batch, T sequence (<= block_size), C n_embd, H n_head, D = C / H head size
+// (even: rotary pairs), F ffn_hidden, V vocab_size, L n_layer.
+//
+//   x = drop(tok_embeddings[tokens])                                   [B, T, C]
+//   L times, each block one FSDP unit (RunUnit):
+//     x = x + wo(attn(rope(wq(n)), rope(wk(n)), wv(n)))   n = attention_norm(x) (RMSNorm)
+//     x = x + w2(silu(w1(m)) * w3(m))                     m = ffn_norm(x), SwiGLU C -> F -> C
+//   logits = output(norm(x))                                           [B, T, V] (untied head)
+//
+// No biases. Rotary tables (cos/sin, [block_size, D/2]) are plain tensors, not parameters or
+// buffers, so the FSDP engine never shards them; they follow the input's device.
+//
+// Thread safety: not thread-safe (see LanguageModel).
+#ifndef SHARDLINE_MODELS_LLAMA_H_
+#define SHARDLINE_MODELS_LLAMA_H_
+
+#include <memory>
+#include <string>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include "absl/status/statusor.h"
+#include "models/language_model.h"
+#include "models/model_config.h"
+
+namespace shardline::models {
+namespace llama {
+
+struct Config {
+  int64_t n_embd, n_layer, n_head, vocab_size, block_size, ffn_hidden;
+  double dropout;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+};
+
+class RmsNormImpl : public torch::nn::Module {
+ public:
+  RmsNormImpl(int64_t dim, double eps);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  double eps_;
+  at::Tensor weight_;  // [C], initialised to 1.
+};
+TORCH_MODULE(RmsNorm);
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const Config& c);
+  // cos, sin: [T, D/2].
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+ private:
+  int64_t n_head_;
+  double dropout_;
+  torch::nn::Linear wq_{nullptr}, wk_{nullptr}, wv_{nullptr}, wo_{nullptr};  // [C, C] each.
+};
+TORCH_MODULE(Attention);
+
+class FeedForwardImpl : public torch::nn::Module {
+ public:
+  explicit FeedForwardImpl(const Config& c);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  torch::nn::Linear w1_{nullptr}, w3_{nullptr};  // [F, C] gate and up.
+  torch::nn::Linear w2_{nullptr};                // [C, F] down.
+};
+TORCH_MODULE(FeedForward);
+
+// One transformer block; type name "Block" like GPT's.
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const Config& c);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+ private:
+  RmsNorm attention_norm_{nullptr}, ffn_norm_{nullptr};
+  Attention attention_{nullptr};
+  FeedForward feed_forward_{nullptr};
+  torch::nn::Dropout drop_{nullptr};
+};
+TORCH_MODULE(Block);
+
+class LlamaImpl : public torch::nn::Module {
+ public:
+  explicit LlamaImpl(const Config& c);
+  at::Tensor forward(const at::Tensor& tokens, fsdp::UnitRunner* runner);
+
+ private:
+  Config config_;
+  torch::nn::Embedding tok_embeddings_{nullptr};  // [V, C].
+  torch::nn::Dropout drop_{nullptr};
+  torch::nn::ModuleList layers_{nullptr};
+  RmsNorm norm_{nullptr};
+  torch::nn::Linear output_{nullptr};  // [V, C], untied.
+  at::Tensor cos_, sin_;               // [block_size, D/2] on the last forward's device.
+};
+TORCH_MODULE(Llama);
+
+}  // namespace llama
+
+class LlamaModel : public LanguageModel {
+ public:
+  // `spec` must have resolved sizes (ffn_hidden filled). Errors: INVALID_ARGUMENT for bad sizes.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(const ModelConfig& spec);
+
+  at::Tensor Forward(const at::Tensor& tokens) override { return net_->forward(tokens, runner_); }
+  torch::nn::Module& module() override { return *net_; }
+  void set_unit_runner(fsdp::UnitRunner* runner) override { runner_ = runner; }
+  std::string block_type() const override { return "Block"; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  int64_t block_size() const override { return config_.block_size; }
+  double TrainingFlopsPerToken(int64_t seq_len) const override;
+  std::string Describe() const override;
+
+ private:
+  LlamaModel(const llama::Config& config, llama::Llama net)
+      : config_(config), net_(std::move(net)) {}
+  llama::Config config_;
+  llama::Llama net_;
+  fsdp::UnitRunner* runner_ = nullptr;
+};
+
+}  // namespace shardline::models
+
+#endif  // SHARDLINE_MODELS_LLAMA_H_

@@ -1,0 +1,51 @@
+// ModelConfig: a model's resolved sizes as plain values.
+//
+// Why not ModelSpec itself: LibTorch's include directory ships an older copy of the protobuf
+// headers that shadows Debian's in every Bazel target depending on LibTorch, so LibTorch code in
+// this project never includes a generated .pb.h. The conversion from the proto lives in the
+// torch-free target //models:model_config; the models take this struct.
+//
+// Thread safety: a value type; functions are pure.
+#ifndef SHARDLINE_MODELS_MODEL_CONFIG_H_
+#define SHARDLINE_MODELS_MODEL_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace shardline {
+class ModelSpec;  // proto/job_spec.proto
+}  // namespace shardline
+
+namespace shardline::models {
+
+enum class Architecture { kGpt, kLlama, kTorchScript };
+
+struct ModelConfig {
+  Architecture architecture = Architecture::kGpt;
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t vocab_size = 0;
+  int64_t block_size = 0;
+  int64_t ffn_hidden = 0;  // Llama only (resolved: never 0 for LLAMA).
+  double dropout = 0.0;
+  std::string torchscript_path;
+  uint64_t init_seed = 0;
+};
+
+// Resolves the preset (spec/model_presets.h) and copies the fields.
+// Errors: INVALID_ARGUMENT for an unknown preset or an unspecified architecture.
+absl::StatusOr<ModelConfig> ModelConfigFromSpec(const ModelSpec& spec);
+
+// The config of a named preset ("tiny", "small", "gpt2", "llama-tiny"), for tests and tools.
+absl::StatusOr<ModelConfig> PresetModelConfig(absl::string_view preset, uint64_t init_seed);
+
+// Parameter count of a GPT or Llama config (spec::CountParameters); 0 for TorchScript.
+int64_t CountParameters(const ModelConfig& config);
+
+}  // namespace shardline::models
+
+#endif  // SHARDLINE_MODELS_MODEL_CONFIG_H_

@@ -1,0 +1,172 @@
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "models/gpt.h"
+#include "models/llama.h"
+#include "models/model_factory.h"
+#include "models/sample.h"
+
+namespace shardline::models {
+namespace {
+
+ModelConfig Preset(const std::string& name, uint64_t seed = 1) {
+  auto c = PresetModelConfig(name, seed);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
+}
+
+// Counts RunUnit calls and checks the engine sees the block modules.
+class CountingRunner : public fsdp::UnitRunner {
+ public:
+  at::Tensor Run(const torch::nn::Module& module, const at::Tensor& input,
+                 const fsdp::UnitBody& body) override {
+    ++calls;
+    last_type = module.name();
+    return body(input);
+  }
+  int calls = 0;
+  std::string last_type;
+};
+
+std::unique_ptr<LanguageModel> Make(const ModelConfig& spec) {
+  auto m = CreateModel(spec);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *std::move(m);
+}
+
+at::Tensor Tokens(int64_t b, int64_t t, uint64_t seed = 5) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  return at::randint(0, 256, {b, t}, gen, at::kLong);
+}
+
+class BuiltinModelTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BuiltinModelTest, ForwardShapeParameterCountAndHookCalls) {
+  const ModelConfig spec = Preset(GetParam());
+  auto model = Make(spec);
+  EXPECT_EQ(model->NumParameters(), CountParameters(spec)) << model->Describe();
+  CountingRunner runner;
+  model->set_unit_runner(&runner);
+  at::Tensor logits = model->Forward(Tokens(2, 16));
+  EXPECT_EQ(logits.sizes(), (at::IntArrayRef{2, 16, 256}));
+  EXPECT_EQ(runner.calls, spec.n_layer);
+  EXPECT_NE(runner.last_type.find("BlockImpl"), std::string::npos) << runner.last_type;
+  EXPECT_EQ(model->block_type(), "Block");
+}
+
+TEST_P(BuiltinModelTest, InitIsDeterministicFromSeed) {
+  auto a = Make(Preset(GetParam(), 7)), b = Make(Preset(GetParam(), 7)), c = Make(Preset(GetParam(), 8));
+  auto pa = a->module().named_parameters(), pb = b->module().named_parameters(),
+       pc = c->module().named_parameters();
+  bool any_differs = false;
+  for (const auto& item : pa) {
+    EXPECT_TRUE(at::equal(item.value(), pb[item.key()])) << item.key();
+    any_differs |= !at::equal(item.value(), pc[item.key()]);
+  }
+  EXPECT_TRUE(any_differs);
+}
+
+TEST_P(BuiltinModelTest, IsCausal) {
+  auto model = Make(Preset(GetParam()));
+  model->module().eval();
+  torch::NoGradGuard no_grad;
+  at::Tensor x = Tokens(1, 12);
+  at::Tensor y = x.clone();
+  y[0][8] = (x[0][8].item<int64_t>() + 1) % 256;
+  at::Tensor lx = model->Forward(x), ly = model->Forward(y);
+  EXPECT_TRUE(at::allclose(lx.narrow(1, 0, 8), ly.narrow(1, 0, 8), 1e-5, 1e-6));
+  EXPECT_FALSE(at::allclose(lx.narrow(1, 8, 4), ly.narrow(1, 8, 4)));
+}
+
+TEST_P(BuiltinModelTest, LearnsAFixedBatch) {
+  auto model = Make(Preset(GetParam()));
+  at::Tensor x = Tokens(4, 32), target = Tokens(4, 32, 9);
+  std::vector<at::Tensor> params = model->module().parameters();
+  float first = 0, last = 0;
+  for (int step = 0; step < 30; ++step) {
+    for (auto& p : params) p.mutable_grad() = at::Tensor();
+    at::Tensor loss = at::cross_entropy_loss(model->Forward(x).view({-1, 256}), target.view(-1));
+    loss.backward();
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : params) p.sub_(p.grad() * 0.5);  // Plain SGD.
+    }
+    (step == 0 ? first : last) = loss.item<float>();
+  }
+  EXPECT_NEAR(first, std::log(256.0), 0.3);  // Small init: near-uniform predictions.
+  EXPECT_LT(last, first - 0.5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, BuiltinModelTest, ::testing::Values("tiny", "llama-tiny"));
+
+TEST(GptModel, Gpt2PresetHas124MParameters) {
+  ModelConfig spec = Preset("gpt2");
+  auto model = Make(spec);
+  EXPECT_EQ(model->NumParameters(), 124439808);
+}
+
+TEST(CreateModel, RejectsBadSizes) {
+  ModelConfig m = Preset("tiny");
+  m.n_head = 5;
+  auto bad = CreateModel(m);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("n_head 5"), absl::string_view::npos);
+  EXPECT_EQ(PresetModelConfig("nope", 1).status().message(),
+            "model.preset: \"nope\" is not one of tiny, small, gpt2, llama-tiny");
+}
+
+TEST(TorchScriptModel, LoadsMirrorsParametersAndTrains) {
+  ModelConfig spec;
+  spec.architecture = Architecture::kTorchScript;
+  spec.torchscript_path = "models/testdata/tiny_lm.pt";
+  spec.vocab_size = 256;
+  auto model = Make(spec);
+  EXPECT_EQ(model->block_type(), "");
+  auto named = model->module().named_parameters();
+  ASSERT_TRUE(named.contains("embed.weight"));
+  ASSERT_TRUE(named.contains("head.bias"));
+  EXPECT_EQ(model->NumParameters(), 256 * 32 + 32 * 32 + 32 + 32 * 256 + 256);
+
+  at::Tensor x = Tokens(2, 8);
+  at::Tensor before = model->Forward(x).detach().clone();
+  at::Tensor loss = model->Forward(x).sum();
+  loss.backward();
+  ASSERT_TRUE(named["mix.weight"].grad().defined());
+  {
+    torch::NoGradGuard no_grad;
+    named["head.bias"].add_(1.0);  // Updating the mirrored tensor updates the script.
+  }
+  EXPECT_TRUE(at::allclose(model->Forward(x), before + 1.0, 1e-5, 1e-5));
+}
+
+TEST(TorchScriptModel, MissingOrInvalidFile) {
+  ModelConfig spec;
+  spec.architecture = Architecture::kTorchScript;
+  spec.torchscript_path = "/no/such/model.pt";
+  EXPECT_EQ(CreateModel(spec).status().code(), absl::StatusCode::kNotFound);
+  spec.torchscript_path = "models/models_test";  // Exists, not a script.
+  auto bad = CreateModel(spec);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("is not a TorchScript module"), absl::string_view::npos)
+      << bad.status();
+}
+
+TEST(Generate, IsDeterministicForASeed) {
+  auto model = Make(Preset("tiny"));
+  SampleOptions opts;
+  opts.num_tokens = 20;
+  opts.seed = 3;
+  auto a = Generate(*model, {70, 105}, opts, at::kCPU);
+  auto b = Generate(*model, {70, 105}, opts, at::kCPU);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->size(), 20u);
+  EXPECT_EQ(*a, *b);
+  EXPECT_TRUE(model->module().is_training());  // Mode restored.
+  EXPECT_EQ(Generate(*model, {}, opts, at::kCPU).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shardline::models
