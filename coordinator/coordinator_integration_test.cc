@@ -1,0 +1,483 @@
+// The real coordinator binary over real gRPC on loopback: registration, scheduling and the
+// assignment stream, heartbeat loss, restart from a checkpoint, SIGKILL + restart with state
+// intact, credentials, spec validation, the listen-address rule, and rendezvous as a KvStore.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/client.h"
+#include "coordinator/rendezvous_kv_store.h"
+#include "coordinator/testing/coordinator_process.h"
+#include "gtest/gtest.h"
+
+namespace shardline::coordinator {
+namespace {
+
+constexpr char kUserToken[] = "user-secret-token";
+constexpr char kWorkerToken[] = "worker-join-token";
+
+std::string TmpDir(const std::string& name) {
+  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+}
+
+// A spec that passes spec::Validate (check_files off in the coordinator).
+JobSpec ValidSpec(const std::string& name, int w, int max_restarts = 0) {
+  JobSpec s;
+  s.set_name(name);
+  s.set_world_size(w);
+  ModelSpec* m = s.mutable_model();
+  m->set_architecture(ModelSpec::GPT);
+  m->set_n_embd(32);
+  m->set_n_layer(1);
+  m->set_n_head(2);
+  m->set_vocab_size(256);
+  m->set_block_size(16);
+  DataSpec* d = s.mutable_data();
+  d->set_path("/data/on/the/workers.txt");
+  d->set_format(DataSpec::TEXT);
+  d->set_val_fraction(0.1f);
+  d->set_seq_len(16);
+  OptimizerSpec* o = s.mutable_optimizer();
+  o->set_kind(OptimizerSpec::ADAMW);
+  o->set_lr(1e-3);
+  o->set_beta1(0.9);
+  o->set_beta2(0.95);
+  o->set_eps(1e-8);
+  o->set_min_lr(1e-3);
+  FsdpSpec* f = s.mutable_fsdp();
+  f->set_sharding_strategy(FsdpSpec::FULL_SHARD);
+  f->set_auto_wrap_policy(FsdpSpec::TRANSFORMER_BLOCK);
+  f->set_backward_prefetch(FsdpSpec::BACKWARD_PRE);
+  f->set_collective_timeout_s(60);
+  TrainSpec* t = s.mutable_train();
+  t->set_steps(10);
+  t->set_global_batch_size(2 * w);
+  t->set_micro_batch_size(2);
+  t->set_log_every(1);
+  t->set_eval_batches(1);
+  s.mutable_checkpoint()->set_dir("/ckpt");
+  s.mutable_checkpoint()->set_keep_last(3);
+  s.mutable_restart()->set_max_restarts(max_restarts);
+  s.mutable_device()->set_kind(DeviceSpec::CPU);
+  return s;
+}
+
+RegisterWorkerRequest WorkerReq(const std::string& node, int slots) {
+  RegisterWorkerRequest r;
+  r.set_node_name(node);
+  r.set_address("127.0.0.1");
+  for (int i = 0; i < slots; ++i) {
+    Slot* s = r.add_slots();
+    s->set_kind(Slot::CPU);
+    s->set_index(i);
+    s->set_device_name("cpu");
+  }
+  return r;
+}
+
+// Heartbeats for one worker from a thread, with the rank statuses the test sets.
+class Heartbeater {
+ public:
+  Heartbeater(CoordinatorClient* client, std::string worker_id)
+      : client_(client), worker_id_(std::move(worker_id)), thread_([this] { Run(); }) {}
+  ~Heartbeater() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  void SetRanks(std::vector<RankStatus> ranks) {
+    absl::MutexLock lock(&mu_);
+    ranks_ = std::move(ranks);
+  }
+
+ private:
+  void Run() {
+    while (!stop_) {
+      HeartbeatRequest hb;
+      hb.set_worker_id(worker_id_);
+      {
+        absl::MutexLock lock(&mu_);
+        for (const RankStatus& r : ranks_) *hb.add_ranks() = r;
+      }
+      (void)client_->Heartbeat(hb);
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+  CoordinatorClient* client_;
+  const std::string worker_id_;
+  std::atomic<bool> stop_{false};
+  absl::Mutex mu_;
+  std::vector<RankStatus> ranks_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+RankStatus Exited(const std::string& job, int attempt, int rank, int code) {
+  RankStatus r;
+  r.set_job_id(job);
+  r.set_attempt(attempt);
+  r.set_rank(rank);
+  r.set_state(RankStatus::EXITED);
+  r.set_exit_code(code);
+  r.set_log_tail(code == 0 ? "" : "Traceback...\nRuntimeError: injected failure\n");
+  return r;
+}
+
+// Collects assignments of one worker from a background stream.
+class AssignmentCollector {
+ public:
+  AssignmentCollector(CoordinatorClient* client, std::string worker_id)
+      : thread_([this, client, worker_id] {
+          status_ = client->StreamAssignments(worker_id, [this](const Assignment& a) {
+            absl::MutexLock lock(&mu_);
+            got_.push_back(a);
+            return true;
+          });
+        }) {}
+  ~AssignmentCollector() { thread_.join(); }
+  // Waits until `n` assignments arrived; returns them all.
+  std::vector<Assignment> WaitFor(size_t n, absl::Duration timeout = absl::Seconds(20)) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() { return got_.size() >= n; };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+    return got_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<Assignment> got_ ABSL_GUARDED_BY(mu_);
+  absl::Status status_;
+  std::thread thread_;
+};
+
+class CoordinatorIntegrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    state_dir_ = TmpDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    StartCoordinator();
+  }
+  void TearDown() override {
+    user_.reset();
+    worker_.reset();
+    proc_.reset();
+  }
+  void StartCoordinator() {
+    CoordinatorProcess::Options o;
+    o.binary = CoordinatorBinaryPath();
+    o.args = {"--listen=127.0.0.1:0",     absl::StrCat("--state_dir=", state_dir_),
+              "--heartbeat_interval_ms=100", "--heartbeat_timeout_ms=1500",
+              "--tick_ms=50",              absl::StrCat("--token=", kUserToken),
+              absl::StrCat("--worker_token=", kWorkerToken), "--stop_grace_s=1"};
+    auto p = CoordinatorProcess::Start(o);
+    ASSERT_TRUE(p.ok()) << p.status();
+    proc_ = std::move(*p);
+    user_ = *CoordinatorClient::Create(proc_->address(), kUserToken);
+    worker_ = *CoordinatorClient::Create(proc_->address(), kWorkerToken);
+    ASSERT_TRUE(user_->WaitForReady(absl::Seconds(10)).ok());
+  }
+  // Polls GetJob until `pred` holds or 20 s pass.
+  JobStatus WaitJob(const std::string& id, const std::function<bool(const JobStatus&)>& pred) {
+    JobStatus last;
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < deadline) {
+      auto st = user_->GetJob(id);
+      if (st.ok()) {
+        last = *st;
+        if (pred(last)) return last;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ADD_FAILURE() << "job " << id << " never reached the expected state; last:\n"
+                  << last.DebugString();
+    return last;
+  }
+  static bool HasEvent(const JobStatus& st, const std::string& kind) {
+    for (const JobEvent& e : st.events()) {
+      if (e.kind() == kind) return true;
+    }
+    return false;
+  }
+  void CommitCheckpoint(const std::string& job, int attempt, int64_t step) {
+    CheckpointReport r;
+    r.set_job_id(job);
+    r.set_attempt(attempt);
+    r.set_rank(0);
+    r.set_step(step);
+    r.set_path(absl::StrCat("/ckpt/", job, "/step_", step));
+    r.add_files("shard_00000.bin");
+    r.add_files("MANIFEST.json");
+    r.set_expected_files(1);
+    r.set_manifest_committed(true);
+    ASSERT_TRUE(worker_->ReportCheckpoint(r).ok());
+  }
+
+  std::string state_dir_;
+  std::unique_ptr<CoordinatorProcess> proc_;
+  std::unique_ptr<CoordinatorClient> user_;
+  std::unique_ptr<CoordinatorClient> worker_;
+};
+
+TEST_F(CoordinatorIntegrationTest, RegisterSubmitStreamAssignmentsAndWatchToSuccess) {
+  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 2));
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  EXPECT_EQ(reg->heartbeat_interval_ms(), 100);
+  EXPECT_EQ(reg->heartbeat_timeout_ms(), 1500);
+  Heartbeater hb(worker_.get(), reg->worker_id());
+  AssignmentCollector stream(worker_.get(), reg->worker_id());
+
+  auto job = user_->SubmitJob(ValidSpec("tiny", 2));
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto got = stream.WaitFor(2);
+  ASSERT_EQ(got.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    const Assignment& a = got[r];
+    EXPECT_EQ(a.action(), Assignment::START);
+    EXPECT_EQ(a.job_id(), *job);
+    EXPECT_EQ(a.attempt(), 1);
+    EXPECT_EQ(a.rank(), r);
+    EXPECT_EQ(a.world_size(), 2);
+    EXPECT_EQ(a.local_rank(), r);
+    EXPECT_EQ(a.local_world_size(), 2);
+    EXPECT_EQ(a.slot_index(), r);
+    EXPECT_EQ(a.shard_group_ranks_size(), 2);
+    EXPECT_EQ(a.replicate_group_ranks_size(), 1);
+    EXPECT_EQ(a.rendezvous_namespace(), *job + "/1");
+    EXPECT_FALSE(a.rendezvous_secret().empty());
+    EXPECT_EQ(a.master_addr(), "127.0.0.1");
+    EXPECT_EQ(a.spec().name(), "tiny");
+  }
+  // Watch: the current status first, then progress, then the end.
+  std::vector<JobStatus> seen;
+  std::thread watcher([&] {
+    absl::Status s = user_->WatchJob(*job, [&](const JobStatus& st) {
+      seen.push_back(st);
+      return true;
+    });
+    EXPECT_TRUE(s.ok()) << s;
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  ProgressReport pr;
+  pr.set_job_id(*job);
+  pr.set_attempt(1);
+  pr.set_rank(0);
+  pr.set_step(5);
+  pr.set_loss(3.25);
+  pr.set_step_time_s(0.1);
+  ASSERT_TRUE(worker_->ReportProgress(pr).ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  hb.SetRanks({Exited(*job, 1, 0, 0), Exited(*job, 1, 1, 0)});
+  watcher.join();  // ends by itself after the terminal status
+  ASSERT_GE(seen.size(), 3u);
+  EXPECT_EQ(seen.front().state(), RUNNING);
+  bool saw_progress = false;
+  for (const JobStatus& st : seen) saw_progress |= st.step() == 5 && st.loss() == 3.25;
+  EXPECT_TRUE(saw_progress);
+  EXPECT_EQ(seen.back().state(), SUCCEEDED);
+  EXPECT_NEAR(seen[seen.size() - 1].eta_s(), 0.5, 1e-9);
+  auto workers = user_->ListWorkers();
+  ASSERT_TRUE(workers.ok());
+  ASSERT_EQ(workers->size(), 1u);
+  EXPECT_EQ((*workers)[0].busy_slots(), 0);
+  EXPECT_EQ((*workers)[0].state(), WorkerInfo::ALIVE);
+  worker_->CancelStreams();
+}
+
+TEST_F(CoordinatorIntegrationTest, HeartbeatLossFailsTheAttempt) {
+  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 1));
+  ASSERT_TRUE(reg.ok());
+  auto job = user_->SubmitJob(ValidSpec("lost", 1));
+  ASSERT_TRUE(job.ok());
+  // No heartbeats at all: after 1.5 s the worker is dead and the job (no restarts) failed.
+  JobStatus st = WaitJob(*job, [](const JobStatus& s) { return s.state() == FAILED; });
+  EXPECT_TRUE(HasEvent(st, "WORKER_LOST"));
+  EXPECT_NE(st.message().find("missed heartbeats"), std::string::npos) << st.message();
+  auto workers = user_->ListWorkers();
+  EXPECT_EQ((*workers)[0].state(), WorkerInfo::DEAD);
+  HeartbeatRequest hb;
+  hb.set_worker_id(reg->worker_id());
+  EXPECT_TRUE(worker_->Heartbeat(hb)->reregister());
+}
+
+TEST_F(CoordinatorIntegrationTest, FailedRankRestartsFromCommittedCheckpoint) {
+  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 1));
+  ASSERT_TRUE(reg.ok());
+  Heartbeater hb(worker_.get(), reg->worker_id());
+  AssignmentCollector stream(worker_.get(), reg->worker_id());
+  auto job = user_->SubmitJob(ValidSpec("restart", 1, /*max_restarts=*/1));
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(stream.WaitFor(1).size(), 1u);
+  CommitCheckpoint(*job, 1, 5);
+  auto cps = user_->ListCheckpoints(*job);
+  ASSERT_TRUE(cps.ok());
+  ASSERT_EQ(cps->size(), 1u);
+  EXPECT_TRUE((*cps)[0].committed());
+  hb.SetRanks({Exited(*job, 1, 0, 1)});
+  // STOP for attempt 1, then START for attempt 2 resuming from step 5.
+  auto got = stream.WaitFor(3);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[1].action(), Assignment::STOP);
+  EXPECT_EQ(got[1].attempt(), 1);
+  EXPECT_EQ(got[2].action(), Assignment::START);
+  EXPECT_EQ(got[2].attempt(), 2);
+  EXPECT_EQ(got[2].resume_step(), 5);
+  EXPECT_NE(got[2].rendezvous_secret(), got[0].rendezvous_secret());
+  JobStatus st = *user_->GetJob(*job);
+  EXPECT_EQ(st.state(), RUNNING);
+  EXPECT_EQ(st.attempt(), 2);
+  EXPECT_TRUE(HasEvent(st, "RANK_FAILED"));
+  EXPECT_TRUE(HasEvent(st, "RESTARTING"));
+  worker_->CancelStreams();
+}
+
+TEST_F(CoordinatorIntegrationTest, SigkillAndRestartKeepsJobsEventsAndCheckpoints) {
+  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 2));
+  ASSERT_TRUE(reg.ok());
+  auto hb = std::make_unique<Heartbeater>(worker_.get(), reg->worker_id());
+  auto running = user_->SubmitJob(ValidSpec("survivor", 2, /*max_restarts=*/2));
+  auto cancelled = user_->SubmitJob(ValidSpec("cancelled", 1));
+  ASSERT_TRUE(running.ok() && cancelled.ok());
+  ASSERT_TRUE(user_->CancelJob(*cancelled, "changed my mind").ok());
+  WaitJob(*running, [](const JobStatus& s) { return s.state() == RUNNING; });
+  CommitCheckpoint(*running, 1, 42);
+  const JobStatus before = *user_->GetJob(*running);
+  const JobStatus cancelled_before = *user_->GetJob(*cancelled);
+
+  auto status = proc_->Signal(SIGKILL);
+  ASSERT_TRUE(status.ok());
+  EXPECT_TRUE(WIFSIGNALED(*status));
+  hb->Stop();
+  StartCoordinator();  // same state_dir, new port
+  worker_ = *CoordinatorClient::Create(proc_->address(), kWorkerToken);
+  hb = std::make_unique<Heartbeater>(worker_.get(), reg->worker_id());
+
+  auto jobs = user_->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 2u);
+  JobStatus after = *user_->GetJob(*running);
+  EXPECT_EQ(after.state(), RUNNING);
+  EXPECT_EQ(after.attempt(), before.attempt());
+  EXPECT_EQ(after.latest_checkpoint_step(), 42);
+  ASSERT_GE(after.events_size(), before.events_size());
+  for (int i = 0; i < before.events_size(); ++i) {
+    EXPECT_EQ(after.events(i).SerializeAsString(), before.events(i).SerializeAsString()) << i;
+  }
+  EXPECT_EQ(user_->GetJob(*cancelled)->SerializeAsString(), cancelled_before.SerializeAsString());
+  auto cps = user_->ListCheckpoints(*running);
+  ASSERT_TRUE(cps.ok());
+  ASSERT_EQ(cps->size(), 1u);
+  EXPECT_TRUE((*cps)[0].committed());
+  // The worker keeps heartbeating under its old id: the attempt goes on (no WORKER_LOST).
+  absl::SleepFor(absl::Seconds(2));
+  after = *user_->GetJob(*running);
+  EXPECT_EQ(after.state(), RUNNING);
+  EXPECT_EQ(after.attempt(), before.attempt());
+  EXPECT_FALSE(HasEvent(after, "WORKER_LOST"));
+  // New ids do not collide with old ones.
+  auto next = user_->SubmitJob(ValidSpec("next", 1));
+  ASSERT_TRUE(next.ok());
+  EXPECT_NE(*next, *running);
+  EXPECT_NE(*next, *cancelled);
+}
+
+TEST_F(CoordinatorIntegrationTest, MissingAndWrongTokensAreRefusedAndChangeNothing) {
+  auto anonymous = *CoordinatorClient::Create(proc_->address(), "");
+  auto wrong = *CoordinatorClient::Create(proc_->address(), "not-the-token");
+  for (CoordinatorClient* c : {anonymous.get(), wrong.get(), worker_.get()}) {
+    auto sub = c->SubmitJob(ValidSpec("intruder", 1));
+    EXPECT_EQ(sub.status().code(), absl::StatusCode::kUnauthenticated) << sub.status();
+    EXPECT_EQ(c->ListJobs().status().code(), absl::StatusCode::kUnauthenticated);
+    EXPECT_EQ(c->CancelJob("job-1").code(), absl::StatusCode::kUnauthenticated);
+  }
+  EXPECT_NE(anonymous->ListJobs().status().message().find("missing"), std::string::npos);
+  for (CoordinatorClient* c : {anonymous.get(), wrong.get(), user_.get()}) {
+    auto reg = c->RegisterWorker(WorkerReq("rogue", 4));
+    EXPECT_EQ(reg.status().code(), absl::StatusCode::kUnauthenticated) << reg.status();
+  }
+  auto jobs = user_->ListJobs();
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_TRUE(jobs->empty());
+  EXPECT_TRUE(user_->ListWorkers()->empty());
+}
+
+TEST_F(CoordinatorIntegrationTest, BadSpecIsInvalidArgumentAndServingContinues) {
+  JobSpec bad = ValidSpec("bad", 4);
+  bad.mutable_fsdp()->set_hybrid_shard_degree(3);
+  auto r = user_->SubmitJob(bad);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("fsdp.hybrid_shard_degree"), std::string::npos)
+      << r.status();
+  JobSpec zero = ValidSpec("zero", 1);
+  zero.set_world_size(0);
+  r = user_->SubmitJob(zero);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("world_size"), std::string::npos) << r.status();
+  JobSpec lr = ValidSpec("lr", 1);
+  lr.mutable_optimizer()->set_lr(-1);  // only spec::Validate knows this one
+  r = user_->SubmitJob(lr);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("optimizer.lr"), std::string::npos) << r.status();
+  EXPECT_TRUE(user_->ListJobs()->empty());
+  auto ok = user_->SubmitJob(ValidSpec("good", 1));
+  EXPECT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(user_->GetJob("job-404").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorIntegrationTest, RendezvousKvStoreOverGrpc) {
+  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 1));
+  ASSERT_TRUE(reg.ok());
+  Heartbeater hb(worker_.get(), reg->worker_id());
+  AssignmentCollector stream(worker_.get(), reg->worker_id());
+  ASSERT_TRUE(user_->SubmitJob(ValidSpec("kv", 1)).ok());
+  auto got = stream.WaitFor(1);
+  ASSERT_EQ(got.size(), 1u);
+  std::shared_ptr<CoordinatorClient> shared = *CoordinatorClient::Create(proc_->address(),
+                                                                         kWorkerToken);
+  RendezvousKvStore kv(shared, got[0].rendezvous_namespace(), got[0].rendezvous_secret());
+  std::thread late([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    EXPECT_TRUE(kv.Set("rank1/addr", std::string("\x01\x02\0", 3)).ok());
+  });
+  ASSERT_TRUE(kv.Set("rank0/addr", "10.0.0.1:1234").ok());
+  auto v = kv.Get({"rank0/addr", "rank1/addr"}, absl::Seconds(10));
+  late.join();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ((*v)[0], "10.0.0.1:1234");
+  EXPECT_EQ((*v)[1], std::string("\x01\x02\0", 3));
+  auto missing = kv.Get({"nobody"}, absl::Milliseconds(300));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(missing.status().message().find("nobody"), std::string::npos);
+  RendezvousKvStore thief(shared, got[0].rendezvous_namespace(), "guessed");
+  EXPECT_EQ(thief.Get({"rank0/addr"}, absl::Milliseconds(100)).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  worker_->CancelStreams();
+}
+
+TEST(CoordinatorListen, NonLoopbackWithoutTokensRefusesUnlessInsecure) {
+  CoordinatorProcess::Options o;
+  o.binary = CoordinatorBinaryPath();
+  o.args = {"--listen=0.0.0.0:0"};
+  o.stderr_path = TmpDir("refuse.stderr");
+  auto p = CoordinatorProcess::Start(o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(p.status().message().find("exit code 1"), std::string::npos) << p.status();
+  EXPECT_NE(p.status().message().find("refusing to listen on non-loopback address"),
+            std::string::npos)
+      << p.status();
+  o.args.push_back("--insecure");
+  auto q = CoordinatorProcess::Start(o);
+  ASSERT_TRUE(q.ok()) << q.status();
+  // SIGTERM is a clean shutdown.
+  auto status = (*q)->Signal(SIGTERM);
+  ASSERT_TRUE(status.ok());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << *status;
+}
+
+}  // namespace
+}  // namespace shardline::coordinator
