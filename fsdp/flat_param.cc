@@ -1,0 +1,131 @@
+#include "fsdp/flat_param.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <c10/core/StorageImpl.h>
+#include <ATen/core/grad_mode.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace shardline::fsdp {
+namespace {
+
+int64_t Bytes(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FlatParam>> FlatParam::Create(std::string name,
+                                                             std::vector<FlatParamEntry> entries,
+                                                             int shard_rank, int shard_count) {
+  if (entries.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("flat param ", name, ": no parameters"));
+  }
+  if (shard_count < 1 || shard_rank < 0 || shard_rank >= shard_count) {
+    return absl::InvalidArgumentError(absl::StrCat("flat param ", name, ": shard_rank ",
+                                                   shard_rank, " not in [0, ", shard_count, ")"));
+  }
+  const at::Device device = entries[0].param.device();
+  int64_t offset = 0;
+  for (FlatParamEntry& e : entries) {
+    if (e.param.scalar_type() != at::kFloat) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flat param ", name, ": parameter ", e.name, " has dtype ",
+                       c10::toString(e.param.scalar_type()), "; only float32 is supported"));
+    }
+    if (e.param.device() != device) {
+      return absl::InvalidArgumentError(absl::StrCat("flat param ", name, ": parameter ", e.name,
+                                                     " is on ", e.param.device().str(),
+                                                     ", others on ", device.str()));
+    }
+    e.shape = e.param.sizes().vec();
+    e.numel = e.param.numel();
+    e.offset = offset;
+    offset += e.numel;
+  }
+  auto fp = std::unique_ptr<FlatParam>(new FlatParam());
+  fp->name_ = std::move(name);
+  fp->entries_ = std::move(entries);
+  fp->shard_rank_ = shard_rank;
+  fp->shard_count_ = shard_count;
+  fp->numel_ = offset;
+  fp->shard_numel_ = (offset + shard_count - 1) / shard_count;
+
+  at::NoGradGuard no_grad;
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
+  // Build the padded flat copy once, keep our shard, rebind parameters into full_.
+  at::Tensor flat = at::zeros({fp->padded_numel()}, opts);
+  for (const FlatParamEntry& e : fp->entries_) {
+    flat.narrow(0, e.offset, e.numel).copy_(e.param.detach().reshape({-1}));
+  }
+  fp->shard_ = flat.narrow(0, fp->shard_begin(), fp->shard_numel_).clone();
+  fp->shard_grad_ = at::zeros({fp->shard_numel_}, opts);
+  if (fp->full_is_shard()) {
+    fp->full_ = fp->shard_;
+    fp->full_allocated_ = true;
+  } else {
+    fp->full_ = flat;  // Allocated now, holding the current values; freed below.
+    fp->full_allocated_ = true;
+  }
+  for (FlatParamEntry& e : fp->entries_) {
+    e.param.set_data(fp->full_.narrow(0, e.offset, e.numel).view(e.shape));
+  }
+  fp->FreeFull();
+  return fp;
+}
+
+int64_t FlatParam::valid_shard_numel() const {
+  return std::clamp<int64_t>(numel_ - shard_begin(), 0, shard_numel_);
+}
+
+void FlatParam::AllocateFull() {
+  if (full_allocated_) return;
+  c10::StorageImpl* storage = full_.storage().unsafeGetStorageImpl();
+  const size_t nbytes = static_cast<size_t>(padded_numel()) * sizeof(float);
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes));
+  storage->set_nbytes(nbytes);
+  full_allocated_ = true;
+}
+
+void FlatParam::FreeFull() {
+  if (!full_allocated_ || full_is_shard()) return;
+  c10::StorageImpl* storage = full_.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, full_.device()));
+  storage->set_nbytes(0);
+  full_allocated_ = false;
+}
+
+void FlatParam::AllocateFullGrad() {
+  if (full_grad_.defined()) return;
+  full_grad_ = at::zeros({padded_numel()}, shard_.options());
+  for (FlatParamEntry& e : entries_) {
+    e.param.mutable_grad() = full_grad_.narrow(0, e.offset, e.numel).view(e.shape);
+  }
+}
+
+void FlatParam::FreeFullGrad() {
+  for (FlatParamEntry& e : entries_) e.param.mutable_grad() = at::Tensor();
+  full_grad_ = at::Tensor();
+}
+
+int64_t FlatParam::shard_bytes() const { return Bytes(shard_); }
+int64_t FlatParam::shard_grad_bytes() const { return Bytes(shard_grad_); }
+int64_t FlatParam::full_bytes() const {
+  return (full_allocated_ && !full_is_shard()) ? Bytes(full_) : 0;
+}
+int64_t FlatParam::full_grad_bytes() const { return Bytes(full_grad_); }
+
+FlatParam::LocalRange FlatParam::LocalRangeOf(size_t entry_index) const {
+  const FlatParamEntry& e = entries_[entry_index];
+  const int64_t lo = std::max(e.offset, shard_begin());
+  const int64_t hi = std::min(e.offset + e.numel, shard_begin() + shard_numel_);
+  LocalRange r;
+  if (hi <= lo) return r;
+  r.start = lo - e.offset;
+  r.end = hi - e.offset;
+  r.shard_offset = lo - shard_begin();
+  return r;
+}
+
+}  // namespace shardline::fsdp

@@ -1,0 +1,486 @@
+#include "fsdp/fsdp_engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/torch_status.h"
+
+namespace shardline::fsdp {
+
+struct FsdpEngine::Unit {
+  FlatParam* flat = nullptr;
+  int hook_group = -1;  // -1: root-gathered.
+  int grads_expected = 0;
+  int grads_ready = 0;     // This backward.
+  bool post_backward_done = false;  // This backward.
+};
+
+namespace {
+
+// Identity on the unit's output whose backward runs before the unit's own backward: there the
+// engine re-gathers the unit's parameters (if freed) and prepares its flat gradient.
+struct PreBackwardFunction : public torch::autograd::Function<PreBackwardFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x,
+                            int64_t engine, int64_t group) {
+    ctx->saved_data["engine"] = engine;
+    ctx->saved_data["group"] = group;
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* engine = reinterpret_cast<FsdpEngine*>(ctx->saved_data["engine"].toInt());
+    engine->PreBackward(static_cast<int>(ctx->saved_data["group"].toInt()));
+    return {grads[0], torch::autograd::Variable(), torch::autograd::Variable()};
+  }
+};
+
+// Fires after AccumulateGrad added this backward's gradient into the parameter's .grad (a view
+// into the unit's flat gradient).
+class GradReadyHook : public torch::autograd::PostAccumulateGradHook {
+ public:
+  GradReadyHook(FsdpEngine* engine, int unit) : engine_(engine), unit_(unit) {}
+  void operator()(const torch::autograd::Variable& /*param*/) override {
+    engine_->OnParamGradReady(unit_);
+  }
+
+ private:
+  FsdpEngine* engine_;
+  int unit_;
+};
+
+bool Collective(const Communicator* c) { return c != nullptr && c->size() > 1; }
+
+// Broadcast from rank 0 of `comm` in place, for any dtype (the communicator takes float32,
+// float64 and int64; others travel as float64, exactly for bool and small integers).
+absl::Status BroadcastAny(Communicator* comm, const at::Tensor& t) {
+  if (!Collective(comm) || t.numel() == 0) return absl::OkStatus();
+  const auto dtype = t.scalar_type();
+  at::Tensor buf = (dtype == at::kFloat || dtype == at::kDouble || dtype == at::kLong)
+                       ? t.detach().contiguous().clone()
+                       : t.detach().to(at::kDouble).contiguous();
+  RETURN_IF_ERROR(comm->Broadcast(buf, 0));
+  at::NoGradGuard no_grad;
+  t.detach().copy_(buf.to(dtype).view(t.sizes()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+FsdpEngine::FsdpEngine(std::shared_ptr<torch::nn::Module> model, const EngineLayout& layout,
+                       Communicator* shard, Communicator* replicate,
+                       const FsdpEngineOptions& options)
+    : model_(std::move(model)),
+      layout_(layout),
+      shard_(shard),
+      replicate_(replicate),
+      options_(options) {}
+
+FsdpEngine::~FsdpEngine() {
+  // Leave the model usable: drop hooks that point at this engine.
+  for (auto& flat : flats_) {
+    for (const FlatParamEntry& e : flat->entries()) {
+      torch::autograd::impl::set_post_acc_grad_hooks(e.param, nullptr);
+    }
+  }
+}
+
+absl::StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(
+    std::shared_ptr<torch::nn::Module> model, const EngineLayout& layout, Communicator* shard,
+    Communicator* replicate, const FsdpEngineOptions& options) {
+  if (model == nullptr) return absl::InvalidArgumentError("FsdpEngine: model is null");
+  const int s = layout.shard_degree;
+  const int r = layout.replicate_degree;
+  if (s < 1 || r < 1 || s * r != layout.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FsdpEngine: layout world_size ", layout.world_size, " != replicate degree ", r,
+        " x shard degree ", s));
+  }
+  if (options.rank < 0 || options.rank >= layout.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("FsdpEngine: rank ", options.rank,
+                                                   " outside world_size ",
+                                                   layout.world_size));
+  }
+  const int shard_size = shard == nullptr ? 1 : shard->size();
+  const int replicate_size = replicate == nullptr ? 1 : replicate->size();
+  if (shard_size != s) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FsdpEngine: shard communicator has ", shard_size, " ranks but layout ",
+        layout.DebugString(), " needs shard degree S=", s));
+  }
+  if (replicate_size != r) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FsdpEngine: replicate communicator has ", replicate_size, " ranks but layout ",
+        layout.DebugString(), " needs replicate degree R=", r));
+  }
+  if (shard != nullptr && shard->rank() != layout.ShardIndex(options.rank)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FsdpEngine: shard communicator rank ", shard->rank(), " but global rank ",
+        options.rank, " is shard index ", layout.ShardIndex(options.rank), " in ",
+        layout.DebugString()));
+  }
+  if (replicate != nullptr && replicate->rank() != layout.ReplicateIndex(options.rank)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FsdpEngine: replicate communicator rank ", replicate->rank(), " but global rank ",
+        options.rank, " is replicate index ", layout.ReplicateIndex(options.rank), " in ",
+        layout.DebugString()));
+  }
+  if (options.forward_prefetch || options.backward_prefetch) {
+    return absl::UnimplementedError(
+        "FsdpEngine: forward_prefetch/backward_prefetch are not implemented yet; the engine "
+        "gathers synchronously (numerics are the same)");
+  }
+  auto engine = std::unique_ptr<FsdpEngine>(new FsdpEngine(model, layout, shard, replicate, options));
+  RETURN_IF_ERROR(engine->Init());
+  return engine;
+}
+
+absl::Status FsdpEngine::SyncModuleStates() {
+  // Shard group first (from its rank 0), then replicate group (from its rank 0): global rank 0's
+  // values reach everybody.
+  for (Communicator* comm : {shard_, replicate_}) {
+    for (const auto& p : model_->parameters(/*recurse=*/true)) {
+      RETURN_IF_ERROR(BroadcastAny(comm, p));
+    }
+    for (const auto& b : model_->buffers(/*recurse=*/true)) {
+      RETURN_IF_ERROR(BroadcastAny(comm, b));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsdpEngine::Init() {
+  std::vector<std::string> hook_paths;
+  ASSIGN_OR_RETURN(std::vector<UnitPlan> plans,
+                   PlanUnits(*model_, options_.wrap_policy, &hook_paths));
+  if (options_.sync_module_states) RETURN_IF_ERROR(SyncModuleStates());
+
+  // Hook groups in module order; map the hook modules' addresses.
+  std::map<std::string, int> group_of_path;
+  std::map<std::string, const torch::nn::Module*> module_at;
+  for (const auto& item : model_->named_modules("", /*include_self=*/false)) {
+    module_at[item.key()] = item.value().get();
+  }
+  const int shard_rank = shard_ == nullptr ? 0 : shard_->rank();
+  const int s = layout_.shard_degree;
+  for (UnitPlan& plan : plans) {
+    std::vector<FlatParamEntry> entries;
+    for (UnitPlanParam& p : plan.params) {
+      FlatParamEntry e;
+      e.name = p.name;
+      e.aliases = p.aliases;
+      e.param = p.param;
+      entries.push_back(std::move(e));
+    }
+    absl::StatusOr<std::unique_ptr<FlatParam>> flat;
+    RETURN_IF_ERROR(TorchCall("build flat parameter", [&] {
+      flat = FlatParam::Create(plan.name, entries, shard_rank, s);
+    }));
+    if (!flat.ok()) return flat.status();
+    auto unit = std::make_unique<Unit>();
+    unit->flat = flat->get();
+    for (const FlatParamEntry& e : unit->flat->entries()) {
+      if (e.param.requires_grad()) ++unit->grads_expected;
+    }
+    const int index = static_cast<int>(units_.size());
+    if (plan.hook_path.empty()) {
+      root_units_.push_back(index);
+    } else {
+      auto it = group_of_path.find(plan.hook_path);
+      if (it == group_of_path.end()) {
+        it = group_of_path.emplace(plan.hook_path, static_cast<int>(hook_groups_.size())).first;
+        hook_groups_.emplace_back();
+        hook_index_[module_at[plan.hook_path]] = it->second;
+      }
+      hook_groups_[it->second].push_back(index);
+      unit->hook_group = it->second;
+    }
+    for (const FlatParamEntry& e : unit->flat->entries()) {
+      if (e.param.requires_grad()) {
+        torch::autograd::impl::set_post_acc_grad_hooks(
+            e.param, std::make_unique<GradReadyHook>(this, index));
+      }
+    }
+    flats_.push_back(std::move(*flat));
+    units_.push_back(std::move(unit));
+  }
+  return absl::OkStatus();
+}
+
+void FsdpEngine::set_step(int64_t step) {
+  if (shard_ != nullptr) shard_->set_step(step);
+  if (replicate_ != nullptr) replicate_->set_step(step);
+}
+
+absl::Status FsdpEngine::Fail(absl::Status s) {
+  if (first_error_.ok()) first_error_ = s;
+  return s;
+}
+
+void FsdpEngine::UpdatePeaks() {
+  int64_t gathered = 0, grads = 0;
+  for (const auto& f : flats_) {
+    gathered += f->full_bytes();
+    grads += f->full_grad_bytes();
+  }
+  peak_gathered_ = std::max(peak_gathered_, gathered);
+  peak_unsharded_grad_ = std::max(peak_unsharded_grad_, grads);
+}
+
+absl::Status FsdpEngine::Gather(int unit) {
+  FlatParam* flat = units_[unit]->flat;
+  if (flat->full_allocated()) return absl::OkStatus();  // Kept, or S == 1.
+  flat->AllocateFull();
+  UpdatePeaks();
+  absl::Status s = shard_->AllGather(flat->shard(), flat->full());
+  if (!s.ok()) return Fail(s);
+  return absl::OkStatus();
+}
+
+void FsdpEngine::Free(int unit) { units_[unit]->flat->FreeFull(); }
+
+void FsdpEngine::ReshardAll() {
+  for (size_t u = 0; u < units_.size(); ++u) Free(static_cast<int>(u));
+}
+
+absl::Status FsdpEngine::BeginForward() {
+  if (!first_error_.ok()) return first_error_;
+  if (in_backward_) return absl::FailedPreconditionError("BeginForward called inside Backward");
+  for (int u : root_units_) RETURN_IF_ERROR(Gather(u));
+  return absl::OkStatus();
+}
+
+at::Tensor FsdpEngine::Run(const torch::nn::Module& module, const at::Tensor& input,
+                           const UnitBody& body) {
+  if (!first_error_.ok()) throw CommError(first_error_);
+  auto it = hook_index_.find(&module);
+  if (it == hook_index_.end()) return body(input);  // Its parameters belong to root units.
+  const int group = it->second;
+  for (int u : hook_groups_[group]) {
+    absl::Status s = Gather(u);
+    if (!s.ok()) throw CommError(s);
+  }
+  at::Tensor out = body(input);
+  const bool needs_backward = at::GradMode::is_enabled() && out.requires_grad();
+  if (needs_backward) {
+    out = PreBackwardFunction::apply(out, reinterpret_cast<int64_t>(this),
+                                     static_cast<int64_t>(group));
+  }
+  if (layout_.reshard_after_forward || !needs_backward) {
+    for (int u : hook_groups_[group]) Free(u);
+  }
+  return out;
+}
+
+void FsdpEngine::PreBackward(int group) {
+  for (int u : hook_groups_[group]) {
+    absl::Status s = Gather(u);
+    if (!s.ok()) throw CommError(s);
+    units_[u]->flat->AllocateFullGrad();
+  }
+  UpdatePeaks();
+}
+
+void FsdpEngine::OnParamGradReady(int unit) {
+  Unit& u = *units_[unit];
+  ++u.grads_ready;
+  if (u.grads_ready == u.grads_expected) {
+    absl::Status s = PostBackward(unit);
+    if (!s.ok()) throw CommError(s);
+  }
+}
+
+absl::Status FsdpEngine::ReduceGrad(int unit) {
+  FlatParam* flat = units_[unit]->flat;
+  at::NoGradGuard no_grad;
+  at::Tensor reduced;
+  if (flat->full_is_shard()) {
+    reduced = flat->full_grad();  // S == 1: no reduce-scatter.
+  } else {
+    reduced = at::empty({flat->shard_numel()}, flat->shard().options());
+    absl::Status s = shard_->ReduceScatter(flat->full_grad(), reduced, ReduceOp::kAvg);
+    if (!s.ok()) return Fail(s);
+  }
+  if (Collective(replicate_)) {
+    absl::Status s = replicate_->AllReduce(reduced, ReduceOp::kAvg);
+    if (!s.ok()) return Fail(s);
+  }
+  flat->shard_grad().add_(reduced);
+  return absl::OkStatus();
+}
+
+absl::Status FsdpEngine::PostBackward(int unit) {
+  Unit& u = *units_[unit];
+  if (u.post_backward_done) return absl::OkStatus();
+  u.post_backward_done = true;
+  if (sync_ && u.flat->full_grad_allocated()) {
+    RETURN_IF_ERROR(ReduceGrad(unit));
+    u.flat->FreeFullGrad();
+  }
+  Free(unit);
+  return absl::OkStatus();
+}
+
+absl::Status FsdpEngine::Backward(const at::Tensor& loss, bool sync_gradients) {
+  if (!first_error_.ok()) return first_error_;
+  if (!loss.defined() || !loss.requires_grad()) {
+    return absl::InvalidArgumentError("Backward: loss does not require grad");
+  }
+  for (int u : root_units_) {
+    if (!units_[u]->flat->full_allocated()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("Backward: unit ", units_[u]->flat->name(),
+                       " is not gathered; call BeginForward() before the forward pass"));
+    }
+  }
+  in_backward_ = true;
+  sync_ = sync_gradients;
+  for (auto& u : units_) {
+    u->grads_ready = 0;
+    u->post_backward_done = false;
+  }
+  for (int u : root_units_) units_[u]->flat->AllocateFullGrad();
+  UpdatePeaks();
+
+  absl::Status status;
+  try {
+    torch::autograd::backward({loss});
+  } catch (const CommError& e) {
+    status = e.status();
+  } catch (...) {
+    status = StatusFromCurrentTorchException("backward");
+  }
+  if (!first_error_.ok()) status = first_error_;  // The collective's own error, not a wrapper.
+  // Units whose gradients never all arrived (unused parameters), or that hold no_sync
+  // gradients from earlier micro-batches: reduce now, in unit order (the same on every rank).
+  for (size_t u = 0; status.ok() && u < units_.size(); ++u) {
+    if (!units_[u]->post_backward_done && units_[u]->flat->full_grad_allocated()) {
+      status = PostBackward(static_cast<int>(u));
+    }
+  }
+  ReshardAll();
+  in_backward_ = false;
+  if (!status.ok()) return Fail(status);
+  grads_pending_ = !sync_gradients;
+  return absl::OkStatus();
+}
+
+void FsdpEngine::ZeroShardGrads() {
+  at::NoGradGuard no_grad;
+  for (auto& f : flats_) f->shard_grad().zero_();
+}
+
+MemoryStats FsdpEngine::memory_stats() const {
+  MemoryStats m;
+  for (const auto& f : flats_) {
+    m.param_shard_bytes += f->shard_bytes();
+    m.grad_shard_bytes += f->shard_grad_bytes();
+    m.padding_bytes += (f->shard_numel() - f->valid_shard_numel()) * 4;
+    m.gathered_param_bytes += f->full_bytes();
+    m.unsharded_grad_bytes += f->full_grad_bytes();
+    m.num_params += f->numel();
+  }
+  m.peak_gathered_param_bytes = peak_gathered_;
+  m.peak_unsharded_grad_bytes = peak_unsharded_grad_;
+  return m;
+}
+
+std::vector<ShardSlice> FsdpEngine::LocalParamState() const {
+  std::vector<ShardSlice> out;
+  for (const auto& f : flats_) {
+    for (size_t i = 0; i < f->entries().size(); ++i) {
+      const FlatParamEntry& e = f->entries()[i];
+      FlatParam::LocalRange r = f->LocalRangeOf(i);
+      ShardSlice s;
+      s.name = e.name;
+      s.global_shape = e.shape;
+      s.start = r.start;
+      s.end = r.end;
+      s.local = f->shard().narrow(0, r.shard_offset, r.end - r.start);
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FsdpEngine::FullParamState(
+    bool rank0_only) {
+  if (!first_error_.ok()) return first_error_;
+  const bool keep = !rank0_only || options_.rank == 0;
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  at::NoGradGuard no_grad;
+  for (const auto& f : flats_) {
+    at::Tensor full;
+    if (f->full_is_shard()) {
+      full = f->shard();
+    } else {
+      full = at::empty({f->padded_numel()}, f->shard().options());
+      absl::Status s = shard_->AllGather(f->shard(), full);
+      if (!s.ok()) return Fail(s);
+    }
+    if (!keep) continue;
+    for (const FlatParamEntry& e : f->entries()) {
+      out.emplace_back(e.name, full.narrow(0, e.offset, e.numel).view(e.shape).clone());
+    }
+  }
+  return out;
+}
+
+absl::Status FsdpEngine::LoadFullParamState(const std::map<std::string, at::Tensor>& state) {
+  at::NoGradGuard no_grad;
+  for (const auto& f : flats_) {
+    for (size_t i = 0; i < f->entries().size(); ++i) {
+      const FlatParamEntry& e = f->entries()[i];
+      auto it = state.find(e.name);
+      for (size_t a = 0; it == state.end() && a < e.aliases.size(); ++a) {
+        it = state.find(e.aliases[a]);
+      }
+      if (it == state.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("LoadFullParamState: parameter ", e.name, " missing"));
+      }
+      if (it->second.sizes().vec() != e.shape) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "LoadFullParamState: parameter ", e.name, " has shape ",
+            c10::str(it->second.sizes()), ", model has ", c10::str(at::IntArrayRef(e.shape))));
+      }
+      FlatParam::LocalRange r = f->LocalRangeOf(i);
+      if (r.end == r.start) continue;
+      f->shard()
+          .narrow(0, r.shard_offset, r.end - r.start)
+          .copy_(it->second.reshape({-1}).narrow(0, r.start, r.end - r.start));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::map<std::string, std::string> FsdpEngine::aliases() const {
+  std::map<std::string, std::string> out;
+  for (const auto& f : flats_) {
+    for (const FlatParamEntry& e : f->entries()) {
+      for (const std::string& a : e.aliases) out[a] = e.name;
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> FsdpEngine::UnitSummary() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::vector<std::string> group_path(hook_groups_.size());
+  for (const auto& u : units_) {
+    out.emplace_back(u->flat->name(),
+                     u->hook_group < 0 ? std::string("<root-gathered>")
+                                       : absl::StrCat("hook group ", u->hook_group));
+  }
+  return out;
+}
+
+}  // namespace shardline::fsdp

@@ -1,0 +1,180 @@
+// FsdpEngine: wraps a LibTorch module for Fully Sharded Data Parallel training; implements
+// UnitRunner so the model's RunUnit calls drive the per-unit gather/free schedule.
+//
+// One training step (see docs/fsdp_step.md):
+//   engine->set_step(step);
+//   for each micro-batch:
+//     RETURN_IF_ERROR(engine->BeginForward());          // gathers the root-gathered units
+//     at::Tensor loss = model->forward(x, engine.get()) // RunUnit -> Run(): gather, compute, free
+//     RETURN_IF_ERROR(engine->Backward(loss / n, /*sync_gradients=*/last_micro_batch));
+//   ASSIGN_OR_RETURN(double norm, optimizer->Step());   // fsdp/sharded_optimizer.h
+//
+// Strategies (from the ParallelLayout of fsdp/layout.h, passed as MakeEngineLayout(layout);
+// S = shard degree, R = W / S):
+//   FULL_SHARD / HYBRID_SHARD        gather per unit in forward, free after it, re-gather in
+//                                    backward (pre-backward hook), free after the unit's grads;
+//   SHARD_GRAD_OP / HYBRID_SHARD_ZERO2  gather in forward, keep until the unit's grads are done;
+//   NO_SHARD (S = 1)                  parameters are never gathered or freed.
+// Gradients: when all of a unit's parameters have accumulated their gradient (post-accumulate
+// hooks), the flat gradient is reduce-scattered in the shard group with kAvg (divides by S), then
+// for R > 1 all-reduced in the replicate group with kAvg (divides by R): the mean over all W
+// ranks, as DDP computes it. With S = 1 (NO_SHARD) there is only the all-reduce.
+// Backward(loss, sync_gradients=false) is PyTorch's no_sync: the unsharded flat gradients keep
+// accumulating locally and are reduced on the next Backward with sync_gradients=true.
+//
+// Errors: collective failures inside forward/backward throw fsdp::CommError through LibTorch;
+// Backward() catches it and returns its status; BeginForward() and Backward() return the first
+// failure again on every later call (the engine is broken after a failed collective).
+//
+// Thread safety: one training thread. Autograd hooks may run on LibTorch's device threads while
+// Backward() blocks, never concurrently with other engine calls.
+#ifndef SHARDLINE_FSDP_FSDP_ENGINE_H_
+#define SHARDLINE_FSDP_FSDP_ENGINE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fsdp/communicator.h"
+#include "fsdp/flat_param.h"
+#include "fsdp/engine_layout.h"
+#include "fsdp/unit_runner.h"
+#include "fsdp/wrap_policy.h"
+
+namespace shardline::fsdp {
+
+struct FsdpEngineOptions {
+  int rank = 0;  // Global rank in [0, W).
+  WrapPolicy wrap_policy;
+  // Broadcast parameters and buffers from rank 0 at wrap time (PyTorch's sync_module_states).
+  bool sync_module_states = true;
+  // Not implemented yet (they change only timing): Create() returns UNIMPLEMENTED when set.
+  bool forward_prefetch = false;
+  bool backward_prefetch = false;
+};
+
+// Bytes this rank holds, by kind. Persistent state = param_shard + grad_shard (+ optimizer).
+struct MemoryStats {
+  int64_t param_shard_bytes = 0;       // fp32 master shards (padding included).
+  int64_t grad_shard_bytes = 0;        // Reduced gradient shards (padding included).
+  int64_t padding_bytes = 0;           // Padding elements in this rank's shards, x4 bytes.
+  int64_t gathered_param_bytes = 0;    // Full parameter buffers held now (S > 1 only).
+  int64_t peak_gathered_param_bytes = 0;
+  int64_t unsharded_grad_bytes = 0;    // Full flat gradients held now.
+  int64_t peak_unsharded_grad_bytes = 0;
+  int64_t num_params = 0;              // P: unique parameter elements of the model.
+};
+
+// One original tensor's piece held by this rank.
+struct ShardSlice {
+  std::string name;
+  std::vector<int64_t> global_shape;
+  int64_t start = 0, end = 0;  // [start, end) in the tensor's flattened (row-major) elements.
+  at::Tensor local;            // 1-D, end - start elements; a VIEW of the rank's state: copy_()
+                               // into it to load a checkpoint.
+};
+
+class FsdpEngine : public UnitRunner {
+ public:
+  // Wraps `model` (parameters must be fp32, on one device). Communicators are borrowed and must
+  // outlive the engine: `shard` spans the rank's shard group (S ranks), `replicate` its replicate
+  // group (R ranks); either may be nullptr when its degree is 1.
+  // Errors: INVALID_ARGUMENT when a communicator's size or rank does not match the layout (the
+  // message names both), or for a bad wrap policy; UNIMPLEMENTED for prefetch flags; the status
+  // of a failed broadcast (sync_module_states).
+  static absl::StatusOr<std::unique_ptr<FsdpEngine>> Create(std::shared_ptr<torch::nn::Module> model,
+                                                            const EngineLayout& layout,
+                                                            Communicator* shard,
+                                                            Communicator* replicate,
+                                                            const FsdpEngineOptions& options);
+  ~FsdpEngine() override;
+
+  // Sets the step quoted in collective error messages.
+  void set_step(int64_t step);
+
+  // Starts a forward pass: gathers the root-gathered units.
+  absl::Status BeginForward();
+  // UnitRunner: gathers the units at this hook module, runs body, attaches the pre-backward
+  // hook, frees per strategy. Throws CommError on a failed collective.
+  at::Tensor Run(const torch::nn::Module& module, const at::Tensor& input,
+                 const UnitBody& body) override;
+  // Runs loss.backward() and the per-unit reductions; frees everything gathered afterwards.
+  absl::Status Backward(const at::Tensor& loss, bool sync_gradients = true);
+  // Frees every gathered unit (after an eval forward, say). No collectives.
+  void ReshardAll();
+
+  // True after a Backward(sync_gradients=false) until a syncing one.
+  bool gradients_pending() const { return grads_pending_; }
+  // Zeroes the reduced gradient shards (the optimizer does this after a step).
+  void ZeroShardGrads();
+
+  MemoryStats memory_stats() const;
+
+  // This rank's shard of every parameter, in unit order.
+  std::vector<ShardSlice> LocalParamState() const;
+  // Every parameter gathered to its full shape (collective over the shard group: call on every
+  // rank). With rank0_only, other ranks get an empty list. Canonical names only; see aliases().
+  absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FullParamState(bool rank0_only);
+  // Loads full tensors (each rank copies its shard out). Accepts canonical names or aliases.
+  // Errors: INVALID_ARGUMENT naming a missing parameter or a shape mismatch.
+  absl::Status LoadFullParamState(const std::map<std::string, at::Tensor>& state);
+  // Alias name -> canonical name, for tied parameters.
+  std::map<std::string, std::string> aliases() const;
+
+  const std::vector<std::unique_ptr<FlatParam>>& flat_params() const { return flats_; }
+  const EngineLayout& layout() const { return layout_; }
+  Communicator* shard_comm() const { return shard_; }
+  Communicator* replicate_comm() const { return replicate_; }
+  // Names of the units and where each is gathered (for logs and tests): (unit, hook path).
+  std::vector<std::pair<std::string, std::string>> UnitSummary() const;
+
+  // Called by the autograd hooks; not for users.
+  void PreBackward(int group);
+  void OnParamGradReady(int unit);
+
+ private:
+  struct Unit;
+  FsdpEngine(std::shared_ptr<torch::nn::Module> model, const EngineLayout& layout,
+             Communicator* shard, Communicator* replicate, const FsdpEngineOptions& options);
+  absl::Status Init();
+  absl::Status SyncModuleStates();
+
+  // Each may throw nothing; they return statuses and record the first failure.
+  absl::Status Gather(int unit);
+  void Free(int unit);
+  absl::Status ReduceGrad(int unit);
+  absl::Status PostBackward(int unit);
+  absl::Status Fail(absl::Status s);  // Records the first error, returns it.
+  void UpdatePeaks();
+
+  std::shared_ptr<torch::nn::Module> model_;
+  EngineLayout layout_;
+  Communicator* shard_;
+  Communicator* replicate_;
+  FsdpEngineOptions options_;
+
+  std::vector<std::unique_ptr<FlatParam>> flats_;
+  std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<std::vector<int>> hook_groups_;           // Hook group -> unit indices.
+  std::map<const torch::nn::Module*, int> hook_index_;  // Hook module -> hook group.
+  std::vector<int> root_units_;                          // Root-gathered units.
+
+  bool in_backward_ = false;
+  bool sync_ = true;
+  bool grads_pending_ = false;
+  absl::Status first_error_;
+  int64_t peak_gathered_ = 0;
+  int64_t peak_unsharded_grad_ = 0;
+};
+
+}  // namespace shardline::fsdp
+
+#endif  // SHARDLINE_FSDP_FSDP_ENGINE_H_

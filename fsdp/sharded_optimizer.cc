@@ -1,0 +1,155 @@
+#include "fsdp/sharded_optimizer.h"
+
+#include <cmath>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace shardline::fsdp {
+namespace {
+
+absl::Status CheckRange(const char* name, double v, double lo, double hi, bool lo_open) {
+  if ((lo_open ? v <= lo : v < lo) || v >= hi || std::isnan(v)) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer.", name, ": ", v, " not in ",
+                                                   lo_open ? "(" : "[", lo, ", ", hi, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ShardedOptimizer::ShardedOptimizer(FsdpEngine* engine, const ShardedOptimizerOptions& options)
+    : engine_(engine), options_(options) {}
+
+absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
+    FsdpEngine* engine, const ShardedOptimizerOptions& o) {
+  if (engine == nullptr) return absl::InvalidArgumentError("ShardedOptimizer: engine is null");
+  constexpr double kInf = HUGE_VAL;
+  RETURN_IF_ERROR(CheckRange("lr", o.lr, 0, kInf, /*lo_open=*/true));
+  RETURN_IF_ERROR(CheckRange("weight_decay", o.weight_decay, 0, kInf, false));
+  RETURN_IF_ERROR(CheckRange("grad_clip", o.grad_clip, 0, kInf, false));
+  if (o.kind == ShardedOptimizerOptions::Kind::kAdamW) {
+    RETURN_IF_ERROR(CheckRange("beta1", o.beta1, 0, 1, false));
+    RETURN_IF_ERROR(CheckRange("beta2", o.beta2, 0, 1, false));
+    RETURN_IF_ERROR(CheckRange("eps", o.eps, 0, kInf, true));
+  } else {
+    RETURN_IF_ERROR(CheckRange("momentum", o.momentum, 0, 1, false));
+  }
+  auto opt = std::unique_ptr<ShardedOptimizer>(new ShardedOptimizer(engine, o));
+  for (const auto& f : engine->flat_params()) {
+    const auto opts = f->shard().options();
+    const int64_t n = f->valid_shard_numel();
+    if (o.kind == ShardedOptimizerOptions::Kind::kAdamW) {
+      opt->exp_avg_.push_back(at::zeros({n}, opts));
+      opt->exp_avg_sq_.push_back(at::zeros({n}, opts));
+    } else if (o.momentum > 0) {
+      opt->momentum_.push_back(at::zeros({n}, opts));
+    }
+  }
+  return opt;
+}
+
+absl::StatusOr<double> ShardedOptimizer::Step() {
+  if (engine_->gradients_pending()) {
+    return absl::FailedPreconditionError(
+        "ShardedOptimizer::Step: gradients of no_sync micro-batches are not reduced yet; call "
+        "Backward(loss, /*sync_gradients=*/true) on the last micro-batch");
+  }
+  at::NoGradGuard no_grad;
+  const auto& flats = engine_->flat_params();
+  // Global norm: local sum of squares in float64, summed over the shard group only.
+  at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble));
+  for (const auto& f : flats) {
+    at::Tensor g = f->shard_grad().narrow(0, 0, f->valid_shard_numel());
+    sq.add_(g.to(at::kDouble).pow(2).sum().cpu());
+  }
+  Communicator* shard = engine_->shard_comm();
+  if (shard != nullptr && shard->size() > 1) {
+    at::Tensor dev = sq.to(flats.empty() ? at::kCPU : flats[0]->shard().device());
+    RETURN_IF_ERROR(shard->AllReduce(dev, ReduceOp::kSum));
+    sq = dev.cpu();
+  }
+  const double norm = std::sqrt(sq.item<double>());
+  if (options_.grad_clip > 0) {
+    const double coef = std::min(1.0, options_.grad_clip / (norm + 1e-6));
+    // torch::nn::utils::clip_grad_norm_ multiplies by the clamped coefficient always.
+    for (const auto& f : flats) f->shard_grad().mul_(coef);
+  }
+
+  ++step_;
+  const auto& o = options_;
+  for (size_t i = 0; i < flats.size(); ++i) {
+    const FlatParam& f = *flats[i];
+    const int64_t n = f.valid_shard_numel();
+    if (n == 0) continue;
+    at::Tensor p = f.shard().narrow(0, 0, n);
+    at::Tensor g = f.shard_grad().narrow(0, 0, n);
+    if (o.kind == ShardedOptimizerOptions::Kind::kAdamW) {
+      if (o.weight_decay != 0) p.mul_(1 - o.lr * o.weight_decay);
+      const double bc1 = 1 - std::pow(o.beta1, static_cast<double>(step_));
+      const double bc2 = 1 - std::pow(o.beta2, static_cast<double>(step_));
+      exp_avg_[i].mul_(o.beta1).add_(g, 1 - o.beta1);
+      exp_avg_sq_[i].mul_(o.beta2).addcmul_(g, g, 1 - o.beta2);
+      at::Tensor denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bc2)).add_(o.eps);
+      p.addcdiv_(exp_avg_[i], denom, -(o.lr / bc1));
+    } else {
+      at::Tensor d = g;
+      if (o.weight_decay != 0) d = d.add(p, o.weight_decay);
+      if (o.momentum > 0) {
+        // LibTorch initialises the buffer with the first gradient (no dampening).
+        if (step_ == 1) {
+          momentum_[i].copy_(d);
+        } else {
+          momentum_[i].mul_(o.momentum).add_(d);
+        }
+        d = momentum_[i];
+      }
+      p.add_(d, -o.lr);
+    }
+  }
+  engine_->ZeroShardGrads();
+  return norm;
+}
+
+int64_t ShardedOptimizer::state_bytes() const {
+  int64_t b = 0;
+  for (const auto* v : {&exp_avg_, &exp_avg_sq_, &momentum_}) {
+    for (const at::Tensor& t : *v) b += t.numel() * t.element_size();
+  }
+  return b;
+}
+
+std::vector<ShardSlice> ShardedOptimizer::LocalState() const {
+  std::vector<ShardSlice> out;
+  const auto& flats = engine_->flat_params();
+  auto add = [&](const std::vector<at::Tensor>& state, const char* suffix) {
+    for (size_t i = 0; i < state.size() && i < flats.size(); ++i) {
+      const FlatParam& f = *flats[i];
+      for (size_t e = 0; e < f.entries().size(); ++e) {
+        FlatParam::LocalRange r = f.LocalRangeOf(e);
+        ShardSlice s;
+        s.name = absl::StrCat(f.entries()[e].name, ".", suffix);
+        s.global_shape = f.entries()[e].shape;
+        s.start = r.start;
+        s.end = r.end;
+        s.local = state[i].narrow(0, r.shard_offset, r.end - r.start);
+        out.push_back(std::move(s));
+      }
+    }
+  };
+  add(exp_avg_, "exp_avg");
+  add(exp_avg_sq_, "exp_avg_sq");
+  add(momentum_, "momentum_buffer");
+  return out;
+}
+
+int64_t PersistentStateBytes(const FsdpEngine& engine, const ShardedOptimizer& optimizer) {
+  const MemoryStats m = engine.memory_stats();
+  return m.param_shard_bytes + m.grad_shard_bytes + optimizer.state_bytes();
+}
+
+}  // namespace shardline::fsdp

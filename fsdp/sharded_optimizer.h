@@ -1,0 +1,86 @@
+// ShardedOptimizer: AdamW or SGD (momentum) stepping on each rank's fp32 parameter shards only.
+//
+// State (exp_avg, exp_avg_sq, or momentum_buffer) exists only for the valid (non-padding)
+// elements of this rank's shard of each flat parameter, so optimizer memory is P/S per tensor.
+// The update formulas follow LibTorch's torch::optim::AdamW / SGD element for element (decoupled
+// weight decay, bias correction; SGD without dampening or Nesterov), so sharded training matches
+// an unsharded LibTorch run.
+//
+// Gradient clipping: the global L2 norm is sqrt(all-reduce over the SHARD group of the sum of
+// squares of the local shard gradients). Replicas (HYBRID_*, NO_SHARD) hold identical shards after
+// the replicate all-reduce, so reducing over the replicate group too would count each element
+// R times. Clipping scales gradients by min(1, max_norm / (norm + 1e-6)), as
+// torch::nn::utils::clip_grad_norm_ does.
+//
+// Thread safety: training thread only; Step() is a collective over the shard group.
+#ifndef SHARDLINE_FSDP_SHARDED_OPTIMIZER_H_
+#define SHARDLINE_FSDP_SHARDED_OPTIMIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fsdp/fsdp_engine.h"
+
+namespace shardline::fsdp {
+
+struct ShardedOptimizerOptions {
+  enum class Kind { kAdamW, kSgd };
+  Kind kind = Kind::kAdamW;
+  double lr = 1e-3;
+  double weight_decay = 0.0;  // AdamW: decoupled; SGD: L2 added to the gradient.
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // AdamW.
+  double momentum = 0.0;                           // SGD.
+  double grad_clip = 0.0;                          // Max global L2 norm; 0 disables.
+};
+
+class ShardedOptimizer {
+ public:
+  // `engine` is borrowed and must outlive the optimizer.
+  // Errors: INVALID_ARGUMENT naming the option for lr <= 0, betas outside [0, 1), eps <= 0,
+  // momentum outside [0, 1), negative weight_decay or grad_clip.
+  static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(
+      FsdpEngine* engine, const ShardedOptimizerOptions& options);
+
+  // Learning rate for the next Step() (the caller's schedule).
+  void set_lr(double lr) { options_.lr = lr; }
+  double lr() const { return options_.lr; }
+
+  // Clips (if grad_clip > 0), updates the local shards, zeroes the gradient shards. Returns the
+  // global gradient norm before clipping. Errors: FAILED_PRECONDITION while no_sync gradients
+  // are pending (the last micro-batch must call Backward with sync_gradients=true); a
+  // collective's error.
+  absl::StatusOr<double> Step();
+
+  int64_t step_count() const { return step_; }
+  void set_step_count(int64_t step) { step_ = step; }  // When restoring a checkpoint.
+
+  // Bytes of optimizer state held by this rank.
+  int64_t state_bytes() const;
+
+  // This rank's optimizer state, one slice per original parameter and state kind, named
+  // "<param>.exp_avg", "<param>.exp_avg_sq" (AdamW) or "<param>.momentum_buffer" (SGD), with the
+  // same [start, end) as FsdpEngine::LocalParamState. `local` views the state: copy_() to load.
+  std::vector<ShardSlice> LocalState() const;
+
+ private:
+  ShardedOptimizer(FsdpEngine* engine, const ShardedOptimizerOptions& options);
+
+  FsdpEngine* engine_;
+  ShardedOptimizerOptions options_;
+  int64_t step_ = 0;
+  // Per flat parameter, [valid_shard_numel] each.
+  std::vector<at::Tensor> exp_avg_, exp_avg_sq_, momentum_;
+};
+
+// Persistent bytes per rank: parameter shards + gradient shards + optimizer state (what the
+// architecture's 16*P/S estimate for AdamW counts).
+int64_t PersistentStateBytes(const FsdpEngine& engine, const ShardedOptimizer& optimizer);
+
+}  // namespace shardline::fsdp
+
+#endif  // SHARDLINE_FSDP_SHARDED_OPTIMIZER_H_

@@ -1,0 +1,311 @@
+// In-process tests of the FSDP engine: ranks are threads connected by FakeCommunicators.
+// Multi-process Gloo parity lives in fsdp_parity_test.cc.
+#include <cmath>
+#include <mutex>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/utils.h>
+
+#include "absl/strings/match.h"
+#include "absl/time/time.h"
+#include "fsdp/engine_layout.h"
+#include "fsdp/fsdp_engine.h"
+#include "fsdp/sharded_optimizer.h"
+#include "fsdp/testing/fake_communicator.h"
+#include "fsdp/testing/tiny_gpt.h"
+#include "fsdp/tests/inprocess_ranks.h"
+#include "fsdp/tests/parity.h"
+#include "gtest/gtest.h"
+
+namespace shardline::fsdp::testing {
+namespace {
+
+int ShardDegree(const ParityConfig& c) {
+  auto layout = MakeEngineLayout(c.world_size, c.strategy, c.hybrid_shard_degree);
+  EXPECT_TRUE(layout.ok()) << layout.status();
+  return layout.ok() ? layout->shard_degree : 1;
+}
+
+void ExpectParity(const ParityConfig& c) {
+  SCOPED_TRACE(c.Name());
+  const ParityResult ref = RunReference(c);
+  FakeWorld world(c.world_size, ShardDegree(c));
+  std::vector<ParityResult> results(c.world_size);
+  auto statuses = RunOnThreads(world, [&](int rank, Communicator* s, Communicator* r) {
+    absl::StatusOr<ParityResult> res = RunFsdpRank(c, rank, s, r);
+    if (!res.ok()) return res.status();
+    results[rank] = std::move(*res);
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < c.world_size; ++r) ASSERT_TRUE(statuses[r].ok()) << statuses[r];
+  for (int step = 0; step < c.steps; ++step) {
+    double mean = 0;
+    for (const ParityResult& r : results) mean += r.losses[step];
+    mean /= c.world_size;
+    EXPECT_NEAR(mean, ref.losses[step], 1e-5 * std::abs(ref.losses[step])) << "step " << step;
+  }
+  ASSERT_FALSE(results[0].params.empty());
+  for (const auto& [name, t] : results[0].params) {
+    ASSERT_TRUE(ref.params.count(name)) << name;
+    const double diff = (t - ref.params.at(name)).abs().max().item<double>();
+    EXPECT_LE(diff, 1e-4) << name;
+  }
+  EXPECT_GT(ref.losses.front() - ref.losses.back(), 0.1) << "the model should learn";
+}
+
+TEST(FsdpEngine, FullShardMatchesUnshardedOnThreads) {
+  ParityConfig c;
+  c.world_size = 2;
+  c.steps = 8;
+  ExpectParity(c);
+}
+
+TEST(FsdpEngine, HybridShardMatchesUnshardedOnThreads) {
+  ParityConfig c;
+  c.strategy = "HYBRID_SHARD";
+  c.world_size = 4;
+  c.hybrid_shard_degree = 2;
+  c.steps = 6;
+  ExpectParity(c);
+}
+
+TEST(FsdpEngine, NoShardAndPerParameterWrapMatchOnThreads) {
+  ParityConfig c;
+  c.strategy = "NO_SHARD";
+  c.world_size = 3;
+  c.steps = 5;
+  ExpectParity(c);
+  c.strategy = "SHARD_GRAD_OP";
+  c.wrap = WrapPolicyKind::kPerParameter;
+  ExpectParity(c);
+}
+
+TEST(FsdpEngine, GradientAccumulationWithNoSyncMatchesOnThreads) {
+  ParityConfig c;
+  c.strategy = "HYBRID_SHARD_ZERO2";
+  c.world_size = 4;
+  c.hybrid_shard_degree = 2;
+  c.micro_batches = 3;
+  c.steps = 5;
+  ExpectParity(c);
+}
+
+TEST(FsdpEngine, SgdMomentumAndSizeBasedWrapMatchOnThreads) {
+  ParityConfig c;
+  c.world_size = 3;
+  c.sgd = true;
+  c.wrap = WrapPolicyKind::kSizeBased;
+  c.steps = 6;
+  ExpectParity(c);
+}
+
+// Persistent state for FULL_SHARD + AdamW: params + grads + exp_avg + exp_avg_sq = 16 P / S
+// bytes, plus padding.
+TEST(FsdpEngine, AccountingShowsSixteenBytesPerParamOverS) {
+  for (int s : {1, 2, 4}) {
+    SCOPED_TRACE(s);
+    ParityConfig c;
+    c.world_size = s;
+    c.strategy = s == 1 ? "NO_SHARD" : "FULL_SHARD";
+    c.steps = 2;
+    FakeWorld world(s, s);
+    std::vector<int64_t> persistent(s), padding(s), params(s), peak(s);
+    auto statuses = RunOnThreads(world, [&](int rank, Communicator* sh, Communicator* rep) {
+      auto layout = MakeEngineLayout(s, c.strategy, 0);
+      if (!layout.ok()) return layout.status();
+      torch::manual_seed(1);
+      TinyGpt model{TinyGptConfig{}};
+      FsdpEngineOptions eo;
+      eo.rank = rank;
+      auto engine = FsdpEngine::Create(model.ptr(), *layout, sh, rep, eo);
+      if (!engine.ok()) return engine.status();
+      auto opt = ShardedOptimizer::Create(engine->get(), ShardedOptimizerOptions{});
+      if (!opt.ok()) return opt.status();
+      at::Tensor idx = at::zeros({2, 8}, at::kLong);
+      absl::Status st = (*engine)->BeginForward();
+      if (!st.ok()) return st;
+      at::Tensor loss = model->loss(idx, idx, engine->get());
+      st = (*engine)->Backward(loss);
+      if (!st.ok()) return st;
+      auto norm = (*opt)->Step();
+      if (!norm.ok()) return norm.status();
+      MemoryStats m = (*engine)->memory_stats();
+      persistent[rank] = PersistentStateBytes(**engine, **opt);
+      padding[rank] = m.padding_bytes;
+      params[rank] = m.num_params;
+      peak[rank] = m.peak_gathered_param_bytes;
+      EXPECT_EQ(m.gathered_param_bytes, 0);  // Everything freed after backward.
+      EXPECT_EQ(m.unsharded_grad_bytes, 0);
+      return absl::OkStatus();
+    });
+    for (const auto& st : statuses) ASSERT_TRUE(st.ok()) << st;
+    for (int r = 0; r < s; ++r) {
+      const double expected = 16.0 * params[r] / s;
+      // Padding adds at most (S-1) elements per unit per tensor kind.
+      EXPECT_NEAR(static_cast<double>(persistent[r]), expected, 0.02 * expected)
+          << "rank " << r << " padding bytes " << padding[r];
+      EXPECT_LE(persistent[r], expected + 4.0 * padding[r] + 16.0 * s * 4);
+      if (s > 1) {
+        // Peak gathered: the root unit plus one block (FULL_SHARD frees each block).
+        EXPECT_GT(peak[r], 0);
+        EXPECT_LT(peak[r], 4 * params[r]);
+      }
+    }
+    EXPECT_EQ(params[0], 16970);
+  }
+}
+
+TEST(FsdpEngine, CommunicatorSizeNotMatchingLayoutIsInvalidArgument) {
+  auto layout = MakeEngineLayout(4, "HYBRID_SHARD", 2);
+  ASSERT_TRUE(layout.ok());
+  auto group = FakeCommunicator::MakeGroup("shard[0]", 3);
+  torch::manual_seed(1);
+  TinyGpt model{TinyGptConfig{}};
+  FsdpEngineOptions eo;
+  auto engine = FsdpEngine::Create(model.ptr(), *layout, group[0].get(), nullptr, eo);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(engine.status().message(), "shard communicator has 3 ranks"))
+      << engine.status();
+  EXPECT_TRUE(absl::StrContains(engine.status().message(), "S=2")) << engine.status();
+}
+
+TEST(FsdpEngine, UnknownStrategyAndBadDegreeAreInvalidArgument) {
+  auto bad_name = MakeEngineLayout(4, "FULLY_SHARDED", 0);
+  ASSERT_FALSE(bad_name.ok());
+  EXPECT_EQ(bad_name.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad_name.status().message(), "FULLY_SHARDED"));
+  auto bad_degree = MakeEngineLayout(6, "FULL_SHARD", 4);
+  ASSERT_FALSE(bad_degree.ok());
+  EXPECT_EQ(bad_degree.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad_degree.status().message(), "4"));
+  EXPECT_TRUE(absl::StrContains(bad_degree.status().message(), "6"));
+}
+
+TEST(FsdpEngine, PrefetchFlagsAreUnimplementedNotIgnored) {
+  auto layout = MakeEngineLayout(1, "NO_SHARD", 0);
+  ASSERT_TRUE(layout.ok());
+  torch::manual_seed(1);
+  TinyGpt model{TinyGptConfig{}};
+  FsdpEngineOptions eo;
+  eo.forward_prefetch = true;
+  auto engine = FsdpEngine::Create(model.ptr(), *layout, nullptr, nullptr, eo);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kUnimplemented);
+}
+
+// A rank that stops participating makes the others fail with DEADLINE_EXCEEDED naming the
+// group, the operation and the step.
+TEST(FsdpEngine, PeerThatStopsMakesOthersFailWithTimeout) {
+  auto layout = MakeEngineLayout(2, "FULL_SHARD", 0);
+  ASSERT_TRUE(layout.ok());
+  auto group = FakeCommunicator::MakeGroup("shard[0]", 2, absl::Milliseconds(500));
+  std::vector<absl::Status> result(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      TinyGpt model{nullptr};
+      {
+        static std::mutex mu;
+        std::lock_guard<std::mutex> lock(mu);
+        torch::manual_seed(1);
+        model = TinyGpt(TinyGptConfig{});
+      }
+      FsdpEngineOptions eo;
+      eo.rank = rank;
+      auto engine = FsdpEngine::Create(model.ptr(), *layout, group[rank].get(), nullptr, eo);
+      if (!engine.ok()) {
+        result[rank] = engine.status();
+        return;
+      }
+      (*engine)->set_step(7);
+      if (rank == 1) return;  // Dies before the step.
+      at::Tensor idx = at::zeros({2, 8}, at::kLong);
+      result[rank] = (*engine)->BeginForward();
+      if (!result[rank].ok()) return;
+      try {
+        at::Tensor loss = model->loss(idx, idx, engine->get());
+        result[rank] = (*engine)->Backward(loss);
+      } catch (const CommError& e) {
+        result[rank] = e.status();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(result[0].code(), absl::StatusCode::kDeadlineExceeded) << result[0];
+  EXPECT_TRUE(absl::StrContains(result[0].message(), "group shard[0] op all_gather step 7"))
+      << result[0];
+}
+
+TEST(FsdpEngine, LocalStateCoversEveryElementOnce) {
+  const int s = 3;
+  FakeWorld world(s, s);
+  std::vector<std::vector<ShardSlice>> slices(s);
+  std::vector<std::vector<ShardSlice>> opt_slices(s);
+  std::vector<std::unique_ptr<FsdpEngine>> engines(s);
+  std::vector<std::unique_ptr<ShardedOptimizer>> opts(s);
+  std::vector<TinyGpt> models(s, TinyGpt{nullptr});
+  for (int r = 0; r < s; ++r) {
+    torch::manual_seed(1);
+    models[r] = TinyGpt(TinyGptConfig{});
+  }
+  std::vector<std::map<std::string, at::Tensor>> full(s);
+  auto statuses = RunOnThreads(world, [&](int rank, Communicator* sh, Communicator* rep) {
+    auto layout = MakeEngineLayout(s, "FULL_SHARD", 0);
+    FsdpEngineOptions eo;
+    eo.rank = rank;
+    eo.wrap_policy.kind = WrapPolicyKind::kPerLayer;
+    auto engine = FsdpEngine::Create(models[rank].ptr(), *layout, sh, rep, eo);
+    if (!engine.ok()) return engine.status();
+    auto opt = ShardedOptimizer::Create(engine->get(), ShardedOptimizerOptions{});
+    if (!opt.ok()) return opt.status();
+    slices[rank] = (*engine)->LocalParamState();
+    opt_slices[rank] = (*opt)->LocalState();
+    auto state = (*engine)->FullParamState(/*rank0_only=*/false);
+    if (!state.ok()) return state.status();
+    for (auto& [n, t] : *state) full[rank][n] = t;
+    engines[rank] = std::move(*engine);
+    opts[rank] = std::move(*opt);
+    return absl::OkStatus();
+  });
+  for (const auto& st : statuses) ASSERT_TRUE(st.ok()) << st;
+  // Rebuild every parameter from the slices of all ranks and compare with the full state.
+  torch::manual_seed(1);
+  TinyGpt fresh(TinyGptConfig{});
+  std::map<std::string, at::Tensor> expected;
+  for (const auto& item : fresh->named_parameters()) expected[item.key()] = item.value();
+  std::map<std::string, at::Tensor> rebuilt;
+  std::map<std::string, int64_t> covered;
+  for (int r = 0; r < s; ++r) {
+    for (const ShardSlice& sl : slices[r]) {
+      int64_t n = 1;
+      for (int64_t d : sl.global_shape) n *= d;
+      if (!rebuilt.count(sl.name)) rebuilt[sl.name] = at::full({n}, NAN);
+      rebuilt[sl.name].narrow(0, sl.start, sl.end - sl.start).copy_(sl.local);
+      covered[sl.name] += sl.end - sl.start;
+    }
+  }
+  EXPECT_EQ(rebuilt.size(), 26u);  // 27 names minus the tied head.weight alias.
+  for (const auto& [name, flat] : rebuilt) {
+    ASSERT_TRUE(expected.count(name)) << name;
+    EXPECT_EQ(covered[name], expected[name].numel()) << name;
+    EXPECT_TRUE(at::equal(flat.view(expected[name].sizes()), expected[name].detach())) << name;
+    for (int r = 0; r < s; ++r) EXPECT_TRUE(at::equal(full[r][name], expected[name].detach()));
+  }
+  EXPECT_EQ(engines[0]->aliases().at("head.weight"), "wte.weight");
+  // Optimizer state slices line up with the parameter slices (exp_avg + exp_avg_sq each).
+  EXPECT_EQ(opt_slices[1].size(), 2 * slices[1].size());
+  EXPECT_EQ(opt_slices[1][3].start, slices[1][3].start);
+  EXPECT_EQ(opt_slices[1][3].end, slices[1][3].end);
+}
+
+}  // namespace
+}  // namespace shardline::fsdp::testing
+
+int main(int argc, char** argv) {
+  at::set_num_threads(1);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,217 @@
+#include "fsdp/tests/parity.h"
+
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "common/torch_status.h"
+#include "fsdp/engine_layout.h"
+#include "fsdp/fsdp_engine.h"
+#include "fsdp/sharded_optimizer.h"
+#include "fsdp/testing/tiny_gpt.h"
+
+namespace shardline::fsdp::testing {
+namespace {
+
+constexpr double kLr = 3e-3, kWeightDecay = 0.1, kBeta1 = 0.9, kBeta2 = 0.95, kEps = 1e-8;
+constexpr double kClip = 1.0, kMomentum = 0.9, kSgdLr = 0.05, kSgdWeightDecay = 0.01;
+
+TinyGptConfig ModelConfig() { return TinyGptConfig{}; }
+
+// Learning rate of step s (0-based): a linear decay, so set_lr is exercised.
+double LrAt(const ParityConfig& c, int step) {
+  const double base = c.sgd ? kSgdLr : kLr;
+  return base * (1.0 - 0.5 * step / c.steps);
+}
+
+// The global batch of step s: [global_batch, T + 1] tokens, a noisy affine sequence (learnable).
+at::Tensor GlobalBatch(const ParityConfig& c, int step) {
+  const TinyGptConfig m = ModelConfig();
+  std::mt19937 rng(1000 + step);
+  at::Tensor t = at::empty({c.global_batch, m.block_size + 1}, at::kLong);
+  auto acc = t.accessor<int64_t, 2>();
+  for (int b = 0; b < c.global_batch; ++b) {
+    int64_t tok = rng() % m.vocab;
+    for (int64_t i = 0; i <= m.block_size; ++i) {
+      acc[b][i] = tok;
+      tok = (tok * 7 + 3 + (rng() % 4 == 0 ? rng() % m.vocab : 0)) % m.vocab;
+    }
+  }
+  return t;
+}
+
+TinyGpt MakeModel() {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  torch::manual_seed(1234);
+  return TinyGpt(ModelConfig());
+}
+
+}  // namespace
+
+std::string ParityConfig::Name() const {
+  return absl::StrCat(strategy, "_W", world_size, "_S", hybrid_shard_degree, "_",
+                      WrapPolicyName(wrap), "_mb", micro_batches, sgd ? "_sgd" : "_adamw");
+}
+
+std::string ParityConfig::Encode() const {
+  return absl::StrCat(strategy, ":", world_size, ":", hybrid_shard_degree, ":",
+                      WrapPolicyName(wrap), ":", micro_batches, ":", sgd ? "sgd" : "adamw");
+}
+
+absl::StatusOr<ParityConfig> ParityConfig::Decode(const std::string& s) {
+  std::vector<std::string> f = absl::StrSplit(s, ':');
+  if (f.size() != 6) return absl::InvalidArgumentError(absl::StrCat("bad config ", s));
+  ParityConfig c;
+  c.strategy = f[0];
+  if (!absl::SimpleAtoi(f[1], &c.world_size) || !absl::SimpleAtoi(f[2], &c.hybrid_shard_degree) ||
+      !absl::SimpleAtoi(f[4], &c.micro_batches)) {
+    return absl::InvalidArgumentError(absl::StrCat("bad config ", s));
+  }
+  ASSIGN_OR_RETURN(c.wrap, ParseWrapPolicy(f[3]));
+  c.sgd = f[5] == "sgd";
+  return c;
+}
+
+ParityResult RunReference(const ParityConfig& config) {
+  TinyGpt model = MakeModel();
+  std::vector<at::Tensor> params = model->parameters();  // Tied weight listed twice...
+  std::vector<at::Tensor> unique;
+  for (const at::Tensor& p : params) {
+    bool seen = false;
+    for (const at::Tensor& u : unique) seen = seen || u.is_same(p);
+    if (!seen) unique.push_back(p);
+  }
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  if (config.sgd) {
+    opt = std::make_unique<torch::optim::SGD>(
+        unique, torch::optim::SGDOptions(kSgdLr).momentum(kMomentum).weight_decay(kSgdWeightDecay));
+  } else {
+    opt = std::make_unique<torch::optim::AdamW>(
+        unique, torch::optim::AdamWOptions(kLr)
+                    .betas({kBeta1, kBeta2})
+                    .eps(kEps)
+                    .weight_decay(kWeightDecay));
+  }
+  ParityResult result;
+  for (int step = 0; step < config.steps; ++step) {
+    opt->param_groups()[0].options().set_lr(LrAt(config, step));
+    opt->zero_grad();
+    at::Tensor batch = GlobalBatch(config, step);
+    at::Tensor loss = model->loss(batch.narrow(1, 0, batch.size(1) - 1),
+                                  batch.narrow(1, 1, batch.size(1) - 1), nullptr);
+    loss.backward();
+    if (!config.sgd) torch::nn::utils::clip_grad_norm_(unique, kClip);
+    opt->step();
+    result.losses.push_back(loss.item<double>());
+  }
+  for (const auto& item : model->named_parameters()) {
+    result.params[item.key()] = item.value().detach().clone();
+  }
+  return result;
+}
+
+absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
+                                         Communicator* shard, Communicator* replicate) {
+  ASSIGN_OR_RETURN(EngineLayout layout, MakeEngineLayout(config.world_size, config.strategy,
+                                                         config.hybrid_shard_degree));
+  TinyGpt model = MakeModel();
+  FsdpEngineOptions eo;
+  eo.rank = rank;
+  eo.wrap_policy.kind = config.wrap;
+  eo.wrap_policy.block_type = "Block";
+  eo.wrap_policy.min_num_params = config.min_num_params;
+  ASSIGN_OR_RETURN(std::unique_ptr<FsdpEngine> engine,
+                   FsdpEngine::Create(model.ptr(), layout, shard, replicate, eo));
+  ShardedOptimizerOptions oo;
+  if (config.sgd) {
+    oo.kind = ShardedOptimizerOptions::Kind::kSgd;
+    oo.lr = kSgdLr;
+    oo.momentum = kMomentum;
+    oo.weight_decay = kSgdWeightDecay;
+  } else {
+    oo.lr = kLr;
+    oo.beta1 = kBeta1;
+    oo.beta2 = kBeta2;
+    oo.eps = kEps;
+    oo.weight_decay = kWeightDecay;
+    oo.grad_clip = kClip;
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> opt,
+                   ShardedOptimizer::Create(engine.get(), oo));
+
+  const int per_rank = config.global_batch / config.world_size;
+  const int per_micro = per_rank / config.micro_batches;
+  if (per_rank * config.world_size != config.global_batch ||
+      per_micro * config.micro_batches != per_rank) {
+    return absl::InvalidArgumentError(absl::StrCat("global batch ", config.global_batch,
+                                                   " does not split into ", config.world_size,
+                                                   " ranks x ", config.micro_batches));
+  }
+  ParityResult result;
+  for (int step = 0; step < config.steps; ++step) {
+    engine->set_step(step);
+    opt->set_lr(LrAt(config, step));
+    at::Tensor batch = GlobalBatch(config, step).narrow(0, rank * per_rank, per_rank);
+    double loss_sum = 0;
+    for (int m = 0; m < config.micro_batches; ++m) {
+      at::Tensor mb = batch.narrow(0, m * per_micro, per_micro);
+      RETURN_IF_ERROR(engine->BeginForward());
+      at::Tensor loss;
+      RETURN_IF_ERROR(TorchCall("forward", [&] {
+        loss = model->loss(mb.narrow(1, 0, mb.size(1) - 1), mb.narrow(1, 1, mb.size(1) - 1),
+                           engine.get());
+      }));
+      loss_sum += loss.item<double>();
+      RETURN_IF_ERROR(engine->Backward(loss / config.micro_batches,
+                                       /*sync_gradients=*/m == config.micro_batches - 1));
+    }
+    RETURN_IF_ERROR(opt->Step().status());
+    result.losses.push_back(loss_sum / config.micro_batches);
+  }
+  ASSIGN_OR_RETURN(auto full, engine->FullParamState(/*rank0_only=*/true));
+  for (auto& [name, t] : full) result.params[name] = t;
+  return result;
+}
+
+absl::StatusOr<std::vector<double>> ReadGoldenLosses(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::vector<double> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    double v = 0;
+    if (f.size() != 2 || !absl::SimpleAtod(f[1], &v)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": bad line \"", line, "\""));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::string FormatGoldenLosses(const std::vector<double>& losses) {
+  std::string out;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%zu %.9g\n", i, losses[i]);
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace shardline::fsdp::testing

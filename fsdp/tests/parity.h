@@ -1,0 +1,62 @@
+// Parity harness: trains TinyGpt (fsdp/testing/tiny_gpt.h) for a few steps on a deterministic
+// global batch, either unsharded in one process with LibTorch's own optimizers (the reference)
+// or as one rank of an FSDP run (FsdpEngine + ShardedOptimizer) that sees only its slice of
+// each global batch. Both report the global mean loss per step and the final parameters, so a
+// test can require they agree.
+//
+// Thread safety: RunReference and RunFsdpRank may run concurrently on different threads (they
+// share no state; model construction takes a process-wide lock because it seeds LibTorch's
+// global RNG).
+#ifndef SHARDLINE_FSDP_TESTS_PARITY_H_
+#define SHARDLINE_FSDP_TESTS_PARITY_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "fsdp/communicator.h"
+#include "fsdp/wrap_policy.h"
+
+namespace shardline::fsdp::testing {
+
+struct ParityConfig {
+  std::string strategy = "FULL_SHARD";
+  int world_size = 1;
+  int hybrid_shard_degree = 0;
+  WrapPolicyKind wrap = WrapPolicyKind::kTransformerBlock;
+  int64_t min_num_params = 3000;  // SIZE_BASED.
+  int micro_batches = 1;          // Per rank per step (no_sync on all but the last).
+  bool sgd = false;               // SGD with momentum instead of AdamW.
+  int steps = 20;
+  int global_batch = 12;          // Sequences per step over all ranks.
+
+  std::string Name() const;       // "FULL_SHARD_W4_S0_TRANSFORMER_BLOCK_mb1_adamw"
+  // Round trip through a single command-line token: "FULL_SHARD:4:0:TRANSFORMER_BLOCK:1:adamw".
+  std::string Encode() const;
+  static absl::StatusOr<ParityConfig> Decode(const std::string& s);
+};
+
+struct ParityResult {
+  std::vector<double> losses;                 // Global mean loss per step.
+  std::map<std::string, at::Tensor> params;   // Final parameters (canonical names).
+};
+
+// The single-process unsharded run on the whole global batch.
+ParityResult RunReference(const ParityConfig& config);
+
+// One rank of the FSDP run. `losses` are this rank's own mean losses (the caller averages
+// over ranks); `params` are filled on rank 0 only. Communicators may be nullptr for groups of
+// one rank.
+absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
+                                         Communicator* shard, Communicator* replicate);
+
+// Golden file: one loss per line ("<step> <loss>"), '#' comments.
+absl::StatusOr<std::vector<double>> ReadGoldenLosses(const std::string& path);
+std::string FormatGoldenLosses(const std::vector<double>& losses);
+
+}  // namespace shardline::fsdp::testing
+
+#endif  // SHARDLINE_FSDP_TESTS_PARITY_H_
