@@ -34,7 +34,7 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const Options& 
         o.val_fraction, ") hold no sequence of data.seq_len ", o.seq_len, " + 1"));
   }
   // Text is bytes (< 256); token files are checked once against the model's vocabulary.
-  if (o.format != DataSpec::TEXT || o.vocab_size < 256) {
+  if (o.format != TokenFormat::kText || o.vocab_size < 256) {
     const int64_t max_id = file->MaxToken();
     if (max_id >= o.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat("data file \"", o.path, "\": token id ",

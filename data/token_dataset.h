@@ -15,7 +15,6 @@
 
 #include "absl/status/statusor.h"
 #include "data/token_file.h"
-#include "proto/job_spec.pb.h"
 
 namespace shardline::data {
 
@@ -25,7 +24,7 @@ class TokenDataset {
  public:
   struct Options {
     std::string path;
-    DataSpec::Format format = DataSpec::TEXT;
+    TokenFormat format = TokenFormat::kText;
     double val_fraction = 0.1;
     int seq_len = 0;
     int64_t vocab_size = 256;  // Every id must be below it (checked at Open).

@@ -32,7 +32,7 @@ TEST(ByteTokenizer, RoundTripsAnyBytes) {
 }
 
 TEST(TokenDataset, ShakespeareSplitsIntoTrainAndValidation) {
-  auto ds = TokenDataset::Open({"data/tinyshakespeare.txt", DataSpec::TEXT, 0.1, 64, 256});
+  auto ds = TokenDataset::Open({"data/tinyshakespeare.txt", TokenFormat::kText, 0.1, 64, 256});
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_EQ((*ds)->num_tokens(), 1115394);
   const int64_t val_tokens = 111539;  // floor(1115394 * 0.1)
@@ -45,7 +45,7 @@ TEST(TokenDataset, ShakespeareSplitsIntoTrainAndValidation) {
 
 TEST(TokenDataset, ReadsLittleEndianU16AndU32) {
   const std::string u16 = WriteFile("t.u16", std::string("\x01\x00\x00\x01\x05\x00\xff\xff", 8));
-  auto ds16 = TokenDataset::Open({u16, DataSpec::TOKENS_U16, 0.0, 2, 65536});
+  auto ds16 = TokenDataset::Open({u16, TokenFormat::kU16, 0.0, 2, 65536});
   ASSERT_TRUE(ds16.ok()) << ds16.status();
   std::vector<int64_t> seq(3);
   (*ds16)->Copy(Split::kTrain, 0, seq.data());
@@ -53,7 +53,7 @@ TEST(TokenDataset, ReadsLittleEndianU16AndU32) {
   EXPECT_EQ((*ds16)->num_samples(Split::kTrain), 1);  // 4 tokens: one sequence of 2 + 1.
 
   const std::string u32 = WriteFile("t.u32", std::string("\x01\x00\x01\x00\x02\x00\x00\x00", 8));
-  auto ds32 = TokenDataset::Open({u32, DataSpec::TOKENS_U32, 0.0, 1, 70000});
+  auto ds32 = TokenDataset::Open({u32, TokenFormat::kU32, 0.0, 1, 70000});
   ASSERT_TRUE(ds32.ok()) << ds32.status();
   (*ds32)->Copy(Split::kTrain, 0, seq.data());
   EXPECT_EQ(seq[0], 65537);
@@ -61,24 +61,24 @@ TEST(TokenDataset, ReadsLittleEndianU16AndU32) {
 }
 
 TEST(TokenDataset, RejectsBadFiles) {
-  auto missing = TokenDataset::Open({"/no/such.bin", DataSpec::TOKENS_U16, 0.1, 4, 256});
+  auto missing = TokenDataset::Open({"/no/such.bin", TokenFormat::kU16, 0.1, 4, 256});
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("/no/such.bin"), absl::string_view::npos);
 
   const std::string odd = WriteFile("odd.u16", "abc");
-  auto ragged = TokenDataset::Open({odd, DataSpec::TOKENS_U16, 0.0, 1, 65536});
+  auto ragged = TokenDataset::Open({odd, TokenFormat::kU16, 0.0, 1, 65536});
   EXPECT_EQ(ragged.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(ragged.status().message().find("3 bytes is not a multiple of the token width 2"),
             absl::string_view::npos) << ragged.status();
 
   const std::string big = WriteFile("big.u16", std::string("\x00\x01\x02\x00\x03\x00", 6));
-  auto vocab = TokenDataset::Open({big, DataSpec::TOKENS_U16, 0.0, 1, 100});
+  auto vocab = TokenDataset::Open({big, TokenFormat::kU16, 0.0, 1, 100});
   EXPECT_EQ(vocab.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(vocab.status().message().find("token id 256 is >= model.vocab_size 100"),
             absl::string_view::npos) << vocab.status();
 
   const std::string tiny = WriteFile("tiny.txt", "hello world");
-  auto short_seq = TokenDataset::Open({tiny, DataSpec::TEXT, 0.0, 64, 256});
+  auto short_seq = TokenDataset::Open({tiny, TokenFormat::kText, 0.0, 64, 256});
   EXPECT_EQ(short_seq.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(short_seq.status().message().find("hold no sequence of data.seq_len 64 + 1"),
             absl::string_view::npos) << short_seq.status();

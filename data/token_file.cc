@@ -12,17 +12,18 @@
 
 namespace shardline::data {
 
-absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& path,
-                                                           DataSpec::Format format) {
-  int width = 0;
+const char* TokenFormatName(TokenFormat format) {
   switch (format) {
-    case DataSpec::TEXT: width = 1; break;
-    case DataSpec::TOKENS_U16: width = 2; break;
-    case DataSpec::TOKENS_U32: width = 4; break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("data.format: ", DataSpec::Format_Name(format), " is not supported"));
+    case TokenFormat::kText: return "TEXT";
+    case TokenFormat::kU16: return "TOKENS_U16";
+    case TokenFormat::kU32: return "TOKENS_U32";
   }
+  return "?";
+}
+
+absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& path,
+                                                           TokenFormat format) {
+  const int width = format == TokenFormat::kText ? 1 : format == TokenFormat::kU16 ? 2 : 4;
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -40,7 +41,7 @@ absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& pa
     return absl::InvalidArgumentError(absl::StrCat(
         "data file \"", path, "\": ", bytes, " bytes is ",
         bytes == 0 ? "empty" : absl::StrCat("not a multiple of the token width ", width),
-        " (data.format ", DataSpec::Format_Name(format), ")"));
+        " (data.format ", TokenFormatName(format), ")"));
   }
   void* base = mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);  // The mapping stays valid.

@@ -1,7 +1,9 @@
 // TokenFile: a read-only, memory-mapped sequence of token ids.
 //
-// Formats (DataSpec::Format): TEXT (each byte is a token, the byte-level tokenizer), TOKENS_U16
-// and TOKENS_U32 (little-endian ids, no header). The file is mapped, not read, so a multi-GB
+// Formats (DataSpec::Format's values, as a plain enum so that LibTorch code may include this
+// header: LibTorch ships older protobuf headers that break generated .pb.h files in torch
+// targets): kText (each byte is a token, the byte-level tokenizer), kU16 and kU32
+// (little-endian ids, no header). The file is mapped, not read, so a multi-GB
 // corpus costs only the pages each rank touches.
 //
 // Thread safety: immutable after Open; Get/Copy may be called from any thread.
@@ -14,16 +16,18 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "proto/job_spec.pb.h"
 
 namespace shardline::data {
+
+enum class TokenFormat { kText, kU16, kU32 };
+const char* TokenFormatName(TokenFormat format);  // "TEXT", "TOKENS_U16", "TOKENS_U32".
 
 class TokenFile {
  public:
   // Errors: NOT_FOUND (missing file), INVALID_ARGUMENT (empty file, size not a multiple of the
-  // token width, unsupported format), INTERNAL (mmap failed). Messages name the path.
+  // token width), INTERNAL (mmap failed). Messages name the path.
   static absl::StatusOr<std::unique_ptr<TokenFile>> Open(const std::string& path,
-                                                         DataSpec::Format format);
+                                                         TokenFormat format);
   ~TokenFile();
   TokenFile(const TokenFile&) = delete;
   TokenFile& operator=(const TokenFile&) = delete;
