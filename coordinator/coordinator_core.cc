@@ -405,6 +405,7 @@ absl::Status CoordinatorCore::StartAttemptLocked(Job& job, const Plan& plan) {
   rendezvous_.Open(Namespace(job.rec), job.rec.rendezvous_secret());
   for (const RankPlacement& p : st.placement()) Push(p.worker_id(), StartAssignment(job, p));
   SL_LOG(INFO) << "job " << job_id << " attempt " << st.attempt() << ": " << reason;
+  counters_.attempts_started++;
   Changed(job);
   return absl::OkStatus();
 }
@@ -435,6 +436,8 @@ void CoordinatorCore::FailAttemptLocked(Job& job, const std::string& kind,
     SL_LOG(ERROR) << restarting.status();
     return;
   }
+  counters_.attempts_failed++;
+  if (*restarting) counters_.restarts++;
   SL_LOG(WARNING) << "job " << job.rec.status().job_id() << " attempt "
                   << job.rec.status().attempt() << " failed (" << kind << "): " << reason
                   << (*restarting ? "; restarting" : "; no restarts left");
@@ -466,6 +469,13 @@ void CoordinatorCore::Tick() {
     }
   }
   ScheduleLocked();
+}
+
+CoordinatorCore::Counters CoordinatorCore::counters() const {
+  absl::MutexLock lock(&mu_);
+  Counters c = counters_;
+  for (const auto& [id, job] : jobs_) c.jobs_by_state[job.rec.status().state()]++;
+  return c;
 }
 
 void CoordinatorCore::Shutdown() {

@@ -123,6 +123,15 @@ class CoordinatorCore {
 
   int alive_workers() const { return registry_.alive_count(); }
 
+  // For metrics. Counters count since this process started.
+  struct Counters {
+    std::map<JobState, int> jobs_by_state;
+    int64_t attempts_started = 0;
+    int64_t attempts_failed = 0;
+    int64_t restarts = 0;
+  };
+  Counters counters() const;
+
  private:
   struct Job {
     JobRecord rec;
@@ -168,6 +177,7 @@ class CoordinatorCore {
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t next_version_ ABSL_GUARDED_BY(mu_) = 1;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  Counters counters_ ABSL_GUARDED_BY(mu_);  // jobs_by_state filled on read
 };
 
 }  // namespace shardline::coordinator

@@ -1,8 +1,12 @@
 // The real coordinator binary over real gRPC on loopback: registration, scheduling and the
 // assignment stream, heartbeat loss, restart from a checkpoint, SIGKILL + restart with state
 // intact, credentials, spec validation, the listen-address rule, and rendezvous as a KvStore.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -118,6 +122,28 @@ class Heartbeater {
   std::thread thread_;
 };
 
+// GET http://<address><path>; the whole response (status line, headers, body).
+std::string HttpGet(const std::string& address, const std::string& path) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "connect failed";
+  }
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: x\r\n\r\n";
+  (void)!write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+  close(fd);
+  return out;
+}
+
 RankStatus Exited(const std::string& job, int attempt, int rank, int code) {
   RankStatus r;
   r.set_job_id(job);
@@ -173,7 +199,8 @@ class CoordinatorIntegrationTest : public ::testing::Test {
     o.args = {"--listen=127.0.0.1:0",     absl::StrCat("--state_dir=", state_dir_),
               "--heartbeat_interval_ms=100", "--heartbeat_timeout_ms=1500",
               "--tick_ms=50",              absl::StrCat("--token=", kUserToken),
-              absl::StrCat("--worker_token=", kWorkerToken), "--stop_grace_s=1"};
+              absl::StrCat("--worker_token=", kWorkerToken), "--stop_grace_s=1",
+              "--metrics_listen=127.0.0.1:0"};
     auto p = CoordinatorProcess::Start(o);
     ASSERT_TRUE(p.ok()) << p.status();
     proc_ = std::move(*p);
@@ -456,6 +483,34 @@ TEST_F(CoordinatorIntegrationTest, RendezvousKvStoreOverGrpc) {
   EXPECT_EQ(thief.Get({"rank0/addr"}, absl::Milliseconds(100)).status().code(),
             absl::StatusCode::kPermissionDenied);
   worker_->CancelStreams();
+}
+
+TEST_F(CoordinatorIntegrationTest, PrometheusMetricsCountJobsWorkersAndRpcs) {
+  ASSERT_FALSE(proc_->metrics_address().empty());
+  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 1));
+  ASSERT_TRUE(reg.ok());
+  Heartbeater hb(worker_.get(), reg->worker_id());
+  ASSERT_TRUE(user_->SubmitJob(ValidSpec("m1", 1)).ok());
+  ASSERT_TRUE(user_->SubmitJob(ValidSpec("m2", 1)).ok());
+  auto anonymous = *CoordinatorClient::Create(proc_->address(), "");
+  (void)anonymous->ListJobs();
+  absl::SleepFor(absl::Milliseconds(300));
+  const std::string text = HttpGet(proc_->metrics_address(), "/metrics");
+  EXPECT_NE(text.find("HTTP/1.0 200 OK"), std::string::npos) << text;
+  EXPECT_NE(text.find("shardline_jobs{state=\"RUNNING\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("shardline_jobs{state=\"PENDING\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("shardline_workers{state=\"ALIVE\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("shardline_attempts_started_total 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("shardline_rpc_total{method=\"SubmitJob\",code=\"OK\"} 2\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("shardline_rpc_total{method=\"ListJobs\",code=\"UNAUTHENTICATED\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("shardline_rpc_latency_seconds_count{method=\"Heartbeat\"}"),
+            std::string::npos);
+  EXPECT_NE(text.find("shardline_worker_heartbeat_age_seconds{worker=\"w1\""), std::string::npos);
+  EXPECT_NE(HttpGet(proc_->metrics_address(), "/other").find("404"), std::string::npos);
 }
 
 TEST(CoordinatorListen, NonLoopbackWithoutTokensRefusesUnlessInsecure) {

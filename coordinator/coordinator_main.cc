@@ -34,6 +34,9 @@ ABSL_FLAG(std::string, token_file, "", "file holding the user token");
 ABSL_FLAG(std::string, worker_token, "",
           "join token workers and their trainers must send (default: the user token)");
 ABSL_FLAG(std::string, worker_token_file, "", "file holding the worker join token");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port for the Prometheus endpoint GET /metrics (empty: off; port 0: any, printed "
+          "as \"metrics on HOST:PORT\")");
 ABSL_FLAG(bool, insecure, false,
           "allow a non-loopback --listen without tokens (plain text; trusted networks only)");
 
@@ -87,6 +90,7 @@ int main(int argc, char** argv) {
   o.user_token = *user_token;
   o.worker_token = worker_token->empty() ? *user_token : *worker_token;
   o.insecure = absl::GetFlag(FLAGS_insecure);
+  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.validate_spec = [](const shardline::JobSpec& spec) {
     shardline::spec::ValidateOptions v;
     v.check_files = false;  // the data lives on the workers' file systems
@@ -100,6 +104,10 @@ int main(int argc, char** argv) {
   if (!server.ok()) {
     SL_LOG(ERROR) << "cannot start: " << server.status();
     return 1;
+  }
+  // The address line comes last: readers may stop reading at it.
+  if (!(*server)->metrics_address().empty()) {
+    std::cout << "metrics on " << (*server)->metrics_address() << std::endl;
   }
   std::cout << "listening on " << (*server)->address() << std::endl;
   SL_LOG(INFO) << "serving on " << (*server)->address()

@@ -2,6 +2,8 @@
 
 #include <grpcpp/health_check_service_interface.h>
 
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -50,6 +52,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   int port = 0;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(s->service_.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> icpt;
+  icpt.push_back(MakeMetricsInterceptor(&s->rpc_metrics_));
+  builder.experimental().SetInterceptorCreators(std::move(icpt));
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
@@ -60,6 +65,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   }
   s->address_ = absl::StrCat(host, ":", port);
   s->server_->GetHealthCheckService()->SetServingStatus(true);
+  if (!options.metrics_listen.empty()) {
+    CoordinatorServer* self = s.get();
+    auto m = MetricsHttpServer::Start(options.metrics_listen, [self] {
+      return RenderMetrics(*self->core_, self->rpc_metrics_);
+    });
+    if (!m.ok()) return m.status();
+    s->metrics_ = std::move(*m);
+  }
   s->tick_ = options.tick;
   CoordinatorServer* self = s.get();
   s->ticker_ = std::thread([self] {
@@ -76,6 +89,7 @@ void CoordinatorServer::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     if (!stop_.HasBeenNotified()) stop_.Notify();
     if (ticker_.joinable()) ticker_.join();
+    if (metrics_) metrics_->Stop();
     if (server_) {
       server_->GetHealthCheckService()->SetServingStatus(false);
       service_->Shutdown();

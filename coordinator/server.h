@@ -24,6 +24,8 @@
 #include "absl/time/time.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator_core.h"
+#include "coordinator/metrics.h"
+#include "coordinator/metrics_http_server.h"
 #include "coordinator/service.h"
 
 namespace shardline::coordinator {
@@ -39,6 +41,8 @@ struct ServerOptions {
   std::string user_token;
   std::string worker_token;
   bool insecure = false;
+  // host:port of the Prometheus endpoint (GET /metrics); empty: none.
+  std::string metrics_listen;
   // Passed to the core (spec::Validate in the binary).
   std::function<absl::Status(const JobSpec&)> validate_spec;
 };
@@ -56,6 +60,8 @@ class CoordinatorServer {
 
   // "host:port" actually bound.
   const std::string& address() const { return address_; }
+  // "host:port" of the metrics endpoint; empty when off.
+  std::string metrics_address() const { return metrics_ ? metrics_->address() : ""; }
   CoordinatorCore* core() { return core_.get(); }
 
   // Blocks until Shutdown().
@@ -69,6 +75,8 @@ class CoordinatorServer {
   RealClock clock_;
   std::unique_ptr<CoordinatorCore> core_;
   std::unique_ptr<CoordinatorService> service_;
+  RpcMetrics rpc_metrics_;
+  std::unique_ptr<MetricsHttpServer> metrics_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   absl::Duration tick_;

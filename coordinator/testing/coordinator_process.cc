@@ -93,6 +93,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorProcess>> CoordinatorProcess::Start(
         p->address_ = line.substr(strlen("listening on "));
         return p;
       }
+      if (absl::StartsWith(line, "metrics on ")) {
+        p->metrics_address_ = line.substr(strlen("metrics on "));
+      }
       continue;
     }
     const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());

@@ -33,6 +33,8 @@ class CoordinatorProcess {
   ~CoordinatorProcess();
 
   const std::string& address() const { return address_; }
+  // From a "metrics on HOST:PORT" line before the address line; empty when none.
+  const std::string& metrics_address() const { return metrics_address_; }
   pid_t pid() const { return pid_; }
 
   // Sends `sig` and waits up to `timeout` for the exit; returns the wait status.
@@ -43,6 +45,7 @@ class CoordinatorProcess {
   pid_t pid_ = -1;
   int stdout_fd_ = -1;
   std::string address_;
+  std::string metrics_address_;
 };
 
 // The default location of the binary in a test's runfiles.
