@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "spec/job_spec.h"
@@ -22,10 +21,6 @@ constexpr char kVersion[] = "shardline-worker 0.1";
 // How long an exited rank stays in heartbeats, so its exit reaches a coordinator that was
 // briefly unreachable.
 constexpr absl::Duration kKeepExited = absl::Minutes(2);
-
-std::chrono::system_clock::time_point Deadline(absl::Duration d) {
-  return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
-}
 
 }  // namespace
 
@@ -45,29 +40,24 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerO
     return absl::InvalidArgumentError(
         absl::StrCat("--work_dir: cannot create ", options.work_dir, ": ", ec.message()));
   }
-  auto daemon = std::unique_ptr<WorkerDaemon>(new WorkerDaemon(options));
+  coordinator::CoordinatorClient::Options co;
+  co.address = options.coordinator_address;
+  co.token = options.join_token;
+  co.timeout = options.rpc_timeout;
+  ASSIGN_OR_RETURN(std::unique_ptr<coordinator::CoordinatorClient> client,
+                   coordinator::CoordinatorClient::Create(co));
+  auto daemon = std::unique_ptr<WorkerDaemon>(new WorkerDaemon(options, std::move(client)));
   if (daemon->DiscoverSlots().empty()) {
     return absl::InvalidArgumentError("no slots: no GPU found and --slots is 0");
   }
   return daemon;
 }
 
-WorkerDaemon::WorkerDaemon(WorkerOptions options) : options_(std::move(options)) {
-  grpc::ChannelArguments args;
-  // Reconnect quickly after a coordinator restart.
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  channel_ = grpc::CreateCustomChannel(options_.coordinator_address,
-                                       grpc::InsecureChannelCredentials(), args);
-  stub_ = Coordinator::NewStub(channel_);
-}
+WorkerDaemon::WorkerDaemon(WorkerOptions options,
+                           std::unique_ptr<coordinator::CoordinatorClient> client)
+    : options_(std::move(options)), client_(std::move(client)) {}
 
 WorkerDaemon::~WorkerDaemon() { Shutdown(); }
-
-void WorkerDaemon::AddAuth(grpc::ClientContext* ctx) const {
-  if (!options_.join_token.empty()) {
-    ctx->AddMetadata("authorization", "Bearer " + options_.join_token);
-  }
-}
 
 std::vector<Slot> WorkerDaemon::DiscoverSlots() const {
   std::vector<Slot> slots;
@@ -109,11 +99,7 @@ absl::Status WorkerDaemon::Register() {
   req.set_address(options_.advertise_address);
   req.set_version(kVersion);
   for (const Slot& s : DiscoverSlots()) *req.add_slots() = s;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(Deadline(options_.rpc_timeout));
-  AddAuth(&ctx);
-  RegisterWorkerResponse resp;
-  RETURN_IF_ERROR(FromGrpcStatus(stub_->RegisterWorker(&ctx, req, &resp), "RegisterWorker"));
+  ASSIGN_OR_RETURN(RegisterWorkerResponse resp, client_->RegisterWorker(req));
   absl::MutexLock lock(&mu_);
   worker_id_ = resp.worker_id();
   registered_ = true;
@@ -159,29 +145,37 @@ absl::Status WorkerDaemon::Run() {
 void WorkerDaemon::Shutdown() {
   shutdown_.store(true);
   absl::MutexLock lock(&mu_);
-  if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+  if (stream_client_ != nullptr) stream_client_->CancelStreams();
 }
 
 absl::Status WorkerDaemon::ServeAssignments() {
-  grpc::ClientContext ctx;
-  AddAuth(&ctx);
-  StreamAssignmentsRequest req;
+  coordinator::CoordinatorClient::Options co;
+  co.address = options_.coordinator_address;
+  co.token = options_.join_token;
+  co.timeout = options_.rpc_timeout;
+  ASSIGN_OR_RETURN(std::shared_ptr<coordinator::CoordinatorClient> stream_client,
+                   coordinator::CoordinatorClient::Create(co));
+  std::string worker_id;
   {
     absl::MutexLock lock(&mu_);
-    req.set_worker_id(worker_id_);
-    stream_ctx_ = &ctx;
+    worker_id = worker_id_;
+    stream_client_ = stream_client;
   }
-  if (shutdown_.load()) ctx.TryCancel();
-  // The stream stays open for the worker's lifetime: no deadline; loss is detected by the
-  // transport (keepalive) or by the coordinator answering heartbeats with `reregister`.
-  std::unique_ptr<grpc::ClientReader<Assignment>> reader = stub_->StreamAssignments(&ctx, req);
-  Assignment a;
-  while (reader->Read(&a)) HandleAssignment(a);
-  const grpc::Status status = reader->Finish();
-  absl::MutexLock lock(&mu_);
-  stream_ctx_ = nullptr;
-  if (status.ok()) return absl::UnavailableError("StreamAssignments: the coordinator closed the stream");
-  return FromGrpcStatus(status, "StreamAssignments");
+  if (shutdown_.load()) return absl::OkStatus();
+  // The stream stays open for the worker's lifetime; it ends when the coordinator goes away,
+  // or when a heartbeat answer asks for re-registration (CancelStreams).
+  const absl::Status s = stream_client->StreamAssignments(worker_id, [this](const Assignment& a) {
+    HandleAssignment(a);
+    return !shutdown_.load();
+  });
+  {
+    absl::MutexLock lock(&mu_);
+    stream_client_.reset();
+  }
+  if (s.ok() && !shutdown_.load()) {
+    return absl::UnavailableError("StreamAssignments: the coordinator closed the stream");
+  }
+  return s;
 }
 
 void WorkerDaemon::HandleAssignment(const Assignment& a) {
@@ -314,13 +308,9 @@ void WorkerDaemon::SuperviseLoop() {
       }
     }
     for (const ProgressReport& p : reports) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(Deadline(options_.rpc_timeout));
-      AddAuth(&ctx);
-      ReportProgressResponse ignored;
-      const grpc::Status s = stub_->ReportProgress(&ctx, p, &ignored);
+      const absl::Status s = client_->ReportProgress(p);
       if (!s.ok()) {
-        SL_LOG(WARNING) << "ReportProgress: " << s.error_message();
+        SL_LOG(WARNING) << s;
       }
     }
     absl::SleepFor(absl::Milliseconds(200));
@@ -340,18 +330,14 @@ void WorkerDaemon::HeartbeatLoop() {
       for (const auto& [key, rank] : ranks_) *req.add_ranks() = rank.status;
     }
     if (registered) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(Deadline(options_.rpc_timeout));
-      AddAuth(&ctx);
-      HeartbeatResponse resp;
-      const grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
-      if (s.ok() && resp.reregister()) {
+      const absl::StatusOr<HeartbeatResponse> resp = client_->Heartbeat(req);
+      if (resp.ok() && resp->reregister()) {
         SL_LOG(WARNING) << "coordinator asked to re-register";
         absl::MutexLock lock(&mu_);
         registered_ = false;
-        if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
-      } else if (!s.ok()) {
-        SL_LOG(WARNING) << "heartbeat failed: " << s.error_message();
+        if (stream_client_ != nullptr) stream_client_->CancelStreams();
+      } else if (!resp.ok()) {
+        SL_LOG(WARNING) << resp.status();
       }
     }
     for (absl::Time until = absl::Now() + interval; absl::Now() < until && !shutdown_.load();) {

@@ -25,13 +25,12 @@
 #include <tuple>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "proto/coordinator.grpc.pb.h"
+#include "coordinator/client.h"
+#include "proto/coordinator.pb.h"
 #include "worker/metrics_tail.h"
 #include "worker/rank_process.h"
 
@@ -73,9 +72,8 @@ class WorkerDaemon {
   };
   using RankKey = std::tuple<std::string, int, int>;  // job, attempt, rank
 
-  explicit WorkerDaemon(WorkerOptions options);
+  WorkerDaemon(WorkerOptions options, std::unique_ptr<coordinator::CoordinatorClient> client);
 
-  void AddAuth(grpc::ClientContext* ctx) const;
   absl::Status Register();
   void HeartbeatLoop();
   void SuperviseLoop();
@@ -87,8 +85,7 @@ class WorkerDaemon {
   std::vector<Slot> DiscoverSlots() const;
 
   const WorkerOptions options_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<Coordinator::Stub> stub_;
+  std::unique_ptr<coordinator::CoordinatorClient> client_;
   std::atomic<bool> shutdown_{false};
 
   absl::Mutex mu_;
@@ -96,7 +93,9 @@ class WorkerDaemon {
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   std::map<RankKey, Rank> ranks_ ABSL_GUARDED_BY(mu_);
-  grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The assignment stream runs on a client of its own: cancelling a client's streams is final
+  // for that client, and a re-registration must end only the current stream.
+  std::shared_ptr<coordinator::CoordinatorClient> stream_client_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shardline::worker
