@@ -48,6 +48,13 @@ std::string TrainerBesideSelf() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Block SIGTERM/SIGINT before any thread exists (gRPC starts threads when the client is
+  // created), so every thread inherits the mask and only the sigwait thread below takes them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
   absl::SetProgramUsageMessage("Shardline worker daemon: runs trainer processes for the coordinator.");
   absl::ParseCommandLine(argc, argv);
   shardline::SetLogPrefix("worker");
@@ -75,12 +82,6 @@ int main(int argc, char** argv) {
   }
   if (absl::GetFlag(FLAGS_check_flags)) return 0;
 
-  // Signals are taken by one thread with sigwait, which then asks the daemon to stop.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
   shardline::worker::WorkerDaemon* d = daemon->get();
   std::thread signals([set, d] {
     int sig = 0;
