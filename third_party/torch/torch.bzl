@@ -5,7 +5,7 @@ Search order (first hit wins):
      wheel's torch/ folder), for machines that keep torch elsewhere;
   2. <workspace>/.venv/lib/python3.*/site-packages/torch, made by tools/setup.sh.
 
-The rule symlinks include/ and lib/ into the external repository and writes a BUILD with:
+The rule symlinks include/ (less its bundled protobuf headers) into the external repository and writes a BUILD with:
   :torch       headers + libtorch_cpu + libc10 (CPU only: needs no GPU at run time),
   :torch_cuda  :torch plus libtorch_cuda + libc10_cuda (GPU builds only).
 The wheel's libtorch_cpu.so needs libcudart/libcupti at load time even on CPU; they come from the
@@ -28,7 +28,13 @@ def _find_torch(ctx):
 
 def _torch_repository_impl(ctx):
     torch = _find_torch(ctx)
-    ctx.symlink(torch.get_child("include"), "include")
+
+    # The wheel's include/ also carries protobuf headers of another version (include/google);
+    # exposing them would shadow Debian's, whose libprotobuf every .pb.h here is built for. So
+    # include/ is rebuilt from symlinks to every entry except google/.
+    for entry in torch.get_child("include").readdir():
+        if entry.basename != "google":
+            ctx.symlink(entry, "include/" + entry.basename)
     lib = torch.get_child("lib")
     site = torch.dirname
 
