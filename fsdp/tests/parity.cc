@@ -1,5 +1,6 @@
 #include "fsdp/tests/parity.h"
 
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
@@ -164,6 +165,7 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
   ParityResult result;
   for (int step = 0; step < config.steps; ++step) {
     engine->set_step(step);
+    if (step == config.die_at_step) raise(SIGKILL);
     opt->set_lr(LrAt(config, step));
     at::Tensor batch = GlobalBatch(config, step).narrow(0, rank * per_rank, per_rank);
     double loss_sum = 0;

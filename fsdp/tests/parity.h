@@ -32,6 +32,7 @@ struct ParityConfig {
   bool sgd = false;               // SGD with momentum instead of AdamW.
   int steps = 20;
   int global_batch = 12;          // Sequences per step over all ranks.
+  int die_at_step = -1;           // Failure tests: this rank SIGKILLs itself at that step.
 
   std::string Name() const;       // "FULL_SHARD_W4_S0_TRANSFORMER_BLOCK_mb1_adamw"
   // Round trip through a single command-line token: "FULL_SHARD:4:0:TRANSFORMER_BLOCK:1:adamw".
