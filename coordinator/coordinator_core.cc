@@ -237,10 +237,7 @@ absl::StatusOr<int64_t> CoordinatorCore::OpenAssignmentStream(const std::string&
   box.generation++;
   box.queue.clear();
   for (const auto& [id, job] : jobs_) {
-    if (job.rec.status().state() != RUNNING) continue;
-    for (const RankPlacement& p : job.rec.status().placement()) {
-      if (p.worker_id() == worker_id) box.queue.push_back(StartAssignment(job, p));
-    }
+    if (job.rec.status().state() == RUNNING) PushStartsLocked(job, worker_id, &box);
   }
   changed_.SignalAll();  // an older stream of this worker ends
   return box.generation;
@@ -274,7 +271,31 @@ void CoordinatorCore::Push(const std::string& worker_id, Assignment a) {
   changed_.SignalAll();
 }
 
-Assignment CoordinatorCore::StartAssignment(const Job& job, const RankPlacement& p) const {
+void CoordinatorCore::PushStartsLocked(const Job& job, const std::string& worker_id,
+                                       Outbox* only) {
+  const JobStatus& st = job.rec.status();
+  std::map<std::string, int32_t> local_world;
+  for (const RankPlacement& q : st.placement()) local_world[q.worker_id()]++;
+  std::string master_addr;
+  if (st.placement_size() > 0) {
+    auto rank0 = registry_.Get(st.placement(0).worker_id());
+    if (rank0.ok()) master_addr = rank0->address();
+  }
+  for (const RankPlacement& p : st.placement()) {
+    if (!worker_id.empty() && p.worker_id() != worker_id) continue;
+    Assignment a = StartAssignment(job, p, local_world[p.worker_id()], master_addr);
+    if (only != nullptr) {
+      only->queue.push_back(std::move(a));
+    } else {
+      outboxes_[p.worker_id()].queue.push_back(std::move(a));
+    }
+  }
+  changed_.SignalAll();
+}
+
+Assignment CoordinatorCore::StartAssignment(const Job& job, const RankPlacement& p,
+                                            int32_t local_world,
+                                            const std::string& master_addr) const {
   const JobStatus& st = job.rec.status();
   const int32_t w = st.world_size();
   const int32_t s = job.rec.shard_degree() > 0 ? job.rec.shard_degree() : w;
@@ -285,8 +306,6 @@ Assignment CoordinatorCore::StartAssignment(const Job& job, const RankPlacement&
   a.set_rank(p.rank());
   a.set_world_size(w);
   a.set_local_rank(p.local_rank());
-  int32_t local_world = 0;
-  for (const RankPlacement& q : st.placement()) local_world += q.worker_id() == p.worker_id();
   a.set_local_world_size(local_world);
   a.set_slot_index(p.slot_index());
   for (int32_t k = 0; k < s; ++k) a.add_shard_group_ranks(p.shard_group() * s + k);
@@ -294,10 +313,7 @@ Assignment CoordinatorCore::StartAssignment(const Job& job, const RankPlacement&
   a.set_rendezvous_namespace(Namespace(job.rec));
   a.set_rendezvous_secret(job.rec.rendezvous_secret());
   *a.mutable_spec() = st.spec();
-  if (st.placement_size() > 0) {
-    auto rank0 = registry_.Get(st.placement(0).worker_id());
-    if (rank0.ok()) a.set_master_addr(rank0->address());
-  }
+  a.set_master_addr(master_addr);
   // A restarted attempt resumes from the newest committed step; a first attempt from the step
   // its spec names (the trainer resolves resume_step -1 itself when no step is committed here).
   int64_t resume = checkpoints_.LatestCommitted(st.job_id());
@@ -403,7 +419,7 @@ absl::Status CoordinatorCore::StartAttemptLocked(Job& job, const Plan& plan) {
     st.add_per_rank_peak_memory_bytes(0);
   }
   rendezvous_.Open(Namespace(job.rec), job.rec.rendezvous_secret());
-  for (const RankPlacement& p : st.placement()) Push(p.worker_id(), StartAssignment(job, p));
+  PushStartsLocked(job, "", nullptr);
   SL_LOG(INFO) << "job " << job_id << " attempt " << st.attempt() << ": " << reason;
   counters_.attempts_started++;
   Changed(job);

@@ -156,7 +156,13 @@ class CoordinatorCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyRankStatusLocked(const std::string& worker_id, const RankStatus& rs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Assignment StartAssignment(const Job& job, const RankPlacement& p) const
+  // `local_world` is the number of this attempt's ranks on p's worker; `master_addr` rank 0's
+  // node address (both shared by all ranks, so callers compute them once).
+  Assignment StartAssignment(const Job& job, const RankPlacement& p, int32_t local_world,
+                             const std::string& master_addr) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pushes START for the ranks of `job` placed on `worker_id` (all workers when empty).
+  void PushStartsLocked(const Job& job, const std::string& worker_id, Outbox* only)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Push(const std::string& worker_id, Assignment a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistWorker(const std::string& worker_id);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -10,28 +12,25 @@
 namespace shardline::coordinator {
 namespace {
 
+// Free slots per node, ordered by (free slots, node index); nodes with none left are dropped.
+using FreeSet = std::set<std::pair<int32_t, size_t>>;
+
 // Picks the nodes (and how many slots of each) for one group of `need` ranks, taking from
-// `remaining` (free slots per node). Returns (node index, count) pairs.
-std::vector<std::pair<size_t, int32_t>> PickNodes(std::vector<int32_t>& remaining, int32_t need) {
+// `free`. Returns (node index, count) pairs.
+std::vector<std::pair<size_t, int32_t>> PickNodes(FreeSet& free, int32_t need) {
   std::vector<std::pair<size_t, int32_t>> picks;
-  while (need > 0) {
-    // Best fit: the node with the fewest free slots that holds all that is left.
-    size_t best = remaining.size();
-    for (size_t i = 0; i < remaining.size(); ++i) {
-      if (remaining[i] >= need && (best == remaining.size() || remaining[i] < remaining[best])) {
-        best = i;
-      }
+  while (need > 0 && !free.empty()) {
+    // Best fit: the node with the fewest free slots that holds all that is left ...
+    auto it = free.lower_bound({need, 0});
+    if (it == free.end()) {
+      // ... else the largest node (fewest nodes for this group), the earliest among equals.
+      it = free.lower_bound({std::prev(free.end())->first, 0});
     }
-    if (best == remaining.size()) {
-      // No node holds the rest: take the largest node (fewest nodes for this group).
-      best = 0;
-      for (size_t i = 1; i < remaining.size(); ++i) {
-        if (remaining[i] > remaining[best]) best = i;
-      }
-    }
-    const int32_t take = std::min(need, remaining[best]);
-    picks.emplace_back(best, take);
-    remaining[best] -= take;
+    const auto [have, node] = *it;
+    free.erase(it);
+    const int32_t take = std::min(need, have);
+    picks.emplace_back(node, take);
+    if (have > take) free.insert({have - take, node});
     need -= take;
   }
   return picks;
@@ -49,11 +48,13 @@ absl::StatusOr<Plan> PlanPlacement(int32_t world_size, int32_t shard_degree,
                                                    " must be >= 1 and divide world_size ",
                                                    world_size));
   }
-  std::vector<int32_t> remaining;
+  FreeSet free;
   int64_t total = 0;
-  for (const NodeCapacity& n : nodes) {
-    remaining.push_back(static_cast<int32_t>(n.free_slots.size()));
-    total += n.free_slots.size();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!nodes[i].free_slots.empty()) {
+      free.insert({static_cast<int32_t>(nodes[i].free_slots.size()), i});
+    }
+    total += nodes[i].free_slots.size();
   }
   if (total < world_size) {
     return absl::ResourceExhaustedError(absl::StrCat("needs ", world_size, " slots, ", total,
@@ -68,7 +69,7 @@ absl::StatusOr<Plan> PlanPlacement(int32_t world_size, int32_t shard_degree,
   const int32_t groups = world_size / shard_degree;
   int32_t rank = 0;
   for (int32_t g = 0; g < groups; ++g) {
-    for (const auto& [node, count] : PickNodes(remaining, shard_degree)) {
+    for (const auto& [node, count] : PickNodes(free, shard_degree)) {
       for (int32_t k = 0; k < count; ++k, ++rank) {
         RankPlan& r = plan.ranks[rank];
         node_of[rank] = node;
@@ -89,14 +90,23 @@ absl::StatusOr<Plan> PlanPlacement(int32_t world_size, int32_t shard_degree,
     r.local_world_size = local_count[node_of[r.rank]];
     r.shard_group = r.rank / shard_degree;
     r.replicate_group = r.rank % shard_degree;
-    for (int32_t k = 0; k < shard_degree; ++k) {
-      r.shard_group_ranks.push_back(r.shard_group * shard_degree + k);
-    }
-    for (int32_t k = r.replicate_group; k < world_size; k += shard_degree) {
-      r.replicate_group_ranks.push_back(k);
-    }
   }
   return plan;
+}
+
+std::vector<int32_t> ShardGroupRanks(int32_t rank, int32_t shard_degree) {
+  std::vector<int32_t> out(shard_degree);
+  const int32_t first = rank / shard_degree * shard_degree;
+  for (int32_t k = 0; k < shard_degree; ++k) out[k] = first + k;
+  return out;
+}
+
+std::vector<int32_t> ReplicateGroupRanks(int32_t rank, int32_t shard_degree,
+                                         int32_t world_size) {
+  std::vector<int32_t> out;
+  out.reserve(world_size / shard_degree);
+  for (int32_t k = rank % shard_degree; k < world_size; k += shard_degree) out.push_back(k);
+  return out;
 }
 
 absl::StatusOr<int32_t> ShardDegreeFor(const JobSpec& spec, int32_t world_size) {

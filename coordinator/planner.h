@@ -7,8 +7,8 @@
 // Placement packs each shard group onto as few nodes as possible (intra-node links are the
 // fastest, and the shard group carries the all-gather / reduce-scatter traffic): a group goes to
 // the node with the fewest free slots that still holds all S of it (best fit); a group no node
-// holds takes the largest nodes first and best-fits its remainder. Ranks of one node take its
-// free slots in ascending index order.
+// holds takes the largest nodes first and best-fits its remainder (ties: the earlier node).
+// Ranks of one node take its free slots in ascending index order. O(W log N) for N nodes.
 //
 // Thread safety: pure functions.
 #ifndef SHARDLINE_COORDINATOR_PLANNER_H_
@@ -40,11 +40,14 @@ struct RankPlan {
   // Rank among this job's ranks on the same node (ordered by global rank), and their number.
   int32_t local_rank = 0;
   int32_t local_world_size = 0;
-  int32_t shard_group = 0;
-  int32_t replicate_group = 0;
-  std::vector<int32_t> shard_group_ranks;      // in group order
-  std::vector<int32_t> replicate_group_ranks;  // in group order
+  int32_t shard_group = 0;      // rank / S
+  int32_t replicate_group = 0;  // rank % S
 };
+
+// Global ranks of the shard group and the replicate group of `rank`, in group order. Computed on
+// demand: stored per rank they would take W * (S + W/S) integers (1 GiB at W = 16384, S = 1).
+std::vector<int32_t> ShardGroupRanks(int32_t rank, int32_t shard_degree);
+std::vector<int32_t> ReplicateGroupRanks(int32_t rank, int32_t shard_degree, int32_t world_size);
 
 struct Plan {
   int32_t world_size = 0;

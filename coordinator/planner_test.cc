@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace shardline::coordinator {
@@ -45,10 +46,12 @@ void CheckValid(const Plan& plan, int w, int s, const std::vector<NodeCapacity>&
     by_node[p.worker_id].push_back(r);
     EXPECT_EQ(p.shard_group, r / s);
     EXPECT_EQ(p.replicate_group, r % s);
-    ASSERT_EQ(static_cast<int>(p.shard_group_ranks.size()), s);
-    for (int k = 0; k < s; ++k) EXPECT_EQ(p.shard_group_ranks[k], (r / s) * s + k);
-    ASSERT_EQ(static_cast<int>(p.replicate_group_ranks.size()), w / s);
-    for (int k = 0; k < w / s; ++k) EXPECT_EQ(p.replicate_group_ranks[k], r % s + k * s);
+    const std::vector<int32_t> shard = ShardGroupRanks(r, s);
+    ASSERT_EQ(static_cast<int>(shard.size()), s);
+    for (int k = 0; k < s; ++k) EXPECT_EQ(shard[k], (r / s) * s + k);
+    const std::vector<int32_t> rep = ReplicateGroupRanks(r, s, w);
+    ASSERT_EQ(static_cast<int>(rep.size()), w / s);
+    for (int k = 0; k < w / s; ++k) EXPECT_EQ(rep[k], r % s + k * s);
   }
   for (const auto& [node, ranks] : by_node) {
     for (size_t i = 0; i < ranks.size(); ++i) {
@@ -118,6 +121,20 @@ TEST(Planner, UsesOnlyTheGivenFreeSlots) {
   EXPECT_EQ(plan->ranks[0].slot_index, 2);
   EXPECT_EQ(plan->ranks[1].slot_index, 5);
   EXPECT_EQ(plan->ranks[2].slot_index, 7);
+}
+
+TEST(Planner, SixteenThousandRanksPlanQuickly) {
+  // The coordinator plans under its lock: a 16384-rank world must not stall it.
+  std::vector<int> sizes(2048, 8);
+  const auto nodes = Nodes(sizes);
+  for (int s : {1, 8, 16384}) {
+    const absl::Time t0 = absl::Now();
+    auto plan = PlanPlacement(16384, s, nodes);
+    const absl::Duration took = absl::Now() - t0;
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_LT(took, absl::Seconds(1)) << "S=" << s;  // ~10 ms unloaded; generous for CI
+    EXPECT_EQ(plan->ranks[16383].local_rank, 7);
+  }
 }
 
 TEST(Planner, NotEnoughSlotsIsResourceExhausted) {
