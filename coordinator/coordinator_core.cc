@@ -114,6 +114,7 @@ absl::Status CoordinatorCore::Load() {
       all_reserved &= registry_.Reserve(p.worker_id(), p.slot_index(), rec.status().job_id()).ok();
     }
     rendezvous_.Open(Namespace(rec), rec.rendezvous_secret());
+    for (const RankPlacement& p : rec.status().placement()) job.acked.insert(p.rank());
     JobStateMachine(&job.rec, clock_->Now())
         .Note("COORDINATOR_RESTARTED", "coordinator restarted; waiting for the attempt's workers "
                                        "to heartbeat again");
@@ -181,15 +182,22 @@ absl::StatusOr<HeartbeatResponse> CoordinatorCore::Heartbeat(const HeartbeatRequ
     resp.set_reregister(true);
     return resp;
   }
+  if (req.ranks_size() == 0) return resp;  // the common, lock-free case
+  absl::MutexLock lock(&mu_);
   bool any_exit = false;
-  for (const RankStatus& rs : req.ranks()) any_exit |= rs.state() == RankStatus::EXITED;
-  if (any_exit) {
-    absl::MutexLock lock(&mu_);
-    for (const RankStatus& rs : req.ranks()) {
-      if (rs.state() == RankStatus::EXITED) ApplyRankStatusLocked(req.worker_id(), rs);
+  for (const RankStatus& rs : req.ranks()) {
+    Job* job = FindJob(rs.job_id());
+    if (job != nullptr && job->rec.status().attempt() == rs.attempt() && rs.rank() >= 0 &&
+        rs.rank() < job->rec.status().placement_size() &&
+        job->rec.status().placement(rs.rank()).worker_id() == req.worker_id()) {
+      job->acked.insert(rs.rank());
     }
-    ScheduleLocked();
+    if (rs.state() == RankStatus::EXITED) {
+      any_exit = true;
+      ApplyRankStatusLocked(req.worker_id(), rs);
+    }
   }
+  if (any_exit) ScheduleLocked();
   return resp;
 }
 
@@ -238,6 +246,11 @@ absl::StatusOr<int64_t> CoordinatorCore::OpenAssignmentStream(const std::string&
   box.queue.clear();
   for (const auto& [id, job] : jobs_) {
     if (job.rec.status().state() == RUNNING) PushStartsLocked(job, worker_id, &box);
+  }
+  // Only STARTs the worker has not acknowledged (see the header).
+  for (auto it = box.queue.begin(); it != box.queue.end();) {
+    const Job* job = FindJob(it->job_id());
+    it = job != nullptr && job->acked.count(it->rank()) ? box.queue.erase(it) : std::next(it);
   }
   changed_.SignalAll();  // an older stream of this worker ends
   return box.generation;
@@ -402,6 +415,7 @@ absl::Status CoordinatorCore::StartAttemptLocked(Job& job, const Plan& plan) {
     return s;
   }
   JobStatus& st = *job.rec.mutable_status();
+  job.acked.clear();
   job.rec.set_shard_degree(plan.shard_degree);
   job.rec.set_rendezvous_secret(RandomSecret());
   st.clear_placement();

@@ -10,9 +10,11 @@
 // later jobs of that kind wait too, so a large job is not starved by a stream of small ones.
 //
 // Assignment streams: each worker has an outbox. Opening a stream (OpenAssignmentStream)
-// supersedes any older stream of that worker and first queues a START for every rank currently
-// placed on it, so a reconnecting daemon (or one reconnecting to a restarted coordinator) learns
-// its full set again: daemons must ignore a START for a (job, attempt, rank) they already run.
+// supersedes any older stream of that worker and first re-queues a START for every rank placed
+// on it that the worker has not yet acknowledged (a heartbeat listing the rank in any state
+// acknowledges it), so a START lost with a broken stream is delivered again. A daemon should
+// still ignore a START for a (job, attempt, rank) it already runs: a START delivered just before
+// the stream broke, and not yet acknowledged, is sent again.
 //
 // Restart of the coordinator: every job, event, checkpoint record and worker is reloaded.
 // Workers known ALIVE get one heartbeat timeout to heartbeat again (their ids stay valid); a
@@ -30,6 +32,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -136,6 +139,9 @@ class CoordinatorCore {
   struct Job {
     JobRecord rec;
     int64_t version = 0;
+    // Ranks of the current attempt whose worker has reported them in a heartbeat (so the
+    // daemon has the START). Not persisted: after a coordinator restart all count as acked.
+    std::set<int32_t> acked;
   };
   struct Outbox {
     std::deque<Assignment> queue;

@@ -272,15 +272,27 @@ TEST_F(CoreTest, CancelStopsRanksAndIsFinal) {
   EXPECT_EQ(core_->CancelJob("job-999", "").code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(CoreTest, NewStreamSupersedesOldAndResendsStarts) {
+TEST_F(CoreTest, NewStreamSupersedesOldAndResendsUnacknowledgedStarts) {
   const std::string a = Register("a", 2);
-  ASSERT_TRUE(core_->SubmitJob(Spec("s", 2)).ok());
+  auto job = core_->SubmitJob(Spec("s", 2));
   const int64_t g1 = *core_->OpenAssignmentStream(a);
   const int64_t g2 = *core_->OpenAssignmentStream(a);
   Assignment x;
   EXPECT_EQ(core_->NextAssignment(a, g1, absl::ZeroDuration(), &x).status().code(),
             absl::StatusCode::kAborted);
   EXPECT_EQ(Drain(a, g2).size(), 2u);
+  // The daemon reports rank 0 running: only rank 1's START is sent again on a new stream.
+  HeartbeatRequest hb;
+  hb.set_worker_id(a);
+  RankStatus* rs = hb.add_ranks();
+  rs->set_job_id(*job);
+  rs->set_attempt(1);
+  rs->set_rank(0);
+  rs->set_state(RankStatus::RUNNING);
+  ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  auto again = Drain(a, *core_->OpenAssignmentStream(a));
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].rank(), 1);
 }
 
 TEST_F(CoreTest, RendezvousOnlyWithTheAttemptsSecret) {
@@ -366,12 +378,15 @@ TEST_F(CoreTest, StateSurvivesRestartAndRunningJobWaitsForItsWorkers) {
   EXPECT_EQ(st->events_size(), before.events_size() + 1);  // + COORDINATOR_RESTARTED
   EXPECT_EQ(core_->ListCheckpoints(*running)->size(), 1u);
   EXPECT_TRUE(core_->ListCheckpoints(*running)->at(0).committed());
-  // The worker id stays valid; its stream gets the running rank again.
+  // The worker id stays valid; ranks started before the restart are not started twice, and
+  // they keep using their rendezvous namespace and secret.
   Beat(a);
-  auto starts = Drain(a, *core_->OpenAssignmentStream(a));
-  ASSERT_EQ(starts.size(), 1u);
-  EXPECT_EQ(starts[0].job_id(), *running);
-  EXPECT_EQ(starts[0].rendezvous_secret(), secret);  // ranks keep using their rendezvous
+  EXPECT_TRUE(Drain(a, *core_->OpenAssignmentStream(a)).empty());
+  RendezvousSetRequest set;
+  set.set_namespace_(*running + "/1");
+  set.set_secret(secret);
+  set.set_key("k");
+  EXPECT_TRUE(core_->RendezvousSet(set).ok());
   // A job submitted now does not reuse an id.
   auto next = core_->SubmitJob(Spec("next", 1));
   EXPECT_EQ(*next, "job-4");
