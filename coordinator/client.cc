@@ -14,9 +14,20 @@ std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
 
 }  // namespace
 
+namespace {
+std::shared_ptr<grpc::ChannelCredentials> Credentials(const CoordinatorClient::Options& o) {
+  if (o.tls_root_certs.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = o.tls_root_certs;
+  ssl.pem_cert_chain = o.tls_cert_chain;
+  ssl.pem_private_key = o.tls_private_key;
+  return grpc::SslCredentials(ssl);
+}
+}  // namespace
+
 CoordinatorClient::CoordinatorClient(const Options& options)
     : options_(options),
-      channel_(grpc::CreateChannel(options.address, grpc::InsecureChannelCredentials())),
+      channel_(grpc::CreateChannel(options.address, Credentials(options))),
       stub_(::shardline::Coordinator::NewStub(channel_)) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(

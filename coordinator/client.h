@@ -31,6 +31,11 @@ class CoordinatorClient {
     std::string address;  // host:port
     std::string token;    // user token or worker join token; empty: none sent
     absl::Duration timeout = absl::Seconds(10);
+    // TLS: PEM contents (not paths). Root certificates turn TLS on; the certificate chain and
+    // key are the client certificate for mutual TLS (worker daemons).
+    std::string tls_root_certs;
+    std::string tls_cert_chain;
+    std::string tls_private_key;
   };
   // Creates the channel (connects lazily). Errors: INVALID_ARGUMENT for an empty address.
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Create(const Options& options);

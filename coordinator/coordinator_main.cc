@@ -37,6 +37,10 @@ ABSL_FLAG(std::string, worker_token_file, "", "file holding the worker join toke
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for the Prometheus endpoint GET /metrics (empty: off; port 0: any, printed "
           "as \"metrics on HOST:PORT\")");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (chain) file: serve TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key file of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA file: require worker daemons to present a client certificate it signed");
 ABSL_FLAG(bool, insecure, false,
           "allow a non-loopback --listen without tokens (plain text; trusted networks only)");
 
@@ -56,6 +60,15 @@ absl::StatusOr<std::string> Token(const std::string& value, const std::string& f
   line = std::string(absl::StripAsciiWhitespace(line));
   if (line.empty()) return absl::InvalidArgumentError(absl::StrCat("--", name, "_file: ", file, " is empty"));
   return line;
+}
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
+  if (path.empty()) return std::string();
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("--", flag, ": cannot read ", path));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 }  // namespace
@@ -91,6 +104,18 @@ int main(int argc, char** argv) {
   o.worker_token = worker_token->empty() ? *user_token : *worker_token;
   o.insecure = absl::GetFlag(FLAGS_insecure);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  auto cert = ReadPem(absl::GetFlag(FLAGS_tls_cert), "tls_cert");
+  auto key = ReadPem(absl::GetFlag(FLAGS_tls_key), "tls_key");
+  auto client_ca = ReadPem(absl::GetFlag(FLAGS_tls_client_ca), "tls_client_ca");
+  for (const auto* p : {&cert, &key, &client_ca}) {
+    if (!p->ok()) {
+      SL_LOG(ERROR) << p->status();
+      return 2;
+    }
+  }
+  o.tls_cert_pem = *cert;
+  o.tls_key_pem = *key;
+  o.tls_client_ca_pem = *client_ca;
   o.validate_spec = [](const shardline::JobSpec& spec) {
     shardline::spec::ValidateOptions v;
     v.check_files = false;  // the data lives on the workers' file systems

@@ -31,6 +31,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
         " without --token and --worker_token (TLS is not implemented; add --insecure to accept "
         "plain-text tokens on a trusted network)"));
   }
+  if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
+    return absl::InvalidArgumentError("TLS needs both a certificate and its private key");
+  }
+  if (!options.tls_client_ca_pem.empty() && options.tls_cert_pem.empty()) {
+    return absl::InvalidArgumentError("a client CA (mutual TLS) needs a server certificate too");
+  }
+  const bool tls = !options.tls_cert_pem.empty();
+  if (!tls && !IsLoopbackListenAddress(options.listen)) {
+    SL_LOG(WARNING) << "serving " << options.listen
+                    << " without TLS: tokens and job specs travel in plain text";
+  }
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   CoreOptions core;
   core.clock = &s->clock_;
@@ -45,12 +56,22 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   ServiceOptions so;
   so.user_token = options.user_token;
   so.worker_token = options.worker_token;
+  so.require_worker_client_cert = !options.tls_client_ca_pem.empty();
   s->service_ = std::make_unique<CoordinatorService>(s->core_.get(), so);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (tls) {
+    grpc::SslServerCredentialsOptions ssl(options.tls_client_ca_pem.empty()
+                                              ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                              : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = options.tls_client_ca_pem;
+    ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
+    creds = grpc::SslServerCredentials(ssl);
+  }
+  builder.AddListeningPort(options.listen, creds, &port);
   builder.RegisterService(s->service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> icpt;
   icpt.push_back(MakeMetricsInterceptor(&s->rpc_metrics_));

@@ -3,8 +3,10 @@
 // scheduling).
 //
 // Security rule: a listen address that is not loopback needs a user token and a worker token
-// unless `insecure` is set (there is no TLS yet, so tokens travel in plain text; --insecure says
-// the operator accepts that on a trusted network).
+// unless `insecure` is set. TLS (tls_cert_pem/tls_key_pem) is optional; without it tokens travel
+// in plain text and a warning is logged. With tls_client_ca_pem, client certificates are
+// requested and verified, and the daemon's calls (RegisterWorker, Heartbeat, StreamAssignments)
+// require one (mutual TLS for workers); users and trainers still authenticate by token.
 //
 // Thread safety: Shutdown() may be called from any thread, once Create() returned.
 #ifndef SHARDLINE_COORDINATOR_SERVER_H_
@@ -41,6 +43,10 @@ struct ServerOptions {
   std::string user_token;
   std::string worker_token;
   bool insecure = false;
+  // PEM contents (not paths). Cert and key together turn TLS on.
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
+  std::string tls_client_ca_pem;
   // host:port of the Prometheus endpoint (GET /metrics); empty: none.
   std::string metrics_listen;
   // Passed to the core (spec::Validate in the binary).

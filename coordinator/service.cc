@@ -18,6 +18,15 @@ grpc::Status Unavailable() {
 }  // namespace
 
 grpc::Status CoordinatorService::Authorize(const grpc::ServerContext* ctx, Role role) const {
+  if (role == Role::kDaemon && options_.require_worker_client_cert) {
+    auto auth = ctx->auth_context();
+    if (auth == nullptr || !auth->IsPeerAuthenticated()) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "worker calls need a client certificate signed by the coordinator's "
+                          "client CA");
+    }
+  }
+  if (role == Role::kDaemon) role = Role::kWorker;
   const std::string& expected =
       role == Role::kWorker && !options_.worker_token.empty() ? options_.worker_token
                                                               : options_.user_token;
@@ -47,7 +56,7 @@ grpc::Status CoordinatorService::Authorize(const grpc::ServerContext* ctx, Role 
 grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* ctx,
                                                 const RegisterWorkerRequest* req,
                                                 RegisterWorkerResponse* resp) {
-  SL_AUTHORIZE(Role::kWorker);
+  SL_AUTHORIZE(Role::kDaemon);
   auto r = core_->RegisterWorker(*req);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = std::move(*r);
@@ -56,7 +65,7 @@ grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* ctx,
 
 grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx, const HeartbeatRequest* req,
                                            HeartbeatResponse* resp) {
-  SL_AUTHORIZE(Role::kWorker);
+  SL_AUTHORIZE(Role::kDaemon);
   auto r = core_->Heartbeat(*req);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = std::move(*r);
@@ -66,7 +75,7 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx, const Heart
 grpc::Status CoordinatorService::StreamAssignments(grpc::ServerContext* ctx,
                                                    const StreamAssignmentsRequest* req,
                                                    grpc::ServerWriter<Assignment>* writer) {
-  SL_AUTHORIZE(Role::kWorker);
+  SL_AUTHORIZE(Role::kDaemon);
   auto gen = core_->OpenAssignmentStream(req->worker_id());
   if (!gen.ok()) return ToGrpcStatus(gen.status());
   Assignment a;

@@ -32,6 +32,9 @@ namespace shardline::coordinator {
 struct ServiceOptions {
   std::string user_token;
   std::string worker_token;
+  // Mutual TLS for workers: RegisterWorker, Heartbeat and StreamAssignments also need a client
+  // certificate the server verified.
+  bool require_worker_client_cert = false;
   // How often blocked stream handlers re-check cancellation and shutdown.
   absl::Duration poll = absl::Milliseconds(250);
 };
@@ -77,7 +80,8 @@ class CoordinatorService final : public ::shardline::Coordinator::Service {
                              GetCheckpointResponse* resp) override;
 
  private:
-  enum class Role { kUser, kWorker };
+  // kDaemon: worker methods the node daemon calls (client certificate when required).
+  enum class Role { kUser, kWorker, kDaemon };
   grpc::Status Authorize(const grpc::ServerContext* ctx, Role role) const;
 
   CoordinatorCore* core_;
