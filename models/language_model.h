@@ -12,6 +12,7 @@
 #define SHARDLINE_MODELS_LANGUAGE_MODEL_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -32,6 +33,8 @@ class LanguageModel {
 
   // The root module: parameters(), named_parameters(), train()/eval(), to(device).
   virtual torch::nn::Module& module() = 0;
+  // The same module, shared (the FSDP engine keeps a reference).
+  virtual std::shared_ptr<torch::nn::Module> module_ptr() = 0;
 
   // Attaches the FSDP engine (or detaches it with nullptr); not owned, must outlive its use.
   // Forward then calls fsdp::RunUnit(runner, block, x, body) around each transformer block.

@@ -114,6 +114,7 @@ class LlamaModel : public LanguageModel {
 
   at::Tensor Forward(const at::Tensor& tokens) override { return net_->forward(tokens, runner_); }
   torch::nn::Module& module() override { return *net_; }
+  std::shared_ptr<torch::nn::Module> module_ptr() override { return net_.ptr(); }
   void set_unit_runner(fsdp::UnitRunner* runner) override { runner_ = runner; }
   std::string block_type() const override { return "Block"; }
   int64_t vocab_size() const override { return config_.vocab_size; }

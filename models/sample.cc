@@ -26,7 +26,8 @@ absl::StatusOr<std::vector<int64_t>> Generate(LanguageModel& model,
                                   at::kLong)
                            .unsqueeze(0)
                            .to(device);
-      at::Tensor logits = model.Forward(ids).select(1, -1).squeeze(0).to(at::kCPU, at::kFloat);
+      at::Tensor all_logits = options.forward ? options.forward(ids) : model.Forward(ids);
+      at::Tensor logits = all_logits.select(1, -1).squeeze(0).to(at::kCPU, at::kFloat);
       logits = logits / std::max(options.temperature, 1e-6);
       if (options.top_k > 0 && options.top_k < logits.size(0)) {
         at::Tensor kth = std::get<0>(logits.topk(options.top_k)).select(0, -1);

@@ -9,6 +9,7 @@
 #define SHARDLINE_MODELS_SAMPLE_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <c10/core/Device.h>
@@ -20,6 +21,9 @@ namespace shardline::models {
 
 struct SampleOptions {
   int num_tokens = 100;
+  // Runs one forward of token ids [1, T] -> logits [1, T, V]; empty: model.Forward. The trainer
+  // wraps the FSDP engine's gather/free around it.
+  std::function<at::Tensor(const at::Tensor&)> forward;
   double temperature = 0.8;
   int top_k = 0;  // 0: sample from the whole distribution.
   uint64_t seed = 0;

@@ -94,6 +94,8 @@ TorchScriptModel::~TorchScriptModel() = default;
 
 torch::nn::Module& TorchScriptModel::module() { return *impl_->root; }
 
+std::shared_ptr<torch::nn::Module> TorchScriptModel::module_ptr() { return impl_->root; }
+
 at::Tensor TorchScriptModel::Forward(const at::Tensor& tokens) {
   // One unit: the engine gathers it at the start of forward like any root unit.
   return impl_->root->script().forward({tokens}).toTensor();

@@ -28,6 +28,7 @@ class TorchScriptModel : public LanguageModel {
 
   at::Tensor Forward(const at::Tensor& tokens) override;
   torch::nn::Module& module() override;
+  std::shared_ptr<torch::nn::Module> module_ptr() override;
   void set_unit_runner(fsdp::UnitRunner* runner) override { runner_ = runner; }
   std::string block_type() const override { return ""; }
   int64_t vocab_size() const override { return vocab_size_; }

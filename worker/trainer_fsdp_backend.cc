@@ -1,0 +1,91 @@
+#include "worker/trainer_fsdp_backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "fsdp/wrap_policy.h"
+
+namespace shardline::worker {
+
+absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(
+    std::shared_ptr<torch::nn::Module> model, const std::string& block_type,
+    const TrainerConfig& c, int rank, const Comms& comms) {
+  if (c.mixed_precision) {
+    return absl::UnimplementedError(
+        "fsdp.mixed_precision: only FP32 is implemented by the engine; remove the section or set "
+        "every dtype to FP32");
+  }
+  if (c.cpu_offload) {
+    return absl::UnimplementedError("fsdp.cpu_offload: not implemented by the engine yet");
+  }
+  if (c.activation_checkpointing) {
+    return absl::UnimplementedError(
+        "fsdp.activation_checkpointing: not implemented by the engine yet; set it to false");
+  }
+  if (comms.world == nullptr) {
+    return absl::InvalidArgumentError("FsdpBackend needs a world communicator");
+  }
+  fsdp::FsdpEngineOptions options;
+  options.rank = rank;
+  ASSIGN_OR_RETURN(options.wrap_policy.kind, fsdp::ParseWrapPolicy(c.wrap_policy));
+  options.wrap_policy.min_num_params = c.min_num_params;
+  if (block_type.empty()) {
+    if (options.wrap_policy.kind == fsdp::WrapPolicyKind::kTransformerBlock) {
+      // No hook points (a TorchScript model): the whole model is one root unit.
+      options.wrap_policy.kind = fsdp::WrapPolicyKind::kSizeBased;
+      options.wrap_policy.min_num_params = INT64_MAX;
+    }
+  } else {
+    options.wrap_policy.block_type = block_type;
+  }
+  // Prefetching only changes timing; the engine does not implement it yet.
+  if (c.forward_prefetch || c.backward_prefetch) {
+    SL_LOG(DEBUG) << "forward/backward prefetch requested; the engine runs without prefetch";
+  }
+  if (c.fake_collectives) {
+    SL_LOG(WARNING) << "fsdp.fake_collectives is not implemented; collectives run for real";
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<fsdp::FsdpEngine> engine,
+                   fsdp::FsdpEngine::Create(std::move(model), c.layout, comms.shard,
+                                            comms.replicate, options));
+  fsdp::ShardedOptimizerOptions opt;
+  opt.kind = c.optimizer == OptimizerKind::kAdamW ? fsdp::ShardedOptimizerOptions::Kind::kAdamW
+                                                  : fsdp::ShardedOptimizerOptions::Kind::kSgd;
+  opt.lr = c.lr;
+  opt.weight_decay = c.weight_decay;
+  opt.beta1 = c.beta1;
+  opt.beta2 = c.beta2;
+  opt.eps = c.eps;
+  opt.momentum = c.momentum;
+  opt.grad_clip = c.grad_clip;
+  ASSIGN_OR_RETURN(std::unique_ptr<fsdp::ShardedOptimizer> optimizer,
+                   fsdp::ShardedOptimizer::Create(engine.get(), opt));
+  return std::unique_ptr<FsdpBackend>(
+      new FsdpBackend(c, comms, std::move(engine), std::move(optimizer)));
+}
+
+std::string FsdpBackend::Describe() const {
+  return absl::StrCat("FSDP ", engine_->layout().DebugString(), ", ",
+                      engine_->flat_params().size(), " units, sharded ",
+                      config_.optimizer == OptimizerKind::kAdamW ? "AdamW" : "SGD");
+}
+
+void FsdpBackend::set_step(int64_t step) {
+  engine_->set_step(step);
+  comms_.world->set_step(step);
+}
+
+absl::StatusOr<double> FsdpBackend::Step(double lr) {
+  optimizer_->set_lr(lr);
+  return optimizer_->Step();
+}
+
+absl::Status FsdpBackend::AllReduceSum(const at::Tensor& values) {
+  return comms_.world->AllReduce(values, fsdp::ReduceOp::kSum);
+}
+
+int64_t FsdpBackend::StateBytes() const {
+  return fsdp::PersistentStateBytes(*engine_, *optimizer_);
+}
+
+}  // namespace shardline::worker

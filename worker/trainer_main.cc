@@ -1,0 +1,235 @@
+// trainer: one rank of a training job, started like a torchrun worker.
+//
+//   trainer --spec FILE [--set path=value ...] [--metrics_out FILE] [--backend auto|fsdp|local]
+//
+// Environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (see trainer_config.h);
+// SHARDLINE_PEAK_FLOPS (FLOP/s of one rank's device, for the MFU estimate; default 1e11 on
+// CPU, 989e12 on CUDA, the dense bf16 peak of an H100/H200). Exit codes: trainer_exit_codes.h.
+// The spec's paths are relative to the spec file. Logs go to stderr; the sample to stdout.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/torch_status.h"
+#include "data/token_dataset.h"
+#include "fsdp/communicators.h"
+#include "models/model_factory.h"
+#include "worker/train_loop.h"
+#include "worker/trainer_config.h"
+#include "worker/trainer_exit_codes.h"
+#include "worker/trainer_fsdp_backend.h"
+#include "worker/trainer_local_backend.h"
+#include "worker/trainer_metrics.h"
+#include "worker/trainer_store.h"
+
+namespace shardline::worker {
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+void OnSignal(int signo) { g_stop_signal.store(signo); }
+
+constexpr char kUsage[] =
+    "usage: trainer --spec FILE [--set path=value ...] [--metrics_out FILE]\n"
+    "               [--backend auto|fsdp|local]\n"
+    "  Runs one rank; RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT come from the\n"
+    "  environment as torchrun sets them (all unset: one process).\n"
+    "  --set overrides any spec field, e.g. --set fsdp.hybrid_shard_degree=2 --set train.steps=50\n"
+    "  --backend: auto (FSDP engine when WORLD_SIZE > 1, else the single-process one), fsdp, local\n";
+
+struct Args {
+  std::string spec;
+  std::vector<std::string> sets;
+  std::string metrics_out;
+  std::string backend = "auto";
+};
+
+// Flags are parsed by hand so that --set values may contain commas and '=' (YAML flow maps).
+absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") return absl::CancelledError(kUsage);
+    std::string name = arg, value;
+    bool has_value = false;
+    if (absl::StartsWith(arg, "--") && arg.find('=') != std::string::npos) {
+      name = arg.substr(0, arg.find('='));
+      value = arg.substr(arg.find('=') + 1);
+      has_value = true;
+    }
+    if (name != "--spec" && name != "--set" && name != "--metrics_out" && name != "--backend") {
+      return absl::InvalidArgumentError(absl::StrCat("unknown argument \"", arg, "\"\n", kUsage));
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) {
+        return absl::InvalidArgumentError(absl::StrCat(name, " needs a value\n", kUsage));
+      }
+      value = argv[++i];
+    }
+    if (name == "--spec") a.spec = value;
+    if (name == "--set") a.sets.push_back(value);
+    if (name == "--metrics_out") a.metrics_out = value;
+    if (name == "--backend") a.backend = value;
+  }
+  if (a.spec.empty()) return absl::InvalidArgumentError(absl::StrCat("--spec is required\n", kUsage));
+  if (a.backend != "auto" && a.backend != "fsdp" && a.backend != "local") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend \"", a.backend, "\" is not one of auto, fsdp, local"));
+  }
+  return a;
+}
+
+int Fail(int code, absl::string_view phase, const absl::Status& status) {
+  SL_LOG(ERROR) << phase << ": " << status.message() << " [" << absl::StatusCodeToString(status.code())
+                << "; exit " << code << "]";
+  return code;
+}
+
+bool IsCommError(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable ||
+         s.code() == absl::StatusCode::kDeadlineExceeded ||
+         s.code() == absl::StatusCode::kFailedPrecondition;
+}
+
+int Main(int argc, char** argv) {
+  auto args = ParseArgs(argc, argv);
+  if (!args.ok()) {
+    if (args.status().code() == absl::StatusCode::kCancelled) {
+      std::cout << args.status().message();
+      return kExitOk;
+    }
+    std::cerr << "trainer: " << args.status().message();
+    return kExitBadSpec;
+  }
+  auto env = ReadRankEnv();
+  if (!env.ok()) return Fail(kExitBadSpec, "environment", env.status());
+  SetLogPrefix(absl::StrCat("rank ", env->rank));
+
+  auto config = LoadTrainerConfig(args->spec, args->sets, *env);
+  if (!config.ok()) return Fail(kExitBadSpec, absl::StrCat("job spec ", args->spec), config.status());
+  const TrainerConfig& c = *config;
+  if (env->rank == 0) {
+    SL_LOG(INFO) << "job " << c.job_name << ": " << c.layout.DebugString() << ", "
+                 << c.accumulation_steps << " micro-batch(es) of " << c.micro_batch_size
+                 << " per rank per step; resolved spec:\n" << c.spec_yaml;
+  }
+
+  signal(SIGTERM, OnSignal);
+  signal(SIGINT, OnSignal);
+  if (c.cpu_threads > 0) at::set_num_threads(c.cpu_threads);
+  if (c.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+
+  at::Device device = at::kCPU;
+  if (c.cuda) {
+    if (!at::hasCUDA()) {
+      return Fail(kExitBadSpec, "device",
+                  absl::InvalidArgumentError(
+                      "device.kind is CUDA but this trainer sees no GPU (CPU-only LibTorch, no "
+                      "driver, or CUDA_VISIBLE_DEVICES empty); use device.kind CPU"));
+    }
+    device = at::Device(at::kCUDA, 0);  // The daemon exposes one GPU per rank.
+  }
+
+  auto dataset = data::TokenDataset::Open(
+      {c.data_path, c.data_format, c.val_fraction, c.seq_len, c.model.vocab_size});
+  if (!dataset.ok()) return Fail(kExitDataError, "data", dataset.status());
+
+  auto model = models::CreateModel(c.model);
+  if (!model.ok()) return Fail(kExitBadSpec, "model", model.status());
+  absl::Status moved = TorchCall("move model", [&] { (*model)->module().to(device); });
+  if (!moved.ok()) return Fail(kExitInternal, "model", moved);
+  if (env->rank == 0) SL_LOG(INFO) << (*model)->Describe();
+
+  std::unique_ptr<MetricsWriter> metrics;
+  if (!args->metrics_out.empty()) {
+    auto opened = MetricsWriter::Open(args->metrics_out);
+    if (!opened.ok()) return Fail(kExitBadSpec, "metrics", opened.status());
+    metrics = std::move(*opened);
+  }
+
+  // The backend: FSDP engine over communicators, or the single-process reference.
+  const bool use_fsdp = args->backend == "fsdp" || (args->backend == "auto" && env->world_size > 1);
+  std::unique_ptr<fsdp::KvStore> store;
+  fsdp::CommGroups groups;
+  std::unique_ptr<TrainingBackend> backend;
+  const absl::Duration timeout = absl::Seconds(c.collective_timeout_s);
+  if (use_fsdp) {
+    auto s = CreateBootstrapStore(*env, timeout);
+    if (!s.ok()) return Fail(kExitCommFailure, "rendezvous", s.status());
+    store = std::move(*s);
+    fsdp::CommOptions comm;
+    comm.backend = c.cuda ? fsdp::CommBackend::kNccl : fsdp::CommBackend::kGloo;
+    comm.address = env->advertise_address;
+    comm.timeout = timeout;
+    comm.key_prefix = env->job_id.empty() ? "comm" : absl::StrCat("comm/", env->job_id, "/", env->attempt);
+    auto g = fsdp::CreateCommunicators(c.layout.world_size, c.layout.shard_degree, env->rank,
+                                       store.get(), comm);
+    if (!g.ok()) return Fail(kExitCommFailure, "communicators", g.status());
+    groups = std::move(*g);
+    auto b = FsdpBackend::Create((*model)->module_ptr(), (*model)->block_type(), c, env->rank,
+                                 {groups.world.get(), groups.shard.get(), groups.replicate.get()});
+    if (!b.ok()) {
+      return Fail(IsCommError(b.status()) ? kExitCommFailure : kExitBadSpec, "fsdp", b.status());
+    }
+    backend = std::move(*b);
+  } else {
+    auto b = LocalBackend::Create((*model)->module(), c);
+    if (!b.ok()) return Fail(kExitBadSpec, "backend", b.status());
+    backend = std::move(*b);
+  }
+  if (env->rank == 0) {
+    SL_LOG(INFO) << backend->Describe() << "; this rank holds " << backend->StateBytes() / 1048576.0
+                 << " MiB of parameter, gradient and optimizer state";
+  }
+
+  TrainLoopOptions loop;
+  loop.rank = env->rank;
+  loop.world_size = env->world_size;
+  loop.metrics = metrics.get();
+  loop.should_stop = [] { return g_stop_signal.load() != 0; };
+  loop.peak_flops_per_rank = c.cuda ? 989e12 : 1e11;
+  if (const char* peak = std::getenv("SHARDLINE_PEAK_FLOPS")) {
+    double v = 0;
+    if (absl::SimpleAtod(peak, &v) && v > 0) loop.peak_flops_per_rank = v;
+  }
+  auto summary = RunTraining(c, **model, *backend, **dataset, loop);
+  if (!summary.ok()) {
+    const absl::Status& s = summary.status();
+    if (s.code() == absl::StatusCode::kCancelled) {
+      const int signo = g_stop_signal.load();
+      Fail(kExitSignalBase + signo, "stopped", s);
+      return kExitSignalBase + signo;
+    }
+    if (s.code() == absl::StatusCode::kAborted) return Fail(kExitDiverged, "training", s);
+    if (IsCommError(s)) return Fail(kExitCommFailure, "training", s);
+    if (s.code() == absl::StatusCode::kInvalidArgument) return Fail(kExitDataError, "data", s);
+    return Fail(kExitInternal, "training", s);
+  }
+  if (env->rank == 0) {
+    SL_LOG(INFO) << "finished " << summary->steps << " steps: train loss "
+                 << summary->train_losses.back() << ", val loss "
+                 << summary->final_val_loss.value_or(NAN);
+    if (!summary->sample.empty()) std::cout << summary->sample << std::endl;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace shardline::worker
+
+int main(int argc, char** argv) { return shardline::worker::Main(argc, argv); }
