@@ -114,7 +114,10 @@ absl::Status CoordinatorCore::Load() {
       all_reserved &= registry_.Reserve(p.worker_id(), p.slot_index(), rec.status().job_id()).ok();
     }
     rendezvous_.Open(Namespace(rec), rec.rendezvous_secret());
-    for (const RankPlacement& p : rec.status().placement()) job.acked.insert(p.rank());
+    for (const RankPlacement& p : rec.status().placement()) {
+      job.acked.insert(p.rank());
+      running_ranks_[p.worker_id()].insert({rec.status().job_id(), p.rank()});
+    }
     JobStateMachine(&job.rec, clock_->Now())
         .Note("COORDINATOR_RESTARTED", "coordinator restarted; waiting for the attempt's workers "
                                        "to heartbeat again");
@@ -182,22 +185,48 @@ absl::StatusOr<HeartbeatResponse> CoordinatorCore::Heartbeat(const HeartbeatRequ
     resp.set_reregister(true);
     return resp;
   }
-  if (req.ranks_size() == 0) return resp;  // the common, lock-free case
   absl::MutexLock lock(&mu_);
-  bool any_exit = false;
+  auto watched = running_ranks_.find(req.worker_id());
+  const bool has_running = watched != running_ranks_.end() && !watched->second.empty();
+  if (req.ranks_size() == 0 && !has_running) return resp;  // the common case at scale
+  bool changed = false;
+  std::set<std::pair<std::string, int32_t>> reported;
   for (const RankStatus& rs : req.ranks()) {
     Job* job = FindJob(rs.job_id());
-    if (job != nullptr && job->rec.status().attempt() == rs.attempt() && rs.rank() >= 0 &&
-        rs.rank() < job->rec.status().placement_size() &&
-        job->rec.status().placement(rs.rank()).worker_id() == req.worker_id()) {
-      job->acked.insert(rs.rank());
+    const bool current = job != nullptr && job->rec.status().state() == RUNNING &&
+                         job->rec.status().attempt() == rs.attempt() && rs.rank() >= 0 &&
+                         rs.rank() < job->rec.status().placement_size() &&
+                         job->rec.status().placement(rs.rank()).worker_id() == req.worker_id();
+    if (current) {
+      reported.insert({rs.job_id(), rs.rank()});
+      if (job->acked.insert(rs.rank()).second && rs.state() != RankStatus::EXITED) {
+        running_ranks_[req.worker_id()].insert({rs.job_id(), rs.rank()});
+      }
     }
     if (rs.state() == RankStatus::EXITED) {
-      any_exit = true;
+      changed = true;
       ApplyRankStatusLocked(req.worker_id(), rs);
     }
   }
-  if (any_exit) ScheduleLocked();
+  if (has_running) {
+    // A rank the worker acknowledged earlier and no longer lists is gone (e.g. its daemon
+    // restarted and the kernel killed its trainers): fail the attempt rather than wait forever.
+    const std::set<std::pair<std::string, int32_t>> expected = running_ranks_[req.worker_id()];
+    for (const auto& [job_id, rank] : expected) {
+      if (reported.count({job_id, rank})) continue;
+      Job* job = FindJob(job_id);
+      if (job == nullptr || job->rec.status().state() != RUNNING ||
+          !running_ranks_[req.worker_id()].count({job_id, rank})) {
+        continue;
+      }
+      changed = true;
+      FailAttemptLocked(*job, "RANK_LOST",
+                        absl::StrCat("rank ", rank, " on node ",
+                                     job->rec.status().placement(rank).node_name(),
+                                     " is no longer reported by its worker (daemon restarted?)"));
+    }
+  }
+  if (changed) ScheduleLocked();
   return resp;
 }
 
@@ -215,6 +244,7 @@ void CoordinatorCore::ApplyRankStatusLocked(const std::string& worker_id, const 
     const auto& done = job->rec.succeeded_ranks();
     if (std::find(done.begin(), done.end(), rs.rank()) != done.end()) return;
     job->rec.add_succeeded_ranks(rs.rank());
+    running_ranks_[worker_id].erase({rs.job_id(), rs.rank()});
     if (job->rec.succeeded_ranks_size() == st.world_size()) {
       EndAttemptLocked(*job, /*send_stop=*/false);
       (void)JobStateMachine(&job->rec, clock_->Now())
@@ -442,6 +472,9 @@ absl::Status CoordinatorCore::StartAttemptLocked(Job& job, const Plan& plan) {
 
 void CoordinatorCore::EndAttemptLocked(Job& job, bool send_stop) {
   const JobStatus& st = job.rec.status();
+  for (const RankPlacement& p : st.placement()) {
+    running_ranks_[p.worker_id()].erase({st.job_id(), p.rank()});
+  }
   if (send_stop) {
     std::set<std::string> workers;
     for (const RankPlacement& p : st.placement()) workers.insert(p.worker_id());

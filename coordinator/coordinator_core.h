@@ -23,6 +23,10 @@
 // latest committed checkpoint (or fails when no restarts are left). Rendezvous values are not
 // persisted (ranks read them only while bootstrapping).
 //
+// Lost ranks: once a worker's heartbeat has listed a rank of a running attempt, every later
+// heartbeat of that worker must list it until it exits; a heartbeat without it fails the attempt
+// as RANK_LOST (a restarted daemon no longer knows the ranks its predecessor ran).
+//
 // Thread safety: every method may be called from any thread. Blocking calls (NextAssignment,
 // WaitJob, RendezvousGet) block only their caller, up to the given wait.
 #ifndef SHARDLINE_COORDINATOR_COORDINATOR_CORE_H_
@@ -185,6 +189,10 @@ class CoordinatorCore {
   mutable absl::CondVar changed_;
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Outbox> outboxes_ ABSL_GUARDED_BY(mu_);
+  // Per worker: (job, rank) of running attempts it has acknowledged and not finished; a
+  // heartbeat that omits one of them means the rank is gone.
+  std::map<std::string, std::set<std::pair<std::string, int32_t>>> running_ranks_
+      ABSL_GUARDED_BY(mu_);
   CheckpointRegistry checkpoints_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t next_version_ ABSL_GUARDED_BY(mu_) = 1;

@@ -255,6 +255,37 @@ TEST_F(CoreTest, LostWorkerFailsAttemptAndElasticRestartShrinksTheWorld) {
   EXPECT_TRUE(core_->Heartbeat(hb)->reregister());
 }
 
+TEST_F(CoreTest, RankMissingFromItsWorkersHeartbeatIsLost) {
+  const std::string a = Register("a", 2);
+  auto job = core_->SubmitJob(Spec("l", 2, /*max_restarts=*/1));
+  HeartbeatRequest hb;
+  hb.set_worker_id(a);
+  for (int r = 0; r < 2; ++r) {
+    RankStatus* rs = hb.add_ranks();
+    rs->set_job_id(*job);
+    rs->set_attempt(1);
+    rs->set_rank(r);
+    rs->set_state(RankStatus::RUNNING);
+  }
+  ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  // Rank 0 finishes; later the daemon forgets it: that is not a loss.
+  hb.mutable_ranks(0)->set_state(RankStatus::EXITED);
+  ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  hb.mutable_ranks()->DeleteSubrange(0, 1);
+  ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  EXPECT_EQ(core_->GetJob(*job)->state(), RUNNING);
+  // The daemon restarts and heartbeats without rank 1: the attempt failed.
+  Beat(a);
+  auto st = core_->GetJob(*job);
+  ASSERT_TRUE(HasEvent(*st, "RANK_LOST"));
+  for (const JobEvent& e : st->events()) {
+    if (e.kind() != "RANK_LOST") continue;
+    EXPECT_NE(e.message().find("rank 1 on node a is no longer reported"), std::string::npos)
+        << e.message();
+  }
+  EXPECT_EQ(st->attempt(), 2);  // restarted at once (no backoff)
+}
+
 TEST_F(CoreTest, CancelStopsRanksAndIsFinal) {
   const std::string a = Register("a", 2);
   auto job = core_->SubmitJob(Spec("c", 2));
@@ -380,7 +411,15 @@ TEST_F(CoreTest, StateSurvivesRestartAndRunningJobWaitsForItsWorkers) {
   EXPECT_TRUE(core_->ListCheckpoints(*running)->at(0).committed());
   // The worker id stays valid; ranks started before the restart are not started twice, and
   // they keep using their rendezvous namespace and secret.
-  Beat(a);
+  HeartbeatRequest hb;
+  hb.set_worker_id(a);
+  RankStatus* rs = hb.add_ranks();
+  rs->set_job_id(*running);
+  rs->set_attempt(1);
+  rs->set_rank(0);
+  rs->set_state(RankStatus::RUNNING);
+  ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  EXPECT_EQ(core_->GetJob(*running)->state(), RUNNING);
   EXPECT_TRUE(Drain(a, *core_->OpenAssignmentStream(a)).empty());
   RendezvousSetRequest set;
   set.set_namespace_(*running + "/1");

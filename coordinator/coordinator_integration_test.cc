@@ -371,6 +371,13 @@ TEST_F(CoordinatorIntegrationTest, SigkillAndRestartKeepsJobsEventsAndCheckpoint
   ASSERT_TRUE(running.ok() && cancelled.ok());
   ASSERT_TRUE(user_->CancelJob(*cancelled, "changed my mind").ok());
   WaitJob(*running, [](const JobStatus& s) { return s.state() == RUNNING; });
+  // The daemon lists its running ranks in every heartbeat.
+  std::vector<RankStatus> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(Exited(*running, 1, r, 0));
+    ranks.back().set_state(RankStatus::RUNNING);
+  }
+  hb->SetRanks(ranks);
   CommitCheckpoint(*running, 1, 42);
   const JobStatus before = *user_->GetJob(*running);
   const JobStatus cancelled_before = *user_->GetJob(*cancelled);
@@ -382,6 +389,7 @@ TEST_F(CoordinatorIntegrationTest, SigkillAndRestartKeepsJobsEventsAndCheckpoint
   StartCoordinator();  // same state_dir, new port
   worker_ = *CoordinatorClient::Create(proc_->address(), kWorkerToken);
   hb = std::make_unique<Heartbeater>(worker_.get(), reg->worker_id());
+  hb->SetRanks(ranks);
 
   auto jobs = user_->ListJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
@@ -399,12 +407,18 @@ TEST_F(CoordinatorIntegrationTest, SigkillAndRestartKeepsJobsEventsAndCheckpoint
   ASSERT_TRUE(cps.ok());
   ASSERT_EQ(cps->size(), 1u);
   EXPECT_TRUE((*cps)[0].committed());
-  // The worker keeps heartbeating under its old id: the attempt goes on (no WORKER_LOST).
+  // The worker keeps heartbeating under its old id with its ranks: the attempt goes on.
   absl::SleepFor(absl::Seconds(2));
   after = *user_->GetJob(*running);
   EXPECT_EQ(after.state(), RUNNING);
   EXPECT_EQ(after.attempt(), before.attempt());
   EXPECT_FALSE(HasEvent(after, "WORKER_LOST"));
+  EXPECT_FALSE(HasEvent(after, "RANK_LOST"));
+  // Its daemon restarts and forgets the ranks: the attempt restarts from step 42.
+  hb->SetRanks({});
+  after = WaitJob(*running, [](const JobStatus& s) { return s.attempt() == 2; });
+  EXPECT_TRUE(HasEvent(after, "RANK_LOST"));
+  EXPECT_EQ(after.state(), RUNNING);
   // New ids do not collide with old ones.
   auto next = user_->SubmitJob(ValidSpec("next", 1));
   ASSERT_TRUE(next.ok());
