@@ -45,6 +45,10 @@ void ExpectParity(const ParityConfig& c) {
     for (const ParityResult& r : results) mean += r.losses[step];
     mean /= c.world_size;
     EXPECT_NEAR(mean, ref.losses[step], 1e-5 * std::abs(ref.losses[step])) << "step " << step;
+    for (const ParityResult& r : results) {
+      EXPECT_NEAR(r.grad_norms[step], ref.grad_norms[step], 1e-4 * ref.grad_norms[step])
+          << "step " << step;
+    }
   }
   ASSERT_FALSE(results[0].params.empty());
   for (const auto& [name, t] : results[0].params) {

@@ -109,6 +109,8 @@ absl::Status RunWorker(const WorkerArgs& a) {
     char buf[64];
     std::snprintf(buf, sizeof(buf), "LOSS %zu %.12g", i, result.losses[i]);
     std::cout << buf << std::endl;
+    std::snprintf(buf, sizeof(buf), "NORM %zu %.12g", i, result.grad_norms[i]);
+    std::cout << buf << std::endl;
   }
   if (a.rank == 0 && !a.out.empty()) {
     std::ofstream out(a.out);
@@ -187,11 +189,17 @@ TEST_P(FsdpParity, MatchesSingleProcessTraining) {
     int seen = 0;
     for (absl::string_view line : absl::StrSplit(r.output, '\n')) {
       std::vector<std::string> f = absl::StrSplit(line, ' ');
-      if (f.size() != 3 || f[0] != "LOSS") continue;
+      if (f.size() != 3 || (f[0] != "LOSS" && f[0] != "NORM")) continue;
       int step = 0;
       double v = 0;
       ASSERT_TRUE(absl::SimpleAtoi(f[1], &step) && absl::SimpleAtod(f[2], &v)) << line;
       ASSERT_LT(step, c.steps);
+      if (f[0] == "NORM") {
+        // Every rank computes the same global norm.
+        EXPECT_NEAR(v, ref.grad_norms[step], 1e-4 * ref.grad_norms[step])
+            << "rank " << r.rank << " step " << step;
+        continue;
+      }
       mean[step] += v / c.world_size;
       ++seen;
     }
@@ -252,6 +260,8 @@ std::vector<ParityConfig> AllConfigs() {
   variant("HYBRID_SHARD_ZERO2", 6, 2, WrapPolicyKind::kTransformerBlock, 2, false);
   variant("NO_SHARD", 4, 0, WrapPolicyKind::kTransformerBlock, 3, false);
   variant("HYBRID_SHARD", 4, 2, WrapPolicyKind::kTransformerBlock, 1, true);
+  variant("NO_SHARD", 3, 0, WrapPolicyKind::kTransformerBlock, 1, true);
+  variant("FULL_SHARD", 2, 0, WrapPolicyKind::kTransformerBlock, 2, true);
   return out;
 }
 

@@ -115,7 +115,9 @@ ParityResult RunReference(const ParityConfig& config) {
     at::Tensor loss = model->loss(batch.narrow(1, 0, batch.size(1) - 1),
                                   batch.narrow(1, 1, batch.size(1) - 1), nullptr);
     loss.backward();
-    if (!config.sgd) torch::nn::utils::clip_grad_norm_(unique, kClip);
+    // SGD runs unclipped; a huge max_norm makes clip_grad_norm_ only measure.
+    result.grad_norms.push_back(
+        torch::nn::utils::clip_grad_norm_(unique, config.sgd ? 1e30 : kClip));
     opt->step();
     result.losses.push_back(loss.item<double>());
   }
@@ -181,7 +183,8 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
       RETURN_IF_ERROR(engine->Backward(loss / config.micro_batches,
                                        /*sync_gradients=*/m == config.micro_batches - 1));
     }
-    RETURN_IF_ERROR(opt->Step().status());
+    ASSIGN_OR_RETURN(double norm, opt->Step());
+    result.grad_norms.push_back(norm);
     result.losses.push_back(loss_sum / config.micro_batches);
   }
   ASSIGN_OR_RETURN(auto full, engine->FullParamState(/*rank0_only=*/true));

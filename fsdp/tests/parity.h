@@ -42,6 +42,9 @@ struct ParityConfig {
 
 struct ParityResult {
   std::vector<double> losses;                 // Global mean loss per step.
+  // Global gradient norm per step, before clipping (catches gradient scaling mistakes that
+  // AdamW, being scale-invariant, would hide).
+  std::vector<double> grad_norms;
   std::map<std::string, at::Tensor> params;   // Final parameters (canonical names).
 };
 
