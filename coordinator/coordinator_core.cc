@@ -141,6 +141,7 @@ CoordinatorCore::Job* CoordinatorCore::FindJob(const std::string& job_id) {
 
 void CoordinatorCore::Changed(Job& job) {
   job.version = next_version_++;
+  dirty_jobs_.insert(job.rec.status().job_id());
   if (store_) {
     if (absl::Status s = store_->PutJob(job.rec); !s.ok()) {
       SL_LOG(ERROR) << "cannot persist job " << job.rec.status().job_id() << ": " << s;
@@ -282,6 +283,7 @@ absl::StatusOr<int64_t> CoordinatorCore::OpenAssignmentStream(const std::string&
     const Job* job = FindJob(it->job_id());
     it = job != nullptr && job->acked.count(it->rank()) ? box.queue.erase(it) : std::next(it);
   }
+  dirty_workers_.insert(worker_id);
   changed_.SignalAll();  // an older stream of this worker ends
   return box.generation;
 }
@@ -311,6 +313,7 @@ std::vector<WorkerInfo> CoordinatorCore::ListWorkers() const { return registry_.
 
 void CoordinatorCore::Push(const std::string& worker_id, Assignment a) {
   outboxes_[worker_id].queue.push_back(std::move(a));
+  dirty_workers_.insert(worker_id);
   changed_.SignalAll();
 }
 
@@ -330,6 +333,7 @@ void CoordinatorCore::PushStartsLocked(const Job& job, const std::string& worker
     if (only != nullptr) {
       only->queue.push_back(std::move(a));
     } else {
+      dirty_workers_.insert(p.worker_id());
       outboxes_[p.worker_id()].queue.push_back(std::move(a));
     }
   }
@@ -512,7 +516,9 @@ void CoordinatorCore::Tick() {
   for (const std::string& w : dead) PersistWorker(w);
   absl::MutexLock lock(&mu_);
   for (const std::string& worker_id : dead) {
-    outboxes_.erase(worker_id);
+    outboxes_.erase(worker_id);  // its stream ends (ABORTED) at its next look
+    dirty_workers_.insert(worker_id);
+    running_ranks_.erase(worker_id);
     auto info = registry_.Get(worker_id);
     const std::string node = info.ok() ? info->node_name() : "?";
     SL_LOG(WARNING) << "worker " << worker_id << " (" << node << ") missed heartbeats for "
@@ -539,6 +545,20 @@ CoordinatorCore::Counters CoordinatorCore::counters() const {
   Counters c = counters_;
   for (const auto& [id, job] : jobs_) c.jobs_by_state[job.rec.status().state()]++;
   return c;
+}
+
+bool CoordinatorCore::WaitDirty(absl::Duration wait, std::vector<std::string>* workers,
+                                std::vector<std::string>* jobs) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + wait;
+  while (!shutdown_ && dirty_workers_.empty() && dirty_jobs_.empty()) {
+    if (changed_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  workers->assign(dirty_workers_.begin(), dirty_workers_.end());
+  jobs->assign(dirty_jobs_.begin(), dirty_jobs_.end());
+  dirty_workers_.clear();
+  dirty_jobs_.clear();
+  return !shutdown_;
 }
 
 void CoordinatorCore::Shutdown() {
@@ -601,6 +621,7 @@ absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
     Changed(*job);  // persisted: rank 0 reports only every log_every steps
   } else {
     job->version = next_version_++;
+    dirty_jobs_.insert(r.job_id());
     changed_.SignalAll();
   }
   return absl::OkStatus();
@@ -669,6 +690,7 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(const JobSpec& spec) {
   const std::string id = st.job_id();
   Job& stored = jobs_[id] = std::move(job);
   stored.version = next_version_++;
+  dirty_jobs_.insert(id);
   SL_LOG(INFO) << "job " << id << " (" << spec.name() << ", W=" << spec.world_size()
                << ") submitted";
   changed_.SignalAll();

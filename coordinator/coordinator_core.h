@@ -128,6 +128,12 @@ class CoordinatorCore {
   // Wakes every blocked caller with UNAVAILABLE; later blocking calls return at once.
   void Shutdown();
 
+  // For event-driven streams: waits up to `wait` until some worker's outbox or some job changed
+  // since the last call, and returns which (each change is reported once, to one caller).
+  // Returns false once the core shuts down.
+  bool WaitDirty(absl::Duration wait, std::vector<std::string>* workers,
+                 std::vector<std::string>* jobs);
+
   int alive_workers() const { return registry_.alive_count(); }
 
   // For metrics. Counters count since this process started.
@@ -198,6 +204,8 @@ class CoordinatorCore {
   int64_t next_version_ ABSL_GUARDED_BY(mu_) = 1;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   Counters counters_ ABSL_GUARDED_BY(mu_);  // jobs_by_state filled on read
+  std::set<std::string> dirty_workers_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> dirty_jobs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shardline::coordinator

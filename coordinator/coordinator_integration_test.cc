@@ -89,8 +89,10 @@ RegisterWorkerRequest WorkerReq(const std::string& node, int slots) {
 // Heartbeats for one worker from a thread, with the rank statuses the test sets.
 class Heartbeater {
  public:
-  Heartbeater(CoordinatorClient* client, std::string worker_id)
-      : client_(client), worker_id_(std::move(worker_id)), thread_([this] { Run(); }) {}
+  Heartbeater(CoordinatorClient* client, std::string worker_id,
+              std::vector<RankStatus> ranks = {})
+      : client_(client), worker_id_(std::move(worker_id)), ranks_(std::move(ranks)),
+        thread_([this] { Run(); }) {}
   ~Heartbeater() { Stop(); }
   void Stop() {
     stop_ = true;
@@ -388,8 +390,7 @@ TEST_F(CoordinatorIntegrationTest, SigkillAndRestartKeepsJobsEventsAndCheckpoint
   hb->Stop();
   StartCoordinator();  // same state_dir, new port
   worker_ = *CoordinatorClient::Create(proc_->address(), kWorkerToken);
-  hb = std::make_unique<Heartbeater>(worker_.get(), reg->worker_id());
-  hb->SetRanks(ranks);
+  hb = std::make_unique<Heartbeater>(worker_.get(), reg->worker_id(), ranks);
 
   auto jobs = user_->ListJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
@@ -525,6 +526,35 @@ TEST_F(CoordinatorIntegrationTest, PrometheusMetricsCountJobsWorkersAndRpcs) {
             std::string::npos);
   EXPECT_NE(text.find("shardline_worker_heartbeat_age_seconds{worker=\"w1\""), std::string::npos);
   EXPECT_NE(HttpGet(proc_->metrics_address(), "/other").find("404"), std::string::npos);
+}
+
+TEST_F(CoordinatorIntegrationTest, SigtermEndsOpenStreamsAndExitsCleanly) {
+  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 1));
+  ASSERT_TRUE(reg.ok());
+  auto job = user_->SubmitJob(ValidSpec("pending", 4));  // never fits: stays PENDING
+  ASSERT_TRUE(job.ok());
+  absl::Status watch_status, stream_status;
+  int watched = 0;
+  std::thread watcher([&] {
+    watch_status = user_->WatchJob(*job, [&](const JobStatus&) {
+      ++watched;
+      return true;
+    });
+  });
+  std::thread streamer([&] {
+    stream_status = worker_->StreamAssignments(reg->worker_id(), [](const Assignment&) {
+      return true;
+    });
+  });
+  absl::SleepFor(absl::Milliseconds(500));
+  auto status = proc_->Signal(SIGTERM);
+  watcher.join();
+  streamer.join();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << *status;
+  EXPECT_GE(watched, 1);
+  EXPECT_EQ(watch_status.code(), absl::StatusCode::kUnavailable) << watch_status;
+  EXPECT_EQ(stream_status.code(), absl::StatusCode::kUnavailable) << stream_status;
 }
 
 TEST(CoordinatorListen, NonLoopbackWithoutTokensRefusesUnlessInsecure) {

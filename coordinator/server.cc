@@ -113,8 +113,7 @@ void CoordinatorServer::Shutdown() {
     if (metrics_) metrics_->Stop();
     if (server_) {
       server_->GetHealthCheckService()->SetServingStatus(false);
-      service_->Shutdown();
-      core_->Shutdown();
+      service_->Shutdown();  // ends open streams, then the core
       server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
       server_->Wait();
     }

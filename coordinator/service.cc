@@ -1,9 +1,14 @@
 #include "coordinator/service.h"
 
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "coordinator/job_state_machine.h"
 #include "coordinator/rendezvous_store.h"
@@ -15,9 +20,190 @@ grpc::Status Unavailable() {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator is shutting down");
 }
 
+// A stream refused before it started (e.g. bad credentials).
+template <typename Msg>
+class RefusedStream : public grpc::ServerWriteReactor<Msg> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) { this->Finish(status); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
-grpc::Status CoordinatorService::Authorize(const grpc::ServerContext* ctx, Role role) const {
+// One open server stream whose messages come from a `next` function. Pump() writes the next
+// message when no write is in flight; the hub pumps a stream whenever its key (worker or job)
+// changed. gRPC runs reactions (OnWriteDone, OnCancel, OnDone) on its own threads, never inside
+// StartWrite/Finish, so those may be called under mu_.
+class PumpedStreamBase {
+ public:
+  virtual ~PumpedStreamBase() = default;
+  virtual void Pump() = 0;
+  virtual void Abort(const grpc::Status& status) = 0;
+};
+
+class StreamHub {
+ public:
+  void Add(const std::string& key, PumpedStreamBase* s) {
+    absl::MutexLock lock(&mu_);
+    streams_[key].insert(s);
+  }
+  void Remove(const std::string& key, PumpedStreamBase* s) {
+    absl::MutexLock lock(&mu_);
+    auto it = streams_.find(key);
+    if (it == streams_.end()) return;
+    it->second.erase(s);
+    if (it->second.empty()) streams_.erase(it);
+  }
+  // Pumps the streams of `keys` (all streams when `all`). The hub lock is held throughout, so a
+  // stream cannot finish its OnDone (and be deleted) while being pumped.
+  void Pump(const std::vector<std::string>& keys, bool all) {
+    absl::MutexLock lock(&mu_);
+    if (all) {
+      for (auto& [key, set] : streams_) {
+        for (PumpedStreamBase* s : set) s->Pump();
+      }
+      return;
+    }
+    for (const std::string& key : keys) {
+      auto it = streams_.find(key);
+      if (it == streams_.end()) continue;
+      for (PumpedStreamBase* s : it->second) s->Pump();
+    }
+  }
+  void AbortAll(const grpc::Status& status) {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, set] : streams_) {
+      for (PumpedStreamBase* s : set) s->Abort(status);
+    }
+  }
+  // Waits until every stream finished (OnDone ran), up to `timeout`.
+  void WaitEmpty(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto empty = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_.empty(); };
+    mu_.AwaitWithTimeout(absl::Condition(&empty), timeout);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, std::set<PumpedStreamBase*>> streams_ ABSL_GUARDED_BY(mu_);
+};
+
+namespace {
+
+template <typename Msg>
+class PumpedStream : public grpc::ServerWriteReactor<Msg>, public PumpedStreamBase {
+ public:
+  // Returns the next message (nullopt: nothing yet) or the status to finish with; sets *last
+  // when the stream ends OK after this message.
+  using NextFn = std::function<absl::StatusOr<std::optional<Msg>>(bool* last)>;
+
+  PumpedStream(StreamHub* hub, std::string key, NextFn next)
+      : hub_(hub), key_(std::move(key)), next_(std::move(next)) {}
+
+  // Registers with the hub and sends what is ready. Call once, from the RPC method.
+  void Start() {
+    hub_->Add(key_, this);
+    Pump();
+  }
+
+  void Pump() override {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || writing_) return;
+    if (last_sent_) return FinishLocked(grpc::Status::OK);
+    bool last = false;
+    absl::StatusOr<std::optional<Msg>> next = next_(&last);
+    if (!next.ok()) return FinishLocked(ToGrpcStatus(next.status()));
+    if (!next->has_value()) return;
+    current_ = std::move(**next);
+    last_sent_ = last;
+    writing_ = true;
+    this->StartWrite(&current_);
+  }
+
+  void Abort(const grpc::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    if (!writing_) FinishLocked(status);
+    abort_ = status;
+    aborted_ = true;
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+      if (aborted_) return FinishLocked(abort_);
+    }
+    Pump();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled"));
+  }
+
+  void OnDone() override {
+    hub_->Remove(key_, this);
+    delete this;
+  }
+
+ private:
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    this->Finish(status);
+  }
+
+  StreamHub* hub_;
+  const std::string key_;
+  NextFn next_;
+  absl::Mutex mu_;
+  Msg current_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool last_sent_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status abort_ ABSL_GUARDED_BY(mu_);
+};
+
+std::string WorkerKey(const std::string& id) { return "w:" + id; }
+std::string JobKey(const std::string& id) { return "j:" + id; }
+
+}  // namespace
+
+CoordinatorService::CoordinatorService(CoordinatorCore* core, ServiceOptions options)
+    : core_(core), options_(std::move(options)), hub_(std::make_unique<StreamHub>()) {
+  pump_ = std::thread([this] {
+    absl::Time next_sweep = absl::Now() + options_.sweep;
+    std::vector<std::string> workers, jobs, keys;
+    while (!shutdown_) {
+      const bool live = core_->WaitDirty(options_.sweep, &workers, &jobs);
+      if (!live || shutdown_) break;
+      keys.clear();
+      for (const std::string& w : workers) keys.push_back(WorkerKey(w));
+      for (const std::string& j : jobs) keys.push_back(JobKey(j));
+      const bool sweep = absl::Now() >= next_sweep;
+      if (sweep) next_sweep = absl::Now() + options_.sweep;
+      hub_->Pump(keys, sweep);
+    }
+  });
+}
+
+void CoordinatorService::Shutdown() {
+  if (shutdown_.exchange(true)) return;
+  core_->Shutdown();  // wakes the pump
+  if (pump_.joinable()) pump_.join();
+  hub_->AbortAll(Unavailable());
+}
+
+CoordinatorService::~CoordinatorService() {
+  Shutdown();
+  hub_->WaitEmpty(absl::Seconds(5));
+}
+
+grpc::Status CoordinatorService::Authorize(const grpc::ServerContextBase* ctx, Role role) const {
   if (role == Role::kDaemon && options_.require_worker_client_cert) {
     auto auth = ctx->auth_context();
     if (auth == nullptr || !auth->IsPeerAuthenticated()) {
@@ -72,20 +258,28 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx, const Heart
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::StreamAssignments(grpc::ServerContext* ctx,
-                                                   const StreamAssignmentsRequest* req,
-                                                   grpc::ServerWriter<Assignment>* writer) {
-  SL_AUTHORIZE(Role::kDaemon);
-  auto gen = core_->OpenAssignmentStream(req->worker_id());
-  if (!gen.ok()) return ToGrpcStatus(gen.status());
-  Assignment a;
-  while (!ctx->IsCancelled()) {
-    if (shutdown_) return Unavailable();
-    auto got = core_->NextAssignment(req->worker_id(), *gen, options_.poll, &a);
-    if (!got.ok()) return ToGrpcStatus(got.status());
-    if (*got && !writer->Write(a)) break;  // client gone; a new stream re-sends its STARTs
+grpc::ServerWriteReactor<Assignment>* CoordinatorService::StreamAssignments(
+    grpc::CallbackServerContext* ctx, const StreamAssignmentsRequest* req) {
+  if (grpc::Status auth = Authorize(ctx, Role::kDaemon); !auth.ok()) {
+    return new RefusedStream<Assignment>(auth);
   }
-  return grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled");
+  if (shutdown_) return new RefusedStream<Assignment>(Unavailable());
+  const std::string worker_id = req->worker_id();
+  auto gen = core_->OpenAssignmentStream(worker_id);
+  if (!gen.ok()) return new RefusedStream<Assignment>(ToGrpcStatus(gen.status()));
+  CoordinatorCore* core = core_;
+  const int64_t generation = *gen;
+  auto* stream = new PumpedStream<Assignment>(
+      hub_.get(), WorkerKey(worker_id),
+      [core, worker_id, generation](bool*) -> absl::StatusOr<std::optional<Assignment>> {
+        Assignment a;
+        auto got = core->NextAssignment(worker_id, generation, absl::ZeroDuration(), &a);
+        if (!got.ok()) return got.status();
+        if (!*got) return std::optional<Assignment>();
+        return std::optional<Assignment>(std::move(a));
+      });
+  stream->Start();
+  return stream;
 }
 
 grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* ctx, const ListWorkersRequest*,
@@ -159,21 +353,28 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* ctx, const Cance
   return ToGrpcStatus(core_->CancelJob(req->job_id(), req->reason()));
 }
 
-grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* ctx, const WatchJobRequest* req,
-                                          grpc::ServerWriter<JobStatus>* writer) {
-  SL_AUTHORIZE(Role::kUser);
-  int64_t sent = 0;
-  while (!ctx->IsCancelled()) {
-    if (shutdown_) return Unavailable();
-    int64_t version = 0;
-    auto st = core_->WaitJob(req->job_id(), sent, options_.poll, &version);
-    if (!st.ok()) return ToGrpcStatus(st.status());
-    if (version <= sent) continue;
-    if (!writer->Write(*st)) break;
-    sent = version;
-    if (IsTerminal(st->state())) return grpc::Status::OK;
+grpc::ServerWriteReactor<JobStatus>* CoordinatorService::WatchJob(
+    grpc::CallbackServerContext* ctx, const WatchJobRequest* req) {
+  if (grpc::Status auth = Authorize(ctx, Role::kUser); !auth.ok()) {
+    return new RefusedStream<JobStatus>(auth);
   }
-  return grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled");
+  if (shutdown_) return new RefusedStream<JobStatus>(Unavailable());
+  const std::string job_id = req->job_id();
+  CoordinatorCore* core = core_;
+  auto sent = std::make_shared<int64_t>(0);  // version last written
+  auto* stream = new PumpedStream<JobStatus>(
+      hub_.get(), JobKey(job_id),
+      [core, job_id, sent](bool* last) -> absl::StatusOr<std::optional<JobStatus>> {
+        int64_t version = 0;
+        auto st = core->WaitJob(job_id, *sent, absl::ZeroDuration(), &version);
+        if (!st.ok()) return st.status();
+        if (version <= *sent) return std::optional<JobStatus>();
+        *sent = version;
+        *last = IsTerminal(st->state());
+        return std::optional<JobStatus>(std::move(*st));
+      });
+  stream->Start();
+  return stream;
 }
 
 grpc::Status CoordinatorService::ListCheckpoints(grpc::ServerContext* ctx,

@@ -10,16 +10,19 @@
 // An empty token turns the check of its class off. A missing or wrong token gets
 // UNAUTHENTICATED before the core is touched, so nothing changes.
 //
-// Streams (StreamAssignments, WatchJob) use the synchronous API: each open stream holds one
-// server thread that waits on the core with a short timeout, so it notices cancellation and
-// shutdown within `poll`.
+// Streams (StreamAssignments, WatchJob) use gRPC's callback API, so an open stream holds no
+// thread (one per connected worker would not scale to thousands of workers): one pump thread
+// waits for the core's change notifications (CoordinatorCore::WaitDirty) and writes to the
+// streams whose worker or job changed. Unary methods use the synchronous API.
 //
 // Thread safety: gRPC calls the methods from many threads; the core is thread-safe.
 #ifndef SHARDLINE_COORDINATOR_SERVICE_H_
 #define SHARDLINE_COORDINATOR_SERVICE_H_
 
 #include <atomic>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include <grpcpp/grpcpp.h>
 
@@ -35,25 +38,30 @@ struct ServiceOptions {
   // Mutual TLS for workers: RegisterWorker, Heartbeat and StreamAssignments also need a client
   // certificate the server verified.
   bool require_worker_client_cert = false;
-  // How often blocked stream handlers re-check cancellation and shutdown.
-  absl::Duration poll = absl::Milliseconds(250);
+  // How often the pump re-checks every stream even without notifications (a safety net).
+  absl::Duration sweep = absl::Seconds(1);
 };
 
-class CoordinatorService final : public ::shardline::Coordinator::Service {
- public:
-  // `core` must outlive the service.
-  CoordinatorService(CoordinatorCore* core, ServiceOptions options)
-      : core_(core), options_(std::move(options)) {}
+class StreamHub;  // service.cc
 
-  // Makes open streams end (with UNAVAILABLE) so the server can shut down.
-  void Shutdown() { shutdown_ = true; }
+using CoordinatorServiceBase = ::shardline::Coordinator::WithCallbackMethod_StreamAssignments<
+    ::shardline::Coordinator::WithCallbackMethod_WatchJob<::shardline::Coordinator::Service>>;
+
+class CoordinatorService final : public CoordinatorServiceBase {
+ public:
+  // `core` must outlive the service. Starts the pump thread.
+  CoordinatorService(CoordinatorCore* core, ServiceOptions options);
+  // Ends open streams (UNAVAILABLE) and joins the pump. Call before the gRPC server's
+  // Shutdown(); the destructor does it too.
+  void Shutdown();
+  ~CoordinatorService() override;
 
   grpc::Status RegisterWorker(grpc::ServerContext* ctx, const RegisterWorkerRequest* req,
                               RegisterWorkerResponse* resp) override;
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const HeartbeatRequest* req,
                          HeartbeatResponse* resp) override;
-  grpc::Status StreamAssignments(grpc::ServerContext* ctx, const StreamAssignmentsRequest* req,
-                                 grpc::ServerWriter<Assignment>* writer) override;
+  grpc::ServerWriteReactor<Assignment>* StreamAssignments(
+      grpc::CallbackServerContext* ctx, const StreamAssignmentsRequest* req) override;
   grpc::Status ListWorkers(grpc::ServerContext* ctx, const ListWorkersRequest* req,
                            ListWorkersResponse* resp) override;
   grpc::Status RendezvousSet(grpc::ServerContext* ctx, const RendezvousSetRequest* req,
@@ -72,8 +80,8 @@ class CoordinatorService final : public ::shardline::Coordinator::Service {
                         ListJobsResponse* resp) override;
   grpc::Status CancelJob(grpc::ServerContext* ctx, const CancelJobRequest* req,
                          CancelJobResponse* resp) override;
-  grpc::Status WatchJob(grpc::ServerContext* ctx, const WatchJobRequest* req,
-                        grpc::ServerWriter<JobStatus>* writer) override;
+  grpc::ServerWriteReactor<JobStatus>* WatchJob(grpc::CallbackServerContext* ctx,
+                                                const WatchJobRequest* req) override;
   grpc::Status ListCheckpoints(grpc::ServerContext* ctx, const ListCheckpointsRequest* req,
                                ListCheckpointsResponse* resp) override;
   grpc::Status GetCheckpoint(grpc::ServerContext* ctx, const GetCheckpointRequest* req,
@@ -82,10 +90,12 @@ class CoordinatorService final : public ::shardline::Coordinator::Service {
  private:
   // kDaemon: worker methods the node daemon calls (client certificate when required).
   enum class Role { kUser, kWorker, kDaemon };
-  grpc::Status Authorize(const grpc::ServerContext* ctx, Role role) const;
+  grpc::Status Authorize(const grpc::ServerContextBase* ctx, Role role) const;
 
   CoordinatorCore* core_;
   const ServiceOptions options_;
+  std::unique_ptr<StreamHub> hub_;
+  std::thread pump_;
   std::atomic<bool> shutdown_{false};
 };
 
