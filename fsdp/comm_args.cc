@@ -85,7 +85,7 @@ absl::Status CheckReduceScatterArgs(absl::string_view group, int size, at::Devic
 absl::Status CheckAllReduceArgs(absl::string_view group, at::DeviceType device,
                                 const at::Tensor& t, bool average) {
   constexpr absl::string_view kOp = "all_reduce";
-  if (absl::Status s = CheckTensor(group, kOp, "tensor", device, t); !s.ok()) return s;
+  if (absl::Status s = CheckTensor(group, kOp, "in-place", device, t); !s.ok()) return s;
   if (average && t.scalar_type() == at::kLong) {
     return Bad(group, kOp, "average of an int64 tensor is not supported (use kSum)");
   }
@@ -95,7 +95,7 @@ absl::Status CheckAllReduceArgs(absl::string_view group, at::DeviceType device,
 absl::Status CheckBroadcastArgs(absl::string_view group, int size, at::DeviceType device,
                                 const at::Tensor& t, int root) {
   constexpr absl::string_view kOp = "broadcast";
-  if (absl::Status s = CheckTensor(group, kOp, "tensor", device, t); !s.ok()) return s;
+  if (absl::Status s = CheckTensor(group, kOp, "in-place", device, t); !s.ok()) return s;
   if (root < 0 || root >= size) {
     return Bad(group, kOp, absl::StrCat("root ", root, " is outside the group of ", size));
   }

@@ -1,9 +1,12 @@
 #include "fsdp/gloo_communicator.h"
 
+#include <signal.h>
+
 #include <atomic>
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,6 +81,20 @@ class StoreAdapter : public gloo::rendezvous::Store {
   const absl::Duration timeout_;
 };
 
+// Gloo's TCP pairs write without MSG_NOSIGNAL, so a write to a peer that died raises SIGPIPE,
+// whose default action kills this process before Gloo can report the error (Python, and so
+// PyTorch, ignores SIGPIPE at start-up, which hides this there). Ignore it unless the program
+// installed its own handler.
+void IgnoreSigpipeOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
+
 std::chrono::milliseconds ToChrono(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
@@ -120,15 +137,54 @@ void GlooAllReduce(const std::shared_ptr<gloo::Context>& context, T* data, size_
   gloo::allreduce(opts);
 }
 
-// Gloo's halving-doubling reduce-scatter reduces `data` (count elements) in place and leaves
-// this rank's chunk at its start.
+// Gloo's halving-doubling reduce-scatter, plus the one thing its run() leaves out: waiting
+// until every send it issued has left our memory. run() returns once this rank has its own
+// result, but some sends (from a smaller binary block to the larger one when the group size is
+// not a power of two) are never acknowledged, so they may still be in flight; `data` is
+// freed right after, and a rank that then tears down its pairs cuts its peers off mid-receive.
+// The conditions below mirror the ones under which run() sends on each buffer.
+template <typename T>
+class ReduceScatterAndFlush : public gloo::ReduceScatterHalvingDoubling<T> {
+  using Base = gloo::ReduceScatterHalvingDoubling<T>;
+
+ public:
+  using Base::Base;
+
+  void RunAndFlush() {
+    this->run();
+    if (this->contextSize_ == 1) return;
+    const int my_rank = this->context_->rank;
+    for (uint32_t i = 0; i < this->stepsWithinBlock_; ++i) {
+      if (this->sendOffsets_[i] < static_cast<size_t>(this->count_)) {
+        this->sendDataBufs_[i]->waitSend();
+      }
+      this->sendNotificationBufs_[i]->waitSend();
+    }
+    const size_t total = this->stepsWithinBlock_ > 0
+                             ? this->recvCounts_[this->stepsWithinBlock_ - 1]
+                             : static_cast<size_t>(this->count_);
+    if (this->nextLargerBlockSize_ != 0 && total != 0) {
+      for (size_t i = 0; i < this->largerBlockSendDataBufs_.size(); ++i) {
+        if (this->sendCountToLargerBlock_ * i < total) {
+          this->largerBlockSendDataBufs_[i]->waitSend();
+        }
+      }
+    }
+    for (auto& buf : this->distSendDataBufs_) buf->waitSend();
+    size_t notify = this->stepsWithinBlock_;
+    for (const auto& dist : this->distMapForRecv_) {
+      if (dist.rank != my_rank) this->sendNotificationBufs_[notify++]->waitSend();
+    }
+  }
+};
+
+// Reduces `data` (count elements) in place and leaves this rank's chunk at its start.
 template <typename T>
 void GlooReduceScatter(const std::shared_ptr<gloo::Context>& context, T* data, int count,
                        int chunk) {
   std::vector<int> recv_counts(context->size, chunk);
-  gloo::ReduceScatterHalvingDoubling<T> algorithm(context, std::vector<T*>{data}, count,
-                                                  recv_counts);
-  algorithm.run();
+  ReduceScatterAndFlush<T> algorithm(context, std::vector<T*>{data}, count, recv_counts);
+  algorithm.RunAndFlush();
 }
 
 }  // namespace
@@ -141,7 +197,30 @@ class GlooCommunicator::Impl {
     options_.store = nullptr;  // Only valid inside Create.
   }
 
-  ~Impl() { queue_.reset(); }  // Join the thread before the context goes.
+  ~Impl() {
+    // Closing barrier: a rank that tears down its pairs right after its last collective can
+    // cut a peer off while that peer still reads the last messages (Gloo's TCP pair raises the
+    // peer's EOF even when the data before it already arrived). Once this barrier completes,
+    // every peer has finished every earlier collective; errors of the barrier itself are
+    // expected at shutdown and ignored. Skipped when broken: a peer is gone anyway.
+    bool broken;
+    {
+      absl::MutexLock lock(&mu_);
+      broken = !broken_.ok();
+    }
+    if (!broken && options_.size > 1) {
+      // Short: it only has to cover the tail of the last collective on the other ranks; a rank
+      // that is still busy elsewhere has received everything already.
+      const auto timeout = ToChrono(std::min(options_.timeout, absl::Seconds(2)));
+      Submit("close", absl::OkStatus(), [this, timeout](uint32_t tag) {
+        gloo::BarrierOptions opts(context_);
+        opts.setTag(tag);
+        opts.setTimeout(timeout);
+        gloo::barrier(opts);
+      })->Wait().IgnoreError();
+    }
+    queue_.reset();  // Join the thread before the context goes.
+  }
 
   const Options& options() const { return options_; }
   void set_step(int64_t step) { step_.store(step); }
@@ -202,6 +281,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
                                                    " is not positive"));
   }
   const std::string prefix = CommErrorPrefix(options.name, "connect", 0);
+  IgnoreSigpipeOnce();
   try {
     gloo::transport::tcp::attr attr;
     if (!options.interface.empty()) {

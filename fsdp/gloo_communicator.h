@@ -22,6 +22,14 @@
 // later call returns FAILED_PRECONDITION. Bad arguments (wrong sizes, dtypes, non-CPU tensors)
 // return INVALID_ARGUMENT at once and break nothing, but the other ranks will then time out.
 //
+// Process-wide effect: the first Create() sets SIGPIPE to SIG_IGN if it still has its default
+// action, because Gloo writes to sockets without MSG_NOSIGNAL and a dead peer would otherwise
+// kill this process instead of producing UNAVAILABLE.
+//
+// Destruction: runs the queued collectives, then a closing barrier (at most min(timeout, 2s),
+// errors ignored, skipped when broken) so that no peer loses the end of the last collective
+// when this rank closes its connections.
+//
 // Thread safety: see communicator.h. All collectives, sync and async, run in issue order on one
 // communication thread per communicator; the sync forms enqueue and wait.
 #ifndef SHARDLINE_FSDP_GLOO_COMMUNICATOR_H_

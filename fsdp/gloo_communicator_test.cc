@@ -97,7 +97,8 @@ TEST_P(GlooCollectives, ReduceScatterSumAndAverageForManySizes) {
           at::Tensor in = RankInput(comm.rank(), chunk * world, dtype);
           const at::Tensor in_before = in.clone();
           at::Tensor out = at::zeros({chunk}, dtype);
-          ASSERT_TRUE(comm.ReduceScatter(in, out, op).ok());
+          absl::Status status = comm.ReduceScatter(in, out, op);
+          ASSERT_TRUE(status.ok()) << status;
           // sum_r (1000 r + rank*chunk + j) = 1000 W(W-1)/2 + W (rank*chunk + j)
           at::Tensor expected = (at::arange(chunk, at::kDouble) + comm.rank() * chunk) * world +
                                 1000.0 * world * (world - 1) / 2;

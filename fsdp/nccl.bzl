@@ -1,0 +1,39 @@
+"""The NCCL backend's targets, defined only where @cuda found a toolkit with NCCL (BUILD files
+cannot hold a top-level `if`)."""
+
+load("@cuda//:defs.bzl", "HAS_CUDA")
+
+def nccl_targets():
+    if not HAS_CUDA:
+        return
+    native.cc_library(
+        name = "nccl_communicator",
+        srcs = ["nccl_communicator.cc"],
+        hdrs = ["nccl_communicator.h"],
+        # Registers the NCCL backend with CreateCommunicators at static-initialisation time.
+        alwayslink = True,
+        deps = [
+            ":comm_args",
+            ":comm_queue",
+            ":communicator",
+            ":communicators",
+            ":kv_store",
+            "@cuda//:nccl",
+            "@libtorch//:torch_cuda",
+            "@system//:absl",
+        ],
+    )
+    native.cc_test(
+        name = "nccl_communicator_test",
+        size = "small",
+        srcs = ["nccl_communicator_test.cc"],
+        linkstatic = True,
+        tags = ["gpu"],
+        deps = [
+            ":communicators",
+            ":nccl_communicator",
+            ":tcp_kv_store",
+            "@libtorch//:torch_cuda",
+            "@system//:gtest_main",
+        ],
+    )

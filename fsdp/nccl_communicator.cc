@@ -1,0 +1,405 @@
+#include "fsdp/nccl_communicator.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "fsdp/comm_args.h"
+#include "fsdp/comm_queue.h"
+#include "fsdp/communicators.h"
+
+namespace shardline::fsdp {
+namespace {
+
+constexpr char kUniqueIdKey[] = "nccl_unique_id";
+// How often host-side waits poll the done event and NCCL's async error.
+constexpr absl::Duration kPoll = absl::Microseconds(50);
+
+ncclDataType_t NcclType(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return ncclFloat32;
+    case at::kBFloat16: return ncclBfloat16;
+    case at::kHalf: return ncclFloat16;
+    case at::kDouble: return ncclFloat64;
+    case at::kLong: return ncclInt64;
+    default: return ncclFloat32;  // Unreachable: comm_args rejects other dtypes first.
+  }
+}
+
+ncclRedOp_t NcclOp(ReduceOp op) { return op == ReduceOp::kAvg ? ncclAvg : ncclSum; }
+
+std::string NcclError(ncclResult_t r, ncclComm_t comm) {
+  const char* last = comm != nullptr ? ncclGetLastError(comm) : nullptr;
+  return absl::StrCat(ncclGetErrorString(r), last != nullptr && *last ? ": " : "",
+                      last != nullptr ? last : "");
+}
+
+}  // namespace
+
+class NcclCommunicator::Impl : public std::enable_shared_from_this<Impl> {
+ public:
+  Impl(Options options, int device, ncclComm_t comm, cudaStream_t stream)
+      : options_(std::move(options)), device_(device), comm_(comm), stream_(stream) {
+    options_.store = nullptr;
+  }
+
+  ~Impl() {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    bool aborted;
+    {
+      absl::MutexLock lock(&mu_);
+      aborted = aborted_;
+    }
+    if (!aborted) {
+      // Finish outstanding work, then finalize (non-blocking comms finalize asynchronously).
+      cudaStreamSynchronize(stream_);
+      ncclResult_t r = ncclCommFinalize(comm_);
+      const absl::Time deadline = absl::Now() + options_.timeout;
+      ncclResult_t state = r;
+      while (state == ncclInProgress && absl::Now() < deadline) {
+        absl::SleepFor(kPoll);
+        ncclCommGetAsyncError(comm_, &state);
+      }
+      if (state == ncclSuccess) {
+        ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
+      }
+    }
+    cudaStreamDestroy(stream_);
+  }
+
+  const Options& options() const { return options_; }
+  void set_step(int64_t step) { step_.store(step); }
+  ncclComm_t comm() const { return comm_; }
+  int device() const { return device_; }
+
+  // Issues `call` on the communication stream after the current stream's pending work.
+  std::unique_ptr<CommHandle> Launch(absl::string_view op, absl::Status args,
+                                     const std::vector<at::Tensor>& tensors,
+                                     const std::function<ncclResult_t(cudaStream_t)>& call);
+
+  // Host-side wait for `done` with the error contract of the header.
+  absl::Status WaitFor(const std::string& prefix, cudaEvent_t done, absl::Time deadline);
+
+ private:
+  absl::Status Fail(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    if (!aborted_) {
+      ncclCommAbort(comm_);  // Unblocks kernels stuck waiting for a dead or slow peer.
+      aborted_ = true;
+    }
+    if (broken_.ok()) broken_ = status;
+    return status;
+  }
+
+  absl::Status BrokenStatus(const std::string& prefix) {
+    absl::MutexLock lock(&mu_);
+    if (broken_.ok()) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(prefix, "communicator is broken by an earlier error: ", broken_.message()));
+  }
+
+  Options options_;
+  const int device_;
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  std::atomic<int64_t> step_{0};
+  absl::Mutex mu_;
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+namespace {
+
+class NcclHandle : public CommHandle {
+ public:
+  NcclHandle(std::shared_ptr<NcclCommunicator::Impl> impl, std::string prefix, cudaEvent_t done,
+             absl::Time deadline)
+      : impl_(std::move(impl)), prefix_(std::move(prefix)), done_(done), deadline_(deadline) {}
+  ~NcclHandle() override { cudaEventDestroy(done_); }
+
+  absl::Status Wait() override {
+    if (!waited_) {
+      status_ = impl_->WaitFor(prefix_, done_, deadline_);
+      waited_ = true;
+    }
+    return status_;
+  }
+
+ private:
+  std::shared_ptr<NcclCommunicator::Impl> impl_;
+  const std::string prefix_;
+  cudaEvent_t done_;
+  const absl::Time deadline_;
+  bool waited_ = false;
+  absl::Status status_;
+};
+
+}  // namespace
+
+std::unique_ptr<CommHandle> NcclCommunicator::Impl::Launch(
+    absl::string_view op, absl::Status args, const std::vector<at::Tensor>& tensors,
+    const std::function<ncclResult_t(cudaStream_t)>& call) {
+  if (!args.ok()) return std::make_unique<ReadyHandle>(std::move(args));
+  const std::string prefix = CommErrorPrefix(options_.name, op, step_.load());
+  if (absl::Status b = BrokenStatus(prefix); !b.ok()) return std::make_unique<ReadyHandle>(b);
+  for (const at::Tensor& t : tensors) {
+    if (t.device().index() != device_) {
+      return std::make_unique<ReadyHandle>(absl::InvalidArgumentError(
+          absl::StrCat("group ", options_.name, " op ", op, ": tensor on cuda:",
+                       t.device().index(), " but the communicator uses cuda:", device_)));
+    }
+  }
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+  cudaStream_t current = c10::cuda::getCurrentCUDAStream(device_).stream();
+  cudaEvent_t ready = nullptr;
+  cudaEvent_t done = nullptr;
+  if (cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) != cudaSuccess ||
+      cudaEventCreateWithFlags(&done, cudaEventDisableTiming) != cudaSuccess) {
+    if (ready != nullptr) cudaEventDestroy(ready);
+    return std::make_unique<ReadyHandle>(
+        Fail(absl::UnavailableError(absl::StrCat(prefix, "cudaEventCreate failed"))));
+  }
+  cudaEventRecord(ready, current);
+  cudaStreamWaitEvent(stream_, ready, 0);
+  cudaEventDestroy(ready);  // Released once recorded work completes.
+  const c10::cuda::CUDAStream comm_stream =
+      c10::cuda::getStreamFromExternal(stream_, static_cast<c10::DeviceIndex>(device_));
+  for (const at::Tensor& t : tensors) {
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), comm_stream);
+  }
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  ncclResult_t r = call(stream_);
+  // Non-blocking communicators may still be enqueueing.
+  while (r == ncclInProgress) {
+    if (absl::Now() > deadline) {
+      cudaEventDestroy(done);
+      return std::make_unique<ReadyHandle>(Fail(absl::DeadlineExceededError(
+          absl::StrCat(prefix, "timed out after ", absl::FormatDuration(options_.timeout),
+                       " enqueueing the collective"))));
+    }
+    absl::SleepFor(kPoll);
+    ncclCommGetAsyncError(comm_, &r);
+  }
+  if (r != ncclSuccess) {
+    cudaEventDestroy(done);
+    return std::make_unique<ReadyHandle>(
+        Fail(absl::UnavailableError(absl::StrCat(prefix, "NCCL error: ", NcclError(r, comm_)))));
+  }
+  cudaEventRecord(done, stream_);
+  return std::make_unique<NcclHandle>(shared_from_this(), prefix, done, deadline);
+}
+
+absl::Status NcclCommunicator::Impl::WaitFor(const std::string& prefix, cudaEvent_t done,
+                                             absl::Time deadline) {
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+  while (true) {
+    const cudaError_t e = cudaEventQuery(done);
+    if (e == cudaSuccess) {
+      cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(device_).stream(), done, 0);
+      return absl::OkStatus();
+    }
+    if (e != cudaErrorNotReady) {
+      return Fail(absl::UnavailableError(
+          absl::StrCat(prefix, "CUDA error: ", cudaGetErrorString(e))));
+    }
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      return Fail(absl::UnavailableError(
+          absl::StrCat(prefix, "lost a peer: NCCL error: ", NcclError(async, comm_))));
+    }
+    if (absl::Status b = BrokenStatus(prefix); !b.ok()) return b;
+    if (absl::Now() > deadline) {
+      return Fail(absl::DeadlineExceededError(
+          absl::StrCat(prefix, "timed out after ", absl::FormatDuration(options_.timeout))));
+    }
+    absl::SleepFor(kPoll);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
+    const Options& options) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", options.name, ": rank ",
+                                                   options.rank, " is outside a group of size ",
+                                                   options.size));
+  }
+  if (options.store == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", options.name, ": no store"));
+  }
+  const std::string prefix = CommErrorPrefix(options.name, "connect", 0);
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    return absl::UnavailableError(absl::StrCat(prefix, "no CUDA device"));
+  }
+  const int device = options.cuda_device >= 0 ? options.cuda_device : c10::cuda::current_device();
+  if (device >= device_count) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", options.name, ": cuda_device ",
+                                                   device, " but only ", device_count,
+                                                   " devices"));
+  }
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+
+  ncclUniqueId id;
+  if (options.rank == 0) {
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) {
+      return absl::UnavailableError(absl::StrCat(prefix, "ncclGetUniqueId: ",
+                                                 NcclError(r, nullptr)));
+    }
+    absl::Status s = options.store->Set(
+        kUniqueIdKey, absl::string_view(reinterpret_cast<const char*>(&id), sizeof(id)));
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
+  } else {
+    absl::StatusOr<std::vector<std::string>> v =
+        options.store->Get({kUniqueIdKey}, options.timeout);
+    if (!v.ok()) return absl::Status(v.status().code(), absl::StrCat(prefix, v.status().message()));
+    if ((*v)[0].size() != sizeof(id)) {
+      return absl::InternalError(absl::StrCat(prefix, "unique id of ", (*v)[0].size(),
+                                              " bytes, expected ", sizeof(id)));
+    }
+    std::memcpy(&id, (*v)[0].data(), sizeof(id));
+  }
+
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // Lets us poll with a deadline instead of hanging on absent peers.
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, options.size, id, options.rank, &config);
+  const absl::Time deadline = absl::Now() + options.timeout;
+  while (r == ncclInProgress) {
+    if (absl::Now() > deadline) {
+      ncclCommAbort(comm);
+      return absl::DeadlineExceededError(
+          absl::StrCat(prefix, "timed out after ", absl::FormatDuration(options.timeout),
+                       " waiting for ", options.size, " ranks to join"));
+    }
+    absl::SleepFor(absl::Milliseconds(1));
+    ncclCommGetAsyncError(comm, &r);
+  }
+  if (r != ncclSuccess) {
+    std::string error = NcclError(r, comm);
+    if (comm != nullptr) ncclCommAbort(comm);
+    return absl::UnavailableError(absl::StrCat(prefix, "ncclCommInitRankConfig: ", error));
+  }
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+    ncclCommAbort(comm);
+    return absl::UnavailableError(absl::StrCat(prefix, "cudaStreamCreate failed"));
+  }
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(std::make_shared<Impl>(options, device, comm, stream)));
+}
+
+NcclCommunicator::NcclCommunicator(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+NcclCommunicator::~NcclCommunicator() = default;
+
+int NcclCommunicator::rank() const { return impl_->options().rank; }
+int NcclCommunicator::size() const { return impl_->options().size; }
+const std::string& NcclCommunicator::name() const { return impl_->options().name; }
+void NcclCommunicator::set_step(int64_t step) { impl_->set_step(step); }
+
+std::unique_ptr<CommHandle> NcclCommunicator::AllGatherAsync(const at::Tensor& in,
+                                                             const at::Tensor& out) {
+  return impl_->Launch(
+      "all_gather", CheckAllGatherArgs(name(), size(), at::kCUDA, in, out), {in, out},
+      [&](cudaStream_t stream) {
+        return ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(),
+                             NcclType(in.scalar_type()), impl_->comm(), stream);
+      });
+}
+
+absl::Status NcclCommunicator::AllGather(const at::Tensor& in, const at::Tensor& out) {
+  return AllGatherAsync(in, out)->Wait();
+}
+
+std::unique_ptr<CommHandle> NcclCommunicator::ReduceScatterAsync(const at::Tensor& in,
+                                                                 const at::Tensor& out,
+                                                                 ReduceOp op) {
+  return impl_->Launch(
+      "reduce_scatter", CheckReduceScatterArgs(name(), size(), at::kCUDA, in, out), {in, out},
+      [&](cudaStream_t stream) {
+        return ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(),
+                                 NcclType(in.scalar_type()), NcclOp(op), impl_->comm(), stream);
+      });
+}
+
+absl::Status NcclCommunicator::ReduceScatter(const at::Tensor& in, const at::Tensor& out,
+                                             ReduceOp op) {
+  return ReduceScatterAsync(in, out, op)->Wait();
+}
+
+std::unique_ptr<CommHandle> NcclCommunicator::AllReduceAsync(const at::Tensor& t, ReduceOp op) {
+  return impl_->Launch("all_reduce",
+                       CheckAllReduceArgs(name(), at::kCUDA, t, op == ReduceOp::kAvg), {t},
+                       [&](cudaStream_t stream) {
+                         return ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(),
+                                              NcclType(t.scalar_type()), NcclOp(op), impl_->comm(),
+                                              stream);
+                       });
+}
+
+absl::Status NcclCommunicator::AllReduce(const at::Tensor& t, ReduceOp op) {
+  return AllReduceAsync(t, op)->Wait();
+}
+
+absl::Status NcclCommunicator::Broadcast(const at::Tensor& t, int root) {
+  return impl_
+      ->Launch("broadcast", CheckBroadcastArgs(name(), size(), at::kCUDA, t, root), {t},
+               [&](cudaStream_t stream) {
+                 return ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(),
+                                      NcclType(t.scalar_type()), root, impl_->comm(), stream);
+               })
+      ->Wait();
+}
+
+absl::Status NcclCommunicator::Barrier() {
+  // NCCL has no barrier: a one-element all-reduce, waited for on the host.
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device()));
+  at::Tensor one = at::empty({1}, at::TensorOptions().dtype(at::kFloat).device(
+                                      at::kCUDA, static_cast<c10::DeviceIndex>(impl_->device())));
+  return impl_
+      ->Launch("barrier", absl::OkStatus(), {one},
+               [&](cudaStream_t stream) {
+                 return ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32, ncclSum,
+                                      impl_->comm(), stream);
+               })
+      ->Wait();
+}
+
+namespace {
+
+// Makes CreateCommunicators(..., backend = kNccl) use this file (alwayslink target).
+const bool kRegistered = RegisterCommBackend(
+    CommBackend::kNccl,
+    [](const GroupSpec& group,
+       const CommOptions& options) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+      NcclCommunicator::Options nccl;
+      nccl.name = group.name;
+      nccl.rank = group.rank;
+      nccl.size = group.size;
+      nccl.store = group.store;
+      nccl.cuda_device = options.cuda_device;
+      nccl.timeout = options.timeout;
+      absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm = NcclCommunicator::Create(nccl);
+      if (!comm.ok()) return comm.status();
+      return std::unique_ptr<Communicator>(std::move(*comm));
+    });
+
+}  // namespace
+}  // namespace shardline::fsdp
