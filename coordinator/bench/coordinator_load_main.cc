@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -29,7 +30,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include <grpcpp/grpcpp.h>
+
 #include "coordinator/client.h"
+#include "proto/coordinator.grpc.pb.h"
 #include "coordinator/planner.h"
 #include "coordinator/testing/coordinator_process.h"
 
@@ -37,6 +41,8 @@ ABSL_FLAG(std::string, workers, "1000,10000", "simulated worker counts, comma se
 ABSL_FLAG(int32_t, duration_s, 20, "heartbeat phase length per worker count");
 ABSL_FLAG(int32_t, threads, 32, "client threads issuing heartbeats");
 ABSL_FLAG(int32_t, channels, 8, "gRPC channels the threads share");
+ABSL_FLAG(bool, streams, true,
+          "each simulated worker also holds its assignment stream open (async client)");
 ABSL_FLAG(int32_t, plan_ranks, 16384, "world size for the planning benchmark");
 ABSL_FLAG(std::string, coordinator, "", "coordinator binary (default: from runfiles)");
 ABSL_FLAG(std::string, out, "coordinator_load_results.txt", "results file");
@@ -104,8 +110,72 @@ std::string PlanningTable(int ranks) {
   return out;
 }
 
+// Holds one assignment stream open per worker with the async API (one thread for all).
+class OpenStreams {
+ public:
+  OpenStreams(const std::string& address, const std::vector<std::string>& ids) {
+    auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    stub_ = shardline::Coordinator::NewStub(channel);
+    calls_.resize(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      Call& c = calls_[i];
+      shardline::StreamAssignmentsRequest req;
+      req.set_worker_id(ids[i]);
+      c.reader = stub_->PrepareAsyncStreamAssignments(&c.ctx, req, &cq_);
+      c.reader->StartCall(&c);
+    }
+    thread_ = std::thread([this] {
+      void* tag;
+      bool ok;
+      while (cq_.Next(&tag, &ok)) {
+        Call* c = static_cast<Call*>(tag);
+        if (c->finishing) {
+          c->done = true;
+          continue;
+        }
+        if (ok) {
+          started_++;
+          c->reader->Read(&c->msg, c);  // assignments are not expected here; keep reading
+        } else {
+          c->finishing = true;
+          c->reader->Finish(&c->status, c);
+        }
+      }
+    });
+  }
+  ~OpenStreams() {
+    for (Call& c : calls_) c.ctx.TryCancel();
+    // Every call ends with one Finish completion; then the queue can shut down.
+    for (int spins = 0; spins < 1000; ++spins) {
+      bool all = true;
+      for (Call& c : calls_) all &= c.done.load();
+      if (all) break;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    cq_.Shutdown();
+    thread_.join();
+  }
+  int64_t started() const { return started_.load(); }
+
+ private:
+  struct Call {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientAsyncReader<shardline::Assignment>> reader;
+    shardline::Assignment msg;
+    grpc::Status status;
+    bool finishing = false;
+    std::atomic<bool> done{false};
+  };
+  std::unique_ptr<shardline::Coordinator::Stub> stub_;
+  grpc::CompletionQueue cq_;
+  std::deque<Call> calls_;
+  std::atomic<int64_t> started_{0};
+  std::thread thread_;
+};
+
 struct LoadResult {
   int workers = 0;
+  int64_t streams = 0;
   int64_t beats = 0;
   int64_t errors = 0;
   double p50_ms = 0, p99_ms = 0, max_ms = 0;
@@ -121,7 +191,7 @@ LoadResult RunLoad(const std::string& binary, int n_workers) {
   sc::CoordinatorProcess::Options po;
   po.binary = binary;
   po.args = {"--listen=127.0.0.1:0", "--heartbeat_interval_ms=1000",
-             "--heartbeat_timeout_ms=10000", "--tick_ms=200"};
+             "--heartbeat_timeout_ms=120000", "--tick_ms=200"};  // liveness is not under test
   auto proc = sc::CoordinatorProcess::Start(po);
   if (!proc.ok()) {
     r.error = proc.status().ToString();
@@ -141,6 +211,7 @@ LoadResult RunLoad(const std::string& binary, int n_workers) {
   const int n_threads = std::max(1, absl::GetFlag(FLAGS_threads));
   std::vector<std::string> ids(n_workers);
   std::atomic<int64_t> errors{0};
+  const absl::Time reg_start = absl::Now();
   {
     std::vector<std::thread> reg;
     for (int t = 0; t < n_threads; ++t) {
@@ -165,6 +236,13 @@ LoadResult RunLoad(const std::string& binary, int n_workers) {
     }
     for (auto& th : reg) th.join();
   }
+  std::cerr << n_workers << " workers registered in "
+            << absl::FormatDuration(absl::Now() - reg_start) << "\n";
+  std::unique_ptr<OpenStreams> streams;
+  if (absl::GetFlag(FLAGS_streams)) {
+    streams = std::make_unique<OpenStreams>((*proc)->address(), ids);
+    absl::SleepFor(absl::Seconds(2));  // let the streams open
+  }
   const absl::Duration duration = absl::Seconds(absl::GetFlag(FLAGS_duration_s));
   const absl::Time start = absl::Now() + absl::Milliseconds(200);
   const double cpu0 = ProcessCpuSeconds((*proc)->pid());
@@ -188,13 +266,18 @@ LoadResult RunLoad(const std::string& binary, int n_workers) {
           const absl::Time t0 = absl::Now();
           auto resp = clients[t % n_channels]->Heartbeat(hb);
           lat[t].push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
-          if (!resp.ok() || resp->reregister()) errors++;
+          if (!resp.ok()) {
+            if (errors++ == 0) std::cerr << "first heartbeat error: " << resp.status() << "\n";
+          } else if (resp->reregister()) {
+            if (errors++ == 0) std::cerr << "first heartbeat error: told to re-register\n";
+          }
         }
       }
     });
   }
   for (auto& th : beaters) th.join();
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  if (streams) r.streams = streams->started();
   r.coordinator_cpu = (ProcessCpuSeconds((*proc)->pid()) - cpu0) / wall;
   r.tool_cpu = (SelfCpuSeconds() - self0) / wall;
   std::vector<double> all;
@@ -210,19 +293,28 @@ LoadResult RunLoad(const std::string& binary, int n_workers) {
 
 }  // namespace
 
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return absl::StrCat(a, " ", b, " ", c);
+}
+
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   std::string binary = absl::GetFlag(FLAGS_coordinator);
   if (binary.empty()) binary = DefaultCoordinatorPath(argv[0]);
-  std::string report = absl::StrCat("coordinator load test on ", std::thread::hardware_concurrency(),
-                                    " cores; ", absl::FormatTime(absl::Now()), "\n\n");
+  std::string report = absl::StrCat(
+      "coordinator load test on ", std::thread::hardware_concurrency(), " cores; ",
+      absl::FormatTime(absl::Now()), "; load average at start ", LoadAverage(),
+      " (the coordinator, this tool and anything else running share the cores)\n\n");
   absl::StrAppend(&report, PlanningTable(absl::GetFlag(FLAGS_plan_ranks)), "\n");
   std::cout << report << std::flush;
   std::string table = absl::StrFormat(
       "heartbeats at 1/s per worker, %ds, %d client threads, %d channels\n"
-      "  %8s %9s %8s %8s %8s %8s %7s %12s %10s\n",
+      "  %8s %8s %9s %8s %8s %8s %8s %7s %12s %10s\n",
       absl::GetFlag(FLAGS_duration_s), absl::GetFlag(FLAGS_threads),
-      absl::GetFlag(FLAGS_channels), "workers", "beats", "rate/s", "p50 ms", "p99 ms", "max ms",
+      absl::GetFlag(FLAGS_channels), "workers", "streams", "beats", "rate/s", "p50 ms", "p99 ms", "max ms",
       "errors", "coord cores", "tool cores");
   std::cout << table << std::flush;
   for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
@@ -231,14 +323,14 @@ int main(int argc, char** argv) {
     LoadResult r = RunLoad(binary, n);
     std::string line =
         r.error.empty()
-            ? absl::StrFormat("  %8d %9d %8.0f %8.2f %8.2f %8.2f %7d %12.2f %10.2f\n", r.workers,
-                              r.beats, r.rate, r.p50_ms, r.p99_ms, r.max_ms, r.errors,
+            ? absl::StrFormat("  %8d %8d %9d %8.0f %8.2f %8.2f %8.2f %7d %12.2f %10.2f\n",
+                              r.workers, r.streams, r.beats, r.rate, r.p50_ms, r.p99_ms, r.max_ms, r.errors,
                               r.coordinator_cpu, r.tool_cpu)
             : absl::StrFormat("  %8d error: %s\n", r.workers, r.error);
     std::cout << line << std::flush;
     absl::StrAppend(&table, line);
   }
-  absl::StrAppend(&report, table);
+  absl::StrAppend(&report, table, "load average at end ", LoadAverage(), "\n");
   std::ofstream(absl::GetFlag(FLAGS_out)) << report;
   std::cout << "results written to " << absl::GetFlag(FLAGS_out) << std::endl;
   return 0;
