@@ -1,6 +1,7 @@
 #include "coordinator/coordinator_core.h"
 
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -284,6 +285,41 @@ TEST_F(CoreTest, RankMissingFromItsWorkersHeartbeatIsLost) {
         << e.message();
   }
   EXPECT_EQ(st->attempt(), 2);  // restarted at once (no backoff)
+}
+
+TEST_F(CoreTest, CheckpointsAreListedWithManifestAndRetained) {
+  Register("a", 1);
+  auto job = core_->SubmitJob(Spec("k", 1));  // keep_last 2
+  // Step 30's directory exists here with a manifest; the others only as records.
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/ckpt/" + *job;
+  ASSERT_EQ(std::system(("mkdir -p " + dir + "/step_30").c_str()), 0);
+  std::ofstream(dir + "/step_30/MANIFEST.json")
+      << R"({"formatVersion": 1, "step": "30", "worldSize": 1, "shardingStrategy": "FULL_SHARD"})";
+  for (int64_t step : {10, 20, 30}) {
+    CheckpointReport r;
+    r.set_job_id(*job);
+    r.set_attempt(1);
+    r.set_step(step);
+    r.set_path(step == 30 ? dir + "/step_30" : absl::StrCat("/elsewhere/step_", step));
+    r.add_files("shard_00000.bin");
+    r.add_files("MANIFEST.json");
+    r.set_expected_files(1);
+    r.set_manifest_committed(true);
+    ASSERT_TRUE(core_->ReportCheckpoint(r).ok());
+  }
+  auto list = core_->ListCheckpoints(*job);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);  // step 10 dropped by keep_last = 2
+  EXPECT_EQ((*list)[0].step(), 20);
+  auto got = core_->GetCheckpoint(*job, 30);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->info().committed());
+  EXPECT_EQ(got->manifest().step(), 30);
+  EXPECT_EQ(got->manifest().sharding_strategy(), "FULL_SHARD");
+  EXPECT_FALSE(core_->GetCheckpoint(*job, 20)->has_manifest());
+  EXPECT_EQ(core_->GetCheckpoint(*job, 10).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(core_->GetJob(*job)->latest_checkpoint_step(), 30);
+  EXPECT_EQ(core_->ListCheckpoints("job-77").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(CoreTest, CancelStopsRanksAndIsFinal) {
