@@ -85,6 +85,7 @@ FsdpEngine::FsdpEngine(std::shared_ptr<torch::nn::Module> model, const EngineLay
       options_(options) {}
 
 FsdpEngine::~FsdpEngine() {
+  for (auto& [unit, handle] : pending_gathers_) (void)handle->Wait();
   // Leave the model usable: drop hooks that point at this engine.
   for (auto& flat : flats_) {
     for (const FlatParamEntry& e : flat->entries()) {
@@ -132,11 +133,6 @@ absl::StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(
         "FsdpEngine: replicate communicator rank ", replicate->rank(), " but global rank ",
         options.rank, " is replicate index ", layout.ReplicateIndex(options.rank), " in ",
         layout.DebugString()));
-  }
-  if (options.forward_prefetch || options.backward_prefetch) {
-    return absl::UnimplementedError(
-        "FsdpEngine: forward_prefetch/backward_prefetch are not implemented yet; the engine "
-        "gathers synchronously (numerics are the same)");
   }
   auto engine = std::unique_ptr<FsdpEngine>(new FsdpEngine(model, layout, shard, replicate, options));
   RETURN_IF_ERROR(engine->Init());
@@ -235,8 +231,37 @@ void FsdpEngine::UpdatePeaks() {
   peak_unsharded_grad_ = std::max(peak_unsharded_grad_, grads);
 }
 
+absl::Status FsdpEngine::WaitPending(int unit) {
+  auto it = pending_gathers_.find(unit);
+  if (it == pending_gathers_.end()) return absl::OkStatus();
+  absl::Status s = it->second->Wait();
+  pending_gathers_.erase(it);
+  if (!s.ok()) return Fail(s);
+  return absl::OkStatus();
+}
+
+void FsdpEngine::PrefetchGroup(int group) {
+  for (int u : hook_groups_[group]) {
+    FlatParam* flat = units_[u]->flat;
+    if (flat->full_allocated()) continue;  // Gathered, kept, in flight, or S == 1.
+    flat->AllocateFull();
+    pending_gathers_[u] = shard_->AllGatherAsync(flat->shard(), flat->full());
+  }
+  UpdatePeaks();
+}
+
+void FsdpEngine::PrefetchNeighbour(int group, int direction) {
+  for (size_t i = 0; i < forward_order_.size(); ++i) {
+    if (forward_order_[i] != group) continue;
+    const int j = static_cast<int>(i) + direction;
+    if (j >= 0 && j < static_cast<int>(forward_order_.size())) PrefetchGroup(forward_order_[j]);
+    return;
+  }
+}
+
 absl::Status FsdpEngine::Gather(int unit) {
   FlatParam* flat = units_[unit]->flat;
+  if (pending_gathers_.count(unit)) return WaitPending(unit);
   if (flat->full_allocated()) return absl::OkStatus();  // Kept, or S == 1.
   flat->AllocateFull();
   UpdatePeaks();
@@ -245,7 +270,11 @@ absl::Status FsdpEngine::Gather(int unit) {
   return absl::OkStatus();
 }
 
-void FsdpEngine::Free(int unit) { units_[unit]->flat->FreeFull(); }
+void FsdpEngine::Free(int unit) {
+  // Never release memory a collective is still writing into.
+  if (pending_gathers_.count(unit)) (void)WaitPending(unit);
+  units_[unit]->flat->FreeFull();
+}
 
 void FsdpEngine::ReshardAll() {
   for (size_t u = 0; u < units_.size(); ++u) Free(static_cast<int>(u));
@@ -254,6 +283,8 @@ void FsdpEngine::ReshardAll() {
 absl::Status FsdpEngine::BeginForward() {
   if (!first_error_.ok()) return first_error_;
   if (in_backward_) return absl::FailedPreconditionError("BeginForward called inside Backward");
+  if (!recording_order_.empty()) forward_order_ = std::move(recording_order_);
+  recording_order_.clear();
   for (int u : root_units_) RETURN_IF_ERROR(Gather(u));
   return absl::OkStatus();
 }
@@ -264,10 +295,12 @@ at::Tensor FsdpEngine::Run(const torch::nn::Module& module, const at::Tensor& in
   auto it = hook_index_.find(&module);
   if (it == hook_index_.end()) return body(input);  // Its parameters belong to root units.
   const int group = it->second;
+  recording_order_.push_back(group);
   for (int u : hook_groups_[group]) {
     absl::Status s = Gather(u);
     if (!s.ok()) throw CommError(s);
   }
+  if (options_.forward_prefetch) PrefetchNeighbour(group, +1);
   at::Tensor out = body(input);
   const bool needs_backward = at::GradMode::is_enabled() && out.requires_grad();
   if (needs_backward) {
@@ -287,6 +320,9 @@ void FsdpEngine::PreBackward(int group) {
     units_[u]->flat->AllocateFullGrad();
   }
   UpdatePeaks();
+  if (options_.backward_prefetch == FsdpEngineOptions::BackwardPrefetch::kPre) {
+    PrefetchNeighbour(group, -1);
+  }
 }
 
 void FsdpEngine::OnParamGradReady(int unit) {
@@ -326,6 +362,14 @@ absl::Status FsdpEngine::PostBackward(int unit) {
     u.flat->FreeFullGrad();
   }
   Free(unit);
+  if (in_backward_ && u.hook_group >= 0 &&
+      options_.backward_prefetch == FsdpEngineOptions::BackwardPrefetch::kPost) {
+    bool group_done = true;
+    for (int other : hook_groups_[u.hook_group]) {
+      group_done = group_done && units_[other]->post_backward_done;
+    }
+    if (group_done) PrefetchNeighbour(u.hook_group, -1);
+  }
   return absl::OkStatus();
 }
 
@@ -343,6 +387,7 @@ absl::Status FsdpEngine::Backward(const at::Tensor& loss, bool sync_gradients) {
   }
   in_backward_ = true;
   sync_ = sync_gradients;
+  if (!recording_order_.empty()) forward_order_ = recording_order_;
   for (auto& u : units_) {
     u->grads_ready = 0;
     u->post_backward_done = false;

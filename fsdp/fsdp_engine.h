@@ -56,9 +56,14 @@ struct FsdpEngineOptions {
   WrapPolicy wrap_policy;
   // Broadcast parameters and buffers from rank 0 at wrap time (PyTorch's sync_module_states).
   bool sync_module_states = true;
-  // Not implemented yet (they change only timing): Create() returns UNIMPLEMENTED when set.
+  // Prefetch changes only timing, never numerics. Hook groups are prefetched in the order the
+  // previous forward pass ran them (nothing is prefetched before one forward has been seen).
+  // forward_prefetch: while hook group i computes, group i+1 is all-gathered asynchronously.
   bool forward_prefetch = false;
-  bool backward_prefetch = false;
+  // kPre: before a group's backward computes, the group before it is all-gathered
+  // asynchronously; kPost: after a group's gradients are reduced. kNone: gather on demand.
+  enum class BackwardPrefetch { kNone, kPre, kPost };
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::kNone;
 };
 
 // Bytes this rank holds, by kind. Persistent state = param_shard + grad_shard (+ optimizer).
@@ -88,8 +93,8 @@ class FsdpEngine : public UnitRunner {
   // outlive the engine: `shard` spans the rank's shard group (S ranks), `replicate` its replicate
   // group (R ranks); either may be nullptr when its degree is 1.
   // Errors: INVALID_ARGUMENT when a communicator's size or rank does not match the layout (the
-  // message names both), or for a bad wrap policy; UNIMPLEMENTED for prefetch flags; the status
-  // of a failed broadcast (sync_module_states).
+  // message names both), or for a bad wrap policy; the status of a failed broadcast
+  // (sync_module_states).
   static absl::StatusOr<std::unique_ptr<FsdpEngine>> Create(std::shared_ptr<torch::nn::Module> model,
                                                             const EngineLayout& layout,
                                                             Communicator* shard,
@@ -148,7 +153,10 @@ class FsdpEngine : public UnitRunner {
   absl::Status SyncModuleStates();
 
   // Each may throw nothing; they return statuses and record the first failure.
-  absl::Status Gather(int unit);
+  absl::Status Gather(int unit);          // Waits for a pending prefetch, or gathers now.
+  void PrefetchGroup(int group);          // Starts async all-gathers of a hook group.
+  void PrefetchNeighbour(int group, int direction);  // +1: next in forward order, -1: previous.
+  absl::Status WaitPending(int unit);
   void Free(int unit);
   absl::Status ReduceGrad(int unit);
   absl::Status PostBackward(int unit);
@@ -166,6 +174,11 @@ class FsdpEngine : public UnitRunner {
   std::vector<std::vector<int>> hook_groups_;           // Hook group -> unit indices.
   std::map<const torch::nn::Module*, int> hook_index_;  // Hook module -> hook group.
   std::vector<int> root_units_;                          // Root-gathered units.
+  // Prefetch bookkeeping: the hook groups in the order the last complete forward ran them, the
+  // order being recorded by the current forward, and in-flight all-gathers per unit.
+  std::vector<int> forward_order_;
+  std::vector<int> recording_order_;
+  std::map<int, std::unique_ptr<CommHandle>> pending_gathers_;
 
   bool in_backward_ = false;
   bool sync_ = true;

@@ -90,6 +90,7 @@ absl::Status FakeCommunicator::AllGather(const at::Tensor& in, const at::Tensor&
 
 std::unique_ptr<CommHandle> FakeCommunicator::AllGatherAsync(const at::Tensor& in,
                                                              const at::Tensor& out) {
+  ++async_calls_;
   return std::make_unique<DoneHandle>(AllGather(in, out));
 }
 

@@ -77,6 +77,7 @@ class FakeCommunicator : public Communicator {
   int64_t all_gathers() const { return all_gathers_; }
   int64_t reduce_scatters() const { return reduce_scatters_; }
   int64_t all_reduces() const { return all_reduces_; }
+  int64_t async_calls() const { return async_calls_; }
 
  private:
   absl::Status Run(const char* op, const at::Tensor& t,
@@ -87,7 +88,7 @@ class FakeCommunicator : public Communicator {
   const absl::Duration timeout_;
   int64_t step_ = 0;
   absl::Status broken_;
-  int64_t all_gathers_ = 0, reduce_scatters_ = 0, all_reduces_ = 0;
+  int64_t all_gathers_ = 0, reduce_scatters_ = 0, all_reduces_ = 0, async_calls_ = 0;
 };
 
 }  // namespace shardline::fsdp::testing

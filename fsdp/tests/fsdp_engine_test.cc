@@ -9,6 +9,7 @@
 #include <torch/utils.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "fsdp/engine_layout.h"
 #include "fsdp/fsdp_engine.h"
@@ -188,16 +189,66 @@ TEST(FsdpEngine, UnknownStrategyAndBadDegreeAreInvalidArgument) {
   EXPECT_TRUE(absl::StrContains(bad_degree.status().message(), "6"));
 }
 
-TEST(FsdpEngine, PrefetchFlagsAreUnimplementedNotIgnored) {
-  auto layout = MakeEngineLayout(1, "NO_SHARD", 0);
-  ASSERT_TRUE(layout.ok());
-  torch::manual_seed(1);
-  TinyGpt model{TinyGptConfig{}};
-  FsdpEngineOptions eo;
-  eo.forward_prefetch = true;
-  auto engine = FsdpEngine::Create(model.ptr(), *layout, nullptr, nullptr, eo);
-  ASSERT_FALSE(engine.ok());
-  EXPECT_EQ(engine.status().code(), absl::StatusCode::kUnimplemented);
+TEST(FsdpEngine, PrefetchChangesNothingNumericallyOnThreads) {
+  for (int prefetch : {1, 2}) {
+    ParityConfig c;
+    c.world_size = 2;
+    c.steps = 4;
+    c.prefetch = prefetch;
+    c.wrap = WrapPolicyKind::kPerLayer;  // Several units per hook group.
+    ExpectParity(c);
+  }
+}
+
+// The collectives each strategy issues per step, counted on the fake communicators: FULL_SHARD
+// gathers each block twice (forward and backward), SHARD_GRAD_OP once; prefetch turns gathers
+// asynchronous without adding any.
+TEST(FsdpEngine, StrategiesIssueTheirScheduleOfCollectives) {
+  struct Case {
+    const char* strategy;
+    bool prefetch;
+    int64_t gathers_per_step;   // Root (1) + blocks.
+    int64_t min_async;
+  };
+  for (const Case& k : {Case{"FULL_SHARD", false, 1 + 2 * 2, 0},
+                        Case{"SHARD_GRAD_OP", false, 1 + 2, 0},
+                        Case{"FULL_SHARD", true, 1 + 2 * 2, 2}}) {
+    SCOPED_TRACE(absl::StrCat(k.strategy, k.prefetch ? " prefetch" : ""));
+    FakeWorld world(2, 2);
+    auto statuses = RunOnThreads(world, [&](int rank, Communicator* sh, Communicator* rep) {
+      auto layout = MakeEngineLayout(2, k.strategy, 0);
+      TinyGpt model{nullptr};
+      {
+        static std::mutex mu;
+        std::lock_guard<std::mutex> lock(mu);
+        torch::manual_seed(1);
+        model = TinyGpt(TinyGptConfig{});
+      }
+      FsdpEngineOptions eo;
+      eo.rank = rank;
+      eo.sync_module_states = false;
+      eo.forward_prefetch = k.prefetch;
+      if (k.prefetch) eo.backward_prefetch = FsdpEngineOptions::BackwardPrefetch::kPre;
+      auto engine = FsdpEngine::Create(model.ptr(), *layout, sh, rep, eo);
+      if (!engine.ok()) return engine.status();
+      auto* fake = static_cast<FakeCommunicator*>(sh);
+      at::Tensor idx = at::zeros({2, 8}, at::kLong);
+      int64_t gathers_before = 0;
+      for (int step = 0; step < 2; ++step) {
+        if (step == 1) gathers_before = fake->all_gathers();
+        absl::Status st = (*engine)->BeginForward();
+        if (!st.ok()) return st;
+        st = (*engine)->Backward(model->loss(idx, idx, engine->get()));
+        if (!st.ok()) return st;
+      }
+      EXPECT_EQ(fake->all_gathers() - gathers_before, k.gathers_per_step);
+      EXPECT_EQ(fake->reduce_scatters(), 2 * 3);  // Each unit once per step.
+      EXPECT_GE(fake->async_calls(), k.min_async);
+      if (!k.prefetch) EXPECT_EQ(fake->async_calls(), 0);
+      return absl::OkStatus();
+    });
+    for (const auto& st : statuses) ASSERT_TRUE(st.ok()) << st;
+  }
 }
 
 // A rank that stops participating makes the others fail with DEADLINE_EXCEEDED naming the

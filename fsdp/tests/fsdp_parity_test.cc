@@ -243,7 +243,8 @@ std::vector<ParityConfig> AllConfigs() {
     }
   }
   // Other wrap policies, gradient accumulation (no_sync) and SGD on a few layouts.
-  auto variant = [&](const char* s, int w, int d, WrapPolicyKind wrap, int mb, bool sgd) {
+  auto variant = [&](const char* s, int w, int d, WrapPolicyKind wrap, int mb, bool sgd,
+                     int prefetch = 0) {
     ParityConfig c;
     c.strategy = s;
     c.world_size = w;
@@ -251,6 +252,7 @@ std::vector<ParityConfig> AllConfigs() {
     c.wrap = wrap;
     c.micro_batches = mb;
     c.sgd = sgd;
+    c.prefetch = prefetch;
     out.push_back(c);
   };
   variant("FULL_SHARD", 4, 0, WrapPolicyKind::kPerLayer, 1, false);
@@ -262,6 +264,9 @@ std::vector<ParityConfig> AllConfigs() {
   variant("HYBRID_SHARD", 4, 2, WrapPolicyKind::kTransformerBlock, 1, true);
   variant("NO_SHARD", 3, 0, WrapPolicyKind::kTransformerBlock, 1, true);
   variant("FULL_SHARD", 2, 0, WrapPolicyKind::kTransformerBlock, 2, true);
+  // Async prefetch (forward + backward pre / post) over real Gloo async collectives.
+  variant("FULL_SHARD", 4, 0, WrapPolicyKind::kTransformerBlock, 1, false, 1);
+  variant("HYBRID_SHARD", 4, 2, WrapPolicyKind::kPerLayer, 2, false, 2);
   return out;
 }
 

@@ -65,21 +65,23 @@ TinyGpt MakeModel() {
 
 std::string ParityConfig::Name() const {
   return absl::StrCat(strategy, "_W", world_size, "_S", hybrid_shard_degree, "_",
-                      WrapPolicyName(wrap), "_mb", micro_batches, sgd ? "_sgd" : "_adamw");
+                      WrapPolicyName(wrap), "_mb", micro_batches, sgd ? "_sgd" : "_adamw",
+                      prefetch == 0 ? "" : absl::StrCat("_prefetch", prefetch));
 }
 
 std::string ParityConfig::Encode() const {
   return absl::StrCat(strategy, ":", world_size, ":", hybrid_shard_degree, ":",
-                      WrapPolicyName(wrap), ":", micro_batches, ":", sgd ? "sgd" : "adamw");
+                      WrapPolicyName(wrap), ":", micro_batches, ":", sgd ? "sgd" : "adamw", ":",
+                      prefetch);
 }
 
 absl::StatusOr<ParityConfig> ParityConfig::Decode(const std::string& s) {
   std::vector<std::string> f = absl::StrSplit(s, ':');
-  if (f.size() != 6) return absl::InvalidArgumentError(absl::StrCat("bad config ", s));
+  if (f.size() != 7) return absl::InvalidArgumentError(absl::StrCat("bad config ", s));
   ParityConfig c;
   c.strategy = f[0];
   if (!absl::SimpleAtoi(f[1], &c.world_size) || !absl::SimpleAtoi(f[2], &c.hybrid_shard_degree) ||
-      !absl::SimpleAtoi(f[4], &c.micro_batches)) {
+      !absl::SimpleAtoi(f[4], &c.micro_batches) || !absl::SimpleAtoi(f[6], &c.prefetch)) {
     return absl::InvalidArgumentError(absl::StrCat("bad config ", s));
   }
   ASSIGN_OR_RETURN(c.wrap, ParseWrapPolicy(f[3]));
@@ -137,6 +139,10 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
   eo.wrap_policy.kind = config.wrap;
   eo.wrap_policy.block_type = "Block";
   eo.wrap_policy.min_num_params = config.min_num_params;
+  eo.forward_prefetch = config.prefetch != 0;
+  eo.backward_prefetch = config.prefetch == 1   ? FsdpEngineOptions::BackwardPrefetch::kPre
+                         : config.prefetch == 2 ? FsdpEngineOptions::BackwardPrefetch::kPost
+                                                : FsdpEngineOptions::BackwardPrefetch::kNone;
   ASSIGN_OR_RETURN(std::unique_ptr<FsdpEngine> engine,
                    FsdpEngine::Create(model.ptr(), layout, shard, replicate, eo));
   ShardedOptimizerOptions oo;

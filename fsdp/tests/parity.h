@@ -30,12 +30,13 @@ struct ParityConfig {
   int64_t min_num_params = 3000;  // SIZE_BASED.
   int micro_batches = 1;          // Per rank per step (no_sync on all but the last).
   bool sgd = false;               // SGD with momentum instead of AdamW.
+  int prefetch = 0;               // 0: none; 1: forward + backward kPre; 2: forward + kPost.
   int steps = 20;
   int global_batch = 12;          // Sequences per step over all ranks.
   int die_at_step = -1;           // Failure tests: this rank SIGKILLs itself at that step.
 
   std::string Name() const;       // "FULL_SHARD_W4_S0_TRANSFORMER_BLOCK_mb1_adamw"
-  // Round trip through a single command-line token: "FULL_SHARD:4:0:TRANSFORMER_BLOCK:1:adamw".
+  // Round trip through one command-line token: "FULL_SHARD:4:0:TRANSFORMER_BLOCK:1:adamw:0".
   std::string Encode() const;
   static absl::StatusOr<ParityConfig> Decode(const std::string& s);
 };
