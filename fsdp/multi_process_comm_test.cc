@@ -98,5 +98,32 @@ TEST(MultiProcessComm, PeerKilledMidCollectiveFailsOthersWithinTimeout) {
   }
 }
 
+TEST(MultiProcessComm, StalledPeerMakesOthersTimeOutNamingGroupOpAndStep) {
+  constexpr int kWorld = 3;
+  constexpr int kTimeoutMs = 2000;
+  RunRanksResult result = RunRanks(
+      Worker(), kWorld,
+      {"--scenario=stall", "--victim=1", absl::StrCat("--timeout_ms=", kTimeoutMs)},
+      absl::Seconds(60));
+  ASSERT_TRUE(result.AllSucceeded()) << result.Summary();
+  int deadline_exceeded = 0;
+  for (const auto& rank : result.ranks) {
+    if (rank.rank == 1) continue;
+    Outcome o = ParseOutcome(rank.output);
+    std::cerr << "rank " << rank.rank << ": " << o.code << " after " << o.elapsed_ms
+              << " ms: " << o.message << "\n";
+    // The first to give up closes its connections, which a slower survivor may see first.
+    EXPECT_TRUE(o.code == "DEADLINE_EXCEEDED" || o.code == "UNAVAILABLE") << rank.output;
+    EXPECT_EQ(o.message.rfind("group world op all_reduce step 3: ", 0), 0u) << rank.output;
+    EXPECT_LT(o.elapsed_ms, kTimeoutMs + 3000) << rank.output;
+    if (o.code == "DEADLINE_EXCEEDED") {
+      ++deadline_exceeded;
+      EXPECT_NE(o.message.find("timed out after 2s"), std::string::npos) << rank.output;
+      EXPECT_GE(o.elapsed_ms, kTimeoutMs - 100) << rank.output;
+    }
+  }
+  EXPECT_GE(deadline_exceeded, 1) << result.Summary();
+}
+
 }  // namespace
 }  // namespace shardline::fsdp

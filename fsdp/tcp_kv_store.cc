@@ -311,9 +311,24 @@ absl::StatusOr<int> TcpKvStore::Acquire() {
       for (addrinfo* a = *addrs; a != nullptr; a = a->ai_next) {
         int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
         if (fd < 0) continue;
-        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+        // Non-blocking connect, so an unreachable host costs at most the deadline rather than
+        // the kernel's SYN retries (minutes).
+        SetNonBlocking(fd);
+        int rc = connect(fd, a->ai_addr, a->ai_addrlen);
+        if (rc != 0 && errno == EINPROGRESS) {
+          absl::Status ready = WaitFd(fd, POLLOUT, deadline, -1);
+          int err = 0;
+          socklen_t len = sizeof(err);
+          if (ready.ok() && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0) {
+            rc = err == 0 ? 0 : -1;
+            errno = err;
+          } else {
+            rc = -1;
+            errno = ETIMEDOUT;
+          }
+        }
+        if (rc == 0) {
           freeaddrinfo(*addrs);
-          SetNonBlocking(fd);
           int one = 1;
           setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
           return fd;

@@ -9,6 +9,8 @@
 //   --scenario=kill  connects the world group, then rank --victim starts a large all-reduce
 //       and SIGKILLs itself while it is in flight; every other rank prints
 //       "RESULT code=<code> elapsed_ms=<ms> message=<message>" for its own all-reduce.
+//   --scenario=stall  like kill, but rank --victim stays alive and never joins the all-reduce
+//       (it leaves after --timeout_ms + 3 s); the others print RESULT lines.
 #include <signal.h>
 #include <unistd.h>
 
@@ -29,7 +31,7 @@ ABSL_FLAG(int, rank, 0, "global rank");
 ABSL_FLAG(int, world_size, 1, "number of ranks");
 ABSL_FLAG(std::string, store_host, "127.0.0.1", "TCP store host");
 ABSL_FLAG(int, store_port, 0, "TCP store port");
-ABSL_FLAG(std::string, scenario, "collectives", "collectives | kill");
+ABSL_FLAG(std::string, scenario, "collectives", "collectives | kill | stall");
 ABSL_FLAG(int, shard_degree, 0, "hybrid_shard_degree of the layout (0: S = W)");
 ABSL_FLAG(int, victim, 1, "kill scenario: the rank that dies");
 ABSL_FLAG(int, timeout_ms, 20000, "communicator timeout");
@@ -133,6 +135,24 @@ int Main() {
     for (int r = rank % s; r < world; r += s) replicate.push_back(r);
     CheckGroup(*groups->shard, shard, rank);
     CheckGroup(*groups->replicate, replicate, rank);
+    return failures == 0 ? 0 : 1;
+  }
+
+  if (absl::GetFlag(FLAGS_scenario) == "stall") {
+    groups->set_step(3);
+    CheckOk(groups->world->Barrier(), "barrier before the stall");
+    at::Tensor t = at::ones({1024}, at::kFloat);
+    if (rank == absl::GetFlag(FLAGS_victim)) {
+      // Alive but never joins: the others must time out, not hang. Leave after they did.
+      absl::SleepFor(absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms) + 3000));
+      std::cout << "victim leaves" << std::endl;
+      return 0;
+    }
+    const absl::Time start = absl::Now();
+    absl::Status s = groups->world->AllReduce(t, ReduceOp::kSum);
+    std::cout << "RESULT code=" << absl::StatusCodeToString(s.code())
+              << " elapsed_ms=" << absl::ToInt64Milliseconds(absl::Now() - start)
+              << " message=" << s.message() << std::endl;
     return failures == 0 ? 0 : 1;
   }
 
