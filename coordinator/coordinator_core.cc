@@ -207,6 +207,21 @@ absl::StatusOr<HeartbeatResponse> CoordinatorCore::Heartbeat(const HeartbeatRequ
     if (rs.state() == RankStatus::EXITED) {
       changed = true;
       ApplyRankStatusLocked(req.worker_id(), rs);
+    } else if (!current) {
+      // A rank of an attempt that is over (e.g. failed while this worker was cut off) still
+      // runs here: stop it, once per stream of the worker.
+      const bool stale = job == nullptr || job->rec.status().state() != RUNNING ||
+                         job->rec.status().attempt() != rs.attempt();
+      if (stale && stops_sent_.insert({req.worker_id(), rs.job_id(), rs.attempt()}).second) {
+        Assignment stop;
+        stop.set_action(Assignment::STOP);
+        stop.set_job_id(rs.job_id());
+        stop.set_attempt(rs.attempt());
+        stop.set_grace_period_s(options_.stop_grace_period_s);
+        Push(req.worker_id(), std::move(stop));
+        SL_LOG(INFO) << "worker " << req.worker_id() << " still runs rank " << rs.rank() << " of "
+                     << rs.job_id() << " attempt " << rs.attempt() << ", which is over: STOP";
+      }
     }
   }
   if (has_running) {
@@ -274,6 +289,11 @@ absl::StatusOr<int64_t> CoordinatorCore::OpenAssignmentStream(const std::string&
   absl::MutexLock lock(&mu_);
   Outbox& box = outboxes_[worker_id];
   box.generation++;
+  // A new stream may belong to a new daemon: stale ranks it reports are told to stop again.
+  for (auto it = stops_sent_.lower_bound({worker_id, "", INT32_MIN});
+       it != stops_sent_.end() && std::get<0>(*it) == worker_id;) {
+    it = stops_sent_.erase(it);
+  }
   box.queue.clear();
   for (const auto& [id, job] : jobs_) {
     if (job.rec.status().state() == RUNNING) PushStartsLocked(job, worker_id, &box);

@@ -23,6 +23,10 @@
 // latest committed checkpoint (or fails when no restarts are left). Rendezvous values are not
 // persisted (ranks read them only while bootstrapping).
 //
+// Stale ranks: a heartbeat listing a running rank of an attempt that is over (the worker was cut
+// off while the attempt failed, so its STOP never arrived) gets a STOP for that attempt pushed to
+// the worker's stream, once per stream.
+//
 // Lost ranks: once a worker's heartbeat has listed a rank of a running attempt, every later
 // heartbeat of that worker must list it until it exits; a heartbeat without it fails the attempt
 // as RANK_LOST (a restarted daemon no longer knows the ranks its predecessor ran).
@@ -39,6 +43,7 @@
 #include <set>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -205,6 +210,8 @@ class CoordinatorCore {
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   Counters counters_ ABSL_GUARDED_BY(mu_);  // jobs_by_state filled on read
   std::set<std::string> dirty_workers_ ABSL_GUARDED_BY(mu_);
+  // (worker, job, attempt) told to STOP because it reported ranks of an attempt that is over.
+  std::set<std::tuple<std::string, std::string, int32_t>> stops_sent_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> dirty_jobs_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -322,6 +322,35 @@ TEST_F(CoreTest, CheckpointsAreListedWithManifestAndRetained) {
   EXPECT_EQ(core_->ListCheckpoints("job-77").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(CoreTest, RanksOfAnOverAttemptStillRunningAreStopped) {
+  const std::string a = Register("a", 1);
+  auto job = core_->SubmitJob(Spec("z", 1, /*max_restarts=*/1));
+  // a goes silent and is declared dead; the attempt fails and waits for slots.
+  clock_.Advance(absl::Seconds(6));
+  core_->Tick();
+  ASSERT_EQ(core_->GetJob(*job)->state(), PENDING);
+  // a comes back with its old rank still running: it is told to stop attempt 1 (once).
+  ASSERT_EQ(Register("a", 1), a);
+  const int64_t gen = *core_->OpenAssignmentStream(a);
+  auto first = Drain(a, gen);  // attempt 2's START (it fits again)
+  HeartbeatRequest hb;
+  hb.set_worker_id(a);
+  RankStatus* rs = hb.add_ranks();
+  rs->set_job_id(*job);
+  rs->set_attempt(1);
+  rs->set_rank(0);
+  rs->set_state(RankStatus::RUNNING);
+  ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  auto stops = Drain(a, gen);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].action(), Assignment::STOP);
+  EXPECT_EQ(stops[0].attempt(), 1);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].action(), Assignment::START);
+  EXPECT_EQ(first[0].attempt(), 2);
+}
+
 TEST_F(CoreTest, CancelStopsRanksAndIsFinal) {
   const std::string a = Register("a", 2);
   auto job = core_->SubmitJob(Spec("c", 2));
