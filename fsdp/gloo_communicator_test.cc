@@ -167,6 +167,29 @@ TEST_P(GlooCollectives, AsyncOpsCompleteInIssueOrder) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooCollectives, ::testing::Values(1, 2, 3, 4, 5));
 
+// Halving-doubling splits a non-power-of-two group into binary blocks (6 = 4 + 2, 7 = 4 + 2 + 1)
+// with extra sends between them; check those sizes (and 8) for the reduce-scatter alone, with
+// chunks smaller than the number of ranks too, and back-to-back calls without a barrier.
+class GlooReduceScatterLarge : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooReduceScatterLarge, SumMatchesForOddBlockLayouts) {
+  const int world = GetParam();
+  RunGroup(world, [&](GlooCommunicator& comm) {
+    for (int64_t chunk : {1, 3, 13, 4097}) {
+      SCOPED_TRACE(absl::StrCat("chunk ", chunk));
+      at::Tensor in = RankInput(comm.rank(), chunk * world, at::kFloat);
+      at::Tensor out = at::zeros({chunk}, at::kFloat);
+      absl::Status status = comm.ReduceScatter(in, out, ReduceOp::kSum);
+      ASSERT_TRUE(status.ok()) << status;
+      at::Tensor expected = (at::arange(chunk, at::kDouble) + comm.rank() * chunk) * world +
+                            1000.0 * world * (world - 1) / 2;
+      EXPECT_TRUE(out.to(at::kDouble).allclose(expected, 1e-6, 1e-6));
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooReduceScatterLarge, ::testing::Values(6, 7, 8));
+
 TEST(GlooCommunicator, RejectsBadArgumentsWithoutBreaking) {
   RunGroup(2, [&](GlooCommunicator& comm) {
     at::Tensor in = at::zeros({4}, at::kFloat);
