@@ -4,6 +4,13 @@ cannot hold a top-level `if`)."""
 load("@cuda//:defs.bzl", "HAS_CUDA")
 
 def nccl_targets():
+    # :comm_backends is what binaries depend on: CreateCommunicators with Gloo everywhere, plus
+    # the NCCL backend where CUDA exists (so CommBackend::kNccl works on GPU machines without
+    # every binary spelling the condition).
+    native.cc_library(
+        name = "comm_backends",
+        deps = [":communicators"] + ([":nccl_communicator"] if HAS_CUDA else []),
+    )
     if not HAS_CUDA:
         return
     native.cc_library(
