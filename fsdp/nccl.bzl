@@ -44,3 +44,14 @@ def nccl_targets():
             "@system//:gtest_main",
         ],
     )
+    native.cc_test(
+        name = "nccl_registration_test",
+        size = "small",
+        srcs = ["nccl_registration_test.cc"],
+        linkstatic = True,
+        deps = [
+            ":comm_backends",
+            ":tcp_kv_store",
+            "@system//:gtest_main",
+        ],
+    )
