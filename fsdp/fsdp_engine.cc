@@ -480,6 +480,7 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FsdpEngine::Full
 }
 
 absl::Status FsdpEngine::LoadFullParamState(const std::map<std::string, at::Tensor>& state) {
+  ReshardAll();  // Gathered copies would be stale.
   at::NoGradGuard no_grad;
   for (const auto& f : flats_) {
     for (size_t i = 0; i < f->entries().size(); ++i) {

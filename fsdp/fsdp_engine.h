@@ -136,6 +136,7 @@ class FsdpEngine : public UnitRunner {
 
   const std::vector<std::unique_ptr<FlatParam>>& flat_params() const { return flats_; }
   const EngineLayout& layout() const { return layout_; }
+  int rank() const { return options_.rank; }
   Communicator* shard_comm() const { return shard_; }
   Communicator* replicate_comm() const { return replicate_; }
   // Names of the units and where each is gathered (for logs and tests): (unit, hook path).

@@ -147,6 +147,72 @@ std::vector<ShardSlice> ShardedOptimizer::LocalState() const {
   return out;
 }
 
+std::vector<std::pair<const char*, std::vector<at::Tensor>*>> ShardedOptimizer::Kinds() {
+  std::vector<std::pair<const char*, std::vector<at::Tensor>*>> out;
+  if (!exp_avg_.empty()) out.emplace_back("exp_avg", &exp_avg_);
+  if (!exp_avg_sq_.empty()) out.emplace_back("exp_avg_sq", &exp_avg_sq_);
+  if (!momentum_.empty()) out.emplace_back("momentum_buffer", &momentum_);
+  return out;
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ShardedOptimizer::FullState(
+    bool rank0_only) {
+  at::NoGradGuard no_grad;
+  const auto& flats = engine_->flat_params();
+  Communicator* shard = engine_->shard_comm();
+  const bool keep = !rank0_only || (engine_->rank() == 0);
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (auto& [suffix, tensors] : Kinds()) {
+    for (size_t i = 0; i < flats.size(); ++i) {
+      const FlatParam& f = *flats[i];
+      // State covers only the valid prefix of the shard; pad it back to shard_numel to gather.
+      at::Tensor padded = at::zeros({f.shard_numel()}, f.shard().options());
+      padded.narrow(0, 0, f.valid_shard_numel()).copy_((*tensors)[i]);
+      at::Tensor full = padded;
+      if (f.shard_count() > 1) {
+        full = at::empty({f.padded_numel()}, f.shard().options());
+        RETURN_IF_ERROR(shard->AllGather(padded, full));
+      }
+      if (!keep) continue;
+      for (const FlatParamEntry& e : f.entries()) {
+        out.emplace_back(absl::StrCat(e.name, ".", suffix),
+                         full.narrow(0, e.offset, e.numel).view(e.shape).clone());
+      }
+    }
+  }
+  return out;
+}
+
+absl::Status ShardedOptimizer::LoadFullState(const std::map<std::string, at::Tensor>& state) {
+  at::NoGradGuard no_grad;
+  const auto& flats = engine_->flat_params();
+  for (auto& [suffix, tensors] : Kinds()) {
+    for (size_t i = 0; i < flats.size(); ++i) {
+      const FlatParam& f = *flats[i];
+      for (size_t e = 0; e < f.entries().size(); ++e) {
+        const FlatParamEntry& entry = f.entries()[e];
+        const std::string name = absl::StrCat(entry.name, ".", suffix);
+        auto it = state.find(name);
+        if (it == state.end()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("optimizer state: ", name, " missing"));
+        }
+        if (it->second.numel() != entry.numel) {
+          return absl::InvalidArgumentError(absl::StrCat("optimizer state: ", name, " has ",
+                                                         it->second.numel(), " elements, expected ",
+                                                         entry.numel));
+        }
+        FlatParam::LocalRange r = f.LocalRangeOf(e);
+        if (r.end == r.start) continue;
+        (*tensors)[i]
+            .narrow(0, r.shard_offset, r.end - r.start)
+            .copy_(it->second.reshape({-1}).narrow(0, r.start, r.end - r.start));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 int64_t PersistentStateBytes(const FsdpEngine& engine, const ShardedOptimizer& optimizer) {
   const MemoryStats m = engine.memory_stats();
   return m.param_shard_bytes + m.grad_shard_bytes + optimizer.state_bytes();

@@ -17,7 +17,10 @@
 #define SHARDLINE_FSDP_SHARDED_OPTIMIZER_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -67,8 +70,17 @@ class ShardedOptimizer {
   // same [start, end) as FsdpEngine::LocalParamState. `local` views the state: copy_() to load.
   std::vector<ShardSlice> LocalState() const;
 
+  // Optimizer state of every parameter at its full shape, named as in LocalState() (collective
+  // over the shard group: call on every rank; with rank0_only other ranks get an empty list).
+  absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FullState(bool rank0_only);
+  // Loads full-shape state (each rank keeps its own range); the step count is set separately
+  // (set_step_count). Errors: INVALID_ARGUMENT naming a missing tensor or a shape mismatch.
+  absl::Status LoadFullState(const std::map<std::string, at::Tensor>& state);
+
  private:
   ShardedOptimizer(FsdpEngine* engine, const ShardedOptimizerOptions& options);
+  // The state kinds in use: (suffix, per-flat-param tensors).
+  std::vector<std::pair<const char*, std::vector<at::Tensor>*>> Kinds();
 
   FsdpEngine* engine_;
   ShardedOptimizerOptions options_;

@@ -200,6 +200,56 @@ TEST(FsdpEngine, PrefetchChangesNothingNumericallyOnThreads) {
   }
 }
 
+// Checkpoint-style resharding: 4 steps on W=2 FULL_SHARD, full state (parameters + optimizer)
+// gathered, loaded into W=4 HYBRID_SHARD (S=2) with other units, 4 more steps: the result must
+// match 8 uninterrupted unsharded steps.
+TEST(FsdpEngine, FullStateMovesBetweenLayoutsAndTrainingContinuesExactly) {
+  ParityConfig whole;
+  whole.steps = 8;
+  const ParityResult ref = RunReference(whole);
+
+  ParityConfig first;
+  first.world_size = 2;
+  first.steps = 4;
+  first.save_state = true;
+  FakeWorld w1(2, 2);
+  std::vector<ParityResult> r1(2);
+  auto s1 = RunOnThreads(w1, [&](int rank, Communicator* s, Communicator* r) {
+    auto res = RunFsdpRank(first, rank, s, r);
+    if (!res.ok()) return res.status();
+    r1[rank] = std::move(*res);
+    return absl::OkStatus();
+  });
+  for (const auto& st : s1) ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(r1[0].state.count("blocks.0.fc.weight.exp_avg_sq"), 1u);
+  EXPECT_EQ(r1[1].state.at("step").item<int64_t>(), 4);
+
+  ParityConfig second;
+  second.strategy = "HYBRID_SHARD";
+  second.world_size = 4;
+  second.hybrid_shard_degree = 2;
+  second.wrap = WrapPolicyKind::kPerLayer;  // Different units: resharding by name and range.
+  second.start_step = 4;
+  second.steps = 4;
+  FakeWorld w2(4, 2);
+  std::vector<ParityResult> r2(4);
+  auto s2 = RunOnThreads(w2, [&](int rank, Communicator* s, Communicator* r) {
+    auto res = RunFsdpRank(second, rank, s, r, &r1[rank % 2].state);
+    if (!res.ok()) return res.status();
+    r2[rank] = std::move(*res);
+    return absl::OkStatus();
+  });
+  for (const auto& st : s2) ASSERT_TRUE(st.ok()) << st;
+  for (int step = 0; step < 4; ++step) {
+    double mean = 0;
+    for (const ParityResult& r : r2) mean += r.losses[step] / 4;
+    EXPECT_NEAR(mean, ref.losses[4 + step], 1e-5 * ref.losses[4 + step]) << step;
+  }
+  for (const auto& [name, t] : r2[0].params) {
+    EXPECT_LE((t - ref.params.at(name)).abs().max().item<double>(), 1e-4) << name;
+  }
+}
+
 // The collectives each strategy issues per step, counted on the fake communicators: FULL_SHARD
 // gathers each block twice (forward and backward), SHARD_GRAD_OP once; prefetch turns gathers
 // asynchronous without adding any.

@@ -32,10 +32,10 @@ constexpr double kClip = 1.0, kMomentum = 0.9, kSgdLr = 0.05, kSgdWeightDecay = 
 
 TinyGptConfig ModelConfig() { return TinyGptConfig{}; }
 
-// Learning rate of step s (0-based): a linear decay, so set_lr is exercised.
+// Learning rate of step s (0-based): a linear decay over 20 steps, so set_lr is exercised.
 double LrAt(const ParityConfig& c, int step) {
   const double base = c.sgd ? kSgdLr : kLr;
-  return base * (1.0 - 0.5 * step / c.steps);
+  return base * (1.0 - 0.5 * step / 20.0);
 }
 
 // The global batch of step s: [global_batch, T + 1] tokens, a noisy affine sequence (learnable).
@@ -130,7 +130,8 @@ ParityResult RunReference(const ParityConfig& config) {
 }
 
 absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
-                                         Communicator* shard, Communicator* replicate) {
+                                         Communicator* shard, Communicator* replicate,
+                                         const std::map<std::string, at::Tensor>* resume) {
   ASSIGN_OR_RETURN(EngineLayout layout, MakeEngineLayout(config.world_size, config.strategy,
                                                          config.hybrid_shard_degree));
   TinyGpt model = MakeModel();
@@ -162,6 +163,11 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
   ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> opt,
                    ShardedOptimizer::Create(engine.get(), oo));
 
+  if (resume != nullptr) {
+    RETURN_IF_ERROR(engine->LoadFullParamState(*resume));
+    RETURN_IF_ERROR(opt->LoadFullState(*resume));
+    opt->set_step_count(resume->at("step").item<int64_t>());
+  }
   const int per_rank = config.global_batch / config.world_size;
   const int per_micro = per_rank / config.micro_batches;
   if (per_rank * config.world_size != config.global_batch ||
@@ -171,7 +177,7 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
                                                    " ranks x ", config.micro_batches));
   }
   ParityResult result;
-  for (int step = 0; step < config.steps; ++step) {
+  for (int step = config.start_step; step < config.start_step + config.steps; ++step) {
     engine->set_step(step);
     if (step == config.die_at_step) raise(SIGKILL);
     opt->set_lr(LrAt(config, step));
@@ -195,6 +201,13 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
   }
   ASSIGN_OR_RETURN(auto full, engine->FullParamState(/*rank0_only=*/true));
   for (auto& [name, t] : full) result.params[name] = t;
+  if (config.save_state) {
+    ASSIGN_OR_RETURN(auto params, engine->FullParamState(/*rank0_only=*/false));
+    ASSIGN_OR_RETURN(auto opt_state, opt->FullState(/*rank0_only=*/false));
+    for (auto& [name, t] : params) result.state[name] = t;
+    for (auto& [name, t] : opt_state) result.state[name] = t;
+    result.state["step"] = at::scalar_tensor(opt->step_count(), at::kLong);
+  }
   return result;
 }
 

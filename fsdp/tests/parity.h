@@ -34,6 +34,8 @@ struct ParityConfig {
   int steps = 20;
   int global_batch = 12;          // Sequences per step over all ranks.
   int die_at_step = -1;           // Failure tests: this rank SIGKILLs itself at that step.
+  int start_step = 0;             // Resume tests: first step's index (data and lr follow it).
+  bool save_state = false;        // Fill ParityResult::state (params + optimizer, every rank).
 
   std::string Name() const;       // "FULL_SHARD_W4_S0_TRANSFORMER_BLOCK_mb1_adamw"
   // Round trip through one command-line token: "FULL_SHARD:4:0:TRANSFORMER_BLOCK:1:adamw:0".
@@ -47,6 +49,8 @@ struct ParityResult {
   // AdamW, being scale-invariant, would hide).
   std::vector<double> grad_norms;
   std::map<std::string, at::Tensor> params;   // Final parameters (canonical names).
+  // With save_state: full parameters, optimizer state ("<name>.exp_avg", ...) and "step".
+  std::map<std::string, at::Tensor> state;
 };
 
 // The single-process unsharded run on the whole global batch.
@@ -55,8 +59,10 @@ ParityResult RunReference(const ParityConfig& config);
 // One rank of the FSDP run. `losses` are this rank's own mean losses (the caller averages
 // over ranks); `params` are filled on rank 0 only. Communicators may be nullptr for groups of
 // one rank.
+// `resume` (optional): a ParityResult::state to load before the first step.
 absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
-                                         Communicator* shard, Communicator* replicate);
+                                         Communicator* shard, Communicator* replicate,
+                                         const std::map<std::string, at::Tensor>* resume = nullptr);
 
 // Golden file: one loss per line ("<step> <loss>"), '#' comments.
 absl::StatusOr<std::vector<double>> ReadGoldenLosses(const std::string& path);
