@@ -513,6 +513,8 @@ void CoordinatorCore::EndAttemptLocked(Job& job, bool send_stop) {
   }
   registry_.ReleaseJob(st.job_id());
   rendezvous_.Close(Namespace(job.rec));
+  dirty_namespaces_.insert(Namespace(job.rec));  // waiting Gets end (ABORTED)
+  changed_.SignalAll();
 }
 
 void CoordinatorCore::FailAttemptLocked(Job& job, const std::string& kind,
@@ -567,17 +569,19 @@ CoordinatorCore::Counters CoordinatorCore::counters() const {
   return c;
 }
 
-bool CoordinatorCore::WaitDirty(absl::Duration wait, std::vector<std::string>* workers,
-                                std::vector<std::string>* jobs) {
+bool CoordinatorCore::WaitDirty(absl::Duration wait, Dirty* dirty) {
   absl::MutexLock lock(&mu_);
   const absl::Time deadline = absl::Now() + wait;
-  while (!shutdown_ && dirty_workers_.empty() && dirty_jobs_.empty()) {
+  while (!shutdown_ && dirty_workers_.empty() && dirty_jobs_.empty() &&
+         dirty_namespaces_.empty()) {
     if (changed_.WaitWithDeadline(&mu_, deadline)) break;
   }
-  workers->assign(dirty_workers_.begin(), dirty_workers_.end());
-  jobs->assign(dirty_jobs_.begin(), dirty_jobs_.end());
+  dirty->workers.assign(dirty_workers_.begin(), dirty_workers_.end());
+  dirty->jobs.assign(dirty_jobs_.begin(), dirty_jobs_.end());
+  dirty->namespaces.assign(dirty_namespaces_.begin(), dirty_namespaces_.end());
   dirty_workers_.clear();
   dirty_jobs_.clear();
+  dirty_namespaces_.clear();
   return !shutdown_;
 }
 
@@ -590,7 +594,29 @@ void CoordinatorCore::Shutdown() {
 // ------------------------------------------------------------------------------- rendezvous
 
 absl::Status CoordinatorCore::RendezvousSet(const RendezvousSetRequest& req) {
-  return rendezvous_.Set(req.namespace_(), req.secret(), req.key(), req.value());
+  absl::Status s = rendezvous_.Set(req.namespace_(), req.secret(), req.key(), req.value());
+  if (s.ok()) {
+    absl::MutexLock lock(&mu_);
+    dirty_namespaces_.insert(req.namespace_());
+    changed_.SignalAll();
+  }
+  return s;
+}
+
+absl::Duration CoordinatorCore::RendezvousWait(const RendezvousGetRequest& req) const {
+  return std::min(absl::Milliseconds(std::max(0, req.timeout_ms())),
+                  options_.max_rendezvous_wait);
+}
+
+absl::StatusOr<RendezvousGetResponse> CoordinatorCore::RendezvousPoll(
+    const RendezvousGetRequest& req, absl::Duration waited) {
+  std::vector<std::string> keys(req.keys().begin(), req.keys().end());
+  auto values =
+      rendezvous_.Get(req.namespace_(), req.secret(), keys, absl::ZeroDuration(), waited);
+  if (!values.ok()) return values.status();
+  RendezvousGetResponse resp;
+  for (std::string& v : *values) resp.add_values(std::move(v));
+  return resp;
 }
 
 absl::StatusOr<RendezvousGetResponse> CoordinatorCore::RendezvousGet(

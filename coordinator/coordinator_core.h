@@ -102,6 +102,12 @@ class CoordinatorCore {
   // ---- rendezvous (see rendezvous_store.h for the errors)
   absl::Status RendezvousSet(const RendezvousSetRequest& req);
   absl::StatusOr<RendezvousGetResponse> RendezvousGet(const RendezvousGetRequest& req);
+  // One non-blocking look (for the event-driven server path): DEADLINE_EXCEEDED while keys are
+  // missing, its message naming them and `waited`.
+  absl::StatusOr<RendezvousGetResponse> RendezvousPoll(const RendezvousGetRequest& req,
+                                                       absl::Duration waited);
+  // The wait a RendezvousGet request gets: timeout_ms capped by max_rendezvous_wait.
+  absl::Duration RendezvousWait(const RendezvousGetRequest& req) const;
 
   // ---- reports from ranks. Errors: NOT_FOUND (job), FAILED_PRECONDITION for a report of an
   // attempt that is not the job's running one, INVALID_ARGUMENT for a rank outside the world.
@@ -133,11 +139,15 @@ class CoordinatorCore {
   // Wakes every blocked caller with UNAVAILABLE; later blocking calls return at once.
   void Shutdown();
 
-  // For event-driven streams: waits up to `wait` until some worker's outbox or some job changed
-  // since the last call, and returns which (each change is reported once, to one caller).
-  // Returns false once the core shuts down.
-  bool WaitDirty(absl::Duration wait, std::vector<std::string>* workers,
-                 std::vector<std::string>* jobs);
+  // For event-driven streams: waits up to `wait` until some worker's outbox, job or rendezvous
+  // namespace changed since the last call, and returns which (each change is reported once, to
+  // one caller). Returns false once the core shuts down.
+  struct Dirty {
+    std::vector<std::string> workers;
+    std::vector<std::string> jobs;
+    std::vector<std::string> namespaces;
+  };
+  bool WaitDirty(absl::Duration wait, Dirty* dirty);
 
   int alive_workers() const { return registry_.alive_count(); }
 
@@ -213,6 +223,7 @@ class CoordinatorCore {
   // (worker, job, attempt) told to STOP because it reported ranks of an attempt that is over.
   std::set<std::tuple<std::string, std::string, int32_t>> stops_sent_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> dirty_jobs_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> dirty_namespaces_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shardline::coordinator

@@ -16,7 +16,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include <grpcpp/grpcpp.h>
+
 #include "coordinator/client.h"
+#include "proto/coordinator.grpc.pb.h"
 #include "coordinator/rendezvous_kv_store.h"
 #include "coordinator/testing/coordinator_process.h"
 #include "gtest/gtest.h"
@@ -497,6 +500,72 @@ TEST_F(CoordinatorIntegrationTest, RendezvousKvStoreOverGrpc) {
   RendezvousKvStore thief(shared, got[0].rendezvous_namespace(), "guessed");
   EXPECT_EQ(thief.Get({"rank0/addr"}, absl::Milliseconds(100)).status().code(),
             absl::StatusCode::kPermissionDenied);
+  worker_->CancelStreams();
+}
+
+int ThreadCount(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+TEST_F(CoordinatorIntegrationTest, WaitingRendezvousGetsAndStreamsHoldNoThreads) {
+  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 1));
+  ASSERT_TRUE(reg.ok());
+  Heartbeater hb(worker_.get(), reg->worker_id());
+  AssignmentCollector stream(worker_.get(), reg->worker_id());
+  ASSERT_TRUE(user_->SubmitJob(ValidSpec("many", 1)).ok());
+  auto got = stream.WaitFor(1);
+  ASSERT_EQ(got.size(), 1u);
+  const std::string ns = got[0].rendezvous_namespace(), secret = got[0].rendezvous_secret();
+  const int threads_before = ThreadCount(proc_->pid());
+  // 200 ranks wait for one key, each on its own call (the async client keeps this test light).
+  constexpr int kWaiters = 200;
+  auto channel = grpc::CreateChannel(proc_->address(), grpc::InsecureChannelCredentials());
+  auto stub = ::shardline::Coordinator::NewStub(channel);
+  grpc::CompletionQueue cq;
+  struct Call {
+    grpc::ClientContext ctx;
+    RendezvousGetResponse resp;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<RendezvousGetResponse>> reader;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  RendezvousGetRequest req;
+  req.set_namespace_(ns);
+  req.set_secret(secret);
+  req.add_keys("ready");
+  req.set_timeout_ms(20000);
+  for (int i = 0; i < kWaiters; ++i) {
+    auto c = std::make_unique<Call>();
+    c->ctx.AddMetadata("authorization", std::string("Bearer ") + kWorkerToken);
+    c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    c->reader = stub->AsyncRendezvousGet(&c->ctx, req, &cq);
+    c->reader->Finish(&c->resp, &c->status, c.get());
+    calls.push_back(std::move(c));
+  }
+  absl::SleepFor(absl::Milliseconds(500));
+  const int threads_waiting = ThreadCount(proc_->pid());
+  EXPECT_LT(threads_waiting - threads_before, 20)
+      << "before " << threads_before << ", with " << kWaiters << " waiting calls "
+      << threads_waiting;
+  ASSERT_TRUE(worker_->RendezvousSet(ns, secret, "ready", "go").ok());
+  int done = 0;
+  void* tag;
+  bool ok;
+  while (done < kWaiters && cq.Next(&tag, &ok)) {
+    Call* c = static_cast<Call*>(tag);
+    EXPECT_TRUE(c->status.ok()) << c->status.error_message();
+    if (c->status.ok()) EXPECT_EQ(c->resp.values(0), "go");
+    ++done;
+  }
+  EXPECT_EQ(done, kWaiters);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
   worker_->CancelStreams();
 }
 

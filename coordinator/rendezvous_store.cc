@@ -78,7 +78,7 @@ absl::Status RendezvousStore::Set(absl::string_view ns, absl::string_view secret
 
 absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(
     absl::string_view ns, absl::string_view secret, const std::vector<std::string>& keys,
-    absl::Duration timeout) {
+    absl::Duration timeout, absl::Duration reported_wait) {
   for (const std::string& k : keys) {
     if (k.empty()) return absl::InvalidArgumentError("rendezvous key must not be empty");
   }
@@ -112,7 +112,10 @@ absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(
     return absl::DeadlineExceededError(absl::StrCat("rendezvous namespace ", ns, ": keys [",
                                                     absl::StrJoin(missing, ", "),
                                                     "] missing after ",
-                                                    absl::FormatDuration(timeout)));
+                                                    absl::FormatDuration(
+                                                        reported_wait == absl::InfiniteDuration()
+                                                            ? timeout
+                                                            : reported_wait)));
   }
   return out;
 }

@@ -43,9 +43,11 @@ class RendezvousStore {
                    absl::string_view value);
 
   // Values of `keys` in order, waiting up to `timeout` until all exist (0: no wait).
-  absl::StatusOr<std::vector<std::string>> Get(absl::string_view ns, absl::string_view secret,
-                                               const std::vector<std::string>& keys,
-                                               absl::Duration timeout);
+  // `reported_wait`, when set, is the wait named in the DEADLINE_EXCEEDED message (a caller
+  // that polls with zero timeouts reports how long it waited in all).
+  absl::StatusOr<std::vector<std::string>> Get(
+      absl::string_view ns, absl::string_view secret, const std::vector<std::string>& keys,
+      absl::Duration timeout, absl::Duration reported_wait = absl::InfiniteDuration());
 
   size_t namespace_count() const;
 

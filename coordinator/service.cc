@@ -1,5 +1,6 @@
 #include "coordinator/service.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -41,14 +42,26 @@ class PumpedStreamBase {
   virtual void Abort(const grpc::Status& status) = 0;
 };
 
+// A time after which some call must be pumped even without a change (rendezvous timeouts).
+using Deadline = std::pair<absl::Time, PumpedStreamBase*>;
+
 class StreamHub {
  public:
-  void Add(const std::string& key, PumpedStreamBase* s) {
+  void Add(const std::string& key, PumpedStreamBase* s,
+           absl::Time deadline = absl::InfiniteFuture()) {
     absl::MutexLock lock(&mu_);
     streams_[key].insert(s);
+    if (deadline != absl::InfiniteFuture()) {
+      deadlines_.insert({deadline, s});
+      deadline_of_[s] = deadline;
+    }
   }
   void Remove(const std::string& key, PumpedStreamBase* s) {
     absl::MutexLock lock(&mu_);
+    if (auto d = deadline_of_.find(s); d != deadline_of_.end()) {
+      deadlines_.erase({d->second, s});
+      deadline_of_.erase(d);
+    }
     auto it = streams_.find(key);
     if (it == streams_.end()) return;
     it->second.erase(s);
@@ -70,6 +83,20 @@ class StreamHub {
       for (PumpedStreamBase* s : it->second) s->Pump();
     }
   }
+  // The earliest deadline of a waiting call (InfiniteFuture when none).
+  absl::Time NextDeadline() {
+    absl::MutexLock lock(&mu_);
+    return deadlines_.empty() ? absl::InfiniteFuture() : deadlines_.begin()->first;
+  }
+  // Pumps every call whose deadline passed (each finishes then).
+  void PumpExpired(absl::Time now) {
+    absl::MutexLock lock(&mu_);
+    std::vector<PumpedStreamBase*> due;
+    for (auto it = deadlines_.begin(); it != deadlines_.end() && it->first <= now; ++it) {
+      due.push_back(it->second);
+    }
+    for (PumpedStreamBase* s : due) s->Pump();
+  }
   void AbortAll(const grpc::Status& status) {
     absl::MutexLock lock(&mu_);
     for (auto& [key, set] : streams_) {
@@ -86,6 +113,8 @@ class StreamHub {
  private:
   absl::Mutex mu_;
   std::map<std::string, std::set<PumpedStreamBase*>> streams_ ABSL_GUARDED_BY(mu_);
+  std::set<Deadline> deadlines_ ABSL_GUARDED_BY(mu_);
+  std::map<PumpedStreamBase*, absl::Time> deadline_of_ ABSL_GUARDED_BY(mu_);
 };
 
 namespace {
@@ -170,6 +199,63 @@ class PumpedStream : public grpc::ServerWriteReactor<Msg>, public PumpedStreamBa
 
 std::string WorkerKey(const std::string& id) { return "w:" + id; }
 std::string JobKey(const std::string& id) { return "j:" + id; }
+std::string NamespaceKey(const std::string& ns) { return "r:" + ns; }
+
+// A RendezvousGet waiting for keys: re-polled when its namespace changes, finished with
+// DEADLINE_EXCEEDED when its wait runs out.
+class PendingGet : public grpc::ServerUnaryReactor, public PumpedStreamBase {
+ public:
+  PendingGet(StreamHub* hub, CoordinatorCore* core, const RendezvousGetRequest& req,
+             RendezvousGetResponse* resp, absl::Duration wait)
+      : hub_(hub), core_(core), req_(req), resp_(resp), start_(absl::Now()),
+        deadline_(start_ + wait) {}
+
+  void Start() {
+    hub_->Add(NamespaceKey(req_.namespace_()), this, deadline_);
+    Pump();
+  }
+  void Pump() override {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    const absl::Time now = absl::Now();
+    auto r = core_->RendezvousPoll(req_, std::min(now, deadline_) - start_);
+    if (r.ok()) {
+      *resp_ = std::move(*r);
+      return FinishLocked(grpc::Status::OK);
+    }
+    if (r.status().code() != absl::StatusCode::kDeadlineExceeded || now >= deadline_) {
+      return FinishLocked(ToGrpcStatus(r.status()));
+    }
+  }
+  void Abort(const grpc::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(status);
+  }
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "RendezvousGet cancelled"));
+  }
+  void OnDone() override {
+    hub_->Remove(NamespaceKey(req_.namespace_()), this);
+    delete this;
+  }
+
+ private:
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  StreamHub* hub_;
+  CoordinatorCore* core_;
+  const RendezvousGetRequest req_;
+  RendezvousGetResponse* resp_;
+  const absl::Time start_;
+  const absl::Time deadline_;
+  absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
 
 }  // namespace
 
@@ -177,16 +263,22 @@ CoordinatorService::CoordinatorService(CoordinatorCore* core, ServiceOptions opt
     : core_(core), options_(std::move(options)), hub_(std::make_unique<StreamHub>()) {
   pump_ = std::thread([this] {
     absl::Time next_sweep = absl::Now() + options_.sweep;
-    std::vector<std::string> workers, jobs, keys;
+    CoordinatorCore::Dirty dirty;
+    std::vector<std::string> keys;
     while (!shutdown_) {
-      const bool live = core_->WaitDirty(options_.sweep, &workers, &jobs);
+      const absl::Time wake = std::min(next_sweep, hub_->NextDeadline());
+      const bool live =
+          core_->WaitDirty(std::max(wake - absl::Now(), absl::ZeroDuration()), &dirty);
       if (!live || shutdown_) break;
       keys.clear();
-      for (const std::string& w : workers) keys.push_back(WorkerKey(w));
-      for (const std::string& j : jobs) keys.push_back(JobKey(j));
-      const bool sweep = absl::Now() >= next_sweep;
-      if (sweep) next_sweep = absl::Now() + options_.sweep;
+      for (const std::string& w : dirty.workers) keys.push_back(WorkerKey(w));
+      for (const std::string& j : dirty.jobs) keys.push_back(JobKey(j));
+      for (const std::string& n : dirty.namespaces) keys.push_back(NamespaceKey(n));
+      const absl::Time now = absl::Now();
+      const bool sweep = now >= next_sweep;
+      if (sweep) next_sweep = now + options_.sweep;
       hub_->Pump(keys, sweep);
+      hub_->PumpExpired(now);
     }
   });
 }
@@ -296,14 +388,23 @@ grpc::Status CoordinatorService::RendezvousSet(grpc::ServerContext* ctx,
   return ToGrpcStatus(core_->RendezvousSet(*req));
 }
 
-grpc::Status CoordinatorService::RendezvousGet(grpc::ServerContext* ctx,
-                                               const RendezvousGetRequest* req,
-                                               RendezvousGetResponse* resp) {
-  SL_AUTHORIZE(Role::kWorker);
-  auto r = core_->RendezvousGet(*req);
-  if (!r.ok()) return ToGrpcStatus(r.status());
-  *resp = std::move(*r);
-  return grpc::Status::OK;
+grpc::ServerUnaryReactor* CoordinatorService::RendezvousGet(grpc::CallbackServerContext* ctx,
+                                                             const RendezvousGetRequest* req,
+                                                             RendezvousGetResponse* resp) {
+  grpc::Status auth = Authorize(ctx, Role::kWorker);
+  if (auth.ok() && shutdown_) auth = Unavailable();
+  if (auth.ok() && req->timeout_ms() < 0) {
+    auth = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "timeout_ms: must be >= 0, got " + std::to_string(req->timeout_ms()));
+  }
+  if (!auth.ok()) {
+    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+    r->Finish(auth);
+    return r;
+  }
+  auto* pending = new PendingGet(hub_.get(), core_, *req, resp, core_->RendezvousWait(*req));
+  pending->Start();
+  return pending;
 }
 
 grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext* ctx,

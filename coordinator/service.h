@@ -10,10 +10,11 @@
 // An empty token turns the check of its class off. A missing or wrong token gets
 // UNAUTHENTICATED before the core is touched, so nothing changes.
 //
-// Streams (StreamAssignments, WatchJob) use gRPC's callback API, so an open stream holds no
-// thread (one per connected worker would not scale to thousands of workers): one pump thread
-// waits for the core's change notifications (CoordinatorCore::WaitDirty) and writes to the
-// streams whose worker or job changed. Unary methods use the synchronous API.
+// The long-lived calls (StreamAssignments, WatchJob, and RendezvousGet, which may wait for keys)
+// use gRPC's callback API, so a waiting call holds no thread (one per connected worker or
+// bootstrapping rank would not scale to thousands): one pump thread waits for the core's change
+// notifications (CoordinatorCore::WaitDirty) and the nearest rendezvous deadline, and serves
+// the calls whose worker, job or namespace changed. Other unary methods use the synchronous API.
 //
 // Thread safety: gRPC calls the methods from many threads; the core is thread-safe.
 #ifndef SHARDLINE_COORDINATOR_SERVICE_H_
@@ -45,7 +46,9 @@ struct ServiceOptions {
 class StreamHub;  // service.cc
 
 using CoordinatorServiceBase = ::shardline::Coordinator::WithCallbackMethod_StreamAssignments<
-    ::shardline::Coordinator::WithCallbackMethod_WatchJob<::shardline::Coordinator::Service>>;
+    ::shardline::Coordinator::WithCallbackMethod_WatchJob<
+        ::shardline::Coordinator::WithCallbackMethod_RendezvousGet<
+            ::shardline::Coordinator::Service>>>;
 
 class CoordinatorService final : public CoordinatorServiceBase {
  public:
@@ -66,8 +69,9 @@ class CoordinatorService final : public CoordinatorServiceBase {
                            ListWorkersResponse* resp) override;
   grpc::Status RendezvousSet(grpc::ServerContext* ctx, const RendezvousSetRequest* req,
                              RendezvousSetResponse* resp) override;
-  grpc::Status RendezvousGet(grpc::ServerContext* ctx, const RendezvousGetRequest* req,
-                             RendezvousGetResponse* resp) override;
+  grpc::ServerUnaryReactor* RendezvousGet(grpc::CallbackServerContext* ctx,
+                                          const RendezvousGetRequest* req,
+                                          RendezvousGetResponse* resp) override;
   grpc::Status ReportProgress(grpc::ServerContext* ctx, const ProgressReport* req,
                               ReportProgressResponse* resp) override;
   grpc::Status ReportCheckpoint(grpc::ServerContext* ctx, const CheckpointReport* req,
