@@ -7,9 +7,10 @@
 
 namespace shardline::worker {
 
-absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(
-    std::shared_ptr<torch::nn::Module> model, const std::string& block_type,
-    const TrainerConfig& c, int rank, const Comms& comms) {
+absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(models::LanguageModel& model,
+                                                                 const TrainerConfig& c, int rank,
+                                                                 const Comms& comms) {
+  const std::string block_type = model.block_type();
   if (c.mixed_precision) {
     return absl::UnimplementedError(
         "fsdp.mixed_precision: only FP32 is implemented by the engine; remove the section or set "
@@ -46,7 +47,7 @@ absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(
     SL_LOG(WARNING) << "fsdp.fake_collectives is not implemented; collectives run for real";
   }
   ASSIGN_OR_RETURN(std::unique_ptr<fsdp::FsdpEngine> engine,
-                   fsdp::FsdpEngine::Create(std::move(model), c.layout, comms.shard,
+                   fsdp::FsdpEngine::Create(model.module_ptr(), c.layout, comms.shard,
                                             comms.replicate, options));
   fsdp::ShardedOptimizerOptions opt;
   opt.kind = c.optimizer == OptimizerKind::kAdamW ? fsdp::ShardedOptimizerOptions::Kind::kAdamW
@@ -60,9 +61,12 @@ absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(
   opt.grad_clip = c.grad_clip;
   ASSIGN_OR_RETURN(std::unique_ptr<fsdp::ShardedOptimizer> optimizer,
                    fsdp::ShardedOptimizer::Create(engine.get(), opt));
+  model.set_unit_runner(engine.get());
   return std::unique_ptr<FsdpBackend>(
-      new FsdpBackend(c, comms, std::move(engine), std::move(optimizer)));
+      new FsdpBackend(model, c, comms, std::move(engine), std::move(optimizer)));
 }
+
+FsdpBackend::~FsdpBackend() { model_.set_unit_runner(nullptr); }
 
 std::string FsdpBackend::Describe() const {
   return absl::StrCat("FSDP ", engine_->layout().DebugString(), ", ",

@@ -15,6 +15,7 @@
 #include "fsdp/communicator.h"
 #include "fsdp/fsdp_engine.h"
 #include "fsdp/sharded_optimizer.h"
+#include "models/language_model.h"
 #include "worker/trainer_backend.h"
 #include "worker/trainer_config.h"
 
@@ -27,15 +28,17 @@ class FsdpBackend : public TrainingBackend {
     fsdp::Communicator* shard = nullptr;      // This rank's shard group (S ranks).
     fsdp::Communicator* replicate = nullptr;  // This rank's replicate group (R ranks).
   };
-  // Wraps `model` (fp32, on its device) per config.layout and config.wrap_policy; parameters are
-  // broadcast from rank 0. `block_type` names the model's RunUnit modules ("" when it has none:
-  // TRANSFORMER_BLOCK then makes the whole model one unit). Communicators are borrowed.
+  // Wraps `model` (fp32, on its device) per config.layout and config.wrap_policy, parameters
+  // broadcast from rank 0, and attaches the engine as the model's UnitRunner (detached again by
+  // the destructor). A model without RunUnit hook points (block_type() == "", TorchScript) is
+  // one unit under TRANSFORMER_BLOCK. The model and communicators are borrowed.
   // Errors: INVALID_ARGUMENT for a bad wrap policy or communicator shapes; UNIMPLEMENTED for
   // options the engine lacks (mixed precision, CPU offload, activation checkpointing); the
   // broadcast's error.
-  static absl::StatusOr<std::unique_ptr<FsdpBackend>> Create(
-      std::shared_ptr<torch::nn::Module> model, const std::string& block_type,
-      const TrainerConfig& config, int rank, const Comms& comms);
+  static absl::StatusOr<std::unique_ptr<FsdpBackend>> Create(models::LanguageModel& model,
+                                                             const TrainerConfig& config,
+                                                             int rank, const Comms& comms);
+  ~FsdpBackend() override;
 
   std::string Describe() const override;
   void set_step(int64_t step) override;
@@ -51,13 +54,15 @@ class FsdpBackend : public TrainingBackend {
   fsdp::FsdpEngine* engine() { return engine_.get(); }
 
  private:
-  FsdpBackend(const TrainerConfig& config, const Comms& comms,
+  FsdpBackend(models::LanguageModel& model, const TrainerConfig& config, const Comms& comms,
               std::unique_ptr<fsdp::FsdpEngine> engine,
               std::unique_ptr<fsdp::ShardedOptimizer> optimizer)
-      : config_(config),
+      : model_(model),
+        config_(config),
         comms_(comms),
         engine_(std::move(engine)),
         optimizer_(std::move(optimizer)) {}
+  models::LanguageModel& model_;
   TrainerConfig config_;
   Comms comms_;
   std::unique_ptr<fsdp::FsdpEngine> engine_;

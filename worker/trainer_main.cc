@@ -181,7 +181,7 @@ int Main(int argc, char** argv) {
                                        store.get(), comm);
     if (!g.ok()) return Fail(kExitCommFailure, "communicators", g.status());
     groups = std::move(*g);
-    auto b = FsdpBackend::Create((*model)->module_ptr(), (*model)->block_type(), c, env->rank,
+    auto b = FsdpBackend::Create(**model, c, env->rank,
                                  {groups.world.get(), groups.shard.get(), groups.replicate.get()});
     if (!b.ok()) {
       return Fail(IsCommError(b.status()) ? kExitCommFailure : kExitBadSpec, "fsdp", b.status());
