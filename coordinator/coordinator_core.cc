@@ -804,6 +804,18 @@ absl::StatusOr<JobStatus> CoordinatorCore::WaitJob(const std::string& job_id,
   }
 }
 
+absl::StatusOr<std::optional<JobStatus>> CoordinatorCore::JobIfNewer(const std::string& job_id,
+                                                                     int64_t after_version,
+                                                                     int64_t* version) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("unknown job ", job_id));
+  *version = it->second.version;
+  if (it->second.version > after_version) return std::optional<JobStatus>(it->second.rec.status());
+  if (shutdown_) return absl::UnavailableError("coordinator is shutting down");
+  return std::optional<JobStatus>();
+}
+
 // ------------------------------------------------------------------------------- checkpoints
 
 absl::StatusOr<std::vector<CheckpointInfo>> CoordinatorCore::ListCheckpoints(

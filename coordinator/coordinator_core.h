@@ -42,6 +42,7 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -126,6 +127,13 @@ class CoordinatorCore {
   // first); `*version` receives the version returned. Versions start above 0.
   absl::StatusOr<JobStatus> WaitJob(const std::string& job_id, int64_t after_version,
                                     absl::Duration wait, int64_t* version) const;
+
+  // Non-blocking: the job's status when its version exceeds `after_version`, else nullopt
+  // (`*version` gets the current version either way). Errors: NOT_FOUND; UNAVAILABLE once the
+  // core shuts down.
+  absl::StatusOr<std::optional<JobStatus>> JobIfNewer(const std::string& job_id,
+                                                      int64_t after_version,
+                                                      int64_t* version) const;
 
   // ---- checkpoints
   absl::StatusOr<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& job_id) const;

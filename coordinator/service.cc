@@ -138,6 +138,7 @@ class PumpedStream : public grpc::ServerWriteReactor<Msg>, public PumpedStreamBa
   void Pump() override {
     absl::MutexLock lock(&mu_);
     if (finished_ || writing_) return;
+    if (cancelled_) return FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
     if (last_sent_) return FinishLocked(grpc::Status::OK);
     bool last = false;
     absl::StatusOr<std::optional<Msg>> next = next_(&last);
@@ -467,12 +468,12 @@ grpc::ServerWriteReactor<JobStatus>* CoordinatorService::WatchJob(
       hub_.get(), JobKey(job_id),
       [core, job_id, sent](bool* last) -> absl::StatusOr<std::optional<JobStatus>> {
         int64_t version = 0;
-        auto st = core->WaitJob(job_id, *sent, absl::ZeroDuration(), &version);
+        auto st = core->JobIfNewer(job_id, *sent, &version);
         if (!st.ok()) return st.status();
-        if (version <= *sent) return std::optional<JobStatus>();
+        if (!st->has_value()) return std::optional<JobStatus>();
         *sent = version;
-        *last = IsTerminal(st->state());
-        return std::optional<JobStatus>(std::move(*st));
+        *last = IsTerminal((*st)->state());
+        return st;
       });
   stream->Start();
   return stream;
