@@ -654,8 +654,8 @@ absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
   if (st.per_rank_peak_memory_bytes_size() != st.world_size()) {
     st.mutable_per_rank_peak_memory_bytes()->Resize(st.world_size(), 0);
   }
-  st.set_per_rank_peak_memory_bytes(
-      r.rank(), std::max(st.per_rank_peak_memory_bytes(r.rank()), r.peak_memory_bytes()));
+  const bool memory_grew = r.peak_memory_bytes() > st.per_rank_peak_memory_bytes(r.rank());
+  if (memory_grew) st.set_per_rank_peak_memory_bytes(r.rank(), r.peak_memory_bytes());
   if (r.rank() == 0) {
     st.set_step(r.step());
     st.set_loss(r.loss());
@@ -665,7 +665,8 @@ absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
     if (!std::isnan(r.val_loss()) && r.val_loss() != 0) st.set_val_loss(r.val_loss());
     if (!r.sample().empty()) st.set_sample(r.sample());
     Changed(*job);  // persisted: rank 0 reports only every log_every steps
-  } else {
+  } else if (memory_grew) {
+    // Other ranks only contribute their memory; watchers hear of it when it grows.
     job->version = next_version_++;
     dirty_jobs_.insert(r.job_id());
     changed_.SignalAll();
