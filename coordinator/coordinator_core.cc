@@ -559,6 +559,27 @@ void CoordinatorCore::Tick() {
                                      "; ranks [", absl::StrJoin(lost, ", "), "] lost"));
     }
   }
+  // Ranks whose START was never acknowledged in time.
+  const int64_t now_ms = absl::ToUnixMillis(clock_->Now());
+  const int64_t limit_ms = absl::ToInt64Milliseconds(options_.rank_start_timeout);
+  for (auto& [id, job] : jobs_) {
+    const JobStatus& st = job.rec.status();
+    if (st.state() != RUNNING || now_ms - st.started_unix_ms() <= limit_ms ||
+        static_cast<int>(job.acked.size()) >= st.placement_size()) {
+      continue;
+    }
+    std::vector<std::string> missing;
+    for (const RankPlacement& p : st.placement()) {
+      if (!job.acked.count(p.rank())) {
+        missing.push_back(absl::StrCat(p.rank(), " (", p.node_name(), ")"));
+      }
+    }
+    FailAttemptLocked(job, "RANK_START_TIMEOUT",
+                      absl::StrCat("ranks [", absl::StrJoin(missing, ", "),
+                                   "] were not reported by their workers within ",
+                                   absl::FormatDuration(options_.rank_start_timeout),
+                                   " of the attempt's start"));
+  }
   ScheduleLocked();
 }
 

@@ -69,6 +69,9 @@ struct CoreOptions {
   std::string state_dir;
   absl::Duration heartbeat_interval = absl::Seconds(2);
   absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // A rank its worker has not listed in a heartbeat this long after the attempt started fails
+  // the attempt (RANK_START_TIMEOUT): its START was never received or acted on.
+  absl::Duration rank_start_timeout = absl::Minutes(2);
   // Seconds between SIGTERM and SIGKILL that STOP assignments carry.
   int32_t stop_grace_period_s = 10;
   // Longest wait a RendezvousGet may ask for (longer requests are capped; clients loop).

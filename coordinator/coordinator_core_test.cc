@@ -44,6 +44,7 @@ class CoreTest : public ::testing::Test {
     o.state_dir = state_dir;
     o.heartbeat_interval = absl::Seconds(1);
     o.heartbeat_timeout = absl::Seconds(5);
+    o.rank_start_timeout = absl::Seconds(30);
     auto core = CoordinatorCore::Create(o);
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
@@ -349,6 +350,32 @@ TEST_F(CoreTest, RanksOfAnOverAttemptStillRunningAreStopped) {
   ASSERT_EQ(first.size(), 1u);
   EXPECT_EQ(first[0].action(), Assignment::START);
   EXPECT_EQ(first[0].attempt(), 2);
+}
+
+TEST_F(CoreTest, RankNeverReportedFailsTheAttemptAfterTheStartTimeout) {
+  const std::string a = Register("a", 2);
+  auto job = core_->SubmitJob(Spec("t", 2));
+  HeartbeatRequest hb;
+  hb.set_worker_id(a);
+  RankStatus* rs = hb.add_ranks();
+  rs->set_job_id(*job);
+  rs->set_attempt(1);
+  rs->set_rank(0);
+  rs->set_state(RankStatus::STARTING);
+  for (int i = 0; i < 29; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(core_->Heartbeat(hb).ok());  // only rank 0 ever shows up
+    core_->Tick();
+  }
+  EXPECT_EQ(core_->GetJob(*job)->state(), RUNNING);
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  core_->Tick();
+  auto st = core_->GetJob(*job);
+  EXPECT_EQ(st->state(), FAILED);
+  EXPECT_TRUE(HasEvent(*st, "RANK_START_TIMEOUT"));
+  EXPECT_NE(st->message().find("ranks [1 (a)] were not reported"), std::string::npos)
+      << st->message();
 }
 
 TEST_F(CoreTest, CancelStopsRanksAndIsFinal) {

@@ -28,6 +28,8 @@ ABSL_FLAG(std::string, state_dir, "",
 ABSL_FLAG(int32_t, heartbeat_interval_ms, 2000, "how often workers are told to heartbeat");
 ABSL_FLAG(int32_t, heartbeat_timeout_ms, 10000, "a worker silent this long is dead");
 ABSL_FLAG(int32_t, tick_ms, 200, "period of liveness checks and scheduling");
+ABSL_FLAG(int32_t, rank_start_timeout_ms, 120000,
+          "a rank not reported by its worker this long after its attempt started fails it");
 ABSL_FLAG(int32_t, stop_grace_s, 10, "seconds between SIGTERM and SIGKILL when ranks stop");
 ABSL_FLAG(std::string, token, "", "bearer token users must send (prefer --token_file)");
 ABSL_FLAG(std::string, token_file, "", "file holding the user token");
@@ -100,6 +102,7 @@ int main(int argc, char** argv) {
   o.heartbeat_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_timeout_ms));
   o.tick = absl::Milliseconds(absl::GetFlag(FLAGS_tick_ms));
   o.stop_grace_period_s = absl::GetFlag(FLAGS_stop_grace_s);
+  o.rank_start_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rank_start_timeout_ms));
   o.user_token = *user_token;
   o.worker_token = worker_token->empty() ? *user_token : *worker_token;
   o.insecure = absl::GetFlag(FLAGS_insecure);

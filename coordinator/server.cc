@@ -49,6 +49,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   core.heartbeat_interval = options.heartbeat_interval;
   core.heartbeat_timeout = options.heartbeat_timeout;
   core.stop_grace_period_s = options.stop_grace_period_s;
+  core.rank_start_timeout = options.rank_start_timeout;
   core.validate_spec = options.validate_spec;
   auto c = CoordinatorCore::Create(core);
   if (!c.ok()) return c.status();

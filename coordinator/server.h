@@ -39,6 +39,7 @@ struct ServerOptions {
   absl::Duration heartbeat_interval = absl::Seconds(2);
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   absl::Duration tick = absl::Milliseconds(200);
+  absl::Duration rank_start_timeout = absl::Minutes(2);
   int32_t stop_grace_period_s = 10;
   std::string user_token;
   std::string worker_token;
