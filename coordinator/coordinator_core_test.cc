@@ -378,6 +378,36 @@ TEST_F(CoreTest, RankNeverReportedFailsTheAttemptAfterTheStartTimeout) {
       << st->message();
 }
 
+TEST_F(CoreTest, DeviceKindsQueueSeparatelyAndListFiltersByState) {
+  RegisterWorkerRequest gpu = Worker("g", 0);
+  for (int i = 0; i < 2; ++i) {
+    Slot* s = gpu.add_slots();
+    s->set_kind(Slot::CUDA);
+    s->set_index(i);
+  }
+  ASSERT_TRUE(core_->RegisterWorker(gpu).ok());
+  JobSpec big_gpu = Spec("big-gpu", 4);
+  big_gpu.mutable_device()->set_kind(DeviceSpec::CUDA);
+  big_gpu.set_priority(10);
+  JobSpec small_gpu = Spec("small-gpu", 2);
+  small_gpu.mutable_device()->set_kind(DeviceSpec::CUDA);
+  auto big = core_->SubmitJob(big_gpu);
+  auto small = core_->SubmitJob(small_gpu);
+  auto cpu = core_->SubmitJob(Spec("cpu", 1));
+  Register("c", 1);
+  // The big GPU job blocks later GPU jobs (no starvation), not CPU jobs.
+  EXPECT_EQ(core_->GetJob(*big)->state(), PENDING);
+  EXPECT_EQ(core_->GetJob(*small)->state(), PENDING);
+  EXPECT_EQ(core_->GetJob(*cpu)->state(), RUNNING);
+  EXPECT_EQ(core_->GetJob(*cpu)->placement(0).node_name(), "c");
+  EXPECT_EQ(core_->ListJobs({PENDING}).size(), 2u);
+  EXPECT_EQ(core_->ListJobs({RUNNING}).size(), 1u);
+  EXPECT_EQ(core_->ListJobs({RUNNING, PENDING}).size(), 3u);
+  EXPECT_EQ(core_->ListJobs({}).size(), 3u);
+  ASSERT_TRUE(core_->CancelJob(*big, "too big").ok());
+  EXPECT_EQ(core_->GetJob(*small)->state(), RUNNING);
+}
+
 TEST_F(CoreTest, CancelStopsRanksAndIsFinal) {
   const std::string a = Register("a", 2);
   auto job = core_->SubmitJob(Spec("c", 2));

@@ -448,6 +448,16 @@ TEST_F(CoordinatorIntegrationTest, MissingAndWrongTokensAreRefusedAndChangeNothi
   ASSERT_TRUE(jobs.ok());
   EXPECT_TRUE(jobs->empty());
   EXPECT_TRUE(user_->ListWorkers()->empty());
+  // Heartbeats with bad credentials do not keep a worker alive.
+  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 1));
+  ASSERT_TRUE(reg.ok());
+  HeartbeatRequest hb;
+  hb.set_worker_id(reg->worker_id());
+  for (int i = 0; i < 25; ++i) {
+    EXPECT_EQ(wrong->Heartbeat(hb).status().code(), absl::StatusCode::kUnauthenticated);
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ((*user_->ListWorkers())[0].state(), WorkerInfo::DEAD);
 }
 
 TEST_F(CoordinatorIntegrationTest, BadSpecIsInvalidArgumentAndServingContinues) {
