@@ -1,0 +1,179 @@
+"""Process harness for Shardline's end-to-end tests: real coordinator, worker daemons and trainer
+processes on loopback, driven through the real shardctl.
+
+`run_tests(module)` runs a unittest module and writes a JUnit XML file to $XML_OUTPUT_FILE, so
+Bazel (and tools/test.sh) count each test case.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import xml.etree.ElementTree as ET
+
+
+class Binaries:
+    """Paths of the four binaries, from the command line: name=path ..."""
+
+    def __init__(self, argv):
+        paths = dict(a.split("=", 1) for a in argv if "=" in a)
+        self.coordinator = os.path.abspath(paths["coordinator"])
+        self.worker = os.path.abspath(paths["worker"])
+        self.trainer = os.path.abspath(paths["trainer"])
+        self.shardctl = os.path.abspath(paths["shardctl"])
+
+
+BINARIES = None
+
+
+def pids_of(pattern):
+    """Pids whose command line contains `pattern`."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if pattern in cmd and int(pid) != os.getpid():
+            with open("/proc/%s/stat" % pid) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            if state != "Z":
+                out.append(int(pid))
+    return out
+
+
+class Cluster:
+    """A coordinator plus worker daemons, each a real process, under one temporary directory."""
+
+    def __init__(self, workers=2, slots=2, heartbeat_timeout_ms=3000, grace_period_s=5):
+        self.dir = tempfile.mkdtemp(prefix="shardline_it_", dir=os.environ.get("TEST_TMPDIR"))
+        self.procs = {}
+        coord_log = open(os.path.join(self.dir, "coordinator.log"), "w")
+        self.procs["coordinator"] = subprocess.Popen(
+            [BINARIES.coordinator, "--listen=127.0.0.1:0",
+             "--state_dir=" + os.path.join(self.dir, "coordinator"),
+             "--heartbeat_interval_ms=500",
+             "--heartbeat_timeout_ms=%d" % heartbeat_timeout_ms,
+             "--stop_grace_s=%d" % grace_period_s],
+            stdout=coord_log, stderr=subprocess.STDOUT)
+        self.address = self._wait_for_address(os.path.join(self.dir, "coordinator.log"))
+        for i in range(workers):
+            self.start_worker(i, slots, grace_period_s)
+        self.wait_for_workers(workers)
+
+    def _wait_for_address(self, log, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            with open(log) as f:
+                m = re.search(r"listening on (\S+)", f.read())
+            if m:
+                return m.group(1)
+            time.sleep(0.05)
+        raise RuntimeError("coordinator did not start: " + open(log).read()[-2000:])
+
+    def worker_dir(self, i):
+        return os.path.join(self.dir, "worker-%d" % i)
+
+    def start_worker(self, i, slots, grace_period_s=5):
+        os.makedirs(self.worker_dir(i), exist_ok=True)
+        log = open(os.path.join(self.worker_dir(i), "worker.log"), "a")
+        self.procs["worker-%d" % i] = subprocess.Popen(
+            [BINARIES.worker, "--coordinator=" + self.address, "--node_name=node-%d" % i,
+             "--slots=%d" % slots, "--work_dir=" + self.worker_dir(i),
+             "--trainer=" + BINARIES.trainer, "--grace_period_s=%d" % grace_period_s],
+            stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_for_workers(self, n, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            workers = self.shardctl_json("workers").get("workers", [])
+            if sum(1 for w in workers if w.get("state") == "ALIVE") >= n:
+                return
+            time.sleep(0.1)
+        raise RuntimeError("workers did not register")
+
+    def shardctl(self, *args, timeout=600, check=True):
+        proc = subprocess.run([BINARIES.shardctl, "--coordinator=" + self.address] + list(args),
+                              capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError("shardctl %s exited %d:\n%s%s" % (
+                " ".join(args), proc.returncode, proc.stdout, proc.stderr))
+        return proc
+
+    def shardctl_json(self, *args):
+        return json.loads(self.shardctl(*args, "--json").stdout or "{}")
+
+    def job(self, job_id):
+        return self.shardctl_json("status", job_id)
+
+    def wait_for(self, job_id, predicate, timeout=300, what="condition"):
+        deadline = time.time() + timeout
+        status = {}
+        while time.time() < deadline:
+            status = self.job(job_id)
+            if predicate(status):
+                return status
+            time.sleep(0.2)
+        raise AssertionError("timed out waiting for %s; last status:\n%s" % (
+            what, json.dumps(status, indent=1)[-3000:]))
+
+    def trainer_pids(self):
+        # The worker daemons' own command lines name the trainer too (--trainer=...).
+        return pids_of(BINARIES.trainer + " --spec")
+
+    def logs(self):
+        out = []
+        for root, _, files in os.walk(self.dir):
+            for f in files:
+                if f.endswith(".log"):
+                    p = os.path.join(root, f)
+                    out.append("==== %s\n%s" % (p, open(p, errors="replace").read()[-3000:]))
+        return "\n".join(out)
+
+    def stop(self):
+        for name, p in self.procs.items():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for name, p in self.procs.items():
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def run_tests(module_name):
+    global BINARIES
+    BINARIES = Binaries(sys.argv[1:])
+    suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[module_name])
+    # Running a suite drops its tests, so list them first.
+    test_ids = [t.id() for t in _iter(suite)]
+    result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
+    xml_path = os.environ.get("XML_OUTPUT_FILE")
+    if xml_path:
+        root = ET.Element("testsuites")
+        ts = ET.SubElement(root, "testsuite", name=module_name, tests=str(result.testsRun),
+                           failures=str(len(result.failures)), errors=str(len(result.errors)))
+        bad = {t.id(): tb for t, tb in result.failures + result.errors}
+        for test_id in test_ids:
+            case = ET.SubElement(ts, "testcase", classname=module_name,
+                                 name=test_id.split(".")[-1])
+            if test_id in bad:
+                ET.SubElement(case, "failure", message="failed").text = bad[test_id]
+        ET.ElementTree(root).write(xml_path)
+    sys.exit(0 if result.wasSuccessful() else 1)
+
+
+def _iter(suite):
+    for t in suite:
+        if isinstance(t, unittest.TestSuite):
+            yield from _iter(t)
+        else:
+            yield t
