@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -313,9 +314,22 @@ absl::Status MergeMessage(const Context& ctx, const YAML::Node& node, const std:
   return absl::OkStatus();
 }
 
-std::string FormatFloat(double v, int digits) {
+// The shortest %g form that parses back to the same value (0.1, not 0.10000000000000001).
+std::string FormatDouble(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+std::string FormatFloat(float v) {
+  char buf[64];
+  for (int digits = 6; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, static_cast<double>(v));
+    if (std::strtof(buf, nullptr) == v) break;
+  }
   return buf;
 }
 
@@ -336,11 +350,10 @@ void EmitScalar(YAML::Emitter& out, const Message& m, const FieldDescriptor& f, 
       out << (rep ? r.GetRepeatedUInt64(m, &f, index) : r.GetUInt64(m, &f));
       break;
     case FieldDescriptor::CPPTYPE_FLOAT:
-      // 9 significant digits round-trip any float; 17 any double.
-      out << FormatFloat(rep ? r.GetRepeatedFloat(m, &f, index) : r.GetFloat(m, &f), 9);
+      out << FormatFloat(rep ? r.GetRepeatedFloat(m, &f, index) : r.GetFloat(m, &f));
       break;
     case FieldDescriptor::CPPTYPE_DOUBLE:
-      out << FormatFloat(rep ? r.GetRepeatedDouble(m, &f, index) : r.GetDouble(m, &f), 17);
+      out << FormatDouble(rep ? r.GetRepeatedDouble(m, &f, index) : r.GetDouble(m, &f));
       break;
     case FieldDescriptor::CPPTYPE_BOOL:
       out << ((rep ? r.GetRepeatedBool(m, &f, index) : r.GetBool(m, &f)) ? "true" : "false");

@@ -113,8 +113,11 @@ TEST(MessageToYaml, OmitsZeroFieldsAndKeepsFullPrecision) {
   JobSpec spec;
   spec.mutable_optimizer()->set_lr(0.1 + 0.2);  // Not representable in 6 digits.
   spec.mutable_model()->set_dropout(0.1f);
+  spec.mutable_optimizer()->set_min_lr(0.1);
   const std::string text = MessageToYaml(spec);
   EXPECT_EQ(text.find("world_size"), std::string::npos);
+  EXPECT_NE(text.find("min_lr: 0.1\n"), std::string::npos) << text;  // Shortest exact form.
+  EXPECT_NE(text.find("dropout: 0.1\n"), std::string::npos) << text;
   JobSpec back;
   ASSERT_TRUE(MergeYamlText(text, "round", &back, nullptr).ok()) << text;
   EXPECT_EQ(back.optimizer().lr(), 0.1 + 0.2);
