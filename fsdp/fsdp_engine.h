@@ -22,6 +22,10 @@
 // Backward(loss, sync_gradients=false) is PyTorch's no_sync: the unsharded flat gradients keep
 // accumulating locally and are reduced on the next Backward with sync_gradients=true.
 //
+// Parameters between steps: with S > 1 the module's parameters are views of freed buffers (no
+// memory) except while a unit is gathered; do not read them directly. Use FullParamState(), or
+// an eval forward through the engine (BeginForward, forward under NoGradGuard, ReshardAll).
+//
 // Errors: collective failures inside forward/backward throw fsdp::CommError through LibTorch;
 // Backward() catches it and returns its status; BeginForward() and Backward() return the first
 // failure again on every later call (the engine is broken after a failed collective).

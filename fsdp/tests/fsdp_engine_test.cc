@@ -116,7 +116,7 @@ TEST(FsdpEngine, AccountingShowsSixteenBytesPerParamOverS) {
     c.strategy = s == 1 ? "NO_SHARD" : "FULL_SHARD";
     c.steps = 2;
     FakeWorld world(s, s);
-    std::vector<int64_t> persistent(s), padding(s), params(s), peak(s);
+    std::vector<int64_t> persistent(s), padding(s), params(s), peak(s), expected_peak(s);
     auto statuses = RunOnThreads(world, [&](int rank, Communicator* sh, Communicator* rep) {
       auto layout = MakeEngineLayout(s, c.strategy, 0);
       if (!layout.ok()) return layout.status();
@@ -141,6 +141,14 @@ TEST(FsdpEngine, AccountingShowsSixteenBytesPerParamOverS) {
       padding[rank] = m.padding_bytes;
       params[rank] = m.num_params;
       peak[rank] = m.peak_gathered_param_bytes;
+      // FULL_SHARD frees each block after its forward and after its backward: at most the
+      // root unit plus the largest block are ever gathered at once.
+      int64_t largest_block = 0;
+      const auto& flats = (*engine)->flat_params();
+      for (size_t i = 1; i < flats.size(); ++i) {
+        largest_block = std::max(largest_block, flats[i]->padded_numel() * 4);
+      }
+      expected_peak[rank] = s == 1 ? 0 : flats[0]->padded_numel() * 4 + largest_block;
       EXPECT_EQ(m.gathered_param_bytes, 0);  // Everything freed after backward.
       EXPECT_EQ(m.unsharded_grad_bytes, 0);
       return absl::OkStatus();
@@ -152,11 +160,7 @@ TEST(FsdpEngine, AccountingShowsSixteenBytesPerParamOverS) {
       EXPECT_NEAR(static_cast<double>(persistent[r]), expected, 0.02 * expected)
           << "rank " << r << " padding bytes " << padding[r];
       EXPECT_LE(persistent[r], expected + 4.0 * padding[r] + 16.0 * s * 4);
-      if (s > 1) {
-        // Peak gathered: the root unit plus one block (FULL_SHARD frees each block).
-        EXPECT_GT(peak[r], 0);
-        EXPECT_LT(peak[r], 4 * params[r]);
-      }
+      EXPECT_EQ(peak[r], expected_peak[r]);
     }
     EXPECT_EQ(params[0], 16970);
   }
@@ -250,23 +254,31 @@ TEST(FsdpEngine, FullStateMovesBetweenLayoutsAndTrainingContinuesExactly) {
   }
 }
 
-// The collectives each strategy issues per step, counted on the fake communicators: FULL_SHARD
-// gathers each block twice (forward and backward), SHARD_GRAD_OP once; prefetch turns gathers
+// The collectives each strategy issues per step, counted on the fake communicators, so no
+// strategy can silently run as another: FULL_SHARD / HYBRID_SHARD gather each block twice
+// (forward and backward), SHARD_GRAD_OP / HYBRID_SHARD_ZERO2 once, NO_SHARD never; hybrid and
+// NO_SHARD all-reduce every unit's gradient over the replicate group. Prefetch turns gathers
 // asynchronous without adding any.
 TEST(FsdpEngine, StrategiesIssueTheirScheduleOfCollectives) {
   struct Case {
     const char* strategy;
+    int world, degree;
     bool prefetch;
-    int64_t gathers_per_step;   // Root (1) + blocks.
-    int64_t min_async;
+    int64_t gathers_per_step;         // Shard group: root (1) + blocks.
+    int64_t reduce_scatters_per_step; // Shard group: one per unit.
+    int64_t all_reduces_per_step;     // Replicate group: one per unit.
   };
-  for (const Case& k : {Case{"FULL_SHARD", false, 1 + 2 * 2, 0},
-                        Case{"SHARD_GRAD_OP", false, 1 + 2, 0},
-                        Case{"FULL_SHARD", true, 1 + 2 * 2, 2}}) {
-    SCOPED_TRACE(absl::StrCat(k.strategy, k.prefetch ? " prefetch" : ""));
-    FakeWorld world(2, 2);
+  for (const Case& k : {Case{"FULL_SHARD", 2, 0, false, 1 + 2 * 2, 3, 0},
+                        Case{"SHARD_GRAD_OP", 2, 0, false, 1 + 2, 3, 0},
+                        Case{"FULL_SHARD", 2, 0, true, 1 + 2 * 2, 3, 0},
+                        Case{"HYBRID_SHARD", 4, 2, false, 1 + 2 * 2, 3, 3},
+                        Case{"HYBRID_SHARD_ZERO2", 4, 2, false, 1 + 2, 3, 3},
+                        Case{"NO_SHARD", 2, 0, false, 0, 0, 3}}) {
+    SCOPED_TRACE(absl::StrCat(k.strategy, " W", k.world, k.prefetch ? " prefetch" : ""));
+    auto layout = MakeEngineLayout(k.world, k.strategy, k.degree);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    FakeWorld world(k.world, layout->shard_degree);
     auto statuses = RunOnThreads(world, [&](int rank, Communicator* sh, Communicator* rep) {
-      auto layout = MakeEngineLayout(2, k.strategy, 0);
       TinyGpt model{nullptr};
       {
         static std::mutex mu;
@@ -281,20 +293,34 @@ TEST(FsdpEngine, StrategiesIssueTheirScheduleOfCollectives) {
       if (k.prefetch) eo.backward_prefetch = FsdpEngineOptions::BackwardPrefetch::kPre;
       auto engine = FsdpEngine::Create(model.ptr(), *layout, sh, rep, eo);
       if (!engine.ok()) return engine.status();
-      auto* fake = static_cast<FakeCommunicator*>(sh);
+      auto* shard = static_cast<FakeCommunicator*>(sh);
+      auto* replicate = static_cast<FakeCommunicator*>(rep);
+      auto count = [](FakeCommunicator* c, int what) -> int64_t {
+        if (c == nullptr) return 0;
+        return what == 0 ? c->all_gathers() : what == 1 ? c->reduce_scatters() : c->all_reduces();
+      };
       at::Tensor idx = at::zeros({2, 8}, at::kLong);
-      int64_t gathers_before = 0;
+      int64_t before[3] = {0, 0, 0};
       for (int step = 0; step < 2; ++step) {
-        if (step == 1) gathers_before = fake->all_gathers();
+        if (step == 1) {  // Count the second step (prefetch needs one forward to learn order).
+          before[0] = count(shard, 0);
+          before[1] = count(shard, 1);
+          before[2] = count(replicate, 2);
+        }
         absl::Status st = (*engine)->BeginForward();
         if (!st.ok()) return st;
         st = (*engine)->Backward(model->loss(idx, idx, engine->get()));
         if (!st.ok()) return st;
       }
-      EXPECT_EQ(fake->all_gathers() - gathers_before, k.gathers_per_step);
-      EXPECT_EQ(fake->reduce_scatters(), 2 * 3);  // Each unit once per step.
-      EXPECT_GE(fake->async_calls(), k.min_async);
-      if (!k.prefetch) EXPECT_EQ(fake->async_calls(), 0);
+      EXPECT_EQ(count(shard, 0) - before[0], k.gathers_per_step);
+      EXPECT_EQ(count(shard, 1) - before[1], k.reduce_scatters_per_step);
+      EXPECT_EQ(count(replicate, 2) - before[2], k.all_reduces_per_step);
+      const int64_t async = shard == nullptr ? 0 : shard->async_calls();
+      if (k.prefetch) {
+        EXPECT_GE(async, 2);
+      } else {
+        EXPECT_EQ(async, 0);
+      }
       return absl::OkStatus();
     });
     for (const auto& st : statuses) ASSERT_TRUE(st.ok()) << st;

@@ -266,7 +266,7 @@ std::vector<ParityConfig> AllConfigs() {
   variant("FULL_SHARD", 2, 0, WrapPolicyKind::kTransformerBlock, 2, true);
   // Async prefetch (forward + backward pre / post) over real Gloo async collectives.
   variant("FULL_SHARD", 4, 0, WrapPolicyKind::kTransformerBlock, 1, false, 1);
-  variant("HYBRID_SHARD", 4, 2, WrapPolicyKind::kPerLayer, 2, false, 2);
+  variant("HYBRID_SHARD", 4, 2, WrapPolicyKind::kPerLayer, 3, false, 2);
   return out;
 }
 

@@ -11,6 +11,7 @@
 #define SHARDLINE_FSDP_TESTS_PARITY_H_
 
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,9 @@ struct ParityConfig {
   std::string Encode() const;
   static absl::StatusOr<ParityConfig> Decode(const std::string& s);
 };
+
+// For gtest messages.
+inline void PrintTo(const ParityConfig& c, std::ostream* os) { *os << c.Name(); }
 
 struct ParityResult {
   std::vector<double> losses;                 // Global mean loss per step.
