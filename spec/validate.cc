@@ -91,7 +91,10 @@ void ValidateModel(const JobSpec& s, const ValidateOptions& opt, Problems* p) {
   } else if (s.data().format() == DataSpec::TOKENS_U16 && m.vocab_size() > 65536) {
     p->Add("model.vocab_size: ", m.vocab_size(), " does not fit TOKENS_U16 data (max 65536)");
   }
-  if (m.block_size() <= 0) p->Add("model.block_size: ", m.block_size(), " must be positive");
+  if (m.architecture() == ModelSpec::TORCHSCRIPT ? m.block_size() < 0 : m.block_size() <= 0) {
+    // A TorchScript model may leave it 0 (unknown); data.seq_len then sets the length.
+    p->Add("model.block_size: ", m.block_size(), " must be positive");
+  }
   if (!(m.dropout() >= 0 && m.dropout() < 1)) {
     p->Add("model.dropout: ", m.dropout(), " is not in [0, 1)");
   }

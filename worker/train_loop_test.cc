@@ -20,7 +20,8 @@ constexpr char kSpec[] = "examples/tiny_gpt_shakespeare.yaml";
 // The example spec as one process (its HYBRID_SHARD degree 2 needs W >= 2).
 std::vector<std::string> OneProcess(std::vector<std::string> more) {
   std::vector<std::string> sets = {"fsdp.sharding_strategy=NO_SHARD", "fsdp.hybrid_shard_degree=0",
-                                   "train.sample_tokens=0", "train.log_every=1000"};
+                                   "train.sample_tokens=0", "train.log_every=1000",
+                                   "train.deterministic=true"};
   sets.insert(sets.end(), more.begin(), more.end());
   return sets;
 }
@@ -117,6 +118,30 @@ TEST(TrainLoop, FsdpBackendMatchesLocalBackendAtOneRank) {
       EXPECT_NEAR(local->train_losses[i], sharded->train_losses[i], 1e-4) << opt << " step " << i;
     }
     EXPECT_NEAR(*local->final_val_loss, *sharded->final_val_loss, 1e-4) << opt;
+  }
+}
+
+// Llama (its own block type) and a TorchScript model (no hook points: one FSDP unit) train the
+// same under the engine as under the plain optimizer.
+TEST(TrainLoop, LlamaAndTorchScriptModelsTrainUnderFsdp) {
+  const std::vector<std::vector<std::string>> models = {
+      {"model.architecture=LLAMA", "model.preset=llama-tiny"},
+      {"model.architecture=TORCHSCRIPT", "model.preset=",
+       "model.torchscript_path=../models/testdata/tiny_lm.pt"},
+  };
+  for (const auto& sets : models) {
+    std::vector<std::string> all = {"train.steps=3", "train.sample_tokens=5"};
+    all.insert(all.end(), sets.begin(), sets.end());
+    const TrainerConfig c = Config(OneProcess(all));
+    auto local = MakeRun(c, false)->Train();
+    auto sharded = MakeRun(c, true)->Train();
+    ASSERT_TRUE(local.ok()) << sets[0] << ": " << local.status();
+    ASSERT_TRUE(sharded.ok()) << sets[0] << ": " << sharded.status();
+    for (size_t i = 0; i < local->train_losses.size(); ++i) {
+      EXPECT_NEAR(local->train_losses[i], sharded->train_losses[i], 1e-4) << sets[0] << " " << i;
+    }
+    EXPECT_LT(local->train_losses.back(), local->train_losses.front()) << sets[0];
+    EXPECT_EQ(local->sample, sharded->sample) << sets[0];
   }
 }
 
