@@ -5,7 +5,9 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <algorithm>
 #include <functional>
+#include <list>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -178,14 +180,101 @@ class ReduceScatterAndFlush : public gloo::ReduceScatterHalvingDoubling<T> {
   }
 };
 
-// Reduces `data` (count elements) in place and leaves this rank's chunk at its start.
-template <typename T>
-void GlooReduceScatter(const std::shared_ptr<gloo::Context>& context, T* data, int count,
-                       int chunk) {
-  std::vector<int> recv_counts(context->size, chunk);
-  ReduceScatterAndFlush<T> algorithm(context, std::vector<T*>{data}, count, recv_counts);
-  algorithm.RunAndFlush();
-}
+// Gloo's reduce-scatter instances, kept for reuse, most recently used first. Used on the
+// communication thread only.
+//
+// Why keep them: the algorithm's constructor registers its receive buffers with the TCP pairs,
+// and Gloo built these "old-style" algorithms to be constructed once and run many times. Data
+// that arrives for a buffer not registered yet makes the pair's event loop spin until it is,
+// which on a small machine starves the very ranks it waits for (tens of ms per call,
+// measured), and each construction allocates two buffers of the input's size. FSDP
+// reduce-scatters the same few sizes every step (identical blocks share one), so a small
+// cache makes the steady state allocation-free. A new instance is followed by a barrier, so
+// every rank has registered its buffers before anyone sends. All ranks issue the same
+// sequence of sizes, so their caches hit and miss together (the barrier is collective).
+// Memory: each entry holds about 3x its input (work copy + Gloo's two receive buffers).
+class ReduceScatterCache {
+ public:
+  explicit ReduceScatterCache(int capacity) : capacity_(std::max(capacity, 0)) {}
+
+  // out = this rank's chunk of the sum (or average) over ranks of `in`.
+  void Run(const std::shared_ptr<gloo::Context>& context, const at::Tensor& in,
+           const at::Tensor& out, ReduceOp op, uint32_t tag, std::chrono::milliseconds timeout) {
+    // Gloo reduces in place, so reduce a working copy: fp64 stays fp64, everything else
+    // (fp32, and bf16/fp16 which Gloo cannot sum well or at all) is summed in fp32.
+    const at::ScalarType wide = in.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    const int64_t count = in.numel();
+    auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
+      return e.wide == wide && e.count == count;
+    });
+    if (it != entries_.end()) {
+      entries_.splice(entries_.begin(), entries_, it);
+    } else {
+      entries_.push_front(MakeEntry(context, wide, count, out.numel()));
+      Barrier(context, tag, timeout);
+    }
+    Entry& entry = entries_.front();
+    entry.work.copy_(in.reshape({-1}));
+    entry.run();
+    const int size = context->size;
+    if ((size & (size - 1)) != 0) {
+      // With a group size that is not a power of two, the smaller binary block sends its
+      // partial sums to the larger one without an acknowledgement, so a fast rank could start
+      // the next run of this instance and overwrite a receive buffer its peer has not reduced
+      // yet (seen in tests as wrong sums). A barrier closes each run; power-of-two groups need
+      // none because every send there is acknowledged before run() returns.
+      Barrier(context, tag, timeout);
+    }
+    at::Tensor mine = entry.work.narrow(0, 0, out.numel());
+    if (op == ReduceOp::kAvg) mine.div_(context->size);
+    out.view({-1}).copy_(mine);
+    while (static_cast<int>(entries_.size()) > capacity_) entries_.pop_back();
+  }
+
+ private:
+  static void Barrier(const std::shared_ptr<gloo::Context>& context, uint32_t tag,
+                      std::chrono::milliseconds timeout) {
+    gloo::BarrierOptions barrier(context);
+    barrier.setTag(tag);
+    barrier.setTimeout(timeout);
+    gloo::barrier(barrier);
+  }
+
+  struct Entry {
+    at::ScalarType wide;
+    int64_t count;
+    at::Tensor work;                  // [count] in `wide`: the buffer Gloo reduces in place.
+    std::shared_ptr<void> algorithm;  // ReduceScatterAndFlush<float or double>.
+    std::function<void()> run;
+  };
+
+  template <typename T>
+  static void Build(const std::shared_ptr<gloo::Context>& context, int64_t chunk, Entry* e) {
+    std::vector<int> recv_counts(context->size, static_cast<int>(chunk));
+    auto algorithm = std::make_shared<ReduceScatterAndFlush<T>>(
+        context, std::vector<T*>{e->work.data_ptr<T>()}, static_cast<int>(e->count),
+        recv_counts);
+    e->run = [a = algorithm.get()] { a->RunAndFlush(); };
+    e->algorithm = std::move(algorithm);
+  }
+
+  static Entry MakeEntry(const std::shared_ptr<gloo::Context>& context, at::ScalarType wide,
+                         int64_t count, int64_t chunk) {
+    Entry e;
+    e.wide = wide;
+    e.count = count;
+    e.work = at::empty({count}, at::TensorOptions().dtype(wide));
+    if (wide == at::kDouble) {
+      Build<double>(context, chunk, &e);
+    } else {
+      Build<float>(context, chunk, &e);
+    }
+    return e;
+  }
+
+  const int capacity_;
+  std::list<Entry> entries_;
+};
 
 }  // namespace
 
@@ -253,6 +342,8 @@ class GlooCommunicator::Impl {
 
   std::chrono::milliseconds timeout() const { return ToChrono(options_.timeout); }
   const std::shared_ptr<gloo::rendezvous::Context>& context() const { return context_; }
+  // Communication thread only.
+  ReduceScatterCache& reduce_scatter_cache() { return reduce_scatter_cache_; }
 
  private:
   Options options_;
@@ -262,6 +353,7 @@ class GlooCommunicator::Impl {
   uint32_t next_tag_ = 0;  // Used on the communication thread only.
   absl::Mutex mu_;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  ReduceScatterCache reduce_scatter_cache_{options_.reduce_scatter_cache_entries};
   std::unique_ptr<CommQueue> queue_ = std::make_unique<CommQueue>();
 };
 
@@ -341,25 +433,11 @@ std::unique_ptr<CommHandle> GlooCommunicator::ReduceScatterAsync(const at::Tenso
                                                                  const at::Tensor& out,
                                                                  ReduceOp op) {
   Impl* impl = impl_.get();
-  const int group_size = size();
   return impl->Submit(
       "reduce_scatter", CheckReduceScatterArgs(name(), size(), at::kCPU, in, out),
-      [impl, in, out, op, group_size](uint32_t /*tag: slots come from context->nextSlot*/) {
+      [impl, in, out, op](uint32_t tag) {
         if (out.numel() == 0) return;
-        // Gloo reduces in place, so reduce a working copy: fp64 stays fp64, everything else
-        // (fp32, and bf16/fp16 which Gloo cannot sum well or at all) is summed in fp32.
-        const at::ScalarType wide = in.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-        at::Tensor work = in.reshape({-1}).to(wide, /*non_blocking=*/false, /*copy=*/true);
-        const int count = static_cast<int>(work.numel());
-        const int chunk = static_cast<int>(out.numel());
-        if (wide == at::kDouble) {
-          GlooReduceScatter<double>(impl->context(), work.data_ptr<double>(), count, chunk);
-        } else {
-          GlooReduceScatter<float>(impl->context(), work.data_ptr<float>(), count, chunk);
-        }
-        at::Tensor mine = work.narrow(0, 0, chunk);
-        if (op == ReduceOp::kAvg) mine.div_(group_size);
-        out.view({-1}).copy_(mine);
+        impl->reduce_scatter_cache().Run(impl->context(), in, out, op, tag, impl->timeout());
       });
 }
 

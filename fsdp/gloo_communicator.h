@@ -59,6 +59,9 @@ class GlooCommunicator : public Communicator {
     std::string interface;
     // Bounds bootstrap and every collective.
     absl::Duration timeout = absl::Seconds(60);
+    // Reduce-scatter instances kept for reuse, by (size, dtype); each holds ~3x its input.
+    // 0 builds one per call (slower: see gloo_communicator.cc). Must be equal on all ranks.
+    int reduce_scatter_cache_entries = 2;
   };
 
   // Connects to every peer of the group. Errors: INVALID_ARGUMENT for bad options,

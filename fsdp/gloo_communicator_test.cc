@@ -189,7 +189,26 @@ TEST_P(GlooReduceScatterLarge, SumMatchesForOddBlockLayouts) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooReduceScatterLarge, ::testing::Values(6, 7, 8));
+// Reduce-scatter instances are reused across calls of the same size: every call must see only
+// its own inputs, back to back, for power-of-two and other group sizes alike.
+TEST_P(GlooReduceScatterLarge, RepeatedCallsOfOneSizeSeeOnlyTheirOwnInputs) {
+  const int world = GetParam();
+  RunGroup(world, [&](GlooCommunicator& comm) {
+    constexpr int64_t kChunk = 3001;
+    at::Tensor out = at::zeros({kChunk}, at::kFloat);
+    for (int call = 0; call < 12; ++call) {
+      SCOPED_TRACE(absl::StrCat("call ", call));
+      at::Tensor in = RankInput(comm.rank(), kChunk * world, at::kFloat) + 100000.0 * call;
+      absl::Status status = comm.ReduceScatter(in, out, ReduceOp::kSum);
+      ASSERT_TRUE(status.ok()) << status;
+      at::Tensor expected = (at::arange(kChunk, at::kDouble) + comm.rank() * kChunk) * world +
+                            1000.0 * world * (world - 1) / 2 + 100000.0 * call * world;
+      ASSERT_TRUE(out.to(at::kDouble).allclose(expected, 1e-6, 1e-6));
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooReduceScatterLarge, ::testing::Values(3, 4, 5, 6, 7, 8));
 
 // Bytes this process has written with write-family calls (Gloo's TCP pairs use writev).
 int64_t ProcessWriteBytes() {
