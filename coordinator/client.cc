@@ -23,11 +23,18 @@ std::shared_ptr<grpc::ChannelCredentials> Credentials(const CoordinatorClient::O
   ssl.pem_private_key = o.tls_private_key;
   return grpc::SslCredentials(ssl);
 }
+// Each client gets its own connection: gRPC would otherwise share one TCP connection between
+// all channels to the same address in a process (e.g. a daemon's stream and its heartbeats).
+grpc::ChannelArguments ChannelArgs() {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return args;
+}
 }  // namespace
 
 CoordinatorClient::CoordinatorClient(const Options& options)
     : options_(options),
-      channel_(grpc::CreateChannel(options.address, Credentials(options))),
+      channel_(grpc::CreateCustomChannel(options.address, Credentials(options), ChannelArgs())),
       stub_(::shardline::Coordinator::NewStub(channel_)) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(

@@ -67,17 +67,17 @@ class StreamHub {
     it->second.erase(s);
     if (it->second.empty()) streams_.erase(it);
   }
-  // Pumps the streams of `keys` (all streams when `all`). The hub lock is held throughout, so a
-  // stream cannot finish its OnDone (and be deleted) while being pumped.
+  // Pumps the streams of `keys` (all streams when `all`). The hub lock is held while one key's
+  // streams are pumped, so a stream cannot finish its OnDone (and be deleted) meanwhile; it is
+  // released between keys so that opening and closing streams never waits for a whole sweep.
   void Pump(const std::vector<std::string>& keys, bool all) {
-    absl::MutexLock lock(&mu_);
+    std::vector<std::string> all_keys;
     if (all) {
-      for (auto& [key, set] : streams_) {
-        for (PumpedStreamBase* s : set) s->Pump();
-      }
-      return;
+      absl::MutexLock lock(&mu_);
+      for (const auto& [key, set] : streams_) all_keys.push_back(key);
     }
-    for (const std::string& key : keys) {
+    for (const std::string& key : all ? all_keys : keys) {
+      absl::MutexLock lock(&mu_);
       auto it = streams_.find(key);
       if (it == streams_.end()) continue;
       for (PumpedStreamBase* s : it->second) s->Pump();
@@ -342,13 +342,21 @@ grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* ctx, const HeartbeatRequest* req,
-                                           HeartbeatResponse* resp) {
-  SL_AUTHORIZE(Role::kDaemon);
-  auto r = core_->Heartbeat(*req);
-  if (!r.ok()) return ToGrpcStatus(r.status());
-  *resp = std::move(*r);
-  return grpc::Status::OK;
+grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* ctx,
+                                                         const HeartbeatRequest* req,
+                                                         HeartbeatResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  grpc::Status status = Authorize(ctx, Role::kDaemon);
+  if (status.ok()) {
+    auto r = core_->Heartbeat(*req);  // never blocks beyond the core's short locks
+    if (r.ok()) {
+      *resp = std::move(*r);
+    } else {
+      status = ToGrpcStatus(r.status());
+    }
+  }
+  reactor->Finish(status);
+  return reactor;
 }
 
 grpc::ServerWriteReactor<Assignment>* CoordinatorService::StreamAssignments(

@@ -40,7 +40,7 @@ struct ServiceOptions {
   // certificate the server verified.
   bool require_worker_client_cert = false;
   // How often the pump re-checks every stream even without notifications (a safety net).
-  absl::Duration sweep = absl::Seconds(1);
+  absl::Duration sweep = absl::Seconds(5);
 };
 
 class StreamHub;  // service.cc
@@ -48,7 +48,8 @@ class StreamHub;  // service.cc
 using CoordinatorServiceBase = ::shardline::Coordinator::WithCallbackMethod_StreamAssignments<
     ::shardline::Coordinator::WithCallbackMethod_WatchJob<
         ::shardline::Coordinator::WithCallbackMethod_RendezvousGet<
-            ::shardline::Coordinator::Service>>>;
+            ::shardline::Coordinator::WithCallbackMethod_Heartbeat<
+                ::shardline::Coordinator::Service>>>>;
 
 class CoordinatorService final : public CoordinatorServiceBase {
  public:
@@ -61,8 +62,11 @@ class CoordinatorService final : public CoordinatorServiceBase {
 
   grpc::Status RegisterWorker(grpc::ServerContext* ctx, const RegisterWorkerRequest* req,
                               RegisterWorkerResponse* resp) override;
-  grpc::Status Heartbeat(grpc::ServerContext* ctx, const HeartbeatRequest* req,
-                         HeartbeatResponse* resp) override;
+  // Callback API too: the hot path at scale (one call per worker per interval) runs on gRPC's
+  // own threads without the synchronous server's thread handoff.
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const HeartbeatRequest* req,
+                                      HeartbeatResponse* resp) override;
   grpc::ServerWriteReactor<Assignment>* StreamAssignments(
       grpc::CallbackServerContext* ctx, const StreamAssignmentsRequest* req) override;
   grpc::Status ListWorkers(grpc::ServerContext* ctx, const ListWorkersRequest* req,

@@ -114,7 +114,9 @@ std::string PlanningTable(int ranks) {
 class OpenStreams {
  public:
   OpenStreams(const std::string& address, const std::vector<std::string>& ids) {
-    auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // its own connection
+    auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
     stub_ = shardline::Coordinator::NewStub(channel);
     calls_.resize(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) {
