@@ -1,5 +1,8 @@
 // The communicators across real processes on loopback: each rank is a comm_worker process
 // started by RunRanks (fsdp/testing/process_launcher.h).
+#include <unistd.h>
+
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -45,6 +48,23 @@ TEST(MultiProcessComm, CollectivesExactForTwoRanks) { ExpectCollectivesOk(2, 0);
 TEST(MultiProcessComm, CollectivesExactForThreeRanks) { ExpectCollectivesOk(3, 0); }
 TEST(MultiProcessComm, CollectivesExactForFourRanks) { ExpectCollectivesOk(4, 0); }
 TEST(MultiProcessComm, ShardAndReplicateGroupsOfFourRanksInTwos) { ExpectCollectivesOk(4, 2); }
+
+TEST(MultiProcessComm, BootstrapThroughAFileStore) {
+  const char* tmp = getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/file_store_", getpid());
+  RunRanksOptions options;
+  options.timeout = absl::Seconds(120);
+  options.start_store = false;
+  RunRanksResult result =
+      RunRanks(Worker(), 3,
+               {"--scenario=collectives", "--shard_degree=0",
+                absl::StrCat("--file_store_dir=", dir)},
+               options);
+  ASSERT_TRUE(result.AllSucceeded()) << result.Summary();
+  for (const auto& rank : result.ranks) {
+    EXPECT_NE(rank.output.find("collectives ok world"), std::string::npos) << rank.output;
+  }
+}
 
 // Parses "RESULT code=X elapsed_ms=N message=M" from a rank's output.
 struct Outcome {

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "fsdp/communicators.h"
+#include "fsdp/file_kv_store.h"
 #include "fsdp/tcp_kv_store.h"
 
 ABSL_FLAG(int, rank, 0, "global rank");
@@ -35,6 +36,8 @@ ABSL_FLAG(std::string, scenario, "collectives", "collectives | kill | stall");
 ABSL_FLAG(int, shard_degree, 0, "hybrid_shard_degree of the layout (0: S = W)");
 ABSL_FLAG(int, victim, 1, "kill scenario: the rank that dies");
 ABSL_FLAG(int, timeout_ms, 20000, "communicator timeout");
+ABSL_FLAG(std::string, file_store_dir, "",
+          "bootstrap through a FileKvStore in this directory instead of the TCP store");
 
 namespace shardline::fsdp {
 namespace {
@@ -107,10 +110,19 @@ void CheckGroup(Communicator& comm, const std::vector<int>& members, int global_
 int Main() {
   const int rank = absl::GetFlag(FLAGS_rank);
   const int world = absl::GetFlag(FLAGS_world_size);
-  TcpKvStore::Options store_options;
-  store_options.host = absl::GetFlag(FLAGS_store_host);
-  store_options.port = absl::GetFlag(FLAGS_store_port);
-  auto store = TcpKvStore::Create(store_options);
+  absl::StatusOr<std::unique_ptr<KvStore>> store;
+  if (!absl::GetFlag(FLAGS_file_store_dir).empty()) {
+    auto file = FileKvStore::Create({absl::GetFlag(FLAGS_file_store_dir)});
+    store = file.ok() ? absl::StatusOr<std::unique_ptr<KvStore>>(std::move(*file))
+                      : absl::StatusOr<std::unique_ptr<KvStore>>(file.status());
+  } else {
+    TcpKvStore::Options store_options;
+    store_options.host = absl::GetFlag(FLAGS_store_host);
+    store_options.port = absl::GetFlag(FLAGS_store_port);
+    auto tcp = TcpKvStore::Create(store_options);
+    store = tcp.ok() ? absl::StatusOr<std::unique_ptr<KvStore>>(std::move(*tcp))
+                     : absl::StatusOr<std::unique_ptr<KvStore>>(tcp.status());
+  }
   if (!store.ok()) {
     std::cout << "store: " << store.status() << std::endl;
     return 2;
