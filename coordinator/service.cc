@@ -88,14 +88,16 @@ class StreamHub {
     absl::MutexLock lock(&mu_);
     return deadlines_.empty() ? absl::InfiniteFuture() : deadlines_.begin()->first;
   }
-  // Pumps every call whose deadline passed (each finishes then).
+  // Pumps every call whose deadline passed (each finishes then) and forgets those deadlines,
+  // so the pump does not wake for them again before their OnDone runs.
   void PumpExpired(absl::Time now) {
     absl::MutexLock lock(&mu_);
-    std::vector<PumpedStreamBase*> due;
-    for (auto it = deadlines_.begin(); it != deadlines_.end() && it->first <= now; ++it) {
-      due.push_back(it->second);
+    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+      PumpedStreamBase* s = deadlines_.begin()->second;
+      deadlines_.erase(deadlines_.begin());
+      deadline_of_.erase(s);
+      s->Pump();
     }
-    for (PumpedStreamBase* s : due) s->Pump();
   }
   void AbortAll(const grpc::Status& status) {
     absl::MutexLock lock(&mu_);
