@@ -1,5 +1,7 @@
 #include "worker/trainer_config.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 
 #include "absl/strings/numbers.h"
@@ -80,7 +82,9 @@ absl::StatusOr<RankEnv> ReadRankEnv(const std::function<const char*(const char*)
     // Loopback jobs stay on loopback; otherwise bind where MASTER_ADDR's peers can reach us.
     const bool loopback = e.master_addr.empty() || e.master_addr == "localhost" ||
                           e.master_addr.rfind("127.", 0) == 0;
-    e.advertise_address = loopback ? "127.0.0.1" : "";
+    char host[256] = {0};
+    e.advertise_address =
+        loopback ? "127.0.0.1" : (gethostname(host, sizeof(host) - 1) == 0 ? host : "");
   }
   return e;
 }

@@ -43,7 +43,8 @@ struct RankEnv {
   std::string rdzv_secret;
   std::string job_id;
   int attempt = 0;
-  // Address this rank's collectives bind to and advertise.
+  // Address this rank's collectives bind to and advertise: SHARDLINE_ADVERTISE_ADDRESS, else
+  // 127.0.0.1 when MASTER_ADDR is loopback (or unset), else this host's name.
   std::string advertise_address;
 };
 

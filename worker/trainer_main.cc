@@ -142,7 +142,9 @@ int Main(int argc, char** argv) {
                       "device.kind is CUDA but this trainer sees no GPU (CPU-only LibTorch, no "
                       "driver, or CUDA_VISIBLE_DEVICES empty); use device.kind CPU"));
     }
-    device = at::Device(at::kCUDA, 0);  // The daemon exposes one GPU per rank.
+    // LOCAL_RANK picks the GPU among those visible; the daemon exposes exactly one per rank.
+    const int count = static_cast<int>(at::getNumGPUs());
+    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env->local_rank % count));
   }
 
   auto dataset = data::TokenDataset::Open(
@@ -176,6 +178,7 @@ int Main(int argc, char** argv) {
     comm.backend = c.cuda ? fsdp::CommBackend::kNccl : fsdp::CommBackend::kGloo;
     comm.address = env->advertise_address;
     comm.timeout = timeout;
+    if (c.cuda) comm.cuda_device = device.index();
     comm.key_prefix = env->job_id.empty() ? "comm" : absl::StrCat("comm/", env->job_id, "/", env->attempt);
     auto g = fsdp::CreateCommunicators(c.layout.world_size, c.layout.shard_degree, env->rank,
                                        store.get(), comm);
