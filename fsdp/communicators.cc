@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "fsdp/comm_args.h"
 #include "fsdp/gloo_communicator.h"
 #include "fsdp/local_communicator.h"
 #include "fsdp/prefix_kv_store.h"
@@ -68,6 +69,39 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateGroup(
   return factory(spec, options);
 }
 
+std::string LayoutValue(int world_size, int shard_degree, CommBackend backend) {
+  return absl::StrCat("world_size ", world_size, " shard_degree ", shard_degree, " backend ",
+                      backend == CommBackend::kGloo ? "gloo" : "nccl");
+}
+
+// Every rank publishes the layout it was given and compares it with everyone else's, so a
+// rank started with another world size, shard degree or backend fails fast with both values
+// named instead of hanging in the first collective.
+absl::Status CheckRanksAgree(int world_size, int shard_degree, int rank, KvStore* store,
+                             const CommOptions& options) {
+  PrefixKvStore layout_store(store, absl::StrCat(options.key_prefix, "/layout"));
+  const std::string mine = LayoutValue(world_size, shard_degree, options.backend);
+  absl::Status s = layout_store.Set(absl::StrCat("rank", rank), mine);
+  if (!s.ok()) return s;
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size; ++r) keys.push_back(absl::StrCat("rank", r));
+  absl::StatusOr<std::vector<std::string>> all = layout_store.Get(keys, options.timeout);
+  if (!all.ok()) {
+    return absl::Status(all.status().code(),
+                        absl::StrCat(CommErrorPrefix("world", "connect", 0), "waiting for all ",
+                                     world_size, " ranks to join (", all.status().message(),
+                                     ")"));
+  }
+  for (int r = 0; r < world_size; ++r) {
+    if ((*all)[r] != mine) {
+      return absl::InvalidArgumentError(absl::StrCat(CommErrorPrefix("world", "connect", 0),
+                                                     "rank ", r, " was started with ", (*all)[r],
+                                                     " but rank ", rank, " with ", mine));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<CommBackend> ParseCommBackend(absl::string_view name) {
@@ -102,6 +136,8 @@ absl::StatusOr<CommGroups> CreateCommunicators(int world_size, int shard_degree,
   if (store == nullptr) return absl::InvalidArgumentError("CreateCommunicators: no store");
   absl::StatusOr<GroupCommunicatorFactory> factory = FactoryFor(options.backend);
   if (!factory.ok()) return factory.status();
+  absl::Status agreed = CheckRanksAgree(world_size, shard_degree, rank, store, options);
+  if (!agreed.ok()) return agreed;
 
   // Same groups as ParallelLayout: shard group g = [g*S, (g+1)*S), replicate j = {j, j+S, ...}.
   const int s = shard_degree;

@@ -62,6 +62,46 @@ TEST(CreateCommunicators, NcclWithoutTheBackendLinkedIsFailedPrecondition) {
   EXPECT_NE(groups.status().message().find("nccl is not linked"), std::string::npos);
 }
 
+TEST(CreateCommunicators, RanksStartedWithDifferentLayoutsFailNamingBoth) {
+  TcpKvStore::Options o;
+  o.serve = true;
+  auto store = TcpKvStore::Create(o);
+  ASSERT_TRUE(store.ok());
+  absl::Status status[2];
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      CommOptions options;
+      options.timeout = absl::Seconds(10);
+      // Rank 1 believes in S = 1.
+      status[rank] =
+          CreateCommunicators(2, rank == 0 ? 2 : 1, rank, store->get(), options).status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_EQ(status[0].code(), absl::StatusCode::kInvalidArgument) << status[0];
+  EXPECT_EQ(status[0].message(),
+            "group world op connect step 0: rank 1 was started with world_size 2 shard_degree 1 "
+            "backend gloo but rank 0 with "
+            "world_size 2 shard_degree 2 backend gloo");
+  ASSERT_EQ(status[1].code(), absl::StatusCode::kInvalidArgument) << status[1];
+}
+
+TEST(CreateCommunicators, MissingRankTimesOutNamingIt) {
+  TcpKvStore::Options o;
+  o.serve = true;
+  auto store = TcpKvStore::Create(o);
+  ASSERT_TRUE(store.ok());
+  CommOptions options;
+  options.timeout = absl::Milliseconds(300);
+  auto groups = CreateCommunicators(2, 2, 0, store->get(), options);
+  ASSERT_EQ(groups.status().code(), absl::StatusCode::kDeadlineExceeded) << groups.status();
+  EXPECT_NE(groups.status().message().find("waiting for all 2 ranks to join"), std::string::npos)
+      << groups.status();
+  EXPECT_NE(groups.status().message().find("comm/layout/rank1"), std::string::npos)
+      << groups.status();
+}
+
 TEST(ParseCommBackend, KnownAndUnknownNames) {
   EXPECT_EQ(*ParseCommBackend("gloo"), CommBackend::kGloo);
   EXPECT_EQ(*ParseCommBackend("nccl"), CommBackend::kNccl);
