@@ -1,0 +1,175 @@
+#include "checkpoint/checkpoint_reader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/crc32c.h"
+#include "checkpoint/manifest_io.h"
+
+namespace shardline::checkpoint {
+namespace {
+
+std::string FirstTensorIn(const CheckpointManifest& m, const std::string& file) {
+  for (const TensorEntry& t : m.tensors()) {
+    for (const TensorRange& r : t.ranges()) {
+      if (r.file() == file) return t.name();
+    }
+  }
+  return "(none)";
+}
+
+}  // namespace
+
+CheckpointReader::~CheckpointReader() = default;
+
+absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::string& root,
+                                                                         int64_t step) {
+  absl::StatusOr<int64_t> resolved = ResolveStep(root, step);
+  if (!resolved.ok()) return resolved.status();
+  return OpenDir(StepDir(root, *resolved));
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::OpenDir(
+    const std::string& step_dir) {
+  const std::string path = absl::StrCat(step_dir, "/", kManifestFile);
+  absl::StatusOr<CheckpointManifest> m = ReadManifestFile(path);
+  if (!m.ok()) return m.status();
+  std::map<std::string, int64_t> file_sizes;
+  for (const DataFile& f : m->files()) file_sizes[f.name()] = f.size_bytes();
+  for (const TensorEntry& t : m->tensors()) {
+    if (t.dtype() != "float32") {
+      return absl::DataLossError(absl::StrCat(path, ": tensor ", t.name(), " has dtype '",
+                                              t.dtype(), "' (only float32 is written)"));
+    }
+    int64_t numel = 1;
+    for (int64_t d : t.shape()) numel *= d;
+    int64_t next = 0;
+    for (const TensorRange& r : t.ranges()) {
+      auto f = file_sizes.find(r.file());
+      if (r.global_offset() != next || r.numel() <= 0 || f == file_sizes.end() ||
+          r.file_offset() < 0 ||
+          r.file_offset() + r.numel() * static_cast<int64_t>(sizeof(float)) > f->second) {
+        return absl::DataLossError(absl::StrCat(path, ": tensor ", t.name(),
+                                                " has an inconsistent range in file ", r.file()));
+      }
+      next += r.numel();
+    }
+    if (next != numel) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": tensor ", t.name(), " ranges cover ", next, " of ", numel,
+                       " elements"));
+    }
+  }
+  std::unique_ptr<CheckpointReader> reader(new CheckpointReader());
+  reader->dir_ = step_dir;
+  reader->meta_ = MetaFromManifest(*m);
+  reader->manifest_ = std::make_unique<CheckpointManifest>(*std::move(m));
+  return reader;
+}
+
+int CheckpointReader::FindTensor(const std::string& name) const {
+  for (int i = 0; i < manifest_->tensors_size(); ++i) {
+    if (manifest_->tensors(i).name() == name) return i;
+  }
+  return -1;
+}
+
+absl::Status CheckpointReader::VerifyFiles() const {
+  for (const DataFile& f : manifest_->files()) {
+    const std::string path = absl::StrCat(dir_, "/", f.name());
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) {
+      return absl::NotFoundError(absl::StrCat("checkpoint data file ", path,
+                                              " is missing (holds tensor ",
+                                              FirstTensorIn(*manifest_, f.name()), ")"));
+    }
+    if (st.st_size != f.size_bytes()) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint data file ", path, " is ", st.st_size < f.size_bytes() ? "truncated" : "too long",
+          ": ", st.st_size, " bytes, manifest says ", f.size_bytes(), " (holds tensor ",
+          FirstTensorIn(*manifest_, f.name()), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointReader::ReadRange(int tensor, int range, std::string* bytes) const {
+  const TensorEntry& t = manifest_->tensors(tensor);
+  const TensorRange& r = t.ranges(range);
+  const std::string path = absl::StrCat(dir_, "/", r.file());
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(
+          absl::StrCat("checkpoint data file ", path, " is missing (tensor ", t.name(), ")"));
+    }
+    return absl::InternalError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
+  }
+  const size_t n = static_cast<size_t>(r.numel()) * sizeof(float);
+  bytes->resize(n);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(fd, bytes->data() + done, n - done, r.file_offset() + done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    done += static_cast<size_t>(got);
+  }
+  ::close(fd);
+  if (done != n) {
+    return absl::DataLossError(absl::StrCat("checkpoint data file ", path,
+                                            " is truncated: tensor ", t.name(), " range at byte ",
+                                            r.file_offset(), " ends past the end of the file"));
+  }
+  const uint32_t crc = Crc32c(bytes->data(), n);
+  if (crc != r.crc32c()) {
+    return absl::DataLossError(absl::StrCat("checksum mismatch in checkpoint data file ", path,
+                                            ": tensor ", t.name(), " elements [",
+                                            r.global_offset(), ", ",
+                                            r.global_offset() + r.numel(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointReader::VerifyAll() const {
+  absl::Status s = VerifyFiles();
+  if (!s.ok()) return s;
+  std::string bytes;
+  for (int i = 0; i < manifest_->tensors_size(); ++i) {
+    for (int j = 0; j < manifest_->tensors(i).ranges_size(); ++j) {
+      s = ReadRange(i, j, &bytes);
+      if (!s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointReader::ReadElements(const std::string& name, int64_t start, int64_t end,
+                                            float* out) const {
+  const int ti = FindTensor(name);
+  if (ti < 0) {
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint ", dir_, " has no tensor ", name));
+  }
+  const TensorEntry& t = manifest_->tensors(ti);
+  std::string bytes;
+  for (int j = 0; j < t.ranges_size(); ++j) {
+    const TensorRange& r = t.ranges(j);
+    const int64_t lo = std::max(start, r.global_offset());
+    const int64_t hi = std::min(end, r.global_offset() + r.numel());
+    if (lo >= hi) continue;
+    absl::Status s = ReadRange(ti, j, &bytes);
+    if (!s.ok()) return s;
+    std::memcpy(out + (lo - start), bytes.data() + (lo - r.global_offset()) * sizeof(float),
+                static_cast<size_t>(hi - lo) * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace shardline::checkpoint

@@ -1,0 +1,66 @@
+// CheckpointReader: opens one committed checkpoint and reads tensor elements from its data
+// files, checking the CRC32C of every range it touches.
+//
+//   ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(root, /*step=*/-1));  // latest
+//   RETURN_IF_ERROR(reader->VerifyFiles());          // every file present, full size
+//   RETURN_IF_ERROR(reader->ReadElements("wte.weight", 0, 100, buf));
+//
+// Open() checks the manifest: known format_version, every tensor float32 and covered exactly by
+// ranges that lie inside listed files. Errors name the file and the tensor:
+//   NOT_FOUND            no committed checkpoint; a data file missing (ReadElements/VerifyFiles)
+//   FAILED_PRECONDITION  unknown format_version
+//   DATA_LOSS            unparsable manifest, inconsistent ranges, a truncated file, a checksum
+//                        mismatch
+// Torch-free. Thread safety: const methods may run concurrently.
+#ifndef SHARDLINE_CHECKPOINT_CHECKPOINT_READER_H_
+#define SHARDLINE_CHECKPOINT_CHECKPOINT_READER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "checkpoint/format.h"
+
+namespace shardline {
+class CheckpointManifest;
+}
+
+namespace shardline::checkpoint {
+
+class CheckpointReader {
+ public:
+  // step -1: the newest committed checkpoint under root; otherwise that step.
+  static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const std::string& root,
+                                                                int64_t step);
+  // A step directory itself.
+  static absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenDir(const std::string& step_dir);
+  ~CheckpointReader();
+
+  const std::string& dir() const { return dir_; }
+  const CheckpointMeta& meta() const { return meta_; }
+  const CheckpointManifest& manifest() const { return *manifest_; }
+  // Index into meta().tensors, or -1.
+  int FindTensor(const std::string& name) const;
+
+  // Every listed data file exists with its recorded size (cheap: stat only).
+  absl::Status VerifyFiles() const;
+  // Reads every range and checks its checksum.
+  absl::Status VerifyAll() const;
+  // Copies elements [start, end) of tensor `name` (float32) into out. Each range touched is
+  // read whole and checked. Errors: NOT_FOUND for an unknown tensor; as above.
+  absl::Status ReadElements(const std::string& name, int64_t start, int64_t end,
+                            float* out) const;
+
+ private:
+  CheckpointReader() = default;
+  absl::Status ReadRange(int tensor, int range, std::string* bytes) const;
+
+  std::string dir_;
+  std::unique_ptr<CheckpointManifest> manifest_;
+  CheckpointMeta meta_;
+};
+
+}  // namespace shardline::checkpoint
+
+#endif  // SHARDLINE_CHECKPOINT_CHECKPOINT_READER_H_

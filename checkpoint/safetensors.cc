@@ -1,0 +1,239 @@
+#include "checkpoint/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/format.h"
+
+namespace shardline::checkpoint {
+namespace {
+
+std::string JsonQuote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+struct HeaderEntry {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  int64_t bytes = 0;
+};
+
+std::string BuildHeader(const std::vector<HeaderEntry>& entries,
+                        const std::map<std::string, std::string>& metadata) {
+  std::vector<std::string> items;
+  std::vector<std::string> meta;
+  for (const auto& [k, v] : metadata) meta.push_back(absl::StrCat(JsonQuote(k), ":", JsonQuote(v)));
+  items.push_back(absl::StrCat("\"__metadata__\":{", absl::StrJoin(meta, ","), "}"));
+  int64_t offset = 0;
+  for (const HeaderEntry& e : entries) {
+    items.push_back(absl::StrCat(JsonQuote(e.name), ":{\"dtype\":", JsonQuote(e.dtype),
+                                 ",\"shape\":[", absl::StrJoin(e.shape, ","),
+                                 "],\"data_offsets\":[", offset, ",", offset + e.bytes, "]}"));
+    offset += e.bytes;
+  }
+  std::string header = absl::StrCat("{", absl::StrJoin(items, ","), "}");
+  while (header.size() % 8 != 0) header += ' ';
+  return header;
+}
+
+// Streams a header and then tensor bytes into path (temp + rename).
+class AtomicWriter {
+ public:
+  explicit AtomicWriter(std::string path) : path_(std::move(path)) {
+    std::random_device rd;
+    tmp_ = absl::StrFormat("%s.tmp.%08x", path_, rd());
+  }
+  ~AtomicWriter() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+      ::unlink(tmp_.c_str());
+    }
+  }
+  absl::Status Open() {
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd_ < 0) return Errno("create");
+    return absl::OkStatus();
+  }
+  absl::Status Write(const void* data, size_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const ssize_t w = ::write(fd_, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return Errno("write");
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Commit() {
+    if (::fsync(fd_) != 0) return Errno("fsync");
+    ::close(fd_);
+    fd_ = -1;
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0) return Errno("rename");
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status Errno(absl::string_view what) {
+    return absl::InternalError(absl::StrCat(what, " ", tmp_, ": ", std::strerror(errno)));
+  }
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+
+absl::Status WriteHeader(AtomicWriter& w, const std::string& header) {
+  const uint64_t n = header.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  absl::Status s = w.Write(len, 8);
+  if (!s.ok()) return s;
+  return w.Write(header.data(), header.size());
+}
+
+}  // namespace
+
+int SafetensorsDtypeSize(const std::string& dtype) {
+  if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
+  if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
+  if (dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16") return 2;
+  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL") return 1;
+  return 0;
+}
+
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<SafetensorsTensor>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  std::vector<HeaderEntry> entries;
+  for (const SafetensorsTensor& t : tensors) {
+    entries.push_back({t.name, t.dtype, t.shape, static_cast<int64_t>(t.data.size())});
+  }
+  AtomicWriter w(path);
+  absl::Status s = w.Open();
+  if (!s.ok()) return s;
+  s = WriteHeader(w, BuildHeader(entries, metadata));
+  if (!s.ok()) return s;
+  for (const SafetensorsTensor& t : tensors) {
+    s = w.Write(t.data.data(), t.data.size());
+    if (!s.ok()) return s;
+  }
+  return w.Commit();
+}
+
+absl::Status ExportSafetensors(const std::string& checkpoint_root, int64_t step,
+                               const std::string& out_path) {
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
+      CheckpointReader::Open(checkpoint_root, step);
+  if (!reader.ok()) return reader.status();
+  const CheckpointMeta& meta = (*reader)->meta();
+  absl::Status s = (*reader)->VerifyFiles();
+  if (!s.ok()) return s;
+  // (output name, stored tensor) in name order: parameters, plus aliases of tied ones.
+  std::map<std::string, const TensorInfo*> out;
+  for (const TensorInfo& t : meta.tensors) {
+    if (t.name.find('#') == std::string::npos) out[t.name] = &t;
+  }
+  for (const auto& [alias, canonical] : meta.aliases) {
+    auto it = out.find(canonical);
+    if (it != out.end()) out[alias] = it->second;
+  }
+  std::vector<HeaderEntry> entries;
+  for (const auto& [name, t] : out) {
+    int64_t n = 1;
+    for (int64_t d : t->shape) n *= d;
+    entries.push_back({name, "F32", t->shape, n * 4});
+  }
+  AtomicWriter w(out_path);
+  s = w.Open();
+  if (!s.ok()) return s;
+  s = WriteHeader(w, BuildHeader(entries, {{"format", "pt"},
+                                           {"step", absl::StrCat(meta.step)},
+                                           {"model_fingerprint", meta.model_fingerprint}}));
+  if (!s.ok()) return s;
+  std::vector<float> buf;
+  for (const auto& [name, t] : out) {
+    int64_t n = 1;
+    for (int64_t d : t->shape) n *= d;
+    buf.resize(static_cast<size_t>(n));
+    s = (*reader)->ReadElements(t->name, 0, n, buf.data());
+    if (!s.ok()) return s;
+    s = w.Write(buf.data(), buf.size() * sizeof(float));
+    if (!s.ok()) return s;
+  }
+  return w.Commit();
+}
+
+absl::StatusOr<std::vector<SafetensorsTensor>> ReadSafetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("missing safetensors file ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string file = ss.str();
+  auto bad = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat("safetensors file ", path, ": ", why));
+  };
+  if (file.size() < 8) return bad("shorter than its 8-byte header length");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t{static_cast<unsigned char>(file[i])} << (8 * i);
+  if (n > file.size() - 8) return bad("header length past the end of the file");
+  google::protobuf::Struct header;
+  auto ps = google::protobuf::util::JsonStringToMessage(file.substr(8, n), &header);
+  if (!ps.ok()) return bad(absl::StrCat("header is not JSON: ", ps.ToString()));
+  const size_t data_start = 8 + n;
+  std::vector<SafetensorsTensor> out;
+  for (const auto& [name, value] : header.fields()) {
+    if (name == "__metadata__") continue;
+    if (!value.has_struct_value()) return bad(absl::StrCat("entry ", name, " is not an object"));
+    const auto& f = value.struct_value().fields();
+    auto dt = f.find("dtype"), sh = f.find("shape"), off = f.find("data_offsets");
+    if (dt == f.end() || sh == f.end() || off == f.end() || !off->second.has_list_value() ||
+        off->second.list_value().values_size() != 2 || !sh->second.has_list_value()) {
+      return bad(absl::StrCat("entry ", name, " lacks dtype, shape or data_offsets"));
+    }
+    SafetensorsTensor t;
+    t.name = name;
+    t.dtype = dt->second.string_value();
+    int64_t numel = 1;
+    for (const auto& d : sh->second.list_value().values()) {
+      t.shape.push_back(static_cast<int64_t>(d.number_value()));
+      numel *= t.shape.back();
+    }
+    const auto b = static_cast<uint64_t>(off->second.list_value().values(0).number_value());
+    const auto e = static_cast<uint64_t>(off->second.list_value().values(1).number_value());
+    const int size = SafetensorsDtypeSize(t.dtype);
+    if (size == 0) return bad(absl::StrCat("tensor ", name, " has unknown dtype ", t.dtype));
+    if (e < b || data_start + e > file.size() ||
+        e - b != static_cast<uint64_t>(numel) * static_cast<uint64_t>(size)) {
+      return bad(absl::StrCat("tensor ", name, " has data_offsets outside the file or not "
+                              "matching its shape"));
+    }
+    t.data = file.substr(data_start + b, e - b);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace shardline::checkpoint

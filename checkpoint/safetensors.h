@@ -1,0 +1,55 @@
+// Safetensors files (https://huggingface.co/docs/safetensors): one consolidated model file that
+// Python's `safetensors` and PyTorch load by parameter name.
+//
+//   8 bytes   little-endian u64 N: header length
+//   N bytes   JSON {"<name>": {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}, ...,
+//                   "__metadata__": {"format": "pt", ...}} padded with spaces to a multiple of 8
+//   data      each tensor's row-major little-endian bytes at [b, e) after the header
+//
+// ExportSafetensors works from a checkpoint directory alone (no processes, no LibTorch), so
+// `shardctl export JOB --step N --out F` can call it. Tied parameters are written under every
+// name (the alias as a copy), as a PyTorch state_dict names them.
+//
+// Thread safety: pure functions.
+#ifndef SHARDLINE_CHECKPOINT_SAFETENSORS_H_
+#define SHARDLINE_CHECKPOINT_SAFETENSORS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace shardline::checkpoint {
+
+struct SafetensorsTensor {
+  std::string name;
+  std::string dtype;            // "F32", "F16", "BF16", ...
+  std::vector<int64_t> shape;
+  std::string data;             // Row-major little-endian bytes.
+};
+
+// Writes the parameters (not the optimizer state) of the committed checkpoint `step` (-1: the
+// latest) under `checkpoint_root` to `out_path` (atomically), with metadata step, format and
+// model_fingerprint. Every range is checksummed on the way. Errors: as CheckpointReader
+// (NOT_FOUND, FAILED_PRECONDITION, DATA_LOSS naming file and tensor); INTERNAL for I/O.
+absl::Status ExportSafetensors(const std::string& checkpoint_root, int64_t step,
+                               const std::string& out_path);
+
+// Errors: INTERNAL for I/O.
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<SafetensorsTensor>& tensors,
+                              const std::map<std::string, std::string>& metadata);
+
+// Errors: NOT_FOUND for a missing file; DATA_LOSS naming the path for a malformed header or
+// offsets outside the file.
+absl::StatusOr<std::vector<SafetensorsTensor>> ReadSafetensors(const std::string& path);
+
+// Bytes per element of a safetensors dtype name; 0 when unknown.
+int SafetensorsDtypeSize(const std::string& dtype);
+
+}  // namespace shardline::checkpoint
+
+#endif  // SHARDLINE_CHECKPOINT_SAFETENSORS_H_

@@ -1,0 +1,353 @@
+#include "checkpoint/sharded_checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/shard_writer.h"
+#include "common/status_macros.h"
+#include "common/torch_status.h"
+
+namespace shardline::checkpoint {
+namespace {
+
+// "<param>.exp_avg" (ShardedOptimizer::LocalState) -> "<param>#exp_avg" (manifest).
+std::string StateManifestName(const std::string& local_name) {
+  for (const char* suffix : {"exp_avg_sq", "exp_avg", "momentum_buffer"}) {
+    const std::string dotted = absl::StrCat(".", suffix);
+    if (absl::EndsWith(local_name, dotted)) {
+      return absl::StrCat(local_name.substr(0, local_name.size() - dotted.size()), "#", suffix);
+    }
+  }
+  return local_name;
+}
+
+std::string RngState() {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  at::Tensor state = gen.get_state();
+  return std::string(static_cast<const char*>(state.data_ptr()), state.nbytes());
+}
+
+void SetRngState(const std::string& bytes) {
+  if (bytes.empty()) return;
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  at::Tensor state = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+  std::memcpy(state.data_ptr(), bytes.data(), bytes.size());
+  gen.set_state(state);
+}
+
+}  // namespace
+
+struct Checkpointer::Slices {
+  std::string step_dir;
+  std::string save_id;
+  bool writer = false;
+  int shard_index = 0;
+  int shard_count = 1;
+  bool commit = false;  // Rank 0.
+  CheckpointMeta meta;
+  std::vector<at::Tensor> owned;  // Host tensors the SliceData point into.
+  std::vector<SliceData> data;
+};
+
+Checkpointer::Checkpointer(const Options& options, fsdp::FsdpEngine* engine,
+                           fsdp::ShardedOptimizer* optimizer, fsdp::Communicator* world)
+    : options_(options), engine_(engine), optimizer_(optimizer), world_(world) {
+  std::vector<TensorInfo> params;
+  for (const auto& f : engine_->flat_params()) {
+    for (const fsdp::FlatParamEntry& e : f->entries()) params.push_back({e.name, e.shape});
+  }
+  fingerprint_ = ModelFingerprint(std::move(params));
+  aliases_ = engine_->aliases();
+}
+
+absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(
+    const Options& options, fsdp::FsdpEngine* engine, fsdp::ShardedOptimizer* optimizer,
+    fsdp::Communicator* world) {
+  if (options.root.empty()) return absl::InvalidArgumentError("checkpoint root is empty");
+  if (engine == nullptr || world == nullptr) {
+    return absl::InvalidArgumentError("Checkpointer needs an engine and a world communicator");
+  }
+  return std::unique_ptr<Checkpointer>(new Checkpointer(options, engine, optimizer, world));
+}
+
+Checkpointer::~Checkpointer() { (void)WaitForPendingSave(); }
+
+std::vector<fsdp::ShardSlice> Checkpointer::LocalSlices() const {
+  std::vector<fsdp::ShardSlice> out = engine_->LocalParamState();
+  if (optimizer_ != nullptr) {
+    for (fsdp::ShardSlice s : optimizer_->LocalState()) {
+      s.name = StateManifestName(s.name);
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+absl::Status Checkpointer::WaitForPendingSave() {
+  if (save_thread_.joinable()) save_thread_.join();
+  absl::MutexLock lock(&mu_);
+  absl::Status s = save_status_;
+  save_status_ = absl::OkStatus();
+  return s;
+}
+
+absl::Status Checkpointer::WriteAndCommit(const Slices& sl) {
+  if (sl.writer) {
+    if (options_.test_after_data_file) options_.test_after_data_file(sl.shard_index);
+    ASSIGN_OR_RETURN(ShardWriteResult w,
+                     WriteShard(sl.step_dir, sl.shard_index, sl.save_id, sl.data));
+    if (options_.on_saved) {
+      SaveEvent e;
+      e.step = sl.meta.step;
+      e.step_dir = sl.step_dir;
+      e.files = {w.data_file};
+      e.expected_files = sl.shard_count;
+      options_.on_saved(e);
+    }
+  }
+  if (sl.commit) {
+    RETURN_IF_ERROR(CommitCheckpoint(sl.step_dir, sl.shard_count, sl.save_id, sl.meta,
+                                     options_.commit_timeout));
+    ASSIGN_OR_RETURN(std::vector<int64_t> deleted,
+                     ApplyRetention(options_.root, options_.keep_last));
+    (void)deleted;
+    if (options_.on_saved) {
+      SaveEvent e;
+      e.step = sl.meta.step;
+      e.step_dir = sl.step_dir;
+      e.files = {kManifestFile};
+      e.manifest_committed = true;
+      e.expected_files = sl.shard_count;
+      options_.on_saved(e);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
+  RETURN_IF_ERROR(WaitForPendingSave());
+  const fsdp::EngineLayout& layout = engine_->layout();
+  const int rank = engine_->rank();
+  const at::Device device = engine_->flat_params().empty()
+                                ? at::Device(at::kCPU)
+                                : engine_->flat_params()[0]->shard().device();
+
+  // A save id from rank 0 (sum of rank 0's value and zeros), so the committing rank never
+  // merges leftovers of an interrupted save of the same step.
+  at::Tensor id = at::zeros({1}, at::kLong);
+  if (rank == 0) {
+    std::random_device rd;
+    id.fill_(static_cast<int64_t>(((uint64_t{rd()} << 32) | rd()) >> 2));
+  }
+  at::Tensor id_dev = id.to(device);
+  RETURN_IF_ERROR(world_->AllReduce(id_dev, fsdp::ReduceOp::kSum));
+  id = id_dev.cpu();
+
+  auto sl = std::make_shared<Slices>();
+  sl->step_dir = StepDir(options_.root, progress.step);
+  sl->save_id = absl::StrFormat("%016x", static_cast<uint64_t>(id.item<int64_t>()));
+  sl->writer = layout.ReplicateIndex(rank) == 0;
+  sl->shard_index = layout.ShardIndex(rank);
+  sl->shard_count = layout.shard_degree;
+  sl->commit = rank == 0;
+  CheckpointMeta& m = sl->meta;
+  m.step = progress.step;
+  m.model_fingerprint = fingerprint_;
+  m.world_size = layout.world_size;
+  m.strategy = layout.strategy;
+  m.shard_degree = layout.shard_degree;
+  m.data_epoch = progress.data_epoch;
+  m.data_position = progress.data_position;
+  m.rng_state = progress.rng_state.empty() ? RngState() : progress.rng_state;
+  m.optimizer = optimizer_ != nullptr ? options_.optimizer_kind : "";
+  m.optimizer_step = optimizer_ != nullptr ? optimizer_->step_count() : 0;
+  m.job_id = options_.job_id;
+  m.aliases = aliases_;
+  if (sl->writer) {
+    RETURN_IF_ERROR(TorchCall("copy checkpoint shards to host", [&] {
+      at::NoGradGuard no_grad;
+      for (const fsdp::ShardSlice& s : LocalSlices()) {
+        if (s.end <= s.start) continue;
+        at::Tensor host = s.local.detach().to(at::kCPU).contiguous();
+        // Asynchronous saves need a private copy: training updates the shards in place.
+        if (async && host.data_ptr() == s.local.data_ptr()) host = host.clone();
+        sl->data.push_back(SliceData{s.name, s.global_shape, s.start, s.end,
+                                     host.data_ptr<float>()});
+        sl->owned.push_back(std::move(host));
+      }
+    }));
+  }
+  if (async) {
+    save_thread_ = std::thread([this, sl] {
+      absl::Status s = WriteAndCommit(*sl);
+      absl::MutexLock lock(&mu_);
+      save_status_ = s;
+    });
+    return absl::OkStatus();
+  }
+  absl::Status s = WriteAndCommit(*sl);
+  // Every rank returns after the commit, and with an error if any rank failed.
+  at::Tensor failed = at::full({1}, s.ok() ? 0.0 : 1.0, at::kDouble).to(device);
+  absl::Status agree = world_->AllReduce(failed, fsdp::ReduceOp::kSum);
+  if (!s.ok()) return s;  // Our own error says more than a lost peer.
+  RETURN_IF_ERROR(agree);
+  const double n = failed.cpu().item<double>();
+  if (n > 0) {
+    return absl::AbortedError(absl::StrCat("checkpoint ", sl->step_dir, ": the save failed on ",
+                                           n, " other rank(s)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
+  RETURN_IF_ERROR(WaitForPendingSave());
+  const at::Device device = engine_->flat_params().empty()
+                                ? at::Device(at::kCPU)
+                                : engine_->flat_params()[0]->shard().device();
+  std::vector<fsdp::ShardSlice> slices = LocalSlices();
+  std::vector<at::Tensor> staged(slices.size());
+  std::unique_ptr<CheckpointReader> reader;
+
+  // Everything that can fail happens here, before any rank touches its model.
+  auto stage = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(reader, CheckpointReader::Open(options_.root, step));
+    const CheckpointMeta& meta = reader->meta();
+    const std::string manifest = absl::StrCat(reader->dir(), "/", kManifestFile);
+    if (meta.model_fingerprint != fingerprint_) {
+      std::map<std::string, std::vector<int64_t>> theirs, ours;
+      for (const TensorInfo& t : meta.tensors) {
+        if (t.name.find('#') == std::string::npos) theirs[t.name] = t.shape;
+      }
+      for (const auto& f : engine_->flat_params()) {
+        for (const fsdp::FlatParamEntry& e : f->entries()) ours[e.name] = e.shape;
+      }
+      std::string diff = "(names and shapes agree; the fingerprint differs)";
+      for (const auto& [name, shape] : ours) {
+        auto it = theirs.find(name);
+        if (it == theirs.end()) {
+          diff = absl::StrCat("tensor ", name, " is not in the checkpoint");
+          break;
+        }
+        if (it->second != shape) {
+          diff = absl::StrCat("tensor ", name, " has another shape in the checkpoint");
+          break;
+        }
+      }
+      for (const auto& [name, shape] : theirs) {
+        if (diff[0] == '(' && ours.count(name) == 0) {
+          diff = absl::StrCat("tensor ", name, " of the checkpoint is not in this model");
+        }
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          manifest, " is for another model (fingerprint ", meta.model_fingerprint,
+          ", this model ", fingerprint_, "): ", diff));
+    }
+    if (optimizer_ != nullptr && meta.optimizer != options_.optimizer_kind) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(manifest, " holds optimizer state for '", meta.optimizer,
+                       "', this run uses '", options_.optimizer_kind, "'"));
+    }
+    RETURN_IF_ERROR(reader->VerifyFiles());
+    for (size_t i = 0; i < slices.size(); ++i) {
+      const fsdp::ShardSlice& s = slices[i];
+      staged[i] = at::empty({s.end - s.start}, at::kFloat);
+      if (s.end <= s.start) continue;
+      const int ti = reader->FindTensor(s.name);
+      if (ti < 0) {
+        return absl::NotFoundError(absl::StrCat(manifest, " has no tensor ", s.name));
+      }
+      if (meta.tensors[ti].shape != s.global_shape) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(manifest, ": tensor ", s.name, " has another shape"));
+      }
+      RETURN_IF_ERROR(
+          reader->ReadElements(s.name, s.start, s.end, staged[i].data_ptr<float>()));
+    }
+    return absl::OkStatus();
+  };
+  absl::Status local = stage();
+
+  at::Tensor failed = at::full({1}, local.ok() ? 0.0 : 1.0, at::kDouble).to(device);
+  absl::Status agree = world_->AllReduce(failed, fsdp::ReduceOp::kSum);
+  if (!local.ok()) return local;
+  RETURN_IF_ERROR(agree);
+  const double n = failed.cpu().item<double>();
+  if (n > 0) {
+    return absl::AbortedError(absl::StrCat("checkpoint ", reader->dir(),
+                                           " failed verification on ", n,
+                                           " other rank(s); nothing was loaded"));
+  }
+
+  RETURN_IF_ERROR(TorchCall("load checkpoint shards", [&] {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < slices.size(); ++i) {
+      if (slices[i].end > slices[i].start) slices[i].local.copy_(staged[i]);
+    }
+  }));
+  const CheckpointMeta& meta = reader->meta();
+  if (optimizer_ != nullptr) optimizer_->set_step_count(meta.optimizer_step);
+  SetRngState(meta.rng_state);
+  TrainingProgress p;
+  p.step = meta.step;
+  p.data_epoch = meta.data_epoch;
+  p.data_position = meta.data_position;
+  p.rng_state = meta.rng_state;
+  p.optimizer_step = meta.optimizer_step;
+  return p;
+}
+
+absl::Status LoadSafetensorsIntoEngine(const std::string& path, fsdp::FsdpEngine* engine) {
+  ASSIGN_OR_RETURN(std::vector<SafetensorsTensor> tensors, ReadSafetensors(path));
+  std::map<std::string, at::Tensor> state;
+  for (SafetensorsTensor& t : tensors) {
+    at::ScalarType type;
+    if (t.dtype == "F32") {
+      type = at::kFloat;
+    } else if (t.dtype == "F16") {
+      type = at::kHalf;
+    } else if (t.dtype == "BF16") {
+      type = at::kBFloat16;
+    } else {
+      continue;  // Not a parameter this engine could hold; a missing one is reported below.
+    }
+    at::Tensor raw = at::empty(t.shape, type);
+    std::memcpy(raw.data_ptr(), t.data.data(), t.data.size());
+    state[t.name] = raw.to(at::kFloat);
+  }
+  // Check everything first: LoadFullParamState stops at the first problem after copying the
+  // parameters before it.
+  for (const auto& f : engine->flat_params()) {
+    for (const fsdp::FlatParamEntry& e : f->entries()) {
+      auto it = state.find(e.name);
+      for (size_t a = 0; it == state.end() && a < e.aliases.size(); ++a) {
+        it = state.find(e.aliases[a]);
+      }
+      if (it == state.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": parameter ", e.name, " is missing (or not F32/F16/BF16)"));
+      }
+      if (it->second.sizes().vec() != e.shape) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": parameter ", e.name, " has another shape than the model's"));
+      }
+    }
+  }
+  absl::Status s;
+  RETURN_IF_ERROR(TorchCall("load safetensors", [&] { s = engine->LoadFullParamState(state); }));
+  return s;
+}
+
+}  // namespace shardline::checkpoint

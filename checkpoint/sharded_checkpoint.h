@@ -1,0 +1,134 @@
+// Checkpointer: saves and loads an FSDP engine's sharded parameters and optimizer state in the
+// checkpoint format of format.h (docs/checkpoint_format.md), with the training progress (step,
+// data cursor, RNG state, optimizer step count).
+//
+//   ASSIGN_OR_RETURN(auto ckpt, Checkpointer::Create(options, engine, optimizer, world));
+//   ASSIGN_OR_RETURN(TrainingProgress p, ckpt->Load(/*step=*/-1));   // any W, S, strategy
+//   ... train ...
+//   RETURN_IF_ERROR(ckpt->Save(progress, /*async=*/true));            // every rank, same step
+//   RETURN_IF_ERROR(ckpt->WaitForPendingSave());                      // before exiting
+//
+// Save (a collective over `world`: every rank calls it at the same step):
+//   rank 0 picks a random save id and broadcasts it; the ranks of replicate index 0 (one per
+//   shard) write their shard's slices (shard_writer.h); rank 0 then waits for every shard's
+//   index, writes MANIFEST.json atomically and applies retention. Synchronous saves end with a
+//   barrier, so every rank returns after the commit. Asynchronous saves copy the slices to host
+//   memory on the calling thread and do the rest on a background thread; the next Save (or
+//   WaitForPendingSave) waits for it first and returns its error.
+// Load (a collective over `world`): every rank checks the manifest (version, model fingerprint,
+// optimizer kind), that every file exists with its size, and reads and checksums the ranges
+// overlapping its own shard of every parameter and state tensor into staging memory; the ranks
+// then agree (all-reduce) that all succeeded before any of them copies into the model, so a
+// damaged checkpoint loads nothing anywhere. Resharding is offset arithmetic: each rank reads
+// exactly the elements its new shards cover, whatever W, S and strategy wrote them.
+//
+// Errors: Load: NOT_FOUND (no committed checkpoint / missing file), FAILED_PRECONDITION (unknown
+// format version, another model: names the manifest and the first differing tensor, another
+// optimizer), DATA_LOSS (checksum mismatch, truncated file: names file and tensor), ABORTED on
+// the ranks whose own reads succeeded when another rank's failed. Save: INTERNAL for I/O,
+// DEADLINE_EXCEEDED when shard writers do not finish within commit_timeout; collective errors.
+//
+// Thread safety: call from the training thread only; callbacks may run on the save thread.
+#ifndef SHARDLINE_CHECKPOINT_SHARDED_CHECKPOINT_H_
+#define SHARDLINE_CHECKPOINT_SHARDED_CHECKPOINT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "checkpoint/format.h"
+#include "fsdp/communicator.h"
+#include "fsdp/fsdp_engine.h"
+#include "fsdp/sharded_optimizer.h"
+
+namespace shardline::checkpoint {
+
+// Where training stands; saved with the tensors, returned by Load.
+struct TrainingProgress {
+  int64_t step = 0;           // Optimizer steps completed.
+  int64_t data_epoch = 0;     // data::DataCursor of the next global batch.
+  int64_t data_position = 0;
+  std::string rng_state;      // Filled by Save from LibTorch's CPU generator when empty.
+  int64_t optimizer_step = 0; // Filled by Load from the manifest.
+};
+
+// What one rank did for one save (for the coordinator's ReportCheckpoint).
+struct SaveEvent {
+  int64_t step = 0;
+  std::string step_dir;
+  std::vector<std::string> files;  // Data files this rank wrote, or MANIFEST.json on commit.
+  bool manifest_committed = false;
+  int expected_files = 0;          // Data files of the step (= shard degree).
+};
+
+class Checkpointer {
+ public:
+  struct Options {
+    std::string root;                 // Checkpoints go to <root>/step_<N>/.
+    int keep_last = 0;                // Retention after each commit (0 keeps all).
+    std::string optimizer_kind;       // "adamw" / "sgd" (recorded, checked on load).
+    std::string job_id;
+    absl::Duration commit_timeout = absl::Minutes(10);
+    // After this rank's data file is durable (writers) and after the commit (rank 0); may run
+    // on the save thread.
+    std::function<void(const SaveEvent&)> on_saved;
+    // Tests only: runs on writers after the data file is written, before its index (simulates
+    // a crash in the middle of a save).
+    std::function<void(int shard_index)> test_after_data_file;
+  };
+
+  // engine and world are borrowed and must outlive the Checkpointer; optimizer may be nullptr
+  // (parameters only). world spans all W ranks (rank 0 is global rank 0).
+  // Errors: INVALID_ARGUMENT for an empty root or a null engine/world.
+  static absl::StatusOr<std::unique_ptr<Checkpointer>> Create(const Options& options,
+                                                              fsdp::FsdpEngine* engine,
+                                                              fsdp::ShardedOptimizer* optimizer,
+                                                              fsdp::Communicator* world);
+  ~Checkpointer();  // Waits for a pending save.
+
+  absl::Status Save(const TrainingProgress& progress, bool async);
+  absl::Status WaitForPendingSave();
+  // step -1: the latest committed one. Restores parameters, optimizer state and step count and
+  // the RNG state; returns the progress to continue from.
+  absl::StatusOr<TrainingProgress> Load(int64_t step);
+
+  // The fingerprint this model's checkpoints carry (format.h ModelFingerprint).
+  std::string fingerprint() const { return fingerprint_; }
+
+ private:
+  Checkpointer(const Options& options, fsdp::FsdpEngine* engine,
+               fsdp::ShardedOptimizer* optimizer, fsdp::Communicator* world);
+  struct Slices;
+  // This rank's slices: parameters, then optimizer state ("<param>#<state>").
+  std::vector<fsdp::ShardSlice> LocalSlices() const;
+  absl::Status WriteAndCommit(const Slices& slices);
+
+  Options options_;
+  fsdp::FsdpEngine* engine_;
+  fsdp::ShardedOptimizer* optimizer_;
+  fsdp::Communicator* world_;
+  std::string fingerprint_;
+  std::map<std::string, std::string> aliases_;
+
+  std::thread save_thread_;
+  absl::Mutex mu_;
+  absl::Status save_status_ ABSL_GUARDED_BY(mu_);
+};
+
+// Loads parameters from a safetensors file (checkpoint.init_from_safetensors: start from given
+// weights; the optimizer stays fresh). Names are the model's parameter names (aliases of tied
+// parameters accepted); F32, F16 and BF16 are converted to fp32. Each rank keeps its shard; no
+// collective. Errors: ReadSafetensors's; INVALID_ARGUMENT naming a missing parameter or a shape
+// mismatch (nothing is loaded then).
+absl::Status LoadSafetensorsIntoEngine(const std::string& path, fsdp::FsdpEngine* engine);
+
+}  // namespace shardline::checkpoint
+
+#endif  // SHARDLINE_CHECKPOINT_SHARDED_CHECKPOINT_H_
