@@ -320,9 +320,25 @@ absl::StatusOr<bool> CoordinatorCore::NextAssignment(const std::string& worker_i
       return absl::AbortedError(
           absl::StrCat("assignment stream of worker ", worker_id, " superseded by a newer one"));
     }
-    if (!box.queue.empty()) {
+    while (!box.queue.empty()) {
       *out = std::move(box.queue.front());
       box.queue.pop_front();
+      if (out->action() != Assignment::START) return true;
+      // A START of an attempt that ended meanwhile is not delivered.
+      const Job* job = FindJob(out->job_id());
+      if (job == nullptr || job->rec.status().state() != RUNNING ||
+          job->rec.status().attempt() != out->attempt()) {
+        continue;
+      }
+      // Group lists are filled here, one rank at a time, not when the attempt is placed: for
+      // W = 16384 they hold W * (S + W/S) integers, too much work for one critical section.
+      const int32_t w = out->world_size();
+      const int32_t sd = job->rec.shard_degree() > 0 ? job->rec.shard_degree() : w;
+      const int32_t group = out->rank() / sd;
+      out->mutable_shard_group_ranks()->Reserve(sd);
+      for (int32_t k = 0; k < sd; ++k) out->add_shard_group_ranks(group * sd + k);
+      out->mutable_replicate_group_ranks()->Reserve(w / sd);
+      for (int32_t k = out->rank() % sd; k < w; k += sd) out->add_replicate_group_ranks(k);
       return true;
     }
     if (changed_.WaitWithDeadline(&mu_, deadline)) return false;
@@ -365,7 +381,6 @@ Assignment CoordinatorCore::StartAssignment(const Job& job, const RankPlacement&
                                             const std::string& master_addr) const {
   const JobStatus& st = job.rec.status();
   const int32_t w = st.world_size();
-  const int32_t s = job.rec.shard_degree() > 0 ? job.rec.shard_degree() : w;
   Assignment a;
   a.set_action(Assignment::START);
   a.set_job_id(st.job_id());
@@ -375,8 +390,7 @@ Assignment CoordinatorCore::StartAssignment(const Job& job, const RankPlacement&
   a.set_local_rank(p.local_rank());
   a.set_local_world_size(local_world);
   a.set_slot_index(p.slot_index());
-  for (int32_t k = 0; k < s; ++k) a.add_shard_group_ranks(p.shard_group() * s + k);
-  for (int32_t k = p.replicate_group(); k < w; k += s) a.add_replicate_group_ranks(k);
+  // shard_group_ranks / replicate_group_ranks: filled by NextAssignment at delivery.
   a.set_rendezvous_namespace(Namespace(job.rec));
   a.set_rendezvous_secret(job.rec.rendezvous_secret());
   *a.mutable_spec() = st.spec();

@@ -34,6 +34,8 @@
 
 #include "coordinator/client.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "coordinator/clock.h"
+#include "coordinator/coordinator_core.h"
 #include "coordinator/planner.h"
 #include "coordinator/testing/coordinator_process.h"
 
@@ -175,6 +177,45 @@ class OpenStreams {
   std::thread thread_;
 };
 
+// Submit-to-RUNNING inside the core (planning, reservations, rendezvous, one START per rank) for
+// a job of `ranks` ranks on nodes of 8 slots.
+std::string ScheduleTable(int ranks) {
+  std::string out = absl::StrFormat(
+      "scheduling a %d-rank job in the core (plan + reserve + %d STARTs queued)\n", ranks, ranks);
+  absl::StrAppend(&out, absl::StrFormat("  %-14s %10s\n", "shard degree", "time ms"));
+  for (int s : {8, 64}) {
+    sc::RealClock clock;
+    sc::CoreOptions o;
+    o.clock = &clock;
+    auto core = sc::CoordinatorCore::Create(o);
+    if (!core.ok()) return absl::StrCat(out, "  error: ", core.status().ToString(), "\n");
+    for (int n = 0; n < ranks / 8; ++n) {
+      shardline::RegisterWorkerRequest req;
+      req.set_node_name(absl::StrFormat("node%05d", n));
+      req.set_address("10.0.0.1");
+      for (int k = 0; k < 8; ++k) {
+        auto* slot = req.add_slots();
+        slot->set_kind(shardline::Slot::CPU);
+        slot->set_index(k);
+      }
+      (void)(*core)->RegisterWorker(req);
+    }
+    shardline::JobSpec spec;
+    spec.set_name("big");
+    spec.set_world_size(ranks);
+    spec.mutable_fsdp()->set_sharding_strategy(shardline::FsdpSpec::HYBRID_SHARD);
+    spec.mutable_fsdp()->set_hybrid_shard_degree(s);
+    const absl::Time t0 = absl::Now();
+    auto id = (*core)->SubmitJob(spec);
+    const double ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+    if (!id.ok() || (*core)->GetJob(*id)->state() != shardline::RUNNING) {
+      return absl::StrCat(out, "  error: job did not start\n");
+    }
+    absl::StrAppend(&out, absl::StrFormat("  %-14d %10.1f\n", s, ms));
+  }
+  return out;
+}
+
 struct LoadResult {
   int workers = 0;
   int64_t streams = 0;
@@ -311,6 +352,7 @@ int main(int argc, char** argv) {
       absl::FormatTime(absl::Now()), "; load average at start ", LoadAverage(),
       " (the coordinator, this tool and anything else running share the cores)\n\n");
   absl::StrAppend(&report, PlanningTable(absl::GetFlag(FLAGS_plan_ranks)), "\n");
+  absl::StrAppend(&report, ScheduleTable(absl::GetFlag(FLAGS_plan_ranks)), "\n");
   std::cout << report << std::flush;
   std::string table = absl::StrFormat(
       "heartbeats at 1/s per worker, %ds, %d client threads, %d channels\n"
