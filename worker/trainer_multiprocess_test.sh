@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Four trainer processes started from a shell loop with torchrun-style variables train the
 # example spec (tiny GPT, HYBRID_SHARD degree 2 => W = 4 = 2 replicas x 2 shards) and write
-# metrics; then the exit codes of a bad spec, bad data, a missing peer and a signal.
+# metrics, agreeing with a single-process run of the same spec; then the exit codes of a bad
+# spec, bad data, a missing peer and a signal.
 #   $1: the trainer binary   $2: the free-port helper
 set -euo pipefail
 TRAINER="$(realpath "$1")"
@@ -48,6 +49,15 @@ last=$(losses "$OUT/metrics.0.jsonl" | tail -1 | cut -d' ' -f2)
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' ||
   fail "loss did not fall: first $first, last $last"
 grep -q "^ROMEO:" "$OUT/out.0" || fail "rank 0 printed no sample"
+
+# The same spec at W = 1 (4 accumulated micro-batches instead of 4 ranks) reads the same global
+# batches, so it logs the same training losses (up to float summation order).
+"$TRAINER" --spec "$SPEC" --set fsdp.sharding_strategy=NO_SHARD --set fsdp.hybrid_shard_degree=0 \
+  --set train.steps=12 --set train.eval_every=6 --set train.log_every=3 \
+  --metrics_out "$OUT/metrics.w1.jsonl" >/dev/null 2>"$OUT/log.w1" || fail "W=1 run failed"
+paste <(losses "$OUT/metrics.0.jsonl" | cut -d' ' -f2) <(losses "$OUT/metrics.w1.jsonl" | cut -d' ' -f2) |
+  awk 'NF != 2 || ($1 - $2 > 1e-3 || $2 - $1 > 1e-3) { bad = 1 } END { exit bad || NR != 4 }' ||
+  fail "W=4 losses differ from W=1: $(losses "$OUT/metrics.0.jsonl" | tr '\n' ' ') vs $(losses "$OUT/metrics.w1.jsonl" | tr '\n' ' ')"
 grep -q '"sample": "ROMEO:' "$OUT/metrics.0.jsonl" || fail "rank 0's last metrics line has no sample"
 ! grep -q "^ROMEO:" "$OUT/out.1" || fail "rank 1 printed a sample"
 
