@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "coordinator/client.h"
@@ -634,6 +635,32 @@ TEST_F(CoordinatorIntegrationTest, SigtermEndsOpenStreamsAndExitsCleanly) {
   EXPECT_GE(watched, 1);
   EXPECT_EQ(watch_status.code(), absl::StatusCode::kUnavailable) << watch_status;
   EXPECT_EQ(stream_status.code(), absl::StatusCode::kUnavailable) << stream_status;
+}
+
+TEST_F(CoordinatorIntegrationTest, HealthServiceReportsServing) {
+  // grpc.health.v1.Health/Check with an empty HealthCheckRequest (service ""), through the
+  // generic stub: the response is HealthCheckResponse{status: SERVING (1)} = bytes 08 01.
+  auto channel = grpc::CreateChannel(proc_->address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty("", 0);
+  request = grpc::ByteBuffer(&empty, 1);
+  grpc::CompletionQueue cq;
+  auto call = stub.PrepareUnaryCall(&ctx, "/grpc.health.v1.Health/Check", request, &cq);
+  call->StartCall();
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag;
+  bool ok;
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
 TEST(CoordinatorListen, NonLoopbackWithoutTokensRefusesUnlessInsecure) {
