@@ -441,6 +441,13 @@ TEST_F(CoordinatorIntegrationTest, MissingAndWrongTokensAreRefusedAndChangeNothi
     EXPECT_EQ(c->CancelJob("job-1").code(), absl::StatusCode::kUnauthenticated);
   }
   EXPECT_NE(anonymous->ListJobs().status().message().find("missing"), std::string::npos);
+  // Streams and rendezvous refuse too.
+  EXPECT_EQ(wrong->WatchJob("job-1", [](const JobStatus&) { return true; }).code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(wrong->StreamAssignments("w1", [](const Assignment&) { return true; }).code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(wrong->RendezvousGet("job-1/1", "s", {"k"}, absl::Seconds(1)).status().code(),
+            absl::StatusCode::kUnauthenticated);
   for (CoordinatorClient* c : {anonymous.get(), wrong.get(), user_.get()}) {
     auto reg = c->RegisterWorker(WorkerReq("rogue", 4));
     EXPECT_EQ(reg.status().code(), absl::StatusCode::kUnauthenticated) << reg.status();
