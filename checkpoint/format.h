@@ -81,6 +81,15 @@ struct CheckpointMeta {
   std::vector<TensorInfo> tensors;             // Parameters, then "<param>#<state>" entries.
 };
 
+// What one rank did for one save (for the coordinator's ReportCheckpoint).
+struct SaveEvent {
+  int64_t step = 0;
+  std::string step_dir;
+  std::vector<std::string> files;  // Data files this rank wrote, or MANIFEST.json on commit.
+  bool manifest_committed = false;
+  int expected_files = 0;          // Data files of the step (= shard degree).
+};
+
 // "blocks.0.fc.weight#exp_avg" -> true with param "blocks.0.fc.weight", state "exp_avg".
 bool SplitStateName(const std::string& name, std::string* param, std::string* state);
 

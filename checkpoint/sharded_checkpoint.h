@@ -59,15 +59,6 @@ struct TrainingProgress {
   int64_t optimizer_step = 0; // Filled by Load from the manifest.
 };
 
-// What one rank did for one save (for the coordinator's ReportCheckpoint).
-struct SaveEvent {
-  int64_t step = 0;
-  std::string step_dir;
-  std::vector<std::string> files;  // Data files this rank wrote, or MANIFEST.json on commit.
-  bool manifest_committed = false;
-  int expected_files = 0;          // Data files of the step (= shard degree).
-};
-
 class Checkpointer {
  public:
   struct Options {

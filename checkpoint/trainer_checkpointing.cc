@@ -1,0 +1,71 @@
+#include "checkpoint/trainer_checkpointing.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace shardline::checkpoint {
+
+absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> TrainerCheckpointing::Create(
+    const CheckpointPolicy& policy, fsdp::FsdpEngine* engine, fsdp::ShardedOptimizer* optimizer,
+    fsdp::Communicator* world) {
+  std::unique_ptr<Checkpointer> ckpt;
+  if (!policy.dir.empty()) {
+    Checkpointer::Options o;
+    o.root = policy.dir;
+    o.keep_last = policy.keep_last;
+    o.optimizer_kind = policy.optimizer_kind;
+    o.job_id = policy.job_id;
+    o.on_saved = policy.on_saved;
+    ASSIGN_OR_RETURN(ckpt, Checkpointer::Create(o, engine, optimizer, world));
+  }
+  return std::unique_ptr<TrainerCheckpointing>(
+      new TrainerCheckpointing(policy, engine, std::move(ckpt)));
+}
+
+absl::StatusOr<TrainingProgress> TrainerCheckpointing::Restore() {
+  if (ckpt_ != nullptr && policy_.resume_step != 0) {
+    absl::StatusOr<TrainingProgress> p = ckpt_->Load(policy_.resume_step);
+    if (p.ok()) {
+      if (engine_->rank() == 0) {
+        SL_LOG(INFO) << "resumed from " << StepDir(policy_.dir, p->step) << " (data epoch "
+                     << p->data_epoch << " position " << p->data_position << ")";
+      }
+      return p;
+    }
+    // Only "there is no checkpoint yet" starts fresh, and only when the latest was asked for.
+    const bool none_yet = policy_.resume_step == -1 && p.status().code() == absl::StatusCode::kNotFound &&
+                          absl::StrContains(p.status().message(), "no committed checkpoint under");
+    if (!none_yet) return p.status();
+  }
+  if (!policy_.init_from_safetensors.empty()) {
+    RETURN_IF_ERROR(LoadSafetensorsIntoEngine(policy_.init_from_safetensors, engine_));
+    if (engine_->rank() == 0) {
+      SL_LOG(INFO) << "initialized the weights from " << policy_.init_from_safetensors;
+    }
+  }
+  return TrainingProgress();
+}
+
+absl::Status TrainerCheckpointing::AfterStep(int64_t steps_done, int64_t epoch,
+                                             int64_t position) {
+  if (ckpt_ == nullptr) return absl::OkStatus();
+  const bool periodic = policy_.every_steps > 0 && steps_done % policy_.every_steps == 0;
+  const bool final = policy_.save_final && steps_done == policy_.total_steps;
+  if (!periodic && !final) return absl::OkStatus();
+  TrainingProgress p;
+  p.step = steps_done;
+  p.data_epoch = epoch;
+  p.data_position = position;
+  return ckpt_->Save(p, policy_.async_save);
+}
+
+absl::Status TrainerCheckpointing::Finish() {
+  if (ckpt_ == nullptr) return absl::OkStatus();
+  return ckpt_->WaitForPendingSave();
+}
+
+}  // namespace shardline::checkpoint

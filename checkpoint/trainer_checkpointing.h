@@ -1,0 +1,67 @@
+// TrainerCheckpointing: the trainer's checkpoint policy around a Checkpointer
+// (sharded_checkpoint.h), so the training loop only calls three functions:
+//
+//   ASSIGN_OR_RETURN(auto ckpt, TrainerCheckpointing::Create(policy, engine, optimizer, world));
+//   ASSIGN_OR_RETURN(TrainingProgress start, ckpt->Restore());   // resume / init / fresh
+//   ... after every optimizer step: RETURN_IF_ERROR(ckpt->AfterStep(done, epoch, position));
+//   RETURN_IF_ERROR(ckpt->Finish());                              // waits for an async save
+//
+// Restore: resume_step -1 loads the latest committed checkpoint if there is one (fresh start
+// otherwise), N > 0 loads step N (NOT_FOUND if it is not committed), 0 starts fresh; without a
+// checkpoint to resume, init_from_safetensors (if set) loads the weights (optimizer fresh).
+// AfterStep saves every every_steps steps and after the last one with save_final; async_save
+// writes from a background thread (the next save waits for the previous one).
+//
+// Thread safety: training thread only (collectives).
+#ifndef SHARDLINE_CHECKPOINT_TRAINER_CHECKPOINTING_H_
+#define SHARDLINE_CHECKPOINT_TRAINER_CHECKPOINTING_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "checkpoint/sharded_checkpoint.h"
+
+namespace shardline::checkpoint {
+
+struct CheckpointPolicy {
+  std::string dir;  // "" disables saving and resuming (init_from_safetensors still works).
+  int every_steps = 0;
+  int keep_last = 0;
+  bool async_save = false;
+  bool save_final = false;
+  int64_t resume_step = -1;
+  std::string init_from_safetensors;
+  int64_t total_steps = 0;      // train.steps (for save_final).
+  std::string optimizer_kind;   // "adamw" / "sgd".
+  std::string job_id;
+  std::function<void(const SaveEvent&)> on_saved;  // Coordinator reports (optional).
+};
+
+class TrainerCheckpointing {
+ public:
+  // Borrowed pointers must outlive this object. Errors: Checkpointer::Create's.
+  static absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> Create(
+      const CheckpointPolicy& policy, fsdp::FsdpEngine* engine,
+      fsdp::ShardedOptimizer* optimizer, fsdp::Communicator* world);
+
+  // Where training starts: step 0 and cursor (0, 0) when fresh.
+  absl::StatusOr<TrainingProgress> Restore();
+  // `steps_done` optimizer steps are complete; (epoch, position) is the sampler's cursor.
+  absl::Status AfterStep(int64_t steps_done, int64_t epoch, int64_t position);
+  absl::Status Finish();
+
+ private:
+  TrainerCheckpointing(const CheckpointPolicy& policy, fsdp::FsdpEngine* engine,
+                       std::unique_ptr<Checkpointer> ckpt)
+      : policy_(policy), engine_(engine), ckpt_(std::move(ckpt)) {}
+  CheckpointPolicy policy_;
+  fsdp::FsdpEngine* engine_;
+  std::unique_ptr<Checkpointer> ckpt_;  // Null without a dir.
+};
+
+}  // namespace shardline::checkpoint
+
+#endif  // SHARDLINE_CHECKPOINT_TRAINER_CHECKPOINTING_H_
