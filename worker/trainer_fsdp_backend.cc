@@ -85,7 +85,13 @@ absl::StatusOr<double> FsdpBackend::Step(double lr) {
 }
 
 absl::Status FsdpBackend::AllReduceSum(const at::Tensor& values) {
-  return comms_.world->AllReduce(values, fsdp::ReduceOp::kSum);
+  const at::Device device = model_.module().parameters().front().device();
+  if (device.is_cpu()) return comms_.world->AllReduce(values, fsdp::ReduceOp::kSum);
+  // NCCL reduces device tensors only.
+  at::Tensor on_device = values.to(device);
+  RETURN_IF_ERROR(comms_.world->AllReduce(on_device, fsdp::ReduceOp::kSum));
+  values.copy_(on_device.cpu());
+  return absl::OkStatus();
 }
 
 int64_t FsdpBackend::StateBytes() const {

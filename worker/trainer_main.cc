@@ -132,7 +132,12 @@ int Main(int argc, char** argv) {
   signal(SIGTERM, OnSignal);
   signal(SIGINT, OnSignal);
   if (c.cpu_threads > 0) at::set_num_threads(c.cpu_threads);
-  if (c.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  if (c.deterministic) {
+    // cuBLAS is deterministic only with a fixed workspace (must be set before CUDA starts); on
+    // CUDA, ops without a deterministic kernel warn instead of failing the job.
+    if (c.cuda) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/c.cuda);
+  }
 
   at::Device device = at::kCPU;
   if (c.cuda) {
