@@ -106,6 +106,7 @@ class Loop {
         }
         RETURN_IF_ERROR(Emit(m));
       }
+      if (o_.after_step) RETURN_IF_ERROR(o_.after_step(step + 1, sampler_.cursor()));
     }
     summary.steps = c_.steps;
     summary.cursor = sampler_.cursor();

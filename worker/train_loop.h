@@ -49,6 +49,10 @@ struct TrainLoopOptions {
   // Where training starts (a restored checkpoint's cursor and step).
   data::DataCursor start_cursor;
   int64_t start_step = 0;
+  // Optional; runs after every optimizer step with the steps completed and the cursor of the
+  // next global batch (checkpointing, checkpoint/trainer_checkpointing.h). An error ends
+  // training with it.
+  std::function<absl::Status(int64_t steps_done, const data::DataCursor& next)> after_step;
 };
 
 struct TrainSummary {

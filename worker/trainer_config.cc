@@ -167,6 +167,15 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
 
   c.cuda = s.device().kind() == DeviceSpec::CUDA;
   c.cpu_threads = s.device().cpu_threads();
+
+  const CheckpointSpec& ck = s.checkpoint();
+  c.checkpoint_dir = ck.dir();
+  c.checkpoint_every_steps = ck.every_steps();
+  c.checkpoint_keep_last = ck.keep_last();
+  c.checkpoint_async = ck.async_save();
+  c.checkpoint_save_final = ck.save_final();
+  c.resume_step = ck.resume_step();
+  c.init_from_safetensors = ck.init_from_safetensors();
   return c;
 }
 

@@ -103,6 +103,15 @@ struct TrainerConfig {
   // Device.
   bool cuda = false;
   int cpu_threads = 0;
+
+  // Checkpoints (spec checkpoint.*, paths absolute; checkpoint/trainer_checkpointing.h).
+  std::string checkpoint_dir;
+  int checkpoint_every_steps = 0;
+  int checkpoint_keep_last = 0;
+  bool checkpoint_async = false;
+  bool checkpoint_save_final = false;
+  int64_t resume_step = -1;  // -1 latest (if any), 0 fresh, N that step.
+  std::string init_from_safetensors;
 };
 
 // Loads the spec at `spec_path`, applies `overrides` ("path=value"), sets world_size from

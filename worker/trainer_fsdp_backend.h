@@ -52,6 +52,8 @@ class FsdpBackend : public TrainingBackend {
   int64_t StateBytes() const override;
 
   fsdp::FsdpEngine* engine() { return engine_.get(); }
+  fsdp::ShardedOptimizer* optimizer() { return optimizer_.get(); }
+  fsdp::Communicator* world() const { return comms_.world; }
 
  private:
   FsdpBackend(models::LanguageModel& model, const TrainerConfig& config, const Comms& comms,
