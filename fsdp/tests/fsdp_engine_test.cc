@@ -327,6 +327,37 @@ TEST(FsdpEngine, StrategiesIssueTheirScheduleOfCollectives) {
   }
 }
 
+// no_sync gradients must be reduced before a step; a single-rank world needs no communicators.
+TEST(FsdpEngine, StepWithUnreducedNoSyncGradientsIsFailedPrecondition) {
+  auto layout = MakeEngineLayout(1, "FULL_SHARD", 0);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  torch::manual_seed(1);
+  TinyGpt model{TinyGptConfig{}};
+  auto engine = FsdpEngine::Create(model.ptr(), *layout, nullptr, nullptr, FsdpEngineOptions{});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto opt = ShardedOptimizer::Create(engine->get(), ShardedOptimizerOptions{});
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  at::Tensor idx = at::zeros({2, 8}, at::kLong);
+  ASSERT_TRUE((*engine)->BeginForward().ok());
+  ASSERT_TRUE((*engine)->Backward(model->loss(idx, idx, engine->get()), false).ok());
+  auto step = (*opt)->Step();
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(step.status().message(), "no_sync")) << step.status();
+  ASSERT_TRUE((*engine)->BeginForward().ok());
+  ASSERT_TRUE((*engine)->Backward(model->loss(idx, idx, engine->get()), true).ok());
+  step = (*opt)->Step();
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_GT(*step, 0.0);
+  // Optimizer options are validated with the option named.
+  ShardedOptimizerOptions bad;
+  bad.beta2 = 1.0;
+  auto bad_opt = ShardedOptimizer::Create(engine->get(), bad);
+  ASSERT_FALSE(bad_opt.ok());
+  EXPECT_EQ(bad_opt.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad_opt.status().message(), "beta2")) << bad_opt.status();
+}
+
 // A rank that stops participating makes the others fail with DEADLINE_EXCEEDED naming the
 // group, the operation and the step.
 TEST(FsdpEngine, PeerThatStopsMakesOthersFailWithTimeout) {
