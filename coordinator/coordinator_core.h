@@ -102,6 +102,10 @@ class CoordinatorCore {
   absl::StatusOr<bool> NextAssignment(const std::string& worker_id, int64_t generation,
                                       absl::Duration wait, Assignment* out);
   std::vector<WorkerInfo> ListWorkers() const;
+  // Errors: NOT_FOUND.
+  absl::StatusOr<WorkerInfo> GetWorker(const std::string& worker_id) const {
+    return registry_.Get(worker_id);
+  }
 
   // ---- rendezvous (see rendezvous_store.h for the errors)
   absl::Status RendezvousSet(const RendezvousSetRequest& req);

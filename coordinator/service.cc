@@ -328,6 +328,28 @@ grpc::Status CoordinatorService::Authorize(const grpc::ServerContextBase* ctx, R
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::CheckNode(const grpc::ServerContextBase* ctx,
+                                           const std::string& node_name) const {
+  if (!options_.require_worker_client_cert) return grpc::Status::OK;
+  auto auth = ctx->auth_context();
+  if (auth != nullptr) {
+    for (const grpc::string_ref& id : auth->GetPeerIdentity()) {
+      if (absl::string_view(id.data(), id.size()) == node_name) return grpc::Status::OK;
+    }
+  }
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      "the client certificate does not name node " + node_name);
+}
+
+grpc::Status CoordinatorService::CheckWorker(const grpc::ServerContextBase* ctx,
+                                             const std::string& worker_id) const {
+  if (!options_.require_worker_client_cert) return grpc::Status::OK;
+  auto info = core_->GetWorker(worker_id);
+  // An unknown id is the core's business (re-register / NOT_FOUND), not an identity question.
+  if (!info.ok()) return grpc::Status::OK;
+  return CheckNode(ctx, info->node_name());
+}
+
 #define SL_AUTHORIZE(role)                                 \
   do {                                                     \
     grpc::Status auth_status_ = Authorize(ctx, role);      \
@@ -338,6 +360,7 @@ grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* ctx,
                                                 const RegisterWorkerRequest* req,
                                                 RegisterWorkerResponse* resp) {
   SL_AUTHORIZE(Role::kDaemon);
+  if (grpc::Status node = CheckNode(ctx, req->node_name()); !node.ok()) return node;
   auto r = core_->RegisterWorker(*req);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = std::move(*r);
@@ -349,6 +372,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
                                                          HeartbeatResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   grpc::Status status = Authorize(ctx, Role::kDaemon);
+  if (status.ok()) status = CheckWorker(ctx, req->worker_id());
   if (status.ok()) {
     auto r = core_->Heartbeat(*req);  // never blocks beyond the core's short locks
     if (r.ok()) {
@@ -365,6 +389,9 @@ grpc::ServerWriteReactor<Assignment>* CoordinatorService::StreamAssignments(
     grpc::CallbackServerContext* ctx, const StreamAssignmentsRequest* req) {
   if (grpc::Status auth = Authorize(ctx, Role::kDaemon); !auth.ok()) {
     return new RefusedStream<Assignment>(auth);
+  }
+  if (grpc::Status node = CheckWorker(ctx, req->worker_id()); !node.ok()) {
+    return new RefusedStream<Assignment>(node);
   }
   if (shutdown_) return new RefusedStream<Assignment>(Unavailable());
   const std::string worker_id = req->worker_id();

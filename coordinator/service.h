@@ -37,7 +37,8 @@ struct ServiceOptions {
   std::string user_token;
   std::string worker_token;
   // Mutual TLS for workers: RegisterWorker, Heartbeat and StreamAssignments also need a client
-  // certificate the server verified.
+  // certificate the server verified, naming the worker's node (its subject alternative names or
+  // common name must include node_name), so one node cannot act for another.
   bool require_worker_client_cert = false;
   // How often the pump re-checks every stream even without notifications (a safety net).
   absl::Duration sweep = absl::Seconds(5);
@@ -99,6 +100,10 @@ class CoordinatorService final : public CoordinatorServiceBase {
   // kDaemon: worker methods the node daemon calls (client certificate when required).
   enum class Role { kUser, kWorker, kDaemon };
   grpc::Status Authorize(const grpc::ServerContextBase* ctx, Role role) const;
+  // With mutual TLS: PERMISSION_DENIED unless the client certificate names `node_name`.
+  grpc::Status CheckNode(const grpc::ServerContextBase* ctx, const std::string& node_name) const;
+  // The same for a worker id (its registered node name).
+  grpc::Status CheckWorker(const grpc::ServerContextBase* ctx, const std::string& worker_id) const;
 
   CoordinatorCore* core_;
   const ServiceOptions options_;

@@ -49,6 +49,7 @@ class TlsTest : public ::testing::Test {
     ok_ = MakeCert("ca", "shardline-test-ca", "", "") &&
           MakeCert("server", "127.0.0.1", "ca", "IP:127.0.0.1") &&
           MakeCert("worker", "node-a", "ca", "") &&
+          MakeCert("worker_b", "node-b", "ca", "") &&
           MakeCert("other_ca", "someone-else", "", "") &&
           MakeCert("stranger", "node-x", "other_ca", "");
   }
@@ -118,9 +119,19 @@ TEST_F(TlsTest, WorkerDaemonCallsNeedAClientCertificateFromTheClientCa) {
   HeartbeatRequest hb;
   hb.set_worker_id(ok->worker_id());
   EXPECT_FALSE(worker->Heartbeat(hb)->reregister());
+  // The certificate names node-a: it cannot register or heartbeat as another node.
+  RegisterWorkerRequest other = Req();
+  other.set_node_name("node-b");
+  auto impostor = worker->RegisterWorker(other);
+  EXPECT_EQ(impostor.status().code(), absl::StatusCode::kPermissionDenied) << impostor.status();
+  auto b = Client("join-token", true, "worker_b")->RegisterWorker(other);
+  ASSERT_TRUE(b.ok()) << b.status();
+  HeartbeatRequest as_b;
+  as_b.set_worker_id(b->worker_id());
+  EXPECT_EQ(worker->Heartbeat(as_b).status().code(), absl::StatusCode::kPermissionDenied);
   // Trainers' calls (rendezvous, reports) need only the token.
   EXPECT_EQ(no_cert->RendezvousSet("job-1/1", "s", "k", "v").code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(Client("user-token", true)->ListWorkers()->size(), 1u);
+  EXPECT_EQ(Client("user-token", true)->ListWorkers()->size(), 2u);
 }
 
 }  // namespace
