@@ -1,10 +1,11 @@
 // trainer: one rank of a training job, started like a torchrun worker.
 //
-//   trainer --spec FILE [--set path=value ...] [--metrics_out FILE] [--backend auto|fsdp|local]
+//   trainer --spec FILE [--set path=value ...] [--metrics_out FILE] [--backend fsdp|local]
 //
 // Environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (see trainer_config.h);
 // SHARDLINE_PEAK_FLOPS (FLOP/s of one rank's device, for the MFU estimate; default 1e11 on
-// CPU, 989e12 on CUDA, the dense bf16 peak of an H100/H200). Exit codes: trainer_exit_codes.h.
+// CPU, 989e12 on CUDA, the dense bf16 peak of an H100/H200); SHARDLINE_RESUME_STEP (from the
+// worker daemon: when > 0, resume from that checkpoint step instead of checkpoint.resume_step). Exit codes: trainer_exit_codes.h.
 // The spec's paths are relative to the spec file. Logs go to stderr; the sample to stdout.
 #include <signal.h>
 #include <unistd.h>
@@ -24,6 +25,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/coordinator_reporter.h"
+#include "checkpoint/trainer_checkpointing.h"
 #include "common/logging.h"
 #include "common/torch_status.h"
 #include "data/token_dataset.h"
@@ -46,11 +49,12 @@ void OnSignal(int signo) { g_stop_signal.store(signo); }
 
 constexpr char kUsage[] =
     "usage: trainer --spec FILE [--set path=value ...] [--metrics_out FILE]\n"
-    "               [--backend auto|fsdp|local]\n"
+    "               [--backend fsdp|local]\n"
     "  Runs one rank; RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT come from the\n"
     "  environment as torchrun sets them (all unset: one process).\n"
     "  --set overrides any spec field, e.g. --set fsdp.hybrid_shard_degree=2 --set train.steps=50\n"
-    "  --backend: auto (FSDP engine when WORLD_SIZE > 1, else the single-process one), fsdp, local\n";
+    "  --backend: fsdp (the FSDP engine at any W; the default, also called auto) or local (one\n"
+    "             process, plain torch::optim: the reference the engine is tested against)\n";
 
 struct Args {
   std::string spec;
@@ -170,7 +174,12 @@ int Main(int argc, char** argv) {
   }
 
   // The backend: FSDP engine over communicators, or the single-process reference.
-  const bool use_fsdp = args->backend == "fsdp" || (args->backend == "auto" && env->world_size > 1);
+  // Checkpoints are the FSDP engine's (checkpoint/), so they select it at W = 1 too.
+  const bool wants_checkpoints = !c.checkpoint_dir.empty() || !c.init_from_safetensors.empty();
+  // The engine at any W (the sharded optimizer and checkpoints live there); "local" is the
+  // single-process reference.
+  const bool use_fsdp = args->backend != "local";
+                        (args->backend == "auto" && (env->world_size > 1 || wants_checkpoints));
   std::unique_ptr<fsdp::KvStore> store;
   fsdp::CommGroups groups;
   std::unique_ptr<TrainingBackend> backend;
@@ -205,7 +214,61 @@ int Main(int argc, char** argv) {
                  << " MiB of parameter, gradient and optimizer state";
   }
 
+  // Checkpoints: resume (or initialize from safetensors), then save per the spec's policy.
+  std::unique_ptr<checkpoint::TrainerCheckpointing> ckpt;
+  checkpoint::TrainingProgress start;
+  if (wants_checkpoints) {
+    auto* fb = dynamic_cast<FsdpBackend*>(backend.get());
+    if (fb == nullptr) {
+      return Fail(kExitBadSpec, "checkpoint",
+                  absl::InvalidArgumentError("checkpoint.dir / init_from_safetensors need the "
+                                             "FSDP backend (--backend fsdp or auto)"));
+    }
+    checkpoint::CheckpointPolicy policy;
+    policy.dir = c.checkpoint_dir;
+    policy.every_steps = c.checkpoint_every_steps;
+    policy.keep_last = c.checkpoint_keep_last;
+    policy.async_save = c.checkpoint_async;
+    policy.save_final = c.checkpoint_save_final;
+    policy.resume_step = c.resume_step;
+    int64_t env_resume = 0;
+    if (const char* r = std::getenv("SHARDLINE_RESUME_STEP");
+        r != nullptr && absl::SimpleAtoi(r, &env_resume) && env_resume > 0) {
+      policy.resume_step = env_resume;
+    }
+    policy.init_from_safetensors = c.init_from_safetensors;
+    policy.total_steps = c.steps;
+    policy.optimizer_kind = c.optimizer == OptimizerKind::kSgd ? "sgd" : "adamw";
+    policy.job_id = env->job_id;
+    if (!env->coordinator.empty() && !env->job_id.empty()) {
+      auto reporter = checkpoint::MakeCoordinatorReporter(
+          {env->coordinator, env->token, env->job_id, env->attempt, env->rank});
+      if (!reporter.ok()) return Fail(kExitBadSpec, "checkpoint reports", reporter.status());
+      policy.on_saved = *std::move(reporter);
+    }
+    auto created = checkpoint::TrainerCheckpointing::Create(policy, fb->engine(),
+                                                            fb->optimizer(), fb->world());
+    if (!created.ok()) return Fail(kExitBadSpec, "checkpoint", created.status());
+    ckpt = std::move(*created);
+    auto restored = ckpt->Restore();
+    if (!restored.ok()) {
+      const absl::Status& s = restored.status();
+      return Fail(IsCommError(s) && s.code() != absl::StatusCode::kFailedPrecondition
+                      ? kExitCommFailure
+                      : kExitDataError,
+                  "checkpoint", s);
+    }
+    start = *restored;
+  }
+
   TrainLoopOptions loop;
+  loop.start_step = start.step;
+  loop.start_cursor = {start.data_epoch, start.data_position};
+  if (ckpt != nullptr) {
+    loop.after_step = [&ckpt](int64_t done, const data::DataCursor& next) {
+      return ckpt->AfterStep(done, next.epoch, next.position);
+    };
+  }
   loop.rank = env->rank;
   loop.world_size = env->world_size;
   loop.metrics = metrics.get();
@@ -228,10 +291,14 @@ int Main(int argc, char** argv) {
     if (s.code() == absl::StatusCode::kInvalidArgument) return Fail(kExitDataError, "data", s);
     return Fail(kExitInternal, "training", s);
   }
+  if (ckpt != nullptr) {
+    absl::Status finished = ckpt->Finish();  // An asynchronous save still in flight.
+    if (!finished.ok()) return Fail(kExitInternal, "checkpoint", finished);
+  }
   if (env->rank == 0) {
     SL_LOG(INFO) << "finished " << summary->steps << " steps: train loss "
-                 << summary->train_losses.back() << ", val loss "
-                 << summary->final_val_loss.value_or(NAN);
+                 << (summary->train_losses.empty() ? NAN : summary->train_losses.back())
+                 << ", val loss " << summary->final_val_loss.value_or(NAN);
     if (!summary->sample.empty()) std::cout << summary->sample << std::endl;
   }
   return kExitOk;
