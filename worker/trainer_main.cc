@@ -173,13 +173,10 @@ int Main(int argc, char** argv) {
     metrics = std::move(*opened);
   }
 
-  // The backend: FSDP engine over communicators, or the single-process reference.
-  // Checkpoints are the FSDP engine's (checkpoint/), so they select it at W = 1 too.
+  // The backend: the FSDP engine at any W (the sharded optimizer and checkpoints live there), or
+  // with --backend local the single-process reference (no checkpoints).
   const bool wants_checkpoints = !c.checkpoint_dir.empty() || !c.init_from_safetensors.empty();
-  // The engine at any W (the sharded optimizer and checkpoints live there); "local" is the
-  // single-process reference.
   const bool use_fsdp = args->backend != "local";
-                        (args->backend == "auto" && (env->world_size > 1 || wants_checkpoints));
   std::unique_ptr<fsdp::KvStore> store;
   fsdp::CommGroups groups;
   std::unique_ptr<TrainingBackend> backend;
