@@ -86,6 +86,7 @@ FsdpEngine::FsdpEngine(std::shared_ptr<torch::nn::Module> model, const EngineLay
 
 FsdpEngine::~FsdpEngine() {
   for (auto& [unit, handle] : pending_gathers_) (void)handle->Wait();
+  for (PendingReduce& p : pending_reduces_) (void)p.handle->Wait();
   // Leave the model usable: drop hooks that point at this engine.
   for (auto& flat : flats_) {
     for (const FlatParamEntry& e : flat->entries()) {
@@ -353,13 +354,52 @@ absl::Status FsdpEngine::ReduceGrad(int unit) {
   return absl::OkStatus();
 }
 
+absl::Status FsdpEngine::StartReduce(int unit) {
+  FlatParam* flat = units_[unit]->flat;
+  at::NoGradGuard no_grad;
+  PendingReduce p;
+  p.unit = unit;
+  if (flat->full_is_shard()) {
+    p.reduced = flat->full_grad();
+    p.handle = replicate_->AllReduceAsync(p.reduced, ReduceOp::kAvg);
+  } else {
+    p.reduced = at::empty({flat->shard_numel()}, flat->shard().options());
+    p.handle = shard_->ReduceScatterAsync(flat->full_grad(), p.reduced, ReduceOp::kAvg);
+  }
+  pending_reduces_.push_back(std::move(p));
+  while (pending_reduces_.size() > 2) RETURN_IF_ERROR(FinishOldestReduce());
+  return absl::OkStatus();
+}
+
+absl::Status FsdpEngine::FinishOldestReduce() {
+  PendingReduce p = std::move(pending_reduces_.front());
+  pending_reduces_.erase(pending_reduces_.begin());
+  absl::Status s = p.handle->Wait();
+  if (!s.ok()) return Fail(s);
+  FlatParam* flat = units_[p.unit]->flat;
+  at::NoGradGuard no_grad;
+  if (!flat->full_is_shard() && Collective(replicate_)) {
+    s = replicate_->AllReduce(p.reduced, ReduceOp::kAvg);
+    if (!s.ok()) return Fail(s);
+  }
+  flat->shard_grad().add_(p.reduced);
+  flat->FreeFullGrad();
+  return absl::OkStatus();
+}
+
 absl::Status FsdpEngine::PostBackward(int unit) {
   Unit& u = *units_[unit];
   if (u.post_backward_done) return absl::OkStatus();
   u.post_backward_done = true;
   if (sync_ && u.flat->full_grad_allocated()) {
-    RETURN_IF_ERROR(ReduceGrad(unit));
-    u.flat->FreeFullGrad();
+    const bool async = options_.overlap_reduce &&
+                       (!u.flat->full_is_shard() || Collective(replicate_));
+    if (async) {
+      RETURN_IF_ERROR(StartReduce(unit));
+    } else {
+      RETURN_IF_ERROR(ReduceGrad(unit));
+      u.flat->FreeFullGrad();
+    }
   }
   Free(unit);
   if (in_backward_ && u.hook_group >= 0 &&
@@ -410,6 +450,11 @@ absl::Status FsdpEngine::Backward(const at::Tensor& loss, bool sync_gradients) {
     if (!units_[u]->post_backward_done && units_[u]->flat->full_grad_allocated()) {
       status = PostBackward(static_cast<int>(u));
     }
+  }
+  while (status.ok() && !pending_reduces_.empty()) status = FinishOldestReduce();
+  if (!status.ok()) {
+    for (PendingReduce& p : pending_reduces_) (void)p.handle->Wait();  // Memory in use.
+    pending_reduces_.clear();
   }
   ReshardAll();
   in_backward_ = false;

@@ -68,6 +68,10 @@ struct FsdpEngineOptions {
   // asynchronously; kPost: after a group's gradients are reduced. kNone: gather on demand.
   enum class BackwardPrefetch { kNone, kPre, kPost };
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kNone;
+  // Reduce a unit's gradient asynchronously (ReduceScatterAsync, or AllReduceAsync when S = 1)
+  // while backward continues with the next unit; at most two reductions are in flight (their
+  // flat gradients stay allocated until done), and all finish before Backward() returns.
+  bool overlap_reduce = true;
 };
 
 // Bytes this rank holds, by kind. Persistent state = param_shard + grad_shard (+ optimizer).
@@ -164,6 +168,9 @@ class FsdpEngine : public UnitRunner {
   absl::Status WaitPending(int unit);
   void Free(int unit);
   absl::Status ReduceGrad(int unit);
+  // Async reductions: start one, finish the oldest (wait, replicate all-reduce, accumulate).
+  absl::Status StartReduce(int unit);
+  absl::Status FinishOldestReduce();
   absl::Status PostBackward(int unit);
   absl::Status Fail(absl::Status s);  // Records the first error, returns it.
   void UpdatePeaks();
@@ -184,6 +191,12 @@ class FsdpEngine : public UnitRunner {
   std::vector<int> forward_order_;
   std::vector<int> recording_order_;
   std::map<int, std::unique_ptr<CommHandle>> pending_gathers_;
+  struct PendingReduce {
+    int unit;
+    std::unique_ptr<CommHandle> handle;
+    at::Tensor reduced;  // [shard_numel], or the flat gradient itself when S = 1.
+  };
+  std::vector<PendingReduce> pending_reduces_;  // Oldest first.
 
   bool in_backward_ = false;
   bool sync_ = true;
