@@ -2,7 +2,7 @@
 # Four trainer processes started from a shell loop with torchrun-style variables train the
 # example spec (tiny GPT, HYBRID_SHARD degree 2 => W = 4 = 2 replicas x 2 shards) and write
 # metrics, agreeing with a single-process run of the same spec; then the exit codes of a bad
-# spec, bad data, a missing peer and a signal.
+# spec, bad data, a missing peer, a peer killed mid-training and a signal.
 #   $1: the trainer binary   $2: the free-port helper
 set -euo pipefail
 TRAINER="$(realpath "$1")"
@@ -83,6 +83,23 @@ expect_exit 3 "hold no sequence of data.seq_len 64 + 1" "$OUT/baddata" -- \
 expect_exit 4 "DEADLINE_EXCEEDED" "$OUT/nopeer" -- \
   env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$("$FREE_PORT")" \
   "$TRAINER" --spec "$SPEC" --set fsdp.hybrid_shard_degree=2 --set fsdp.collective_timeout_s=3
+# A peer killed in the middle of training: the survivor fails its next collective and exits 4.
+PORT="$("$FREE_PORT")"
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT \
+    "$TRAINER" --spec "$SPEC" --set fsdp.hybrid_shard_degree=2 --set train.steps=100000 \
+    --set train.log_every=1 --set fsdp.collective_timeout_s=20 \
+    --metrics_out "$OUT/kill.$r.jsonl" >/dev/null 2>"$OUT/kill.$r" &
+  kill_pids[$r]=$!
+done
+for _ in $(seq 1 300); do grep -q '"step": 2,' "$OUT/kill.0.jsonl" 2>/dev/null && break; sleep 0.2; done
+kill -KILL "${kill_pids[1]}"
+code=0
+wait "${kill_pids[0]}" || code=$?
+wait "${kill_pids[1]}" 2>/dev/null || true
+[[ $code -eq 4 ]] || { fail "peer killed: survivor exit $code, want 4"; tail -5 "$OUT/kill.0" >&2; }
+grep -q "exit 4\]" "$OUT/kill.0" || fail "peer killed: no communication error on stderr"
+
 # SIGTERM between steps: exit 128 + 15.
 "$TRAINER" --spec "$SPEC" "${ONE[@]}" --set train.steps=100000 >"$OUT/term.out" 2>"$OUT/term" &
 pid=$!
