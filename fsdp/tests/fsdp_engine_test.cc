@@ -327,6 +327,45 @@ TEST(FsdpEngine, StrategiesIssueTheirScheduleOfCollectives) {
   }
 }
 
+// Ranks that initialise differently end up with global rank 0's parameters and buffers.
+TEST(FsdpEngine, WrapBroadcastsParametersAndBuffersFromRankZero) {
+  const int w = 4;
+  std::vector<TinyGpt> models(w, TinyGpt{nullptr});
+  for (int r = 0; r < w; ++r) {
+    torch::manual_seed(100 + r);
+    models[r] = TinyGpt(TinyGptConfig{});
+    if (r != 0) models[r]->mask.fill_(false);  // A buffer that differs.
+  }
+  std::map<std::string, at::Tensor> rank0;
+  for (const auto& item : models[0]->named_parameters()) {
+    rank0[item.key()] = item.value().detach().clone();
+  }
+  auto layout = MakeEngineLayout(w, "HYBRID_SHARD", 2);
+  ASSERT_TRUE(layout.ok());
+  FakeWorld world(w, 2);
+  std::vector<std::map<std::string, at::Tensor>> full(w);
+  std::vector<std::unique_ptr<FsdpEngine>> engines(w);
+  auto statuses = RunOnThreads(world, [&](int rank, Communicator* sh, Communicator* rep) {
+    FsdpEngineOptions eo;
+    eo.rank = rank;
+    auto engine = FsdpEngine::Create(models[rank].ptr(), *layout, sh, rep, eo);
+    if (!engine.ok()) return engine.status();
+    auto state = (*engine)->FullParamState(/*rank0_only=*/false);
+    if (!state.ok()) return state.status();
+    for (auto& [n, t] : *state) full[rank][n] = t;
+    engines[rank] = std::move(*engine);
+    return absl::OkStatus();
+  });
+  for (const auto& st : statuses) ASSERT_TRUE(st.ok()) << st;
+  for (int r = 0; r < w; ++r) {
+    EXPECT_TRUE(at::equal(models[r]->mask, models[0]->mask)) << "rank " << r;
+    EXPECT_EQ(models[r]->mask.sum().item<int64_t>(), 28);  // Strict upper triangle of 8x8.
+    for (const auto& [name, t] : full[r]) {
+      EXPECT_TRUE(at::equal(t, rank0.at(name))) << "rank " << r << " " << name;
+    }
+  }
+}
+
 // no_sync gradients must be reduced before a step; a single-rank world needs no communicators.
 TEST(FsdpEngine, StepWithUnreducedNoSyncGradientsIsFailedPrecondition) {
   auto layout = MakeEngineLayout(1, "FULL_SHARD", 0);
