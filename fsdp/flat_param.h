@@ -75,8 +75,7 @@ class FlatParam {
   // Releases the full buffer's memory; the parameter views must not be read until the next
   // AllocateFull + gather. No-op with S == 1 (the buffer is the shard).
   void FreeFull();
-  // Copies this rank's shard into its slot of the full buffer (used when S == 1 is not the case
-  // but a collective is not needed, e.g. tests).
+  // True when S == 1: the full buffer is the shard itself (never gathered or freed).
   bool full_is_shard() const { return shard_count_ == 1; }
 
   // Flat gradient buffer, [padded_numel]; parameters' .grad are views into it while allocated.

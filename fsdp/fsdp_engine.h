@@ -15,6 +15,8 @@
 //                                    backward (pre-backward hook), free after the unit's grads;
 //   SHARD_GRAD_OP / HYBRID_SHARD_ZERO2  gather in forward, keep until the unit's grads are done;
 //   NO_SHARD (S = 1)                  parameters are never gathered or freed.
+// Root-gathered units (outside every RunUnit hook: embeddings, final norm, head) are gathered
+// by BeginForward() and freed once their gradients are reduced, under every strategy.
 // Gradients: when all of a unit's parameters have accumulated their gradient (post-accumulate
 // hooks), the flat gradient is reduce-scattered in the shard group with kAvg (divides by S), then
 // for R > 1 all-reduced in the replicate group with kAvg (divides by R): the mean over all W
