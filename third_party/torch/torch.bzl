@@ -79,7 +79,8 @@ cc_library(
     name = "torch_cuda",
     linkopts = [
         {link_dirs},
-        "-Wl,--no-as-needed", "-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed",
+        # libtorch_cuda.so exports Gloo symbols too: libgloo must still come first.
+        "-Wl,--no-as-needed", "-lgloo", "-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed",
         {rpath_flags},
     ],
     deps = [":torch"],
