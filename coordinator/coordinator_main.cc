@@ -1,7 +1,7 @@
 // coordinator: the Shardline cluster service. Prints "listening on HOST:PORT" on stdout once
 // it serves (tests and `shardctl` read that line), then logs to stderr until SIGINT/SIGTERM.
 //
-//   coordinator --listen 0.0.0.0:7070 --state_dir /var/lib/shardline \
+//   coordinator --listen 0.0.0.0:7070 --state_dir /var/lib/shardline
 //       --token_file /etc/shardline/user.token --worker_token_file /etc/shardline/join.token
 #include <signal.h>
 
@@ -43,6 +43,8 @@ ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (chain) file: serve TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key file of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA file: require worker daemons to present a client certificate it signed");
+ABSL_FLAG(bool, check_flags, false,
+          "parse and check the flags (token and TLS files readable), then exit 0 (deploy tests)");
 ABSL_FLAG(bool, insecure, false,
           "allow a non-loopback --listen without tokens (plain text; trusted networks only)");
 
@@ -124,6 +126,7 @@ int main(int argc, char** argv) {
     v.check_files = false;  // the data lives on the workers' file systems
     return shardline::spec::Validate(spec, v);
   };
+  if (absl::GetFlag(FLAGS_check_flags)) return 0;
   if (o.state_dir.empty()) {
     SL_LOG(WARNING) << "no --state_dir: state is kept in memory and lost on exit";
   }

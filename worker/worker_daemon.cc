@@ -186,6 +186,16 @@ void WorkerDaemon::HandleAssignment(const Assignment& a) {
     return;
   }
   if (a.action() != Assignment::START) return;
+  {
+    // A START delivered just before a stream broke is sent again on the new stream; the rank
+    // already runs (or ran) here, so a second trainer must not start.
+    absl::MutexLock lock(&mu_);
+    if (ranks_.count(RankKey{a.job_id(), a.attempt(), a.rank()}) > 0) {
+      SL_LOG(INFO) << "ignoring repeated START of rank " << a.rank() << " of " << a.job_id()
+                   << " attempt " << a.attempt();
+      return;
+    }
+  }
   const absl::Status s = StartRank(a);
   if (!s.ok()) {
     SL_LOG(ERROR) << "cannot start rank " << a.rank() << " of " << a.job_id() << ": " << s;

@@ -25,7 +25,7 @@ ABSL_FLAG(int, slots, 0, "CPU slots to offer when the node has no GPU.");
 ABSL_FLAG(std::string, work_dir, "", "Directory for job files and rank logs.");
 ABSL_FLAG(std::string, trainer, "", "Path of the trainer binary; default: beside this binary.");
 ABSL_FLAG(int, grace_period_s, 10, "Seconds between SIGTERM and SIGKILL when stopping ranks.");
-ABSL_FLAG(bool, check_flags, false, "Parse and validate the flags, then exit (used by deploy tests).");
+ABSL_FLAG(bool, check_flags, false, "Parse and check the flags (not this machine's GPUs or paths), then exit (deploy tests).");
 
 namespace {
 
@@ -75,12 +75,20 @@ int main(int argc, char** argv) {
                                                         : absl::GetFlag(FLAGS_trainer);
   o.grace_period = absl::Seconds(absl::GetFlag(FLAGS_grace_period_s));
 
+  if (absl::GetFlag(FLAGS_check_flags)) {
+    // The flags alone: this machine's GPUs, trainer binary and directories belong to the node
+    // the recipe deploys to.
+    if (o.coordinator_address.empty() || o.work_dir.empty()) {
+      std::fprintf(stderr, "worker: --coordinator and --work_dir are required\n");
+      return 2;
+    }
+    return 0;
+  }
   auto daemon = shardline::worker::WorkerDaemon::Create(o);
   if (!daemon.ok()) {
     std::fprintf(stderr, "worker: %s\n", std::string(daemon.status().message()).c_str());
     return 2;
   }
-  if (absl::GetFlag(FLAGS_check_flags)) return 0;
 
   shardline::worker::WorkerDaemon* d = daemon->get();
   std::thread signals([set, d] {
