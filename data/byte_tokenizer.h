@@ -19,6 +19,10 @@ class ByteTokenizer {
   std::vector<int64_t> Encode(absl::string_view text) const;
   // Ids outside [0, 256) (a model with a larger vocabulary may sample them) decode to '?'.
   std::string Decode(const std::vector<int64_t>& ids) const;
+  // Decode for people and JSON: invalid UTF-8 and control characters other than newline and
+  // tab (which an undertrained model emits freely) become U+FFFD, so the text is valid UTF-8
+  // and cannot drive a terminal.
+  std::string DecodeForDisplay(const std::vector<int64_t>& ids) const;
 };
 
 }  // namespace shardline::data

@@ -31,6 +31,14 @@ TEST(ByteTokenizer, RoundTripsAnyBytes) {
   EXPECT_EQ(tok.Decode({72, 300}), "H?");
 }
 
+TEST(ByteTokenizer, DisplayDecodingIsValidUtf8WithoutControlCharacters) {
+  ByteTokenizer tok;
+  // "é" (valid 2-byte UTF-8), a lone continuation byte, ESC, a truncated 3-byte sequence.
+  const std::vector<int64_t> ids = {'a', 0xC3, 0xA9, 0x80, 0x1B, '\n', 0xE2, 0x82};
+  EXPECT_EQ(tok.DecodeForDisplay(ids), "a\xC3\xA9\xEF\xBF\xBD\xEF\xBF\xBD\n\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(tok.DecodeForDisplay(tok.Encode("ROMEO:\tgood")), "ROMEO:\tgood");
+}
+
 TEST(TokenDataset, ShakespeareSplitsIntoTrainAndValidation) {
   auto ds = TokenDataset::Open({"data/tinyshakespeare.txt", TokenFormat::kText, 0.1, 64, 256});
   ASSERT_TRUE(ds.ok()) << ds.status();

@@ -184,7 +184,7 @@ class Loop {
     if (text) {
       std::vector<int64_t> all = prompt;
       all.insert(all.end(), ids->begin(), ids->end());
-      return data::ByteTokenizer().Decode(all);
+      return data::ByteTokenizer().DecodeForDisplay(all);
     }
     return absl::StrJoin(*ids, " ");
   }
