@@ -100,7 +100,7 @@ absl::Status CheckpointReader::VerifyFiles() const {
   return absl::OkStatus();
 }
 
-absl::Status CheckpointReader::ReadRange(int tensor, int range, std::string* bytes) const {
+absl::Status CheckpointReader::ReadRange(int tensor, int range, char* dst) const {
   const TensorEntry& t = manifest_->tensors(tensor);
   const TensorRange& r = t.ranges(range);
   const std::string path = absl::StrCat(dir_, "/", r.file());
@@ -113,10 +113,9 @@ absl::Status CheckpointReader::ReadRange(int tensor, int range, std::string* byt
     return absl::InternalError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
   }
   const size_t n = static_cast<size_t>(r.numel()) * sizeof(float);
-  bytes->resize(n);
   size_t done = 0;
   while (done < n) {
-    const ssize_t got = ::pread(fd, bytes->data() + done, n - done, r.file_offset() + done);
+    const ssize_t got = ::pread(fd, dst + done, n - done, r.file_offset() + done);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) break;
     done += static_cast<size_t>(got);
@@ -127,7 +126,7 @@ absl::Status CheckpointReader::ReadRange(int tensor, int range, std::string* byt
                                             " is truncated: tensor ", t.name(), " range at byte ",
                                             r.file_offset(), " ends past the end of the file"));
   }
-  const uint32_t crc = Crc32c(bytes->data(), n);
+  const uint32_t crc = Crc32c(dst, n);
   if (crc != r.crc32c()) {
     return absl::DataLossError(absl::StrCat("checksum mismatch in checkpoint data file ", path,
                                             ": tensor ", t.name(), " elements [",
@@ -140,10 +139,16 @@ absl::Status CheckpointReader::ReadRange(int tensor, int range, std::string* byt
 absl::Status CheckpointReader::VerifyAll() const {
   absl::Status s = VerifyFiles();
   if (!s.ok()) return s;
-  std::string bytes;
+  std::unique_ptr<char[]> bytes;
+  size_t capacity = 0;
   for (int i = 0; i < manifest_->tensors_size(); ++i) {
     for (int j = 0; j < manifest_->tensors(i).ranges_size(); ++j) {
-      s = ReadRange(i, j, &bytes);
+      const size_t n = static_cast<size_t>(manifest_->tensors(i).ranges(j).numel()) * 4;
+      if (n > capacity) {
+        bytes.reset(new char[n]);
+        capacity = n;
+      }
+      s = ReadRange(i, j, bytes.get());
       if (!s.ok()) return s;
     }
   }
@@ -158,15 +163,22 @@ absl::Status CheckpointReader::ReadElements(const std::string& name, int64_t sta
         absl::StrCat("checkpoint ", dir_, " has no tensor ", name));
   }
   const TensorEntry& t = manifest_->tensors(ti);
-  std::string bytes;
+  std::unique_ptr<char[]> bytes;
   for (int j = 0; j < t.ranges_size(); ++j) {
     const TensorRange& r = t.ranges(j);
     const int64_t lo = std::max(start, r.global_offset());
     const int64_t hi = std::min(end, r.global_offset() + r.numel());
     if (lo >= hi) continue;
-    absl::Status s = ReadRange(ti, j, &bytes);
+    if (lo == r.global_offset() && hi == r.global_offset() + r.numel()) {
+      // The whole range is wanted (same layout, or a coarser one): read it in place.
+      absl::Status s = ReadRange(ti, j, reinterpret_cast<char*>(out + (lo - start)));
+      if (!s.ok()) return s;
+      continue;
+    }
+    bytes.reset(new char[static_cast<size_t>(r.numel()) * sizeof(float)]);
+    absl::Status s = ReadRange(ti, j, bytes.get());
     if (!s.ok()) return s;
-    std::memcpy(out + (lo - start), bytes.data() + (lo - r.global_offset()) * sizeof(float),
+    std::memcpy(out + (lo - start), bytes.get() + (lo - r.global_offset()) * sizeof(float),
                 static_cast<size_t>(hi - lo) * sizeof(float));
   }
   return absl::OkStatus();

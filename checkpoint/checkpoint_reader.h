@@ -54,7 +54,8 @@ class CheckpointReader {
 
  private:
   CheckpointReader() = default;
-  absl::Status ReadRange(int tensor, int range, std::string* bytes) const;
+  // Reads range `range` of tensor `tensor` whole into dst (numel * 4 bytes) and checks it.
+  absl::Status ReadRange(int tensor, int range, char* dst) const;
 
   std::string dir_;
   std::unique_ptr<CheckpointManifest> manifest_;

@@ -24,9 +24,38 @@ const Tables& GetTables() {
   return *tables;
 }
 
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) uint32_t HardwareCrc(uint32_t crc, const unsigned char* p,
+                                                       size_t n) {
+  uint64_t c = ~crc;
+  while (n >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    c = __builtin_ia32_crc32di(c, v);
+    p += 8;
+    n -= 8;
+  }
+  uint32_t c32 = static_cast<uint32_t>(c);
+  while (n-- > 0) c32 = __builtin_ia32_crc32qi(c32, *p++);
+  return ~c32;
+}
+
+bool HasSse42() {
+  static const bool has = __builtin_cpu_supports("sse4.2");
+  return has;
+}
+#endif
+
 }  // namespace
 
 uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n) {
+#if defined(__x86_64__)
+  if (HasSse42()) return HardwareCrc(crc, static_cast<const unsigned char*>(data), n);
+#endif
+  return Crc32cExtendPortable(crc, data, n);
+}
+
+uint32_t Crc32cExtendPortable(uint32_t crc, const void* data, size_t n) {
   const Tables& tb = GetTables();
   const auto* p = static_cast<const unsigned char*>(data);
   uint32_t c = ~crc;

@@ -35,6 +35,16 @@ TEST(Crc32c, MatchesTheStandardCheckValue) {
             Crc32c(s.data(), s.size()));
 }
 
+TEST(Crc32c, HardwareAndTableVersionsAgree) {
+  std::string data(100003, '\0');
+  uint32_t x = 12345;
+  for (char& c : data) c = static_cast<char>((x = x * 1103515245u + 12345u) >> 24);
+  for (size_t n : {0, 1, 7, 8, 9, 63, 4096, 100003}) {
+    EXPECT_EQ(Crc32c(data.data(), n), Crc32cExtendPortable(0, data.data(), n)) << n;
+  }
+  EXPECT_EQ(Crc32cExtendPortable(0, "123456789", 9), 0xE3069283u);
+}
+
 TEST(StepDirs, ParseOnlyStepNames) {
   int64_t step = 0;
   EXPECT_TRUE(ParseStepDirName("step_120", &step));
