@@ -7,6 +7,7 @@
 //   shardctl watch JOB
 //   shardctl logs JOB [--rank=N] [--follow]
 //   shardctl cancel JOB
+//   shardctl export JOB --out=FILE.safetensors [--step=N]
 //
 // Where the coordinator is: --coordinator, else $SHARDLINE_COORDINATOR, else the config file
 // (--config, default ~/.shardline/config, lines "coordinator=HOST:PORT" and "token=..."), else
@@ -41,6 +42,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "checkpoint/safetensors.h"
 #include "cli/local_cluster.h"
 #include "cli/progress_view.h"
 #include "coordinator/client.h"
@@ -57,6 +59,8 @@ ABSL_FLAG(bool, json, false, "Read commands: print JSON instead of text.");
 ABSL_FLAG(bool, watch, false, "submit: watch the job until it ends.");
 ABSL_FLAG(int, rank, -1, "logs: only this rank (default: all).");
 ABSL_FLAG(bool, follow, false, "logs: keep printing new lines until the job ends.");
+ABSL_FLAG(int64_t, step, -1, "export: checkpoint step (default: the latest committed).");
+ABSL_FLAG(std::string, out, "", "export: output .safetensors file.");
 ABSL_FLAG(int, timeout_s, 10, "Deadline of each call to the coordinator, seconds.");
 ABSL_FLAG(bool, check_flags, false, "Parse the flags and exit (used by deploy tests).");
 
@@ -77,6 +81,7 @@ Commands:
   logs JOB [--rank=N] [--follow] rank logs (local cluster)
   cancel JOB                     stop every rank of the job
   checkpoints JOB                committed checkpoints of the job
+  export JOB --out=F [--step=N]  the model of a committed checkpoint as one .safetensors file
   workers                        registered workers and their slots
 Read commands take --json. Coordinator: --coordinator, $SHARDLINE_COORDINATOR, the config file,
 or the local cluster; token: --token, $SHARDLINE_TOKEN, the config file, or the local cluster.
@@ -343,6 +348,35 @@ int CmdCheckpoints(const std::vector<std::string>& args) {
   return kOk;
 }
 
+// The coordinator knows where each committed checkpoint is; the files are read from here, so the
+// checkpoint directory must be visible on this machine (a shared file system, or a local cluster).
+int CmdExport(const std::vector<std::string>& args) {
+  if (args.size() < 3 || absl::GetFlag(FLAGS_out).empty()) {
+    return UsageError("usage: shardctl export JOB --out=FILE.safetensors [--step=N]");
+  }
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  auto cps = (*client)->ListCheckpoints(args[2]);
+  if (!cps.ok()) return Fail(cps.status());
+  const int64_t want = absl::GetFlag(FLAGS_step);
+  const CheckpointInfo* chosen = nullptr;
+  for (const CheckpointInfo& c : *cps) {
+    if (!c.committed()) continue;
+    if (want >= 0 ? c.step() == want : (chosen == nullptr || c.step() > chosen->step())) chosen = &c;
+  }
+  if (chosen == nullptr) {
+    return Fail(absl::NotFoundError(
+        want >= 0 ? absl::StrCat("job ", args[2], " has no committed checkpoint at step ", want)
+                  : absl::StrCat("job ", args[2], " has no committed checkpoint")));
+  }
+  const std::string root = fs::path(chosen->path()).parent_path().string();
+  const absl::Status s = checkpoint::ExportSafetensors(root, chosen->step(), absl::GetFlag(FLAGS_out));
+  if (!s.ok()) return Fail(s);
+  std::cout << "wrote " << absl::GetFlag(FLAGS_out) << " (step " << chosen->step() << " of "
+            << args[2] << ")\n";
+  return kOk;
+}
+
 int CmdCancel(const std::vector<std::string>& args) {
   if (args.size() < 3) return UsageError("usage: shardctl cancel JOB");
   auto client = Connect();
@@ -446,6 +480,7 @@ int main(int argc, char** argv) {
   if (cmd == "cancel") return CmdCancel(args);
   if (cmd == "checkpoints") return CmdCheckpoints(args);
   if (cmd == "workers") return CmdWorkers();
+  if (cmd == "export") return CmdExport(args);
   std::cerr << "shardctl: unknown command \"" << cmd << "\"\n\n" << kUsageText;
   return kUsage;
 }
