@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -22,9 +23,11 @@ std::string DirName(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+// Joins a relative path to `base` and removes "." and ".." lexically, so messages and listings
+// show /work/out/checkpoints rather than /work/examples/../out/checkpoints.
 void MakeAbsolute(const std::string& base, std::string* path) {
   if (path->empty() || absl::StartsWith(*path, "/") || base.empty()) return;
-  *path = absl::StrCat(base, "/", *path);
+  *path = std::filesystem::path(absl::StrCat(base, "/", *path)).lexically_normal().string();
 }
 
 }  // namespace

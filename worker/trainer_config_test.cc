@@ -95,13 +95,13 @@ TEST(MetricsToJson, HasStepLossAndOptionalFields) {
   m.step = 7;
   m.loss = 2.5;
   m.val_loss = 2.25;
-  m.sample = "a\"b\n\xff";
+  m.sample = "a\"b\n\x1b\xc3\xa9";  // quote, newline, ESC, "é" in UTF-8
   m.grad_norm = NAN;
   const std::string json = MetricsToJson(m);
   EXPECT_NE(json.find("{\"step\": 7, \"loss\": 2.5,"), std::string::npos) << json;
   EXPECT_NE(json.find("\"val_loss\": 2.25"), std::string::npos) << json;
   EXPECT_NE(json.find("\"grad_norm\": null"), std::string::npos) << json;
-  EXPECT_NE(json.find("\"sample\": \"a\\\"b\\n\\u00ff\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"sample\": \"a\\\"b\\n\\u001b\xc3\xa9\""), std::string::npos) << json;
   StepMetrics plain;
   EXPECT_EQ(MetricsToJson(plain).find("val_loss"), std::string::npos);
 }

@@ -33,7 +33,9 @@ std::string JsonString(const std::string& s) {
       case '\r': out += "\\r"; break;
       case '\t': out += "\\t"; break;
       default:
-        if (c < 0x20 || c >= 0x7f) {  // Keep the file ASCII: bytes sampled may be invalid UTF-8.
+        // Bytes >= 0x80 pass through: strings here are valid UTF-8 (samples are decoded for
+        // display), and escaping each byte as \u00XX would turn them into other characters.
+        if (c < 0x20 || c == 0x7f) {
           char buf[8];
           std::snprintf(buf, sizeof(buf), "\\u%04x", c);
           out += buf;
