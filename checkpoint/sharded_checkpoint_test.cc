@@ -78,6 +78,7 @@ struct WorkerArgs {
   int commit_timeout_ms = 600000;
   int mlp_hidden = 53;       // Another value makes another model.
   bool expect_load_failure = false;  // Print "UNCHANGED" when the parameters were not touched.
+  bool sgd = false;                  // SGD with momentum instead of AdamW.
 };
 
 bool ParseWorkerArgs(int argc, char** argv, WorkerArgs* a) {
@@ -116,6 +117,7 @@ bool ParseWorkerArgs(int argc, char** argv, WorkerArgs* a) {
     else if (k == "--commit_timeout_ms") (void)absl::SimpleAtoi(v, &a->commit_timeout_ms);
     else if (k == "--mlp_hidden") (void)absl::SimpleAtoi(v, &a->mlp_hidden);
     else if (k == "--expect_load_failure") a->expect_load_failure = true;
+    else if (k == "--sgd") a->sgd = true;
   }
   return worker;
 }
@@ -146,6 +148,7 @@ absl::StatusOr<double> ParamChecksum(fsdp::FsdpEngine& engine) {
 struct WorkerOutcome {
   absl::Status status;
   bool params_unchanged = false;  // With expect_load_failure: the failed load touched nothing.
+  std::map<int64_t, double> losses;  // Global mean loss per step (in-process runs).
 };
 
 absl::Status RunWorkerImpl(const WorkerArgs& a, WorkerOutcome* outcome) {
@@ -184,12 +187,18 @@ absl::Status RunWorkerImpl(const WorkerArgs& a, WorkerOutcome* outcome) {
   oo.beta2 = 0.95;
   oo.weight_decay = 0.1;
   oo.grad_clip = 1.0;
+  if (a.sgd) {
+    oo.kind = fsdp::ShardedOptimizerOptions::Kind::kSgd;
+    oo.momentum = 0.9;
+    oo.weight_decay = 0.01;
+    oo.grad_clip = 0;
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<fsdp::ShardedOptimizer> opt,
                    fsdp::ShardedOptimizer::Create(engine.get(), oo));
   Checkpointer::Options cko;
   cko.root = a.dir;
   cko.keep_last = a.keep_last;
-  cko.optimizer_kind = "adamw";
+  cko.optimizer_kind = a.sgd ? "sgd" : "adamw";
   cko.commit_timeout = absl::Milliseconds(a.commit_timeout_ms);
   int save_index = 0;
   if (a.kill_shard >= 0) {
@@ -237,7 +246,7 @@ absl::Status RunWorkerImpl(const WorkerArgs& a, WorkerOutcome* outcome) {
   for (; step < a.steps_to; ++step) {
     engine->set_step(step);
     comms.set_step(step);
-    opt->set_lr(LrAt(step));
+    opt->set_lr(a.sgd ? 30 * LrAt(step) : LrAt(step));
     std::vector<std::vector<int64_t>> micro = sampler.Next();
     std::vector<at::Tensor> rows;
     for (int64_t i : micro[0]) rows.push_back(Sequence(i, mc));
@@ -253,6 +262,7 @@ absl::Status RunWorkerImpl(const WorkerArgs& a, WorkerOutcome* outcome) {
     ASSIGN_OR_RETURN(double norm, opt->Step());
     (void)norm;
     RETURN_IF_ERROR(comms.world->AllReduce(sum, fsdp::ReduceOp::kSum));
+    outcome->losses[step] = sum.item<double>() / a.world_size;
     if (losses.is_open()) {
       losses << step << " " << absl::StrCat(sum.item<double>() / a.world_size) << "\n";
       losses.flush();
@@ -593,6 +603,67 @@ TEST_F(CorruptionTest, DirectoryWithoutManifestIsNoCheckpoint) {
   absl::Status s = Load(dir);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "no committed checkpoint")) << s;
+}
+
+// W = 1 in this process: SGD momentum state round-trips ("#momentum_buffer"), a checkpoint of
+// one optimizer kind is refused by another, a safetensors file lacking a parameter is refused.
+WorkerArgs InProcess(const std::string& dir, int steps_to) {
+  WorkerArgs a;
+  a.strategy = "NO_SHARD";
+  a.dir = dir;
+  a.steps_to = steps_to;
+  a.sgd = true;
+  return a;
+}
+
+TEST(InProcessCheckpoint, SgdMomentumResumesExactly) {
+  const std::string dir = TempDir("sgd");
+  WorkerOutcome ref, first, resumed;
+  ASSERT_TRUE(RunWorkerImpl(InProcess(dir + "/ref", 5), &ref).ok());
+  WorkerArgs a = InProcess(dir + "/ckpt", 3);
+  a.save_at = {3};
+  ASSERT_TRUE(RunWorkerImpl(a, &first).ok());
+  auto reader = CheckpointReader::Open(dir + "/ckpt", -1);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_GE((*reader)->FindTensor("blocks.1.qkv.weight#momentum_buffer"), 0);
+  EXPECT_EQ((*reader)->meta().optimizer, "sgd");
+  WorkerArgs b = InProcess(dir + "/ckpt", 5);
+  b.resume = -1;
+  ASSERT_TRUE(RunWorkerImpl(b, &resumed).ok());
+  ASSERT_EQ(resumed.losses.size(), 2u);
+  for (const auto& [step, loss] : resumed.losses) {
+    EXPECT_NEAR(loss, ref.losses[step], 1e-6 * std::abs(ref.losses[step])) << "step " << step;
+  }
+  EXPECT_NE(ref.losses[3], ref.losses[4]);
+}
+
+TEST(InProcessCheckpoint, AnotherOptimizersCheckpointIsRefused) {
+  const std::string dir = TempDir("optkind");
+  WorkerArgs a = InProcess(dir, 1);
+  a.save_at = {1};
+  WorkerOutcome o;
+  ASSERT_TRUE(RunWorkerImpl(a, &o).ok());
+  WorkerArgs b = InProcess(dir, 2);
+  b.sgd = false;
+  b.resume = 1;
+  b.expect_load_failure = true;
+  absl::Status s = RunWorkerImpl(b, &o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "holds optimizer state for 'sgd'")) << s;
+  EXPECT_TRUE(o.params_unchanged);
+}
+
+TEST(InProcessCheckpoint, SafetensorsLackingAParameterIsRefused) {
+  const std::string dir = TempDir("st_missing");
+  const std::string path = dir + "/partial.safetensors";
+  ASSERT_TRUE(WriteSafetensors(path, {{"wte.weight", "F32", {1}, std::string(4, '\0')}}, {}).ok());
+  WorkerArgs a = InProcess(dir, 1);
+  a.init_safetensors = path;
+  WorkerOutcome o;
+  absl::Status s = RunWorkerImpl(a, &o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), path)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "parameter ")) << s;
 }
 
 }  // namespace
