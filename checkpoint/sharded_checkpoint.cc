@@ -1,5 +1,7 @@
 #include "checkpoint/sharded_checkpoint.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -145,6 +147,21 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
                                 ? at::Device(at::kCPU)
                                 : engine_->flat_params()[0]->shard().device();
 
+  // Saving a step that is already committed (a run resumed from an older checkpoint reaches it
+  // again): rank 0 un-commits it first, before the all-reduce below lets any writer replace its
+  // data files, so the directory is never a committed checkpoint with half-replaced data.
+  absl::Status uncommit;
+  if (rank == 0) {
+    const std::string manifest =
+        absl::StrCat(StepDir(options_.root, progress.step), "/", kManifestFile);
+    if (::access(manifest.c_str(), F_OK) == 0) {
+      if (::unlink(manifest.c_str()) != 0) {
+        uncommit = absl::InternalError(absl::StrCat("unlink ", manifest));
+      } else {
+        uncommit = FsyncDir(StepDir(options_.root, progress.step));
+      }
+    }
+  }
   // A save id from rank 0 (sum of rank 0's value and zeros), so the committing rank never
   // merges leftovers of an interrupted save of the same step.
   at::Tensor id = at::zeros({1}, at::kLong);
@@ -155,6 +172,7 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   at::Tensor id_dev = id.to(device);
   RETURN_IF_ERROR(world_->AllReduce(id_dev, fsdp::ReduceOp::kSum));
   id = id_dev.cpu();
+  RETURN_IF_ERROR(uncommit);
 
   auto sl = std::make_shared<Slices>();
   sl->step_dir = StepDir(options_.root, progress.step);

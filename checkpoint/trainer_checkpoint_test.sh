@@ -17,7 +17,8 @@ failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 COMMON=(--set train.steps=8 --set train.log_every=1 --set train.eval_every=0
         --set train.eval_batches=1 --set train.sample_tokens=0 --set optimizer.warmup_steps=2
-        --set fsdp.collective_timeout_s=60 --set checkpoint.dir="$CKPT")
+        --set fsdp.collective_timeout_s=60 --set checkpoint.dir="$CKPT"
+        --set checkpoint.every_steps=0 --set checkpoint.save_final=false)
 
 run_w2() {  # $1: metrics prefix; rest: extra args
   local prefix="$1"; shift
@@ -54,10 +55,14 @@ grep -q '"data_position"' "$CKPT/step_8/MANIFEST.json" || fail "manifest has no 
 
 # --- 2. W = 1 resumed from step 4 by the spec ----------------------------------------------------
 "$TRAINER" --spec "$SPEC" --set fsdp.sharding_strategy=NO_SHARD --set fsdp.hybrid_shard_degree=0 \
-  "${COMMON[@]}" --set checkpoint.resume_step=4 --metrics_out "$OUT/w1.jsonl" \
+  "${COMMON[@]}" --set checkpoint.resume_step=4 --set checkpoint.save_final=true \
+  --metrics_out "$OUT/w1.jsonl" \
   >/dev/null 2>"$OUT/w1.log" || { fail "W=1 resume failed"; tail -20 "$OUT/w1.log" >&2; }
 grep -q "resumed from $CKPT/step_4" "$OUT/w1.log" || fail "W=1 did not log the resume"
 compare "$OUT/ref.0.jsonl" "$OUT/w1.jsonl"
+# Its final save replaced the committed step 8 (un-committed first): a valid W = 1 checkpoint.
+grep -q '"world_size": 1' "$CKPT/step_8/MANIFEST.json" || fail "step_8 was not re-saved by the W=1 run"
+"$EXPORT" "$CKPT" 8 "$OUT/w8.safetensors" || fail "the re-saved step 8 does not verify"
 
 # --- 3. W = 2 resumed by SHARDLINE_RESUME_STEP (the daemon's), overriding resume_step 0 ---------
 SHARDLINE_RESUME_STEP=4 run_w2 env --set checkpoint.resume_step=0

@@ -222,7 +222,11 @@ int Main(int argc, char** argv) {
                                              "FSDP backend (--backend fsdp or auto)"));
     }
     checkpoint::CheckpointPolicy policy;
-    policy.dir = c.checkpoint_dir;
+    // Under the coordinator each job gets its own directory <dir>/<job id>, shared by the job's
+    // attempts (a restarted attempt resumes from the latest checkpoint there).
+    policy.dir = c.checkpoint_dir.empty() || env->job_id.empty()
+                     ? c.checkpoint_dir
+                     : absl::StrCat(c.checkpoint_dir, "/", env->job_id);
     policy.every_steps = c.checkpoint_every_steps;
     policy.keep_last = c.checkpoint_keep_last;
     policy.async_save = c.checkpoint_async;
