@@ -565,7 +565,6 @@ std::map<std::string, std::string> FsdpEngine::aliases() const {
 
 std::vector<std::pair<std::string, std::string>> FsdpEngine::UnitSummary() const {
   std::vector<std::pair<std::string, std::string>> out;
-  std::vector<std::string> group_path(hook_groups_.size());
   for (const auto& u : units_) {
     out.emplace_back(u->flat->name(),
                      u->hook_group < 0 ? std::string("<root-gathered>")
