@@ -366,6 +366,49 @@ TEST(FsdpEngine, WrapBroadcastsParametersAndBuffersFromRankZero) {
   }
 }
 
+// An eval forward (no grad) through the engine gives the unsharded model's output and leaves
+// nothing gathered after ReshardAll, for a strategy that frees and one that keeps.
+TEST(FsdpEngine, EvalForwardMatchesUnshardedAndFreesEverything) {
+  torch::manual_seed(1);
+  TinyGpt plain(TinyGptConfig{});
+  at::Tensor idx = at::arange(16, at::kLong).remainder(37).view({2, 8});
+  at::Tensor expected;
+  {
+    at::NoGradGuard no_grad;
+    expected = plain->forward(idx, nullptr);
+  }
+  for (const char* strategy : {"FULL_SHARD", "SHARD_GRAD_OP"}) {
+    SCOPED_TRACE(strategy);
+    auto layout = MakeEngineLayout(2, strategy, 0);
+    FakeWorld world(2, 2);
+    std::vector<TinyGpt> models(2, TinyGpt{nullptr});
+    for (int r = 0; r < 2; ++r) {
+      torch::manual_seed(1);
+      models[r] = TinyGpt(TinyGptConfig{});
+    }
+    auto statuses = RunOnThreads(world, [&](int rank, Communicator* sh, Communicator* rep) {
+      FsdpEngineOptions eo;
+      eo.rank = rank;
+      auto engine = FsdpEngine::Create(models[rank].ptr(), *layout, sh, rep, eo);
+      if (!engine.ok()) return engine.status();
+      for (int pass = 0; pass < 2; ++pass) {
+        absl::Status st = (*engine)->BeginForward();
+        if (!st.ok()) return st;
+        at::Tensor logits;
+        {
+          at::NoGradGuard no_grad;
+          logits = models[rank]->forward(idx, engine->get());
+        }
+        (*engine)->ReshardAll();
+        EXPECT_LE((logits - expected).abs().max().item<double>(), 1e-5) << "pass " << pass;
+        EXPECT_EQ((*engine)->memory_stats().gathered_param_bytes, 0);
+      }
+      return absl::OkStatus();
+    });
+    for (const auto& st : statuses) ASSERT_TRUE(st.ok()) << st;
+  }
+}
+
 // no_sync gradients must be reduced before a step; a single-rank world needs no communicators.
 TEST(FsdpEngine, StepWithUnreducedNoSyncGradientsIsFailedPrecondition) {
   auto layout = MakeEngineLayout(1, "FULL_SHARD", 0);
