@@ -1,5 +1,6 @@
 // Torch-free pieces of the checkpoint format: CRC32C, step directories, retention, the shard
 // writer + commit + reader round trip, safetensors files.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -9,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/crc32c.h"
 #include "checkpoint/format.h"
@@ -96,6 +98,19 @@ TEST(ShardWriter, CommitWaitsForEveryShardAndNamesTheMissingOne) {
   auto steps = ListCommittedSteps(root);
   ASSERT_TRUE(steps.ok());
   EXPECT_TRUE(steps->empty());
+}
+
+TEST(ShardWriter, CommitWaitingForWritersCanBeCancelled) {
+  const std::string root = TempDir("cancel");
+  const std::string dir = StepDir(root, 1);
+  const float v[1] = {1};
+  ASSERT_TRUE(WriteShard(dir, 0, "id", {{"w", {2}, 0, 1, v}}).ok());
+  std::atomic<bool> cancel{true};
+  const absl::Time start = absl::Now();
+  absl::Status s = CommitCheckpoint(dir, 2, "id", CheckpointMeta(), absl::Minutes(10), &cancel);
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "shard_00001.index.json")) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
 TEST(Retention, KeepsTheLastKAndRemovesSupersededPartials) {

@@ -98,7 +98,7 @@ absl::StatusOr<ShardWriteResult> WriteShard(const std::string& step_dir, int sha
 
 absl::Status CommitCheckpoint(const std::string& step_dir, int shard_count,
                               const std::string& save_id, const CheckpointMeta& meta,
-                              absl::Duration timeout) {
+                              absl::Duration timeout, const std::atomic<bool>* cancel) {
   const absl::Time deadline = absl::Now() + timeout;
   std::vector<CheckpointManifest> indexes(shard_count);
   std::vector<bool> have(shard_count, false);
@@ -117,6 +117,11 @@ absl::Status CommitCheckpoint(const std::string& step_dir, int shard_count,
       }
     }
     if (missing.empty()) break;
+    if (cancel != nullptr && cancel->load()) {
+      return absl::CancelledError(absl::StrCat("checkpoint ", step_dir,
+                                               ": save abandoned while waiting for ",
+                                               absl::StrJoin(missing, ", ")));
+    }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("checkpoint ", step_dir, ": shard writers did not finish within ",

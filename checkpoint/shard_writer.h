@@ -16,6 +16,7 @@
 #ifndef SHARDLINE_CHECKPOINT_SHARD_WRITER_H_
 #define SHARDLINE_CHECKPOINT_SHARD_WRITER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -46,12 +47,14 @@ absl::StatusOr<ShardWriteResult> WriteShard(const std::string& step_dir, int sha
                                             const std::string& save_id,
                                             const std::vector<SliceData>& slices);
 
-// `meta`'s tensors are ignored (the indexes give them). Errors: DEADLINE_EXCEEDED naming the
-// missing index files after `timeout`; INTERNAL when the merged ranges do not tile a tensor
-// (names it) or for I/O failures.
+// `meta`'s tensors are ignored (the indexes give them). `cancel` (optional) is polled while
+// waiting. Errors: DEADLINE_EXCEEDED naming the missing index files after `timeout`; CANCELLED
+// when *cancel turns true first; INTERNAL when the merged ranges do not tile a tensor (names it)
+// or for I/O failures.
 absl::Status CommitCheckpoint(const std::string& step_dir, int shard_count,
                               const std::string& save_id, const CheckpointMeta& meta,
-                              absl::Duration timeout);
+                              absl::Duration timeout,
+                              const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace shardline::checkpoint
 

@@ -85,7 +85,10 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(
   return std::unique_ptr<Checkpointer>(new Checkpointer(options, engine, optimizer, world));
 }
 
-Checkpointer::~Checkpointer() { (void)WaitForPendingSave(); }
+Checkpointer::~Checkpointer() {
+  cancel_.store(true);
+  (void)WaitForPendingSave();
+}
 
 std::vector<fsdp::ShardSlice> Checkpointer::LocalSlices() const {
   std::vector<fsdp::ShardSlice> out = engine_->LocalParamState();
@@ -122,7 +125,7 @@ absl::Status Checkpointer::WriteAndCommit(const Slices& sl) {
   }
   if (sl.commit) {
     RETURN_IF_ERROR(CommitCheckpoint(sl.step_dir, sl.shard_count, sl.save_id, sl.meta,
-                                     options_.commit_timeout));
+                                     options_.commit_timeout, &cancel_));
     ASSIGN_OR_RETURN(std::vector<int64_t> deleted,
                      ApplyRetention(options_.root, options_.keep_last));
     (void)deleted;

@@ -32,6 +32,7 @@
 #ifndef SHARDLINE_CHECKPOINT_SHARDED_CHECKPOINT_H_
 #define SHARDLINE_CHECKPOINT_SHARDED_CHECKPOINT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -82,7 +83,9 @@ class Checkpointer {
                                                               fsdp::FsdpEngine* engine,
                                                               fsdp::ShardedOptimizer* optimizer,
                                                               fsdp::Communicator* world);
-  ~Checkpointer();  // Waits for a pending save.
+  // Waits for a pending save's writes; a commit still waiting for other writers is abandoned
+  // (the step stays uncommitted). Call WaitForPendingSave first to finish it.
+  ~Checkpointer();
 
   absl::Status Save(const TrainingProgress& progress, bool async);
   absl::Status WaitForPendingSave();
@@ -109,6 +112,9 @@ class Checkpointer {
   std::map<std::string, std::string> aliases_;
 
   std::thread save_thread_;
+  // Set by the destructor: a pending commit stops waiting for writers (a failed run must not
+  // hang in its exit path until commit_timeout).
+  std::atomic<bool> cancel_{false};
   absl::Mutex mu_;
   absl::Status save_status_ ABSL_GUARDED_BY(mu_);
 };
