@@ -156,6 +156,13 @@ TEST(Safetensors, ExportOfACheckpointReadsBack) {
   float v[6];
   std::memcpy(v, (*t)[0].data.data(), 24);
   EXPECT_EQ(v[5], 5);
+  const std::string out2 = root + "/model2.safetensors";
+  ASSERT_TRUE(ExportSafetensorsFromStepDir(StepDir(root, 4), out2).ok());
+  auto t2 = ReadSafetensors(out2);
+  ASSERT_TRUE(t2.ok()) << t2.status();
+  EXPECT_EQ((*t2)[0].data, (*t)[0].data);
+  absl::Status missing = ExportSafetensorsFromStepDir(StepDir(root, 5), out2);
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
 }
 
 TEST(Safetensors, MalformedFileIsDataLoss) {

@@ -143,10 +143,10 @@ absl::Status WriteSafetensors(const std::string& path,
   return w.Commit();
 }
 
-absl::Status ExportSafetensors(const std::string& checkpoint_root, int64_t step,
-                               const std::string& out_path) {
-  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
-      CheckpointReader::Open(checkpoint_root, step);
+namespace {
+
+absl::Status Export(absl::StatusOr<std::unique_ptr<CheckpointReader>> reader,
+                    const std::string& out_path) {
   if (!reader.ok()) return reader.status();
   const CheckpointMeta& meta = (*reader)->meta();
   absl::Status s = (*reader)->VerifyFiles();
@@ -184,6 +184,18 @@ absl::Status ExportSafetensors(const std::string& checkpoint_root, int64_t step,
     if (!s.ok()) return s;
   }
   return w.Commit();
+}
+
+}  // namespace
+
+absl::Status ExportSafetensors(const std::string& checkpoint_root, int64_t step,
+                               const std::string& out_path) {
+  return Export(CheckpointReader::Open(checkpoint_root, step), out_path);
+}
+
+absl::Status ExportSafetensorsFromStepDir(const std::string& step_dir,
+                                          const std::string& out_path) {
+  return Export(CheckpointReader::OpenDir(step_dir), out_path);
 }
 
 absl::StatusOr<std::vector<SafetensorsTensor>> ReadSafetensors(const std::string& path) {

@@ -37,6 +37,9 @@ struct SafetensorsTensor {
 // (NOT_FOUND, FAILED_PRECONDITION, DATA_LOSS naming file and tensor); INTERNAL for I/O.
 absl::Status ExportSafetensors(const std::string& checkpoint_root, int64_t step,
                                const std::string& out_path);
+// The same from one step directory (e.g. the path the coordinator's GetCheckpoint returns).
+absl::Status ExportSafetensorsFromStepDir(const std::string& step_dir,
+                                          const std::string& out_path);
 
 // Errors: INTERNAL for I/O.
 absl::Status WriteSafetensors(const std::string& path,
