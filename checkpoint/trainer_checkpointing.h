@@ -22,6 +22,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "checkpoint/sharded_checkpoint.h"
 
 namespace shardline::checkpoint {
@@ -37,6 +38,9 @@ struct CheckpointPolicy {
   int64_t total_steps = 0;      // train.steps (for save_final).
   std::string optimizer_kind;   // "adamw" / "sgd".
   std::string job_id;
+  // How long rank 0 waits for the other shard writers before failing the save. The trainer uses
+  // its collective timeout: in a synchronous save the other ranks wait that long in a collective.
+  absl::Duration commit_timeout = absl::Minutes(10);
   std::function<void(const SaveEvent&)> on_saved;  // Coordinator reports (optional).
 };
 
