@@ -763,12 +763,6 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(const JobSpec& spec) {
   JobStatus& st = *job.rec.mutable_status();
   st.set_job_id(absl::StrCat("job-", next_seq_));
   *st.mutable_spec() = spec;
-  // Each job checkpoints into its own directory under the spec's, so two jobs of one spec never
-  // resume from (or prune) each other's checkpoints, while every attempt of a job shares it.
-  if (!spec.checkpoint().dir().empty()) {
-    st.mutable_spec()->mutable_checkpoint()->set_dir(
-        absl::StrCat(absl::StripSuffix(spec.checkpoint().dir(), "/"), "/", st.job_id()));
-  }
   st.set_world_size(spec.world_size());
   st.set_total_steps(spec.train().steps());
   if (absl::Status s = JobStateMachine(&job.rec, clock_->Now()).Submit(); !s.ok()) return s;

@@ -128,20 +128,6 @@ TEST_F(CoreTest, BadSpecIsInvalidArgumentNamingTheField) {
   EXPECT_TRUE(core_->ListJobs({}).empty());
 }
 
-TEST_F(CoreTest, EachJobCheckpointsIntoItsOwnDirectory) {
-  JobSpec spec = Spec("ck", 1);
-  spec.mutable_checkpoint()->set_dir("/data/ckpt/");
-  auto first = core_->SubmitJob(spec);
-  auto second = core_->SubmitJob(spec);
-  ASSERT_TRUE(first.ok() && second.ok());
-  EXPECT_EQ(core_->GetJob(*first)->spec().checkpoint().dir(), "/data/ckpt/" + *first);
-  EXPECT_EQ(core_->GetJob(*second)->spec().checkpoint().dir(), "/data/ckpt/" + *second);
-  spec.mutable_checkpoint()->clear_dir();
-  auto none = core_->SubmitJob(spec);
-  ASSERT_TRUE(none.ok());
-  EXPECT_EQ(core_->GetJob(*none)->spec().checkpoint().dir(), "");
-}
-
 TEST_F(CoreTest, GangSchedulesAllRanksOrNone) {
   const std::string a = Register("a", 2);
   auto job = core_->SubmitJob(Spec("big", 3));

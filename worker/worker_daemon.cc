@@ -287,27 +287,26 @@ void WorkerDaemon::StopAttempt(const std::string& job_id, int attempt, absl::Dur
 
 void WorkerDaemon::SuperviseLoop() {
   while (!shutdown_.load()) {
+    // Exits are detected first and published only after the metrics written before them are
+    // relayed: a heartbeat saying "exited" may end the job, after which the coordinator refuses
+    // progress for it, so the last step (and the sample) must reach it first.
     std::vector<ProgressReport> reports;
+    std::vector<std::pair<RankKey, int>> exits;
     {
       absl::MutexLock lock(&mu_);
       for (auto it = ranks_.begin(); it != ranks_.end();) {
         Rank& r = it->second;
+        if (r.process != nullptr && r.status.state() != RankStatus::EXITED) {
+          if (std::optional<int> code = r.process->Poll(); code.has_value()) {
+            exits.emplace_back(it->first, *code);
+          }
+        }
         if (r.metrics != nullptr) {
           for (ProgressReport& p : r.metrics->Poll()) {
             p.set_job_id(r.assignment.job_id());
             p.set_attempt(r.assignment.attempt());
             p.set_rank(r.assignment.rank());
             reports.push_back(std::move(p));
-          }
-        }
-        if (r.process != nullptr && r.status.state() != RankStatus::EXITED) {
-          if (std::optional<int> code = r.process->Poll(); code.has_value()) {
-            r.status.set_state(RankStatus::EXITED);
-            r.status.set_exit_code(*code);
-            if (*code != 0) r.status.set_log_tail(r.process->LogTail(4096));
-            r.exited_at = absl::Now();
-            SL_LOG(INFO) << "rank " << r.assignment.rank() << " of " << r.assignment.job_id()
-                         << " " << DescribeExit(*code);
           }
         }
         if (absl::Now() - r.exited_at > kKeepExited) {
@@ -317,10 +316,25 @@ void WorkerDaemon::SuperviseLoop() {
         }
       }
     }
+    if (!reports.empty()) SL_LOG(DEBUG) << "relaying " << reports.size() << " progress report(s)";
     for (const ProgressReport& p : reports) {
       const absl::Status s = client_->ReportProgress(p);
       if (!s.ok()) {
         SL_LOG(WARNING) << s;
+      }
+    }
+    if (!exits.empty()) {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [key, code] : exits) {
+        auto it = ranks_.find(key);
+        if (it == ranks_.end()) continue;
+        Rank& r = it->second;
+        r.status.set_state(RankStatus::EXITED);
+        r.status.set_exit_code(code);
+        if (code != 0) r.status.set_log_tail(r.process->LogTail(4096));
+        r.exited_at = absl::Now();
+        SL_LOG(INFO) << "rank " << r.assignment.rank() << " of " << r.assignment.job_id() << " "
+                     << DescribeExit(code);
       }
     }
     absl::SleepFor(absl::Milliseconds(200));

@@ -14,7 +14,7 @@ import harness  # noqa: E402
 CORPUS = os.path.abspath(os.environ.get("SHARDLINE_CORPUS", "data/tinyshakespeare.txt"))
 
 
-def write_spec(steps, world_size=4, degree=2, log_every=1, extra=""):
+def write_spec(ckpt_root, steps, world_size=4, degree=2, log_every=1, extra=""):
     spec = f"""
 name: it-tiny
 world_size: {world_size}
@@ -26,6 +26,7 @@ train: {{steps: {steps}, global_batch_size: {world_size * 2}, micro_batch_size: 
         eval_every: 0, eval_batches: 2, seed: 5, deterministic: true, sample_tokens: 40,
         sample_prompt: "ROMEO:"}}
 device: {{kind: CPU, cpu_threads: 1}}
+checkpoint: {{dir: {ckpt_root}, every_steps: 3, keep_last: 2, save_final: true}}
 {extra}
 """
     fd, path = tempfile.mkstemp(suffix=".yaml", dir=os.environ.get("TEST_TMPDIR"))
@@ -39,17 +40,20 @@ class ClusterTest(unittest.TestCase):
         self.cluster = harness.Cluster(workers=2, slots=2, grace_period_s=3)
 
     def tearDown(self):
-        if hasattr(self, "_outcome") and not all(
-                e is None for _, e in getattr(self._outcome, "errors", [])):
-            print(self.cluster.logs())
         self.cluster.stop()
+        # Bazel shows a test's output only when it fails: then these logs explain why.
+        print(self.cluster.logs())
+
+    def spec(self, **kwargs):
+        # Checkpoints under this test's cluster: job ids restart at job-1 in every cluster.
+        return write_spec(os.path.join(self.cluster.dir, "checkpoints"), **kwargs)
 
     def submit(self, spec, *args):
         proc = self.cluster.shardctl("submit", spec, *args)
         return proc.stdout.strip().splitlines()[0]
 
     def test_submit_runs_to_success_with_progress_and_sample(self):
-        job = self.submit(write_spec(steps=6))
+        job = self.submit(self.spec(steps=6))
         status = self.cluster.wait_for(job, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"),
                                        timeout=300, what="job end")
         self.assertEqual(status["state"], "SUCCEEDED", json.dumps(status, indent=1))
@@ -60,15 +64,32 @@ class ClusterTest(unittest.TestCase):
                             for e in status["events"]), status["events"])
         self.assertIn("ROMEO:", status.get("sample", ""))
         self.assertEqual(self.cluster.trainer_pids(), [])
+        # Checkpoints: every 3 steps, keep 2, in the job's own directory; the final one exports.
+        cps = self.cluster.shardctl_json("checkpoints", job)["checkpoints"]
+        committed = sorted(int(c["step"]) for c in cps if c.get("committed"))
+        self.assertEqual(committed, [3, 6], cps)
+        # The trainer puts each job's checkpoints in <checkpoint.dir>/<job id>.
+        job_root = os.path.join(self.cluster.dir, "checkpoints", job)
+        self.assertTrue(all(c["path"].startswith(job_root) for c in cps), cps)
+        self.assertTrue(os.path.exists(os.path.join(job_root, "step_6", "MANIFEST.json")))
+        out = os.path.join(self.cluster.dir, "model.safetensors")
+        self.cluster.shardctl("export", job, "--out=" + out)
+        with open(out, "rb") as f:
+            header_len = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(header_len))
+        self.assertEqual(header["__metadata__"]["step"], "6")
+        names = [k for k in header if k != "__metadata__"]
+        self.assertGreater(len(names), 4, names)
+        self.assertTrue(all(header[n]["dtype"] == "F32" for n in names), header)
 
     def test_watch_prints_progress_lines_and_exits_zero(self):
-        job = self.submit(write_spec(steps=4))
+        job = self.submit(self.spec(steps=4))
         proc = self.cluster.shardctl("watch", job, timeout=300)
         self.assertIn("step 4/4", proc.stdout)
         self.assertIn("SUCCEEDED", proc.stdout)
 
     def test_cancel_stops_every_trainer_within_the_grace_period(self):
-        job = self.submit(write_spec(steps=100000))
+        job = self.submit(self.spec(steps=100000))
         self.cluster.wait_for(job, lambda s: int(s.get("step", 0)) >= 1, timeout=300,
                               what="first step")
         self.assertEqual(len(self.cluster.trainer_pids()), 4)
@@ -90,7 +111,7 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(status["state"], "CANCELLED")
 
     def test_killed_worker_daemon_leaves_no_trainer_behind(self):
-        job = self.submit(write_spec(steps=100000))
+        job = self.submit(self.spec(steps=100000))
         self.cluster.wait_for(job, lambda s: int(s.get("step", 0)) >= 1, timeout=300,
                               what="first step")
         worker0_dir = self.cluster.worker_dir(0)
@@ -104,7 +125,7 @@ class ClusterTest(unittest.TestCase):
         self.cluster.shardctl("cancel", job)
 
     def test_json_output_carries_what_the_text_shows(self):
-        job = self.submit(write_spec(steps=2))
+        job = self.submit(self.spec(steps=2))
         self.cluster.wait_for(job, lambda s: s.get("state") == "SUCCEEDED", timeout=300,
                               what="SUCCEEDED")
         text = self.cluster.shardctl("status", job).stdout
@@ -121,7 +142,7 @@ class ClusterTest(unittest.TestCase):
         self.assertIsInstance(checkpoints.get("checkpoints", []), list)
 
     def test_bad_spec_is_refused_locally_naming_the_field(self):
-        proc = self.cluster.shardctl("submit", write_spec(steps=2),
+        proc = self.cluster.shardctl("submit", self.spec(steps=2),
                                      "--set", "fsdp.hybrid_shard_degree=3", check=False)
         self.assertEqual(proc.returncode, 3, proc.stderr)
         self.assertIn("fsdp.hybrid_shard_degree", proc.stderr)
