@@ -33,18 +33,25 @@ query="tests(set(${targets[*]}))"
 bazel query "$query" 2>/dev/null > /tmp/shardline_tests_$$.txt
 
 python3 - /tmp/shardline_tests_$$.txt "$(bazel info bazel-testlogs 2>/dev/null)" <<'PY'
-import os, sys, xml.etree.ElementTree as ET
+import glob, os, sys, xml.etree.ElementTree as ET
 targets = [t.strip() for t in open(sys.argv[1]) if t.strip()]
 logs = sys.argv[2]
 passed = failed = 0
 bad = []
 for t in targets:
     pkg, name = t.lstrip("/").split(":")
-    xml = os.path.join(logs, pkg, name, "test.xml")
+    base = os.path.join(logs, pkg, name)
+    # A sharded test (shard_count) writes one XML per shard: shard_K_of_N/test.xml.
+    xmls = glob.glob(os.path.join(base, "test.xml")) or sorted(
+        glob.glob(os.path.join(base, "shard_*_of_*", "test.xml")))
     try:
-        root = ET.parse(xml).getroot()
-        suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-        cases = [c for s in suites for c in s.iter("testcase")]
+        if not xmls:
+            raise FileNotFoundError(base)
+        cases = []
+        for xml in xmls:
+            root = ET.parse(xml).getroot()
+            suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+            cases += [c for s in suites for c in s.iter("testcase")]
         if not cases:
             raise ValueError("no test cases")
         for c in cases:

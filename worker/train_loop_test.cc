@@ -161,8 +161,16 @@ TEST(TrainLoop, LogsMetricsAndSamplesText) {
   EXPECT_GT(logged[2].tokens_per_s, 0);
   EXPECT_GT(logged[2].rss_bytes, 0);
   ASSERT_TRUE(logged[2].sample.has_value());
-  EXPECT_EQ(summary->sample.size(), std::string("ROMEO:").size() + 12);
   EXPECT_EQ(summary->sample.substr(0, 6), "ROMEO:");
+  // 12 sampled bytes, decoded for display: each is one character, or part of one valid UTF-8
+  // character, or becomes U+FFFD (3 bytes); so 1..12 characters of 12..36 bytes follow.
+  const std::string rest = summary->sample.substr(6);
+  int64_t chars = 0;
+  for (unsigned char c : rest) chars += (c & 0xC0) != 0x80;
+  EXPECT_GE(rest.size(), 12u);
+  EXPECT_LE(rest.size(), 36u);
+  EXPECT_GE(chars, 1);
+  EXPECT_LE(chars, 12);
   EXPECT_EQ(summary->cursor.position, 3 * 32);
 }
 
