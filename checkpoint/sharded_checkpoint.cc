@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <cstring>
 #include <map>
 #include <random>
@@ -294,9 +296,23 @@ absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
         return absl::FailedPreconditionError(
             absl::StrCat(manifest, ": tensor ", s.name, " has another shape"));
       }
-      RETURN_IF_ERROR(
-          reader->ReadElements(s.name, s.start, s.end, staged[i].data_ptr<float>()));
     }
+    // Reads on a few threads, each taking the next slice; the first error (in slice order)
+    // wins so the message does not depend on timing.
+    std::vector<absl::Status> results(slices.size());
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i = next++; i < slices.size(); i = next++) {
+        const fsdp::ShardSlice& s = slices[i];
+        if (s.end <= s.start) continue;
+        results[i] = reader->ReadElements(s.name, s.start, s.end, staged[i].data_ptr<float>());
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int t = 1; t < std::max(1, options_.load_threads); ++t) threads.emplace_back(work);
+    work();
+    for (std::thread& t : threads) t.join();
+    for (const absl::Status& r : results) RETURN_IF_ERROR(r);
     return absl::OkStatus();
   };
   absl::Status local = stage();

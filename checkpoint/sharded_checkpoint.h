@@ -68,6 +68,8 @@ class Checkpointer {
     std::string optimizer_kind;       // "adamw" / "sgd" (recorded, checked on load).
     std::string job_id;
     absl::Duration commit_timeout = absl::Minutes(10);
+    // Threads reading and checksumming ranges on load (I/O and CRC overlap).
+    int load_threads = 4;
     // After this rank's data file is durable (writers) and after the commit (rank 0); may run
     // on the save thread.
     std::function<void(const SaveEvent&)> on_saved;
