@@ -24,7 +24,10 @@ echo "== starting a local cluster: 1 coordinator, 2 workers x 2 CPU slots"
 "$shardctl" workers --state_dir="$state"
 
 echo "== submitting examples/tiny_gpt_shakespeare.yaml (tiny GPT, HYBRID_SHARD degree 2, 4 ranks)"
-job="$("$shardctl" submit examples/tiny_gpt_shakespeare.yaml --state_dir="$state" "$@")"
+# Checkpoints every 100 steps (the last two kept) under out/checkpoints/<job id>.
+job="$("$shardctl" submit examples/tiny_gpt_shakespeare.yaml --state_dir="$state" \
+  --set checkpoint.dir="$here/out/checkpoints" --set checkpoint.every_steps=100 \
+  --set checkpoint.keep_last=2 --set checkpoint.save_final=true "$@")"
 echo "job $job"
 rc=0
 "$shardctl" watch "$job" --state_dir="$state" || rc=$?

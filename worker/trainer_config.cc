@@ -142,8 +142,11 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
   c.wrap_policy = FsdpSpec::WrapPolicy_Name(f.auto_wrap_policy());
   c.min_num_params = f.min_num_params();
   c.forward_prefetch = f.forward_prefetch();
-  c.backward_prefetch = f.backward_prefetch() == FsdpSpec::BACKWARD_PRE ||
-                        f.backward_prefetch() == FsdpSpec::BACKWARD_POST;
+  c.backward_prefetch = f.backward_prefetch() == FsdpSpec::BACKWARD_PRE
+                            ? TrainerConfig::BackwardPrefetch::kPre
+                        : f.backward_prefetch() == FsdpSpec::BACKWARD_POST
+                            ? TrainerConfig::BackwardPrefetch::kPost
+                            : TrainerConfig::BackwardPrefetch::kNone;
   const auto& mp = f.mixed_precision();
   c.mixed_precision = mp.param_dtype() != FsdpSpec::FP32 ||
                       mp.reduce_dtype() != FsdpSpec::FP32 || mp.buffer_dtype() != FsdpSpec::FP32;

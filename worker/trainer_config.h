@@ -80,7 +80,8 @@ struct TrainerConfig {
   std::string wrap_policy = "TRANSFORMER_BLOCK";  // fsdp::ParseWrapPolicy name.
   int64_t min_num_params = 0;
   bool forward_prefetch = false;
-  bool backward_prefetch = false;  // BACKWARD_PRE or BACKWARD_POST.
+  enum class BackwardPrefetch { kNone, kPre, kPost };  // fsdp.backward_prefetch
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::kNone;
   bool mixed_precision = false;    // Any dtype other than FP32 requested.
   bool activation_checkpointing = false;
   bool cpu_offload = false;

@@ -39,10 +39,14 @@ absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(models::Languag
   } else {
     options.wrap_policy.block_type = block_type;
   }
-  // Prefetching only changes timing; the engine does not implement it yet.
-  if (c.forward_prefetch || c.backward_prefetch) {
-    SL_LOG(DEBUG) << "forward/backward prefetch requested; the engine runs without prefetch";
-  }
+  // Prefetching changes only timing (the parity tests run it both ways).
+  options.forward_prefetch = c.forward_prefetch;
+  using Prefetch = fsdp::FsdpEngineOptions::BackwardPrefetch;
+  options.backward_prefetch = c.backward_prefetch == TrainerConfig::BackwardPrefetch::kPre
+                                  ? Prefetch::kPre
+                              : c.backward_prefetch == TrainerConfig::BackwardPrefetch::kPost
+                                  ? Prefetch::kPost
+                                  : Prefetch::kNone;
   if (c.fake_collectives) {
     SL_LOG(WARNING) << "fsdp.fake_collectives is not implemented; collectives run for real";
   }
