@@ -10,10 +10,11 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "coordinator/job_state_machine.h"
 
 namespace shardline::coordinator {
@@ -673,20 +674,27 @@ absl::StatusOr<RendezvousGetResponse> CoordinatorCore::RendezvousGet(
 
 // ------------------------------------------------------------------------------- reports
 
-absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
-  absl::MutexLock lock(&mu_);
-  Job* job = FindJob(r.job_id());
-  if (job == nullptr) return absl::NotFoundError(absl::StrCat("unknown job ", r.job_id()));
-  JobStatus& st = *job->rec.mutable_status();
-  if (st.state() != RUNNING || r.attempt() != st.attempt()) {
+absl::StatusOr<CoordinatorCore::Job*> CoordinatorCore::FindRunningRankLocked(
+    const std::string& job_id, int32_t attempt, int32_t rank) {
+  Job* job = FindJob(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("unknown job ", job_id));
+  const JobStatus& st = job->rec.status();
+  if (st.state() != RUNNING || attempt != st.attempt()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("job ", r.job_id(), " attempt ", r.attempt(), " is not running (job is ",
+        absl::StrCat("job ", job_id, " attempt ", attempt, " is not running (job is ",
                      JobState_Name(st.state()), " at attempt ", st.attempt(), ")"));
   }
-  if (r.rank() < 0 || r.rank() >= st.world_size()) {
+  if (rank < 0 || rank >= st.world_size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("rank: ", r.rank(), " outside world of ", st.world_size()));
+        absl::StrCat("rank: ", rank, " outside world of ", st.world_size()));
   }
+  return job;
+}
+
+absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Job* job, FindRunningRankLocked(r.job_id(), r.attempt(), r.rank()));
+  JobStatus& st = *job->rec.mutable_status();
   if (st.per_rank_peak_memory_bytes_size() != st.world_size()) {
     st.mutable_per_rank_peak_memory_bytes()->Resize(st.world_size(), 0);
   }
@@ -712,18 +720,8 @@ absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
 
 absl::Status CoordinatorCore::ReportCheckpoint(const CheckpointReport& r) {
   absl::MutexLock lock(&mu_);
-  Job* job = FindJob(r.job_id());
-  if (job == nullptr) return absl::NotFoundError(absl::StrCat("unknown job ", r.job_id()));
+  ASSIGN_OR_RETURN(Job* job, FindRunningRankLocked(r.job_id(), r.attempt(), r.rank()));
   JobStatus& st = *job->rec.mutable_status();
-  if (st.state() != RUNNING || r.attempt() != st.attempt()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", r.job_id(), " attempt ", r.attempt(), " is not running (job is ",
-                     JobState_Name(st.state()), " at attempt ", st.attempt(), ")"));
-  }
-  if (r.rank() < 0 || r.rank() >= st.world_size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank: ", r.rank(), " outside world of ", st.world_size()));
-  }
   CheckpointRegistry::Layout layout;
   layout.world_size = st.world_size();
   layout.shard_degree = job->rec.shard_degree();

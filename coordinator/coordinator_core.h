@@ -192,6 +192,11 @@ class CoordinatorCore {
   absl::Status Load();
 
   Job* FindJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job whose current attempt `attempt` is RUNNING with `rank` in its world, for reports
+  // from ranks. Errors: NOT_FOUND (no such job), FAILED_PRECONDITION (not running, or another
+  // attempt), INVALID_ARGUMENT (rank outside the world).
+  absl::StatusOr<Job*> FindRunningRankLocked(const std::string& job_id, int32_t attempt,
+                                             int32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Persists and publishes a changed job (bumps its version, wakes watchers).
   void Changed(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -22,6 +22,15 @@ constexpr char kVersion[] = "shardline-worker 0.1";
 // briefly unreachable.
 constexpr absl::Duration kKeepExited = absl::Minutes(2);
 
+// A client of the coordinator as this daemon talks to it (join token, per-call deadline).
+absl::StatusOr<std::unique_ptr<coordinator::CoordinatorClient>> NewClient(const WorkerOptions& o) {
+  coordinator::CoordinatorClient::Options co;
+  co.address = o.coordinator_address;
+  co.token = o.join_token;
+  co.timeout = o.rpc_timeout;
+  return coordinator::CoordinatorClient::Create(co);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerOptions& options) {
@@ -40,12 +49,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerO
     return absl::InvalidArgumentError(
         absl::StrCat("--work_dir: cannot create ", options.work_dir, ": ", ec.message()));
   }
-  coordinator::CoordinatorClient::Options co;
-  co.address = options.coordinator_address;
-  co.token = options.join_token;
-  co.timeout = options.rpc_timeout;
-  ASSIGN_OR_RETURN(std::unique_ptr<coordinator::CoordinatorClient> client,
-                   coordinator::CoordinatorClient::Create(co));
+  ASSIGN_OR_RETURN(std::unique_ptr<coordinator::CoordinatorClient> client, NewClient(options));
   auto daemon = std::unique_ptr<WorkerDaemon>(new WorkerDaemon(options, std::move(client)));
   if (daemon->DiscoverSlots().empty()) {
     return absl::InvalidArgumentError("no slots: no GPU found and --slots is 0");
@@ -149,12 +153,8 @@ void WorkerDaemon::Shutdown() {
 }
 
 absl::Status WorkerDaemon::ServeAssignments() {
-  coordinator::CoordinatorClient::Options co;
-  co.address = options_.coordinator_address;
-  co.token = options_.join_token;
-  co.timeout = options_.rpc_timeout;
   ASSIGN_OR_RETURN(std::shared_ptr<coordinator::CoordinatorClient> stream_client,
-                   coordinator::CoordinatorClient::Create(co));
+                   NewClient(options_));
   std::string worker_id;
   {
     absl::MutexLock lock(&mu_);
