@@ -124,6 +124,31 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(harness.pids_of(worker0_dir + "/jobs"), [])
         self.cluster.shardctl("cancel", job)
 
+    def test_killed_trainer_restarts_from_checkpoint_and_matches_uninterrupted_run(self):
+        extra = "restart: {max_restarts: 2, backoff_s: 1}"
+        reference = self.submit(self.spec(steps=40, extra=extra))
+        ref = self.cluster.wait_for(reference, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"),
+                                    timeout=300, what="reference run")
+        self.assertEqual(ref["state"], "SUCCEEDED")
+        self.assertEqual(int(ref.get("attempt", 0)), 1)
+
+        job = self.submit(self.spec(steps=40, extra=extra))
+        # Wait for a committed checkpoint (every 3 steps), then kill one trainer mid-run.
+        self.cluster.wait_for(job, lambda s: int(s.get("latest_checkpoint_step", 0)) >= 3,
+                              timeout=300, what="first committed checkpoint")
+        victims = harness.pids_of(os.path.join(self.cluster.worker_dir(1), "jobs", job))
+        self.assertTrue(victims, "no trainer of the job on worker 1")
+        os.kill(victims[0], signal.SIGKILL)
+        status = self.cluster.wait_for(job, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"),
+                                       timeout=300, what="job end after the kill")
+        self.assertEqual(status["state"], "SUCCEEDED", json.dumps(status["events"], indent=1))
+        self.assertGreaterEqual(int(status["attempt"]), 2)
+        kinds = [e["kind"] for e in status["events"]]
+        self.assertIn("RANK_FAILED", kinds)
+        # Resumed from its checkpoint with the same data order: the same final loss.
+        self.assertEqual(int(status["step"]), 40)
+        self.assertAlmostEqual(status["loss"], ref["loss"], delta=1e-5 * abs(ref["loss"]))
+
     def test_json_output_carries_what_the_text_shows(self):
         job = self.submit(self.spec(steps=2))
         self.cluster.wait_for(job, lambda s: s.get("state") == "SUCCEEDED", timeout=300,
