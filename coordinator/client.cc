@@ -28,6 +28,11 @@ std::shared_ptr<grpc::ChannelCredentials> Credentials(const CoordinatorClient::O
 grpc::ChannelArguments ChannelArgs() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // gRPC's reconnect backoff grows to 120 s by default: a coordinator back after a restart would
+  // go unheard (and its workers be declared dead) for minutes. Retry at least once a second.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return args;
 }
 }  // namespace

@@ -125,10 +125,9 @@ absl::Status WorkerDaemon::Run() {
       s = ServeAssignments();
     }
     if (shutdown_.load()) break;
-    {
-      absl::MutexLock lock(&mu_);
-      registered_ = false;
-    }
+    // Heartbeats go on under the known worker id meanwhile: a coordinator restarted from its
+    // state knows this worker and must hear from it within its heartbeat timeout, or it fails
+    // the worker's ranks. Only a `reregister` answer drops the id.
     SL_LOG(WARNING) << "coordinator connection lost (" << s << "); retrying in " << backoff;
     for (absl::Time until = absl::Now() + backoff; absl::Now() < until && !shutdown_.load();) {
       absl::SleepFor(absl::Milliseconds(20));
@@ -286,11 +285,14 @@ void WorkerDaemon::StopAttempt(const std::string& job_id, int attempt, absl::Dur
 }
 
 void WorkerDaemon::SuperviseLoop() {
+  // Reports the coordinator could not take (it was down): the latest per rank is sent again,
+  // since each report carries the rank's whole latest state (and the last one the sample).
+  std::map<RankKey, ProgressReport> unsent;
   while (!shutdown_.load()) {
     // Exits are detected first and published only after the metrics written before them are
     // relayed: a heartbeat saying "exited" may end the job, after which the coordinator refuses
     // progress for it, so the last step (and the sample) must reach it first.
-    std::vector<ProgressReport> reports;
+    std::vector<std::pair<RankKey, ProgressReport>> reports;
     std::vector<std::pair<RankKey, int>> exits;
     {
       absl::MutexLock lock(&mu_);
@@ -301,13 +303,17 @@ void WorkerDaemon::SuperviseLoop() {
             exits.emplace_back(it->first, *code);
           }
         }
-        if (r.metrics != nullptr) {
-          for (ProgressReport& p : r.metrics->Poll()) {
-            p.set_job_id(r.assignment.job_id());
-            p.set_attempt(r.assignment.attempt());
-            p.set_rank(r.assignment.rank());
-            reports.push_back(std::move(p));
-          }
+        std::vector<ProgressReport> fresh =
+            r.metrics != nullptr ? r.metrics->Poll() : std::vector<ProgressReport>();
+        if (fresh.empty()) {
+          if (auto u = unsent.find(it->first); u != unsent.end()) fresh.push_back(u->second);
+        }
+        unsent.erase(it->first);
+        for (ProgressReport& p : fresh) {
+          p.set_job_id(r.assignment.job_id());
+          p.set_attempt(r.assignment.attempt());
+          p.set_rank(r.assignment.rank());
+          reports.emplace_back(it->first, std::move(p));
         }
         if (absl::Now() - r.exited_at > kKeepExited) {
           it = ranks_.erase(it);
@@ -317,9 +323,12 @@ void WorkerDaemon::SuperviseLoop() {
       }
     }
     if (!reports.empty()) SL_LOG(DEBUG) << "relaying " << reports.size() << " progress report(s)";
-    for (const ProgressReport& p : reports) {
+    for (const auto& [key, p] : reports) {
       const absl::Status s = client_->ReportProgress(p);
-      if (!s.ok()) {
+      if (s.ok()) continue;
+      if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
+        unsent[key] = p;  // Later reports of the rank overwrite it.
+      } else {
         SL_LOG(WARNING) << s;
       }
     }
@@ -327,7 +336,8 @@ void WorkerDaemon::SuperviseLoop() {
       absl::MutexLock lock(&mu_);
       for (const auto& [key, code] : exits) {
         auto it = ranks_.find(key);
-        if (it == ranks_.end()) continue;
+        // A rank whose last report has not got through yet stays RUNNING until it has.
+        if (it == ranks_.end() || unsent.count(key) > 0) continue;
         Rank& r = it->second;
         r.status.set_state(RankStatus::EXITED);
         r.status.set_exit_code(code);

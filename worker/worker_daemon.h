@@ -46,7 +46,9 @@ struct WorkerOptions {
   std::string trainer_path;         // the trainer binary
   absl::Duration grace_period = absl::Seconds(10);
   absl::Duration rpc_timeout = absl::Seconds(10);
-  absl::Duration max_backoff = absl::Seconds(5);
+  // Reconnect backoff doubles from 100 ms up to this; kept well below the coordinator's default
+  // heartbeat timeout (10 s) so a restarted coordinator gets its streams back quickly.
+  absl::Duration max_backoff = absl::Seconds(2);
 };
 
 class WorkerDaemon {
@@ -90,7 +92,7 @@ class WorkerDaemon {
 
   absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
-  bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  bool registered_ ABSL_GUARDED_BY(mu_) = false;  // Has a worker id to heartbeat with.
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   std::map<RankKey, Rank> ranks_ ABSL_GUARDED_BY(mu_);
   // The assignment stream runs on a client of its own: cancelling a client's streams is final

@@ -149,6 +149,26 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(int(status["step"]), 40)
         self.assertAlmostEqual(status["loss"], ref["loss"], delta=1e-5 * abs(ref["loss"]))
 
+    def test_coordinator_killed_and_restarted_mid_job_keeps_history_and_job_completes(self):
+        job = self.submit(self.spec(steps=60))
+        self.cluster.wait_for(job, lambda s: int(s.get("latest_checkpoint_step", 0)) >= 3,
+                              timeout=300, what="first committed checkpoint")
+        before = self.cluster.job(job)
+        coordinator = self.cluster.procs["coordinator"]
+        coordinator.send_signal(signal.SIGKILL)
+        coordinator.wait()
+        time.sleep(1)
+        # Same address and state dir: the workers reconnect by themselves.
+        self.cluster.start_coordinator(self.cluster.address)
+        status = self.cluster.wait_for(job, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"),
+                                       timeout=300, what="job end after the coordinator restart")
+        self.assertEqual(status["state"], "SUCCEEDED", json.dumps(status["events"], indent=1))
+        # The history from before the kill is all there, in order.
+        old = [(e["kind"], e["message"]) for e in before["events"]]
+        new = [(e["kind"], e["message"]) for e in status["events"]]
+        self.assertEqual(new[:len(old)], old)
+        self.assertEqual(int(status["step"]), 60)
+
     def test_json_output_carries_what_the_text_shows(self):
         job = self.submit(self.spec(steps=2))
         self.cluster.wait_for(job, lambda s: s.get("state") == "SUCCEEDED", timeout=300,

@@ -55,23 +55,33 @@ class Cluster:
     def __init__(self, workers=2, slots=2, heartbeat_timeout_ms=3000, grace_period_s=5):
         self.dir = tempfile.mkdtemp(prefix="shardline_it_", dir=os.environ.get("TEST_TMPDIR"))
         self.procs = {}
-        coord_log = open(os.path.join(self.dir, "coordinator.log"), "w")
-        self.procs["coordinator"] = subprocess.Popen(
-            [BINARIES.coordinator, "--listen=127.0.0.1:0",
-             "--state_dir=" + os.path.join(self.dir, "coordinator"),
-             "--heartbeat_interval_ms=500",
-             "--heartbeat_timeout_ms=%d" % heartbeat_timeout_ms,
-             "--stop_grace_s=%d" % grace_period_s],
-            stdout=coord_log, stderr=subprocess.STDOUT)
-        self.address = self._wait_for_address(os.path.join(self.dir, "coordinator.log"))
+        self.heartbeat_timeout_ms = heartbeat_timeout_ms
+        self.grace_period_s = grace_period_s
+        self.start_coordinator("127.0.0.1:0")
         for i in range(workers):
             self.start_worker(i, slots, grace_period_s)
         self.wait_for_workers(workers)
 
-    def _wait_for_address(self, log, timeout=30):
+    def start_coordinator(self, listen):
+        """Starts (or restarts, on the same state dir) the coordinator; sets self.address."""
+        log_path = os.path.join(self.dir, "coordinator.log")
+        with open(log_path, "a") as log:
+            log.write("---- start\n")
+        offset = os.path.getsize(log_path)
+        self.procs["coordinator"] = subprocess.Popen(
+            [BINARIES.coordinator, "--listen=" + listen,
+             "--state_dir=" + os.path.join(self.dir, "coordinator"),
+             "--heartbeat_interval_ms=500",
+             "--heartbeat_timeout_ms=%d" % self.heartbeat_timeout_ms,
+             "--stop_grace_s=%d" % self.grace_period_s],
+            stdout=open(log_path, "a"), stderr=subprocess.STDOUT)
+        self.address = self._wait_for_address(log_path, offset)
+
+    def _wait_for_address(self, log, offset=0, timeout=30):
         deadline = time.time() + timeout
         while time.time() < deadline:
             with open(log) as f:
+                f.seek(offset)
                 m = re.search(r"listening on (\S+)", f.read())
             if m:
                 return m.group(1)
