@@ -169,6 +169,23 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(new[:len(old)], old)
         self.assertEqual(int(status["step"]), 60)
 
+    def test_lost_worker_job_continues_smaller_from_its_checkpoint(self):
+        extra = "restart: {max_restarts: 2, backoff_s: 1}\nelastic: {min_world_size: 2}"
+        job = self.submit(self.spec(steps=60, extra=extra))
+        self.cluster.wait_for(job, lambda s: int(s.get("latest_checkpoint_step", 0)) >= 3,
+                              timeout=300, what="first committed checkpoint")
+        # The whole node goes: its daemon and (by the kernel) its trainers.
+        self.cluster.procs["worker-1"].send_signal(signal.SIGKILL)
+        self.cluster.procs["worker-1"].wait()
+        status = self.cluster.wait_for(job, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"),
+                                       timeout=300, what="job end after the worker loss")
+        self.assertEqual(status["state"], "SUCCEEDED", json.dumps(status["events"], indent=1))
+        self.assertGreaterEqual(int(status["attempt"]), 2)
+        self.assertEqual(int(status["world_size"]), 2)  # 2 slots left: W = 2 = 1 x 2
+        self.assertEqual(int(status["step"]), 60)
+        kinds = [e["kind"] for e in status["events"]]
+        self.assertIn("WORKER_LOST", kinds)
+
     def test_json_output_carries_what_the_text_shows(self):
         job = self.submit(self.spec(steps=2))
         self.cluster.wait_for(job, lambda s: s.get("state") == "SUCCEEDED", timeout=300,
