@@ -151,6 +151,23 @@ void ValidateFsdp(const JobSpec& s, Problems* p) {
   if (f.collective_timeout_s() <= 0) {
     p->Add("fsdp.collective_timeout_s: ", f.collective_timeout_s(), " must be positive");
   }
+  // Named by the spec, not in the engine yet (docs/design.md, "Not built yet"): refused here so
+  // `shardctl submit` says so before anything is scheduled, rather than a rank failing later.
+  const FsdpSpec::MixedPrecision& mixed = f.mixed_precision();
+  for (const auto& [field, dtype] :
+       {std::pair{"param_dtype", mixed.param_dtype()}, std::pair{"reduce_dtype", mixed.reduce_dtype()},
+        std::pair{"buffer_dtype", mixed.buffer_dtype()}}) {
+    if (dtype != FsdpSpec::DTYPE_UNSPECIFIED && dtype != FsdpSpec::FP32) {
+      p->Add("fsdp.mixed_precision.", field, ": ", FsdpSpec::Dtype_Name(dtype),
+             " is not implemented yet; only FP32 trains");
+    }
+  }
+  if (f.activation_checkpointing()) {
+    p->Add("fsdp.activation_checkpointing: true is not implemented yet; set it to false");
+  }
+  if (f.cpu_offload() && s.device().kind() == DeviceSpec::CUDA) {
+    p->Add("fsdp.cpu_offload: true is not implemented yet; set it to false");
+  }
   if (s.device().kind() == DeviceSpec::CPU) {
     if (f.cpu_offload()) {
       p->Add("fsdp.cpu_offload: true needs device.kind CUDA; a CPU job keeps everything in host "

@@ -11,18 +11,8 @@ absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(models::Languag
                                                                  const TrainerConfig& c, int rank,
                                                                  const Comms& comms) {
   const std::string block_type = model.block_type();
-  if (c.mixed_precision) {
-    return absl::UnimplementedError(
-        "fsdp.mixed_precision: only FP32 is implemented by the engine; remove the section or set "
-        "every dtype to FP32");
-  }
-  if (c.cpu_offload) {
-    return absl::UnimplementedError("fsdp.cpu_offload: not implemented by the engine yet");
-  }
-  if (c.activation_checkpointing) {
-    return absl::UnimplementedError(
-        "fsdp.activation_checkpointing: not implemented by the engine yet; set it to false");
-  }
+  // Mixed precision, CPU offload and activation checkpointing are refused by spec validation
+  // (spec/validate.cc) before a TrainerConfig exists.
   if (comms.world == nullptr) {
     return absl::InvalidArgumentError("FsdpBackend needs a world communicator");
   }
