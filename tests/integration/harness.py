@@ -52,7 +52,9 @@ def pids_of(pattern):
 class Cluster:
     """A coordinator plus worker daemons, each a real process, under one temporary directory."""
 
-    def __init__(self, workers=2, slots=2, heartbeat_timeout_ms=3000, grace_period_s=5):
+    # The heartbeat timeout is generous for loopback because four trainers share two cores with
+    # the daemons here; a starved heartbeat must not read as a lost node.
+    def __init__(self, workers=2, slots=2, heartbeat_timeout_ms=8000, grace_period_s=5):
         self.dir = tempfile.mkdtemp(prefix="shardline_it_", dir=os.environ.get("TEST_TMPDIR"))
         self.procs = {}
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
