@@ -147,11 +147,6 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
                         : f.backward_prefetch() == FsdpSpec::BACKWARD_POST
                             ? TrainerConfig::BackwardPrefetch::kPost
                             : TrainerConfig::BackwardPrefetch::kNone;
-  const auto& mp = f.mixed_precision();
-  c.mixed_precision = mp.param_dtype() != FsdpSpec::FP32 ||
-                      mp.reduce_dtype() != FsdpSpec::FP32 || mp.buffer_dtype() != FsdpSpec::FP32;
-  c.activation_checkpointing = f.activation_checkpointing();
-  c.cpu_offload = f.cpu_offload();
   c.fake_collectives = f.fake_collectives();
   c.collective_timeout_s = f.collective_timeout_s();
 

@@ -82,9 +82,6 @@ struct TrainerConfig {
   bool forward_prefetch = false;
   enum class BackwardPrefetch { kNone, kPre, kPost };  // fsdp.backward_prefetch
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kNone;
-  bool mixed_precision = false;    // Any dtype other than FP32 requested.
-  bool activation_checkpointing = false;
-  bool cpu_offload = false;
   bool fake_collectives = false;
   int collective_timeout_s = 300;
 
