@@ -31,8 +31,13 @@ grpc::ChannelArguments ChannelArgs() {
   // gRPC's reconnect backoff grows to 120 s by default: a coordinator back after a restart would
   // go unheard (and its workers be declared dead) for minutes. Retry at least once a second.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Despite its name, gRPC uses MIN_RECONNECT_BACKOFF as the deadline of one connection attempt
+  // (TCP connect + HTTP/2 SETTINGS). It was 100 ms here once, and on a loaded machine handshakes
+  // slower than that failed with "connection attempt timed out before receiving SETTINGS frame"
+  // (seen as a coordinator that would not answer). A refused connection still fails at once;
+  // 5 s bounds an attempt to a host that drops packets.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
   return args;
 }
 }  // namespace

@@ -1,5 +1,15 @@
 #include "coordinator/server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
 #include "coordinator/client.h"
 #include "gtest/gtest.h"
 
@@ -39,6 +49,93 @@ TEST(CoordinatorServer, TlsNeedsCertificateAndKeyTogether) {
   ca_only.tls_client_ca_pem = "-----BEGIN CERTIFICATE-----";
   EXPECT_EQ(CoordinatorServer::Create(ca_only).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A loopback TCP proxy that holds back the server's first bytes (its HTTP/2 SETTINGS frame) for
+// `delay`: what a coordinator on a loaded machine or a slow link looks like to a client.
+class SlowHandshakeProxy {
+ public:
+  SlowHandshakeProxy(int target_port, absl::Duration delay) : target_port_(target_port), delay_(delay) {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    listen(listen_fd_, 8);
+    socklen_t len = sizeof(a);
+    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this] { Accept(); });
+  }
+  ~SlowHandshakeProxy() {
+    stop_ = true;
+    shutdown(listen_fd_, SHUT_RDWR);
+    close(listen_fd_);
+    acceptor_.join();
+    for (int fd : fds_) shutdown(fd, SHUT_RDWR);
+    for (std::thread& t : pumps_) t.join();
+    for (int fd : fds_) close(fd);
+  }
+  int port() const { return port_; }
+
+ private:
+  void Accept() {
+    while (!stop_) {
+      int client = accept(listen_fd_, nullptr, nullptr);
+      if (client < 0) return;
+      int server = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(target_port_);
+      if (connect(server, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+        close(client);
+        close(server);
+        continue;
+      }
+      fds_.push_back(client);
+      fds_.push_back(server);
+      pumps_.emplace_back([client, server] { Pump(client, server, absl::ZeroDuration()); });
+      pumps_.emplace_back([this, client, server] { Pump(server, client, delay_); });
+    }
+  }
+  static void Pump(int from, int to, absl::Duration first_delay) {
+    char buf[16384];
+    bool first = true;
+    for (;;) {
+      ssize_t n = read(from, buf, sizeof(buf));
+      if (n <= 0) break;
+      if (first) absl::SleepFor(first_delay);
+      first = false;
+      if (write(to, buf, n) != n) break;
+    }
+    shutdown(to, SHUT_WR);
+  }
+  int target_port_;
+  absl::Duration delay_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread acceptor_;
+  std::vector<int> fds_;  // Touched by the acceptor, then by the destructor after joining it.
+  std::vector<std::thread> pumps_;
+};
+
+// Regression: the client once gave a connection attempt 100 ms (gRPC's MIN_RECONNECT_BACKOFF is
+// the per-attempt connect deadline), so a coordinator slow to send SETTINGS looked unreachable.
+TEST(CoordinatorClient, ToleratesASlowHandshake) {
+  ServerOptions o;
+  auto server = CoordinatorServer::Create(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = (*server)->address();
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  {
+    SlowHandshakeProxy proxy(port, absl::Milliseconds(600));
+    auto client = *CoordinatorClient::Create("127.0.0.1:" + std::to_string(proxy.port()), "");
+    auto jobs = client->ListJobs();
+    EXPECT_TRUE(jobs.ok()) << jobs.status();
+  }
+  (*server)->Shutdown();
 }
 
 TEST(CoordinatorServer, ServesInProcessAndShutsDownWithAnOpenWatch) {
