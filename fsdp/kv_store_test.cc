@@ -1,6 +1,7 @@
 // Behaviour shared by every KvStore implementation, run against each of them, plus the parts
 // specific to one (prefixing, TCP connect failure).
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <functional>
@@ -262,6 +263,32 @@ TEST(TcpKvStore, ServerShutdownFailsBlockedGetWithUnavailable) {
   auto values = (*client)->Get({"never"}, absl::Seconds(30));
   killer.join();
   EXPECT_EQ(values.status().code(), absl::StatusCode::kUnavailable) << values.status();
+}
+
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// Regression: an infinite wait once became poll(timeout 0) (milliseconds + 1 overflowed), so the
+// server's accept thread and each idle connection thread spun at 100% of a core for the whole
+// run of every rank-0 trainer. Idle for 2 s, they must use (almost) no CPU; spinning used
+// seconds, and even on a machine loaded 8x over still hundreds of milliseconds.
+TEST(TcpKvStore, IdleServerAndConnectionDoNotSpin) {
+  TcpKvStore::Options options;
+  options.serve = true;
+  auto server = TcpKvStore::Create(options);
+  ASSERT_TRUE(server.ok());
+  options.serve = false;
+  options.port = (*server)->port();
+  auto client = TcpKvStore::Create(options);
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->Set("k", "v").ok());  // The connection is open and idle from here.
+  const double before = ProcessCpuSeconds();
+  absl::SleepFor(absl::Seconds(2));
+  const double used = ProcessCpuSeconds() - before;
+  EXPECT_LT(used, 0.05) << "idle store threads used " << used << " s of CPU in 2 s";
 }
 
 TEST(FileKvStore, RejectsEmptyDirectory) {

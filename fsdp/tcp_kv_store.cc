@@ -33,9 +33,14 @@ absl::Status WaitFd(int fd, short events, absl::Time deadline, int wake_fd) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError("socket timed out");
     pollfd fds[2] = {{fd, events, 0}, {wake_fd, POLLIN, 0}};
-    const int n = poll(fds, wake_fd >= 0 ? 2 : 1,
-                       static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1,
-                                                          1 << 30)));
+    // An infinite deadline waits forever (-1). It must not go through milliseconds + 1: that
+    // overflowed to a negative number, clamped to a timeout of 0, and every idle server and
+    // connection thread spun on poll() at 100% of a core.
+    const int timeout_ms =
+        left == absl::InfiniteDuration()
+            ? -1
+            : static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left), 1 << 30) + 1);
+    const int n = poll(fds, wake_fd >= 0 ? 2 : 1, timeout_ms);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return absl::UnavailableError(Errno("poll"));
     if (wake_fd >= 0 && fds[1].revents != 0) return absl::CancelledError("shutting down");
