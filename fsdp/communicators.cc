@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "fsdp/comm_args.h"
+#include "fsdp/fake_collectives.h"
 #include "fsdp/gloo_communicator.h"
 #include "fsdp/local_communicator.h"
 #include "fsdp/prefix_kv_store.h"
@@ -69,9 +70,20 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateGroup(
   return factory(spec, options);
 }
 
-std::string LayoutValue(int world_size, int shard_degree, CommBackend backend) {
+std::string LayoutValue(int world_size, int shard_degree, const CommOptions& options) {
   return absl::StrCat("world_size ", world_size, " shard_degree ", shard_degree, " backend ",
-                      backend == CommBackend::kGloo ? "gloo" : "nccl");
+                      options.backend == CommBackend::kGloo ? "gloo" : "nccl",
+                      options.fake_collectives ? " fake_collectives" : "");
+}
+
+// The factory of the shard and replicate groups under fsdp.fake_collectives.
+GroupCommunicatorFactory FakeFactory(CommBackend backend) {
+  const at::DeviceType device = backend == CommBackend::kNccl ? at::kCUDA : at::kCPU;
+  return [device](const GroupSpec& group,
+                  const CommOptions&) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    return std::unique_ptr<Communicator>(
+        new FakeCollectiveCommunicator(group.name, group.rank, group.size, device));
+  };
 }
 
 // Every rank publishes the layout it was given and compares it with everyone else's, so a
@@ -80,7 +92,7 @@ std::string LayoutValue(int world_size, int shard_degree, CommBackend backend) {
 absl::Status CheckRanksAgree(int world_size, int shard_degree, int rank, KvStore* store,
                              const CommOptions& options) {
   PrefixKvStore layout_store(store, absl::StrCat(options.key_prefix, "/layout"));
-  const std::string mine = LayoutValue(world_size, shard_degree, options.backend);
+  const std::string mine = LayoutValue(world_size, shard_degree, options);
   absl::Status s = layout_store.Set(absl::StrCat("rank", rank), mine);
   if (!s.ok()) return s;
   std::vector<std::string> keys;
@@ -150,16 +162,18 @@ absl::StatusOr<CommGroups> CreateCommunicators(int world_size, int shard_degree,
       CreateGroup("world", world_ranks, rank, store, options, *factory);
   if (!world.ok()) return world.status();
   groups.world = std::move(*world);
+  const GroupCommunicatorFactory group_factory =
+      options.fake_collectives ? FakeFactory(options.backend) : *factory;
 
   absl::StatusOr<std::unique_ptr<Communicator>> shard =
       CreateGroup(absl::StrCat("shard[", rank / s, "]"), shard_ranks, rank, store, options,
-                  *factory);
+                  group_factory);
   if (!shard.ok()) return shard.status();
   groups.shard = std::move(*shard);
 
   absl::StatusOr<std::unique_ptr<Communicator>> replicate =
       CreateGroup(absl::StrCat("replicate[", rank % s, "]"), replicate_ranks, rank, store,
-                  options, *factory);
+                  options, group_factory);
   if (!replicate.ok()) return replicate.status();
   groups.replicate = std::move(*replicate);
   return groups;

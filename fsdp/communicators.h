@@ -52,6 +52,12 @@ struct CommOptions {
   std::string key_prefix = "comm";
   // NCCL: the CUDA device index of this rank (-1: the current device).
   int cuda_device = -1;
+  // fsdp.fake_collectives: the shard and replicate groups (all the FSDP engine communicates
+  // over) become FakeCollectiveCommunicators (fsdp/fake_collectives.h: same shapes, no
+  // communication) and open no sockets. The world group, the store rendezvous and the layout
+  // agreement stay real, so the trainer's per-step loss/metric sums (a few scalars) and
+  // checkpoint barriers still work. Every rank must agree (checked with the layout).
+  bool fake_collectives = false;
 };
 
 struct CommGroups {
@@ -63,7 +69,7 @@ struct CommGroups {
   void set_step(int64_t step);
 };
 
-// Before connecting, every rank publishes (world_size, shard_degree, backend) under
+// Before connecting, every rank publishes (world_size, shard_degree, backend, fake) under
 // "<key_prefix>/layout/rank<r>" and checks that all ranks were given the same.
 //
 // Errors: INVALID_ARGUMENT for a shard_degree that does not divide world_size, a rank outside

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include "fsdp/fake_collectives.h"
 #include "fsdp/local_communicator.h"
 #include "fsdp/tcp_kv_store.h"
 #include "gtest/gtest.h"
@@ -140,6 +141,116 @@ TEST(CreateCommunicators, BuildsNamedGroupsOfTheLayout) {
     });
   }
   for (std::thread& t : threads) t.join();
+}
+
+
+TEST(FakeCollectiveCommunicator, SameShapesNoCommunicationCountsCalls) {
+  FakeCollectiveCommunicator comm("shard[0]", 1, 4, at::kCPU);
+  EXPECT_EQ(comm.rank(), 1);
+  EXPECT_EQ(comm.size(), 4);
+  EXPECT_EQ(comm.name(), "shard[0]");
+  // All-gather: every chunk is this rank's input (as PyTorch's fake all-gather).
+  at::Tensor in = at::arange(3, at::kFloat) + 1;
+  at::Tensor out = at::zeros({12}, at::kFloat);
+  ASSERT_TRUE(comm.AllGather(in, out).ok());
+  EXPECT_TRUE(out.equal(in.repeat({4})));
+  at::Tensor bf_in = at::arange(2, at::kBFloat16);
+  at::Tensor bf_out = at::zeros({8}, at::kBFloat16);
+  ASSERT_TRUE(comm.AllGatherAsync(bf_in, bf_out)->Wait().ok());
+  EXPECT_TRUE(bf_out.equal(bf_in.repeat({4})));
+  // Reduce-scatter: out is this rank's chunk of the input, unreduced.
+  at::Tensor rs_in = at::arange(8, at::kFloat);
+  at::Tensor rs_out = at::zeros({2}, at::kFloat);
+  ASSERT_TRUE(comm.ReduceScatterAsync(rs_in, rs_out, ReduceOp::kAvg)->Wait().ok());
+  EXPECT_TRUE(rs_out.equal(at::arange(2, 4, at::kFloat)));
+  // All-reduce and broadcast leave the tensor as it is.
+  at::Tensor t = at::arange(5, at::kFloat);
+  ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kSum).ok());
+  ASSERT_TRUE(comm.AllReduceAsync(t, ReduceOp::kAvg)->Wait().ok());
+  ASSERT_TRUE(comm.Broadcast(t, 3).ok());
+  EXPECT_TRUE(t.equal(at::arange(5, at::kFloat)));
+  ASSERT_TRUE(comm.Barrier().ok());
+  // Wrong shapes are refused with the real backends' messages, and not counted.
+  absl::Status s = comm.AllGather(in, at::zeros({11}, at::kFloat));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message().rfind("group shard[0] op all_gather: ", 0), 0u) << s;
+  s = comm.ReduceScatter(rs_in, at::zeros({3}, at::kFloat), ReduceOp::kSum);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  s = comm.Broadcast(t, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  FakeCollectiveCounts c = comm.counts();
+  EXPECT_EQ(c.all_gathers, 2);
+  EXPECT_EQ(c.all_gather_bytes, 12 * 4 + 8 * 2);
+  EXPECT_EQ(c.reduce_scatters, 1);
+  EXPECT_EQ(c.reduce_scatter_bytes, 8 * 4);
+  EXPECT_EQ(c.all_reduces, 2);
+  EXPECT_EQ(c.all_reduce_bytes, 2 * 5 * 4);
+  EXPECT_EQ(c.broadcasts, 1);
+  EXPECT_EQ(c.barriers, 1);
+}
+
+TEST(FakeCollectiveCommunicator, CudaGroupRefusesCpuTensors) {
+  FakeCollectiveCommunicator comm("shard[0]", 0, 2, at::kCUDA);
+  absl::Status s = comm.AllGather(at::zeros({2}), at::zeros({4}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(comm.counts().all_gathers, 0);
+}
+
+// W = 4, S = 2 with fake collectives: shard and replicate groups are fakes, the world is real.
+TEST(CreateCommunicators, FakeCollectivesReplaceShardAndReplicateOnly) {
+  TcpKvStore::Options o;
+  o.serve = true;
+  auto store = TcpKvStore::Create(o);
+  ASSERT_TRUE(store.ok());
+  constexpr int kWorld = 4, kShard = 2;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    threads.emplace_back([&, rank] {
+      CommOptions options;
+      options.timeout = absl::Seconds(20);
+      options.fake_collectives = true;
+      auto groups = CreateCommunicators(kWorld, kShard, rank, store->get(), options);
+      ASSERT_TRUE(groups.ok()) << groups.status();
+      auto* shard = dynamic_cast<FakeCollectiveCommunicator*>(groups->shard.get());
+      auto* replicate = dynamic_cast<FakeCollectiveCommunicator*>(groups->replicate.get());
+      ASSERT_NE(shard, nullptr);
+      ASSERT_NE(replicate, nullptr);
+      EXPECT_EQ(dynamic_cast<FakeCollectiveCommunicator*>(groups->world.get()), nullptr);
+      EXPECT_EQ(shard->name(), "shard[" + std::to_string(rank / kShard) + "]");
+      EXPECT_EQ(shard->rank(), rank % kShard);
+      EXPECT_EQ(replicate->rank(), rank / kShard);
+      at::Tensor t = at::full({2}, static_cast<double>(rank), at::kFloat);
+      ASSERT_TRUE(groups->shard->AllReduce(t, ReduceOp::kSum).ok());
+      EXPECT_EQ(t[0].item<float>(), static_cast<float>(rank));  // Not reduced.
+      EXPECT_EQ(shard->counts().all_reduces, 1);
+      at::Tensor w = at::full({2}, static_cast<double>(rank), at::kFloat);
+      ASSERT_TRUE(groups->world->AllReduce(w, ReduceOp::kSum).ok());
+      EXPECT_EQ(w[0].item<float>(), 6.0f);  // 0 + 1 + 2 + 3: really reduced.
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+TEST(CreateCommunicators, RanksDisagreeingOnFakeCollectivesFail) {
+  TcpKvStore::Options o;
+  o.serve = true;
+  auto store = TcpKvStore::Create(o);
+  ASSERT_TRUE(store.ok());
+  absl::Status status[2];
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      CommOptions options;
+      options.timeout = absl::Seconds(10);
+      options.fake_collectives = rank == 1;
+      status[rank] = CreateCommunicators(2, 2, rank, store->get(), options).status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_EQ(status[0].code(), absl::StatusCode::kInvalidArgument) << status[0];
+  EXPECT_NE(status[0].message().find("backend gloo fake_collectives but rank 0 with"),
+            std::string::npos)
+      << status[0];
 }
 
 }  // namespace

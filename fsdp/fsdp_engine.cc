@@ -230,6 +230,12 @@ void FsdpEngine::UpdatePeaks() {
   }
   peak_gathered_ = std::max(peak_gathered_, gathered);
   peak_unsharded_grad_ = std::max(peak_unsharded_grad_, grads);
+  peak_gathered_groups_ =
+      std::max(peak_gathered_groups_, static_cast<int>(gathered_groups_.size()));
+}
+
+void FsdpEngine::MarkGathered(int unit) {
+  if (units_[unit]->hook_group >= 0) gathered_groups_.insert(units_[unit]->hook_group);
 }
 
 absl::Status FsdpEngine::WaitPending(int unit) {
@@ -242,10 +248,19 @@ absl::Status FsdpEngine::WaitPending(int unit) {
 }
 
 void FsdpEngine::PrefetchGroup(int group) {
+  bool needed = false;
+  for (int u : hook_groups_[group]) needed = needed || !units_[u]->flat->full_allocated();
+  if (!needed) return;  // Gathered, kept, in flight, or S == 1.
+  if (options_.limit_all_gathers && gathered_groups_.size() >= 2 &&
+      gathered_groups_.count(group) == 0) {
+    ++prefetches_skipped_;
+    return;
+  }
   for (int u : hook_groups_[group]) {
     FlatParam* flat = units_[u]->flat;
-    if (flat->full_allocated()) continue;  // Gathered, kept, in flight, or S == 1.
+    if (flat->full_allocated()) continue;
     flat->AllocateFull();
+    MarkGathered(u);
     pending_gathers_[u] = shard_->AllGatherAsync(flat->shard(), flat->full());
   }
   UpdatePeaks();
@@ -265,6 +280,7 @@ absl::Status FsdpEngine::Gather(int unit) {
   if (pending_gathers_.count(unit)) return WaitPending(unit);
   if (flat->full_allocated()) return absl::OkStatus();  // Kept, or S == 1.
   flat->AllocateFull();
+  MarkGathered(unit);
   UpdatePeaks();
   absl::Status s = shard_->AllGather(flat->shard(), flat->full());
   if (!s.ok()) return Fail(s);
@@ -275,6 +291,12 @@ void FsdpEngine::Free(int unit) {
   // Never release memory a collective is still writing into.
   if (pending_gathers_.count(unit)) (void)WaitPending(unit);
   units_[unit]->flat->FreeFull();
+  const int group = units_[unit]->hook_group;
+  if (group < 0 || gathered_groups_.count(group) == 0) return;
+  for (int u : hook_groups_[group]) {
+    if (units_[u]->flat->full_allocated() && !units_[u]->flat->full_is_shard()) return;
+  }
+  gathered_groups_.erase(group);
 }
 
 void FsdpEngine::ReshardAll() {
@@ -310,6 +332,8 @@ at::Tensor FsdpEngine::Run(const torch::nn::Module& module, const at::Tensor& in
   }
   if (layout_.reshard_after_forward || !needs_backward) {
     for (int u : hook_groups_[group]) Free(u);
+  } else {
+    gathered_groups_.erase(group);  // Kept by the strategy: not in flight for the limiter.
   }
   return out;
 }

@@ -39,6 +39,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <utility>
@@ -70,6 +71,14 @@ struct FsdpEngineOptions {
   // asynchronously; kPost: after a group's gradients are reduced. kNone: gather on demand.
   enum class BackwardPrefetch { kNone, kPre, kPost };
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kNone;
+  // Rate limiter (PyTorch's limit_all_gathers): at most two hook groups gathered at once
+  // (counted from the gather until the free; groups the strategy keeps gathered after their
+  // forward, SHARD_GRAD_OP, and the root units do not count). A prefetch that would make a
+  // third is skipped (the group is then gathered on demand); an on-demand gather is never
+  // delayed, since on a CPU job nothing could free memory while the training thread waits.
+  // LibTorch's autograd runs a unit's gradient accumulation before the previous unit's
+  // backward, so on-demand gathers never make a third either; peak_gathered_groups() shows it.
+  bool limit_all_gathers = true;
   // Reduce a unit's gradient asynchronously (ReduceScatterAsync, or AllReduceAsync when S = 1)
   // while backward continues with the next unit; at most two reductions are in flight (their
   // flat gradients stay allocated until done), and all finish before Backward() returns.
@@ -132,6 +141,10 @@ class FsdpEngine : public UnitRunner {
   void ZeroShardGrads();
 
   MemoryStats memory_stats() const;
+  // Most hook groups gathered at once so far (see limit_all_gathers), and the prefetches the
+  // limit skipped.
+  int peak_gathered_groups() const { return peak_gathered_groups_; }
+  int64_t prefetches_skipped() const { return prefetches_skipped_; }
 
   // This rank's shard of every parameter, in unit order.
   std::vector<ShardSlice> LocalParamState() const;
@@ -176,6 +189,7 @@ class FsdpEngine : public UnitRunner {
   absl::Status PostBackward(int unit);
   absl::Status Fail(absl::Status s);  // Records the first error, returns it.
   void UpdatePeaks();
+  void MarkGathered(int unit);  // Counts the unit's hook group as gathered (limit_all_gathers).
 
   std::shared_ptr<torch::nn::Module> model_;
   EngineLayout layout_;
@@ -193,6 +207,9 @@ class FsdpEngine : public UnitRunner {
   std::vector<int> forward_order_;
   std::vector<int> recording_order_;
   std::map<int, std::unique_ptr<CommHandle>> pending_gathers_;
+  std::set<int> gathered_groups_;  // Hook groups gathered now (limit_all_gathers).
+  int peak_gathered_groups_ = 0;
+  int64_t prefetches_skipped_ = 0;
   struct PendingReduce {
     int unit;
     std::unique_ptr<CommHandle> handle;

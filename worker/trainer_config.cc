@@ -147,6 +147,7 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
                         : f.backward_prefetch() == FsdpSpec::BACKWARD_POST
                             ? TrainerConfig::BackwardPrefetch::kPost
                             : TrainerConfig::BackwardPrefetch::kNone;
+  c.limit_all_gathers = f.limit_all_gathers();
   c.fake_collectives = f.fake_collectives();
   c.collective_timeout_s = f.collective_timeout_s();
 

@@ -82,6 +82,7 @@ struct TrainerConfig {
   bool forward_prefetch = false;
   enum class BackwardPrefetch { kNone, kPre, kPost };  // fsdp.backward_prefetch
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kNone;
+  bool limit_all_gathers = true;  // fsdp.limit_all_gathers
   bool fake_collectives = false;
   int collective_timeout_s = 300;
 

@@ -37,8 +37,10 @@ absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(models::Languag
                               : c.backward_prefetch == TrainerConfig::BackwardPrefetch::kPost
                                   ? Prefetch::kPost
                                   : Prefetch::kNone;
-  if (c.fake_collectives) {
-    SL_LOG(WARNING) << "fsdp.fake_collectives is not implemented; collectives run for real";
+  options.limit_all_gathers = c.limit_all_gathers;
+  if (c.fake_collectives && rank == 0) {
+    SL_LOG(WARNING) << "fsdp.fake_collectives: the shard and replicate groups send nothing "
+                       "(same shapes, local copies only); losses are not those of a real run";
   }
   ASSIGN_OR_RETURN(std::unique_ptr<fsdp::FsdpEngine> engine,
                    fsdp::FsdpEngine::Create(model.module_ptr(), c.layout, comms.shard,
@@ -65,7 +67,8 @@ FsdpBackend::~FsdpBackend() { model_.set_unit_runner(nullptr); }
 std::string FsdpBackend::Describe() const {
   return absl::StrCat("FSDP ", engine_->layout().DebugString(), ", ",
                       engine_->flat_params().size(), " units, sharded ",
-                      config_.optimizer == OptimizerKind::kAdamW ? "AdamW" : "SGD");
+                      config_.optimizer == OptimizerKind::kAdamW ? "AdamW" : "SGD",
+                      config_.fake_collectives ? ", fake collectives" : "");
 }
 
 void FsdpBackend::set_step(int64_t step) {

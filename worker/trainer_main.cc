@@ -190,6 +190,7 @@ int Main(int argc, char** argv) {
     comm.address = env->advertise_address;
     comm.timeout = timeout;
     if (c.cuda) comm.cuda_device = device.index();
+    comm.fake_collectives = c.fake_collectives;  // Shard/replicate groups only; world stays real.
     comm.key_prefix = env->job_id.empty() ? "comm" : absl::StrCat("comm/", env->job_id, "/", env->attempt);
     auto g = fsdp::CreateCommunicators(c.layout.world_size, c.layout.shard_degree, env->rank,
                                        store.get(), comm);
