@@ -31,7 +31,9 @@ class RendezvousStore {
     size_t max_value_bytes = 1 << 20;
     size_t max_keys_per_namespace = 65536;
   };
-  RendezvousStore() = default;
+  // Delegates (not "= default"): clang cannot default-construct Limits, whose members have
+  // initializers, inside the class that encloses it (the fuzz build, tools/fuzz.sh, uses clang).
+  RendezvousStore() : RendezvousStore(Limits()) {}
   explicit RendezvousStore(Limits limits) : limits_(limits) {}
 
   // Creates (or re-creates, empty) namespace `ns` readable with `secret`.

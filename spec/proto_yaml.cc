@@ -281,7 +281,9 @@ absl::Status MergeMessage(const Context& ctx, const YAML::Node& node, const std:
   }
   std::set<std::string> seen;
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const YAML::Node& key = it->first;
+    // A copy (a Node is a handle): yaml-cpp's operator-> returns a temporary proxy, so a
+    // reference to it->first dangles after this statement (found by //fuzz:job_spec_fuzzer).
+    const YAML::Node key = it->first;
     if (!key.IsScalar()) {
       return Error(ctx, key, absl::StrCat(path.empty() ? "the document" : path,
                                           ": a key is not a plain name"));
