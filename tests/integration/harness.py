@@ -54,12 +54,18 @@ class Cluster:
 
     # The heartbeat timeout is generous for loopback because four trainers share two cores with
     # the daemons here; a starved heartbeat must not read as a lost node.
-    def __init__(self, workers=2, slots=2, heartbeat_timeout_ms=8000, grace_period_s=5):
+    # `listen`: the coordinator's address (another one than loopback when workers run in other
+    # network namespaces); workers=0 starts none (the caller starts them with start_worker).
+    # `coordinator_flags`: more flags for the coordinator (e.g. --insecure with a non-loopback
+    # `listen`).
+    def __init__(self, workers=2, slots=2, heartbeat_timeout_ms=8000, grace_period_s=5,
+                 listen="127.0.0.1:0", coordinator_flags=()):
         self.dir = tempfile.mkdtemp(prefix="shardline_it_", dir=os.environ.get("TEST_TMPDIR"))
         self.procs = {}
+        self.coordinator_flags = list(coordinator_flags)
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.grace_period_s = grace_period_s
-        self.start_coordinator("127.0.0.1:0")
+        self.start_coordinator(listen)
         for i in range(workers):
             self.start_worker(i, slots, grace_period_s)
         self.wait_for_workers(workers)
@@ -75,7 +81,7 @@ class Cluster:
              "--state_dir=" + os.path.join(self.dir, "coordinator"),
              "--heartbeat_interval_ms=500",
              "--heartbeat_timeout_ms=%d" % self.heartbeat_timeout_ms,
-             "--stop_grace_s=%d" % self.grace_period_s],
+             "--stop_grace_s=%d" % self.grace_period_s] + self.coordinator_flags,
             stdout=open(log_path, "a"), stderr=subprocess.STDOUT)
         self.address = self._wait_for_address(log_path, offset)
 
@@ -93,14 +99,20 @@ class Cluster:
     def worker_dir(self, i):
         return os.path.join(self.dir, "worker-%d" % i)
 
-    def start_worker(self, i, slots, grace_period_s=5):
+    # `address`: the worker's --address (where its trainers bind and peers reach them);
+    # `wrap`: a command prefix that runs the daemon, e.g. ["ip", "netns", "exec", "ns1"];
+    # `env`: added to the daemon's environment (its trainers inherit it).
+    def start_worker(self, i, slots, grace_period_s=5, address=None, wrap=None, env=None):
         os.makedirs(self.worker_dir(i), exist_ok=True)
         log = open(os.path.join(self.worker_dir(i), "worker.log"), "a")
+        cmd = [BINARIES.worker, "--coordinator=" + self.address, "--node_name=node-%d" % i,
+               "--slots=%d" % slots, "--work_dir=" + self.worker_dir(i),
+               "--trainer=" + BINARIES.trainer, "--grace_period_s=%d" % grace_period_s]
+        if address:
+            cmd.append("--address=" + address)
         self.procs["worker-%d" % i] = subprocess.Popen(
-            [BINARIES.worker, "--coordinator=" + self.address, "--node_name=node-%d" % i,
-             "--slots=%d" % slots, "--work_dir=" + self.worker_dir(i),
-             "--trainer=" + BINARIES.trainer, "--grace_period_s=%d" % grace_period_s],
-            stdout=log, stderr=subprocess.STDOUT)
+            (wrap or []) + cmd, stdout=log, stderr=subprocess.STDOUT,
+            env=dict(os.environ, **env) if env else None)
 
     def wait_for_workers(self, n, timeout=30):
         deadline = time.time() + timeout
@@ -136,6 +148,18 @@ class Cluster:
         raise AssertionError("timed out waiting for %s; last status:\n%s" % (
             what, json.dumps(status, indent=1)[-3000:]))
 
+    def rank_pid(self, worker, job_id, attempt, rank):
+        """Pid of one trainer (rank of a job attempt) started by worker daemon `worker`, or None.
+        The daemon passes --spec=<work_dir>/jobs/<job>/attempt-<a>/spec-rank-<r>.yaml."""
+        pids = pids_of("%s/jobs/%s/attempt-%d/spec-rank-%d.yaml" % (
+            self.worker_dir(worker), job_id, attempt, rank))
+        return pids[0] if pids else None
+
+    def rank_log(self, worker, job_id, attempt, rank):
+        path = os.path.join(self.worker_dir(worker), "jobs", job_id, "attempt-%d" % attempt,
+                            "rank-%d.log" % rank)
+        return open(path, errors="replace").read() if os.path.exists(path) else ""
+
     def trainer_pids(self):
         # The worker daemons' own command lines name the trainer too (--trainer=...).
         return pids_of(BINARIES.trainer + " --spec")
@@ -168,17 +192,24 @@ def run_tests(module_name):
     # Running a suite drops its tests, so list them first.
     test_ids = [t.id() for t in _iter(suite)]
     result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
+    for t, reason in result.skipped:
+        print("SKIPPED %s: %s" % (t.id(), reason))
     xml_path = os.environ.get("XML_OUTPUT_FILE")
     if xml_path:
         root = ET.Element("testsuites")
         ts = ET.SubElement(root, "testsuite", name=module_name, tests=str(result.testsRun),
                            failures=str(len(result.failures)), errors=str(len(result.errors)))
         bad = {t.id(): tb for t, tb in result.failures + result.errors}
+        skipped = {t.id(): reason for t, reason in result.skipped}
+        ts.set("skipped", str(len(skipped)))
         for test_id in test_ids:
             case = ET.SubElement(ts, "testcase", classname=module_name,
                                  name=test_id.split(".")[-1])
             if test_id in bad:
                 ET.SubElement(case, "failure", message="failed").text = bad[test_id]
+            elif test_id in skipped:
+                # A skip is not a pass: the reason shows in the XML and on stdout.
+                ET.SubElement(case, "skipped", message=skipped[test_id])
         ET.ElementTree(root).write(xml_path)
     sys.exit(0 if result.wasSuccessful() else 1)
 

@@ -1,0 +1,120 @@
+"""Failure scenario: a collective stalled by a stopped rank (SIGSTOP), on a real cluster.
+
+One trainer is frozen with SIGSTOP mid-job. Its peers block in a collective with it until the
+job's collective timeout (fsdp.collective_timeout_s, short here), then fail with
+DEADLINE_EXCEEDED naming the group and the operation ("group shard[0] op all_gather step 7:
+timed out after 10s ..."). The coordinator fails the attempt, the worker daemon tears it down
+(SIGTERM stays pending on a stopped process, so the SIGKILL after the grace period is what ends
+it, and the daemon reaps it), and the next attempt resumes from the last committed checkpoint
+and finishes.
+"""
+import json
+import os
+import re
+import signal
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+import cluster_test  # noqa: E402  (imported as a module, so its tests are not collected here)
+
+# Short, so the scenario fits its time budget; long enough for four trainers to bootstrap on a
+# loaded two-core machine (the same timeout bounds the rendezvous).
+COLLECTIVE_TIMEOUT_S = 10
+# Groups that contain rank 1 with W = 4, S = 2: shard[0] = {0, 1}, replicate[1] = {1, 3}.
+GROUPS_WITH_RANK_1 = ("shard[0]", "replicate[1]", "world")
+ALL_GROUPS = ("shard[0]", "shard[1]", "replicate[0]", "replicate[1]", "world")
+TIMEOUT_ERROR = re.compile(
+    r"group (\S+) op (all_gather|reduce_scatter|all_reduce|broadcast|barrier) step (\d+): "
+    r"timed out after %ds" % COLLECTIVE_TIMEOUT_S)
+
+
+def proc_state(pid):
+    """The state letter of /proc/<pid>/stat ('T' stopped, 'Z' zombie), or None if gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+class StalledRankScenarioTest(unittest.TestCase):
+    setUp = cluster_test.ClusterTest.setUp
+    tearDown = cluster_test.ClusterTest.tearDown
+    spec = cluster_test.ClusterTest.spec
+    submit = cluster_test.ClusterTest.submit
+
+    def test_stopped_rank_times_out_peers_naming_group_and_op_and_job_restarts(self):
+        steps = 30
+        job = self.submit(self.spec(steps=steps, extra="restart: {max_restarts: 2, backoff_s: 1}"),
+                          "--set", "fsdp.collective_timeout_s=%d" % COLLECTIVE_TIMEOUT_S)
+        self.cluster.wait_for(job, lambda s: int(s.get("latest_checkpoint_step", 0)) >= 3,
+                              timeout=120, what="first committed checkpoint")
+        status = self.cluster.job(job)
+        self.assertEqual(int(status["attempt"]), 1)
+        # Rank 1 runs on the node of shard group 0.
+        node = status["placement"][1]["node_name"]
+        worker = int(node.rsplit("-", 1)[1])
+        victim = self.cluster.rank_pid(worker, job, 1, 1)
+        self.assertIsNotNone(victim, "no trainer for rank 1 on " + node)
+        os.kill(victim, signal.SIGSTOP)
+        deadline = time.time() + 10
+        while proc_state(victim) != "T" and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(proc_state(victim), "T")
+
+        # The attempt fails on the others' timeouts; the frozen rank is torn down with it.
+        status = self.cluster.wait_for(job, lambda s: int(s.get("attempt", 0)) >= 2, timeout=120,
+                                       what="a second attempt")
+        failures = [e["message"] for e in status["events"] if e["kind"] == "RANK_FAILED"]
+        self.assertTrue(failures, json.dumps(status["events"], indent=1))
+        # The first failure is a peer of the frozen rank that gave up waiting on it.
+        self.assertRegex(failures[0], r"rank [023] on node node-\d exited with code 4: ")
+        self.assertIn("group ", failures[0])
+        self.assertIn(" op ", failures[0])
+
+        # Every other rank of attempt 1 failed with a communication error (exit 4) and at least
+        # one of them names the timeout, a group containing rank 1, the operation and the step.
+        timeouts = []
+        for rank in (0, 2, 3):
+            log = "".join(self.cluster.rank_log(i, job, 1, rank) for i in (0, 1))
+            self.assertIn("; exit 4]", log,
+                          "rank %d of attempt 1 did not fail as a communication error:\n%s" % (
+                              rank, log[-2000:]))
+            timeouts += [m for m in TIMEOUT_ERROR.finditer(log)]
+        self.assertTrue(timeouts, "no rank reported the collective timeout")
+        # A rank may also time out waiting on a peer that itself waits on rank 1 (rank 2 in
+        # replicate[0] behind rank 0, say); the groups named must be real ones, and the earliest
+        # waiters, the ones blocked on rank 1 directly, name a group that contains it.
+        for m in timeouts:
+            self.assertIn(m.group(1), ALL_GROUPS, m.group(0))
+            self.assertGreaterEqual(int(m.group(3)), 3, m.group(0))
+        self.assertTrue([m for m in timeouts if m.group(1) in GROUPS_WITH_RANK_1],
+                        [m.group(0) for m in timeouts])
+
+        # The frozen process is gone: killed (SIGKILL ends a stopped process) and reaped by its
+        # daemon, not left as a zombie or still stopped.
+        deadline = time.time() + 30
+        while proc_state(victim) is not None and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertIsNone(proc_state(victim), "the stopped rank outlived its attempt")
+        # The daemon reports how it ended (its supervision loop looks every 200 ms).
+        expected = "rank 1 of %s killed by SIGKILL" % job
+        log_path = os.path.join(self.cluster.worker_dir(worker), "worker.log")
+        deadline = time.time() + 10
+        while expected not in open(log_path).read() and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertIn(expected, open(log_path).read())
+
+        status = self.cluster.wait_for(job, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"),
+                                       timeout=240, what="job end after the stall")
+        self.assertEqual(status["state"], "SUCCEEDED", json.dumps(status["events"], indent=1))
+        self.assertEqual(int(status["step"]), steps)
+        starts = [e["message"] for e in status["events"] if e["kind"] == "SCHEDULED"]
+        self.assertRegex(" | ".join(starts), r"resuming from checkpoint step \d+")
+
+
+if __name__ == "__main__":
+    harness.run_tests(__name__)
