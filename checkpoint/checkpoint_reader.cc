@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -42,20 +43,38 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::OpenDir(
   absl::StatusOr<CheckpointManifest> m = ReadManifestFile(path);
   if (!m.ok()) return m.status();
   std::map<std::string, int64_t> file_sizes;
-  for (const DataFile& f : m->files()) file_sizes[f.name()] = f.size_bytes();
+  for (const DataFile& f : m->files()) {
+    // Data files are plain names inside the step directory: a manifest must not make the
+    // reader open anything else ("../x", "/etc/x"). Found by //fuzz:checkpoint_reader_fuzzer.
+    if (f.name().empty() || f.name() == "." || f.name() == ".." ||
+        f.name().find('/') != std::string::npos) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": data file name '", f.name(), "' is not a plain file name"));
+    }
+    file_sizes[f.name()] = f.size_bytes();
+  }
   for (const TensorEntry& t : m->tensors()) {
     if (t.dtype() != "float32") {
       return absl::DataLossError(absl::StrCat(path, ": tensor ", t.name(), " has dtype '",
                                               t.dtype(), "' (only float32 is written)"));
     }
+    // Sizes come from the file: every product and sum below is checked before it could
+    // overflow (signed overflow is undefined; found by //fuzz:checkpoint_reader_fuzzer).
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
     int64_t numel = 1;
-    for (int64_t d : t.shape()) numel *= d;
+    for (int64_t d : t.shape()) {
+      if (d < 0 || (d > 0 && numel > kMax / static_cast<int64_t>(sizeof(float)) / d)) {
+        return absl::DataLossError(absl::StrCat(path, ": tensor ", t.name(),
+                                                " has an invalid shape (dimension ", d, ")"));
+      }
+      numel *= d;
+    }
     int64_t next = 0;
     for (const TensorRange& r : t.ranges()) {
       auto f = file_sizes.find(r.file());
-      if (r.global_offset() != next || r.numel() <= 0 || f == file_sizes.end() ||
-          r.file_offset() < 0 ||
-          r.file_offset() + r.numel() * static_cast<int64_t>(sizeof(float)) > f->second) {
+      if (r.global_offset() != next || r.numel() <= 0 || r.numel() > numel - next ||
+          f == file_sizes.end() || r.file_offset() < 0 || r.file_offset() > f->second ||
+          r.numel() > (f->second - r.file_offset()) / static_cast<int64_t>(sizeof(float))) {
         return absl::DataLossError(absl::StrCat(path, ": tensor ", t.name(),
                                                 " has an inconsistent range in file ", r.file()));
       }

@@ -3,7 +3,8 @@
 // becomes <tmp>/step_7/MANIFEST.json, the next ones shard_00000.bin, shard_00001.bin, ... (at
 // most 4). The files live in one temporary directory per process, rewritten for every input.
 //
-// Invariants checked beyond "no crash": errors carry the documented codes; when VerifyAll
+// Invariants checked beyond "no crash": errors carry the documented codes; the reader accepts
+// only plain data file names (nothing outside the step directory); when VerifyAll
 // passes, every tensor reads back, and what ReadElements returns is the bytes of the data file
 // at the manifest's offsets.
 #include <sys/stat.h>
@@ -79,6 +80,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const shardline::checkpoint::CheckpointReader& r = **reader;
+  // The reader only ever opens files inside the step directory.
+  for (const shardline::DataFile& f : r.manifest().files()) {
+    FUZZ_CHECK(!f.name().empty() && f.name().find('/') == std::string::npos && f.name() != "..",
+               "Open accepted data file name '" + f.name() + "'");
+  }
   const absl::Status files = r.VerifyFiles();
   if (!files.ok()) {
     FUZZ_CHECK(IsDocumentedCode(files.code()), "VerifyFiles: " + files.ToString());

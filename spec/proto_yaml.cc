@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <google/protobuf/descriptor.h>
+#include <google/protobuf/stubs/common.h>
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/ascii.h"
@@ -239,6 +240,13 @@ absl::Status SetValue(const Context& ctx, const YAML::Node& node, const std::str
     case FieldDescriptor::CPPTYPE_STRING: {
       if (!node.IsScalar()) {
         return Error(ctx, node, absl::StrCat(path, ": ", Describe(node), " is not a string"));
+      }
+      // proto3 string fields must hold UTF-8: anything else would not survive serialization
+      // (the coordinator could not parse a submitted spec). Found by //fuzz:job_spec_fuzzer.
+      if (f.type() == FieldDescriptor::TYPE_STRING &&
+          !google::protobuf::internal::IsStructurallyValidUTF8(node.Scalar().data(),
+                                                               node.Scalar().size())) {
+        return Error(ctx, node, absl::StrCat(path, ": is not valid UTF-8 text"));
       }
       rep ? r.AddString(message, &f, node.Scalar()) : r.SetString(message, &f, node.Scalar());
       return absl::OkStatus();
