@@ -1,5 +1,5 @@
 // The one place where gRPC status and absl::Status convert into each other. Codes map one to one
-// (both follow google.rpc.Code); the message is kept.
+// (both follow google.rpc.Code); the message is kept (cut when very long, see ToGrpcStatus).
 //
 // Thread safety: pure functions.
 #ifndef SHARDLINE_COMMON_GRPC_STATUS_H_
@@ -11,7 +11,8 @@
 
 namespace shardline {
 
-// Converts for returning from a gRPC service method.
+// Converts for returning from a gRPC service method. Messages over 2 KiB are cut (with a note of
+// how much), so they fit the clients' metadata limit.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 // Converts a gRPC call's result; `context` (e.g. "SubmitJob") prefixes non-OK messages so the

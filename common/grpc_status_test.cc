@@ -19,6 +19,15 @@ TEST(GrpcStatus, ContextPrefixesMessage) {
   EXPECT_EQ(s.message(), "SubmitJob: down");
 }
 
+TEST(GrpcStatus, LongMessageIsCutToFitTheMetadataLimit) {
+  const std::string field = "name: \"" + std::string(1 << 20, 'n') + "\"";
+  const grpc::Status wire = ToGrpcStatus(absl::InvalidArgumentError(field));
+  EXPECT_EQ(wire.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(wire.error_message().size(), 2200u);
+  EXPECT_EQ(wire.error_message().rfind("name: \"nnn", 0), 0u);
+  EXPECT_NE(wire.error_message().find("more bytes cut)"), std::string::npos);
+}
+
 TEST(GrpcStatus, OkStaysOk) {
   EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
   EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK).ok());

@@ -11,11 +11,17 @@ bool Unwritten(const FieldPaths* written, const char* path) {
   return written != nullptr && written->count(path) == 0;
 }
 
+// True when the user wrote `path` (even as 0). A 0 the user wrote is kept, so validation refuses
+// it by name, instead of it silently becoming the default ("world_size: 0" is not "one rank").
+bool Written(const FieldPaths* written, const char* path) {
+  return written != nullptr && written->count(path) > 0;
+}
+
 }  // namespace
 
 absl::Status FillDefaults(JobSpec* s, const FieldPaths* w) {
   if (s->name().empty()) s->set_name("job");
-  if (s->world_size() == 0) s->set_world_size(1);
+  if (s->world_size() == 0 && !Written(w, "world_size")) s->set_world_size(1);
 
   ModelSpec* m = s->mutable_model();
   if (m->architecture() == ModelSpec::ARCHITECTURE_UNSPECIFIED && m->preset().empty() &&
@@ -34,7 +40,7 @@ absl::Status FillDefaults(JobSpec* s, const FieldPaths* w) {
 
   OptimizerSpec* o = s->mutable_optimizer();
   if (o->kind() == OptimizerSpec::KIND_UNSPECIFIED) o->set_kind(OptimizerSpec::ADAMW);
-  if (o->lr() == 0) o->set_lr(3e-4);
+  if (o->lr() == 0 && !Written(w, "optimizer.lr")) o->set_lr(3e-4);
   if (o->eps() == 0) o->set_eps(1e-8);
   if (Unwritten(w, "optimizer.weight_decay") && o->kind() == OptimizerSpec::ADAMW) {
     o->set_weight_decay(0.1);
@@ -59,16 +65,20 @@ absl::Status FillDefaults(JobSpec* s, const FieldPaths* w) {
     f->set_backward_prefetch(FsdpSpec::BACKWARD_PRE);
   }
   if (Unwritten(w, "fsdp.limit_all_gathers")) f->set_limit_all_gathers(true);
-  if (f->collective_timeout_s() == 0) f->set_collective_timeout_s(300);
+  if (f->collective_timeout_s() == 0 && !Written(w, "fsdp.collective_timeout_s")) {
+    f->set_collective_timeout_s(300);
+  }
   FsdpSpec::MixedPrecision* mp = f->mutable_mixed_precision();
   if (mp->param_dtype() == FsdpSpec::DTYPE_UNSPECIFIED) mp->set_param_dtype(FsdpSpec::FP32);
   if (mp->reduce_dtype() == FsdpSpec::DTYPE_UNSPECIFIED) mp->set_reduce_dtype(FsdpSpec::FP32);
   if (mp->buffer_dtype() == FsdpSpec::DTYPE_UNSPECIFIED) mp->set_buffer_dtype(FsdpSpec::FP32);
 
   TrainSpec* t = s->mutable_train();
-  if (t->steps() == 0) t->set_steps(100);
-  if (t->micro_batch_size() == 0) t->set_micro_batch_size(8);
-  if (t->global_batch_size() == 0) {
+  if (t->steps() == 0 && !Written(w, "train.steps")) t->set_steps(100);
+  if (t->micro_batch_size() == 0 && !Written(w, "train.micro_batch_size")) {
+    t->set_micro_batch_size(8);
+  }
+  if (t->global_batch_size() == 0 && !Written(w, "train.global_batch_size")) {
     t->set_global_batch_size(t->micro_batch_size() * s->world_size());
   }
   if (t->eval_batches() == 0) t->set_eval_batches(8);

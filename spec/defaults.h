@@ -1,7 +1,10 @@
 // Default values of a JobSpec, filled after parsing and overrides and before validation.
 //
 // proto3 cannot tell "absent" from zero, so defaults come in two kinds:
-//   * zero means "not given" (zero would be invalid anyway): filled whenever the field is zero;
+//   * zero means "not given" (zero would be invalid anyway): filled whenever the field is zero,
+//     except that a zero the user wrote in world_size, optimizer.lr, train.steps,
+//     train.micro_batch_size, train.global_batch_size or fsdp.collective_timeout_s is kept, so
+//     validation refuses it by name rather than the job silently running with the default;
 //   * zero is a meaningful choice (weight_decay: 0, grad_clip: 0 = no clipping, ...): filled only
 //     when the caller knows which fields the user wrote (`written`, from the parser) and this one
 //     is not among them. A spec that arrives as a proto (already defaulted by shardctl) keeps them.

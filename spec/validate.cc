@@ -33,6 +33,14 @@ class Problems {
   std::vector<std::string> list_;
 };
 
+// A user-written value as a message shows it: long ones are cut, so a megabyte-long field does
+// not come back as a megabyte-long error.
+std::string Shown(const std::string& value) {
+  constexpr size_t kMax = 512;
+  if (value.size() <= kMax) return value;
+  return absl::StrCat(value.substr(0, kMax), "... (", value.size(), " bytes)");
+}
+
 bool ValidName(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;
   for (char c : name) {
@@ -46,11 +54,30 @@ bool ValidName(const std::string& name) {
 void CheckReadableFile(const std::string& path_field, const std::string& path, Problems* p) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
-    p->Add(path_field, ": \"", path, "\" does not exist");
+    p->Add(path_field, ": \"", Shown(path), "\" does not exist");
   } else if (!S_ISREG(st.st_mode)) {
-    p->Add(path_field, ": \"", path, "\" is not a regular file");
+    p->Add(path_field, ": \"", Shown(path), "\" is not a regular file");
   } else if (access(path.c_str(), R_OK) != 0) {
-    p->Add(path_field, ": \"", path, "\" is not readable");
+    p->Add(path_field, ": \"", Shown(path), "\" is not readable");
+  }
+}
+
+// The checkpoint root need not exist yet (the trainer creates it), but its nearest existing
+// ancestor must be a directory this process may write, or the first save fails mid-job.
+void CheckWritableDir(const std::string& path_field, const std::string& path, Problems* p) {
+  std::string dir = path;
+  struct stat st;
+  while (!dir.empty() && stat(dir.c_str(), &st) != 0) {
+    const size_t slash = dir.rfind('/');
+    dir = slash == std::string::npos ? "" : (slash == 0 ? "/" : dir.substr(0, slash));
+  }
+  if (dir.empty()) return;  // relative and nothing exists: the trainer's working dir decides
+  if (!S_ISDIR(st.st_mode)) {
+    p->Add(path_field, ": \"", Shown(path), "\" cannot be created: \"", Shown(dir),
+           "\" is not a directory");
+  } else if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    p->Add(path_field, ": \"", Shown(path), "\" cannot be created: \"", Shown(dir),
+           "\" is not writable");
   }
 }
 
@@ -64,7 +91,7 @@ void ValidateModel(const JobSpec& s, const ValidateOptions& opt, Problems* p) {
     }
   } else {
     if (!m.torchscript_path().empty()) {
-      p->Add("model.torchscript_path: \"", m.torchscript_path(),
+      p->Add("model.torchscript_path: \"", Shown(m.torchscript_path()),
              "\" is only used with architecture TORCHSCRIPT, not ",
              ModelSpec::Architecture_Name(m.architecture()));
     }
@@ -162,9 +189,6 @@ void ValidateFsdp(const JobSpec& s, Problems* p) {
              " is not implemented yet; only FP32 trains");
     }
   }
-  if (f.activation_checkpointing()) {
-    p->Add("fsdp.activation_checkpointing: true is not implemented yet; set it to false");
-  }
   if (f.cpu_offload() && s.device().kind() == DeviceSpec::CUDA) {
     p->Add("fsdp.cpu_offload: true is not implemented yet; set it to false");
   }
@@ -209,9 +233,9 @@ void ValidateTrain(const JobSpec& s, Problems* p) {
   }
 }
 
-void ValidateRest(const JobSpec& s, Problems* p) {
+void ValidateRest(const JobSpec& s, const ValidateOptions& opt, Problems* p) {
   if (!ValidName(s.name())) {
-    p->Add("name: \"", s.name(), "\" must be 1-64 characters of [a-zA-Z0-9._-]");
+    p->Add("name: \"", Shown(s.name()), "\" must be 1-64 characters of [a-zA-Z0-9._-]");
   }
   if (s.world_size() <= 0) p->Add("world_size: ", s.world_size(), " must be positive");
   const CheckpointSpec& c = s.checkpoint();
@@ -219,6 +243,10 @@ void ValidateRest(const JobSpec& s, Problems* p) {
   if (c.keep_last() < 0) p->Add("checkpoint.keep_last: ", c.keep_last(), " must be >= 0");
   if (c.resume_step() < -1) {
     p->Add("checkpoint.resume_step: ", c.resume_step(), " must be -1 (latest), 0 or a step");
+  }
+  if (opt.check_files && !c.dir().empty()) CheckWritableDir("checkpoint.dir", c.dir(), p);
+  if (opt.check_files && !c.init_from_safetensors().empty()) {
+    CheckReadableFile("checkpoint.init_from_safetensors", c.init_from_safetensors(), p);
   }
   if (c.dir().empty() && (c.every_steps() > 0 || c.save_final())) {
     p->Add("checkpoint.dir: must be set when checkpoint.every_steps or save_final asks for "
@@ -247,7 +275,7 @@ void ValidateRest(const JobSpec& s, Problems* p) {
 
 absl::Status Validate(const JobSpec& spec, const ValidateOptions& options) {
   Problems p;
-  ValidateRest(spec, &p);
+  ValidateRest(spec, options, &p);
   ValidateModel(spec, options, &p);
   ValidateData(spec, options, &p);
   ValidateOptimizer(spec, &p);

@@ -15,8 +15,9 @@
 namespace shardline::spec {
 
 struct ValidateOptions {
-  // Check that data.path (and model.torchscript_path) exist and are readable files. Off for the
-  // coordinator, which does not see the workers' file systems.
+  // Check that data.path, model.torchscript_path and checkpoint.init_from_safetensors exist and
+  // are readable files, and that checkpoint.dir can be created (its nearest existing ancestor is
+  // a writable directory). Off for the coordinator, which does not see the workers' file systems.
   bool check_files = true;
 };
 
