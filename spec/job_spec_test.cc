@@ -61,18 +61,6 @@ TEST(LoadJobSpec, OverridesApplyBeforeValidation) {
   EXPECT_EQ(bad.status().message(), "fsdp.hybrid_shard_degree: 3 does not divide world_size 4");
 }
 
-// The engine's performance options load as written (they used to be refused).
-TEST(LoadJobSpec, EnginePerformanceOptionsAreAccepted) {
-  auto spec = Load(kBase, {"fsdp.activation_checkpointing=true", "fsdp.fake_collectives=true",
-                           "fsdp.limit_all_gathers=false", "fsdp.forward_prefetch=true",
-                           "fsdp.backward_prefetch=BACKWARD_POST"});
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_TRUE(spec->fsdp().activation_checkpointing());
-  EXPECT_TRUE(spec->fsdp().fake_collectives());
-  EXPECT_FALSE(spec->fsdp().limit_all_gathers());
-  EXPECT_EQ(spec->fsdp().backward_prefetch(), FsdpSpec::BACKWARD_POST);
-}
-
 struct BadSpec {
   const char* label;
   std::string text;  // Empty: kBase.
@@ -105,6 +93,8 @@ TEST(LoadJobSpec, RejectsBadSpecsWithFieldAndValue) {
        "fsdp.mixed_precision: FP16 needs device.kind CUDA"},
       {"bf16 not built yet", "", {"fsdp.mixed_precision.param_dtype=BF16"},
        "fsdp.mixed_precision.param_dtype: BF16 is not implemented yet; only FP32 trains"},
+      {"activation checkpointing not built yet", "", {"fsdp.activation_checkpointing=true"},
+       "fsdp.activation_checkpointing: true is not implemented yet"},
       {"negative lr", "", {"optimizer.lr=-1"}, "optimizer.lr: -1 must be > 0"},
       {"beta out of range", "", {"optimizer.beta2=1.5"}, "optimizer.beta2: 1.5 is not in [0, 1)"},
       {"dropout out of range", "", {"model.dropout=1"}, "model.dropout: 1 is not in [0, 1)"},
