@@ -12,10 +12,18 @@
 // AfterStep saves every every_steps steps and after the last one with save_final; async_save
 // writes from a background thread (the next save waits for the previous one).
 //
+// Tests only: SHARDLINE_TEST_PAUSE_IN_SAVE=STEP:SHARD:SECONDS[:ATTEMPT] makes the writer of
+// shard SHARD sleep SECONDS in the save of step STEP, before it writes its data file (the other
+// writers' files are written meanwhile and rank 0 waits to commit), and only in job attempt
+// ATTEMPT ($SHARDLINE_ATTEMPT) when given. It prints "test pause in save: step S shard K" to
+// stderr first, so a failure test can kill the rank in the middle of a save at a known point
+// (tests/integration/checkpoint_kill_scenario_test.py). A malformed value is an error of Create.
+//
 // Thread safety: training thread only (collectives).
 #ifndef SHARDLINE_CHECKPOINT_TRAINER_CHECKPOINTING_H_
 #define SHARDLINE_CHECKPOINT_TRAINER_CHECKPOINTING_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -59,11 +67,17 @@ class TrainerCheckpointing {
 
  private:
   TrainerCheckpointing(const CheckpointPolicy& policy, fsdp::FsdpEngine* engine,
-                       std::unique_ptr<Checkpointer> ckpt)
-      : policy_(policy), engine_(engine), ckpt_(std::move(ckpt)) {}
+                       std::unique_ptr<Checkpointer> ckpt,
+                       std::shared_ptr<std::atomic<int64_t>> saving_step)
+      : policy_(policy),
+        engine_(engine),
+        ckpt_(std::move(ckpt)),
+        saving_step_(std::move(saving_step)) {}
   CheckpointPolicy policy_;
   fsdp::FsdpEngine* engine_;
   std::unique_ptr<Checkpointer> ckpt_;  // Null without a dir.
+  // The step of the save in progress, for the test pause (shared with its hook).
+  std::shared_ptr<std::atomic<int64_t>> saving_step_;
 };
 
 }  // namespace shardline::checkpoint
