@@ -1,9 +1,12 @@
 #include "fsdp/fsdp_engine.h"
 
 #include <algorithm>
+#include <mutex>
 #include <utility>
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/core/Generator.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -40,6 +43,30 @@ struct PreBackwardFunction : public torch::autograd::Function<PreBackwardFunctio
     auto* engine = reinterpret_cast<FsdpEngine*>(ctx->saved_data["engine"].toInt());
     engine->PreBackward(static_cast<int>(ctx->saved_data["group"].toInt()));
     return {grads[0], torch::autograd::Variable(), torch::autograd::Variable()};
+  }
+};
+
+// Activation checkpointing: runs the unit's body without grad in forward (saving only the input)
+// and recomputes it with grad in backward. `anchor` is an empty tensor that requires grad, so the
+// output requires grad (and backward reaches this node) even when the input does not.
+struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor input,
+                            at::Tensor anchor, int64_t engine, int64_t call) {
+    ctx->save_for_backward({input});
+    ctx->saved_data["engine"] = engine;
+    ctx->saved_data["call"] = call;
+    ctx->saved_data["input_requires_grad"] = input.requires_grad();
+    return reinterpret_cast<FsdpEngine*>(engine)->CheckpointForward(call, input);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* engine = reinterpret_cast<FsdpEngine*>(ctx->saved_data["engine"].toInt());
+    at::Tensor dx = engine->CheckpointBackward(ctx->saved_data["call"].toInt(),
+                                               ctx->get_saved_variables()[0],
+                                               ctx->saved_data["input_requires_grad"].toBool(),
+                                               grads[0]);
+    return {dx, torch::autograd::Variable(), torch::autograd::Variable(),
+            torch::autograd::Variable()};
   }
 };
 
@@ -324,7 +351,22 @@ at::Tensor FsdpEngine::Run(const torch::nn::Module& module, const at::Tensor& in
     if (!s.ok()) throw CommError(s);
   }
   if (options_.forward_prefetch) PrefetchNeighbour(group, +1);
-  at::Tensor out = body(input);
+  at::Tensor out;
+  if (options_.activation_checkpointing && at::GradMode::is_enabled()) {
+    CheckpointedCall call;
+    call.body = body;
+    at::Generator gen = at::globalContext().defaultGenerator(input.device());
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      call.rng_state = gen.get_state();
+    }
+    checkpointed_.push_back(std::move(call));
+    out = CheckpointFunction::apply(input, at::empty({0}, input.options()).requires_grad_(true),
+                                    reinterpret_cast<int64_t>(this),
+                                    static_cast<int64_t>(checkpointed_.size() - 1));
+  } else {
+    out = body(input);
+  }
   const bool needs_backward = at::GradMode::is_enabled() && out.requires_grad();
   if (needs_backward) {
     out = PreBackwardFunction::apply(out, reinterpret_cast<int64_t>(this),
@@ -348,6 +390,38 @@ void FsdpEngine::PreBackward(int group) {
   if (options_.backward_prefetch == FsdpEngineOptions::BackwardPrefetch::kPre) {
     PrefetchNeighbour(group, -1);
   }
+}
+
+at::Tensor FsdpEngine::CheckpointForward(int64_t call, const at::Tensor& input) {
+  at::NoGradGuard no_grad;
+  return checkpointed_.at(call).body(input);
+}
+
+at::Tensor FsdpEngine::CheckpointBackward(int64_t call, const at::Tensor& input,
+                                          bool input_requires_grad, const at::Tensor& grad) {
+  if (!grad.defined()) return at::Tensor();
+  const CheckpointedCall& c = checkpointed_.at(call);
+  at::Tensor x = input.detach();
+  x.requires_grad_(input_requires_grad);
+  at::Tensor y;
+  {
+    at::AutoGradMode grad_mode(true);
+    at::Generator gen = at::globalContext().defaultGenerator(input.device());
+    at::Tensor now;
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      now = gen.get_state();
+      gen.set_state(c.rng_state);
+    }
+    y = c.body(x);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(now);
+  }
+  if (!y.requires_grad()) return at::Tensor();
+  // Reentrant backward through the recomputed graph: accumulates the unit's parameter
+  // gradients (their hooks reduce and free the unit) and the input's.
+  torch::autograd::backward({y}, {grad});
+  return x.requires_grad() ? x.grad() : at::Tensor();
 }
 
 void FsdpEngine::OnParamGradReady(int unit) {
@@ -481,6 +555,7 @@ absl::Status FsdpEngine::Backward(const at::Tensor& loss, bool sync_gradients) {
     pending_reduces_.clear();
   }
   ReshardAll();
+  checkpointed_.clear();
   in_backward_ = false;
   if (!status.ok()) return Fail(status);
   grads_pending_ = !sync_gradients;

@@ -79,6 +79,15 @@ struct FsdpEngineOptions {
   // LibTorch's autograd runs a unit's gradient accumulation before the previous unit's
   // backward, so on-demand gathers never make a third either; peak_gathered_groups() shows it.
   bool limit_all_gathers = true;
+  // Activation checkpointing per unit: Run() computes a hook group's body without keeping its
+  // activations (only the input is saved) and calls the body again with grad in backward, right
+  // after the pre-backward hook re-gathered the unit's parameters (FULL_SHARD) and started any
+  // backward prefetch; the recomputed graph's backward (a reentrant autograd call) accumulates
+  // the unit's gradients, whose hooks reduce and free the unit as usual. The RNG state of the
+  // input's device is saved and restored around the recompute, so dropout draws the same mask:
+  // losses and gradients are bit-identical to a run without checkpointing. Root units (no
+  // RunUnit) are not checkpointed. Bodies must capture what they use by value (unit_runner.h).
+  bool activation_checkpointing = false;
   // Reduce a unit's gradient asynchronously (ReduceScatterAsync, or AllReduceAsync when S = 1)
   // while backward continues with the next unit; at most two reductions are in flight (their
   // flat gradients stay allocated until done), and all finish before Backward() returns.
@@ -168,6 +177,11 @@ class FsdpEngine : public UnitRunner {
   // Called by the autograd hooks; not for users.
   void PreBackward(int group);
   void OnParamGradReady(int unit);
+  // Activation checkpointing: the forward of checkpointed call `call`, and its backward (the
+  // recompute); the latter returns the input's gradient (undefined if it needs none).
+  at::Tensor CheckpointForward(int64_t call, const at::Tensor& input);
+  at::Tensor CheckpointBackward(int64_t call, const at::Tensor& input, bool input_requires_grad,
+                                const at::Tensor& grad);
 
  private:
   struct Unit;
@@ -216,6 +230,13 @@ class FsdpEngine : public UnitRunner {
     at::Tensor reduced;  // [shard_numel], or the flat gradient itself when S = 1.
   };
   std::vector<PendingReduce> pending_reduces_;  // Oldest first.
+  // Activation checkpointing: the bodies of this forward's checkpointed calls and the RNG
+  // state each started from; dropped when Backward() returns.
+  struct CheckpointedCall {
+    UnitBody body;
+    at::Tensor rng_state;  // Undefined when the device has no generator state to restore.
+  };
+  std::vector<CheckpointedCall> checkpointed_;
 
   bool in_backward_ = false;
   bool sync_ = true;

@@ -4,7 +4,12 @@
 // separate FSDP units calls RunUnit() around each block's forward. Without an engine attached
 // (runner == nullptr) RunUnit just calls the body, so the same model runs unsharded.
 //
-//   x = RunUnit(runner_, *blocks_[i], x, [&](const at::Tensor& h) { return blocks_[i]->forward(h); });
+//   auto block = blocks_->ptr<Block>(i);
+//   x = RunUnit(runner_, *block, x, [block](const at::Tensor& h) { return block->forward(h); });
+//
+// The body must capture what it uses BY VALUE and compute the same function when called again:
+// with activation checkpointing the engine keeps it and calls it a second time during backward,
+// after the model's forward returned (with the RNG state of the first call restored).
 //
 // The engine uses the call to gather the unit's parameters (or wait for a prefetch), rebind the
 // module's parameters as views into the gathered buffer, run the body, attach the pre-backward

@@ -67,7 +67,8 @@ at::Tensor GptImpl::forward(const at::Tensor& tokens, fsdp::UnitRunner* runner) 
   at::Tensor x = drop_->forward(wte_->forward(tokens) + wpe_->forward(pos));  // [B, T, C]
   for (size_t i = 0; i < blocks_->size(); ++i) {
     auto block = blocks_->ptr<BlockImpl>(i);
-    x = fsdp::RunUnit(runner, *block, x, [&](const at::Tensor& h) { return block->forward(h); });
+    // By value: with activation checkpointing the engine calls the body again in backward.
+    x = fsdp::RunUnit(runner, *block, x, [block](const at::Tensor& h) { return block->forward(h); });
   }
   return at::linear(ln_f_->forward(x), wte_->weight);  // [B, T, V], tied head.
 }

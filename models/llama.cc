@@ -102,7 +102,7 @@ at::Tensor LlamaImpl::forward(const at::Tensor& tokens, fsdp::UnitRunner* runner
   for (size_t i = 0; i < layers_->size(); ++i) {
     auto block = layers_->ptr<BlockImpl>(i);
     x = fsdp::RunUnit(runner, *block, x,
-                      [&](const at::Tensor& h) { return block->forward(h, cos, sin); });
+                      [block, cos, sin](const at::Tensor& h) { return block->forward(h, cos, sin); });
   }
   return output_->forward(norm_->forward(x));
 }

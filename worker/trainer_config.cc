@@ -148,6 +148,7 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
                             ? TrainerConfig::BackwardPrefetch::kPost
                             : TrainerConfig::BackwardPrefetch::kNone;
   c.limit_all_gathers = f.limit_all_gathers();
+  c.activation_checkpointing = f.activation_checkpointing();
   c.fake_collectives = f.fake_collectives();
   c.collective_timeout_s = f.collective_timeout_s();
 

@@ -83,6 +83,7 @@ struct TrainerConfig {
   enum class BackwardPrefetch { kNone, kPre, kPost };  // fsdp.backward_prefetch
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kNone;
   bool limit_all_gathers = true;  // fsdp.limit_all_gathers
+  bool activation_checkpointing = false;
   bool fake_collectives = false;
   int collective_timeout_s = 300;
 

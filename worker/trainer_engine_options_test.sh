@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# fsdp.fake_collectives in a real two-process trainer run: the ranks rendezvous and bootstrap for
-# real, train FULL_SHARD with prefetch through the no-op shard/replicate communicators and finish;
-# their losses are not a real run's (a fake all-gather repeats the rank's own shard), which shows
-# the collectives really were replaced.
+# The engine's performance options in real two-process trainer runs (FULL_SHARD, prefetch):
+# - fsdp.fake_collectives: the ranks rendezvous and bootstrap for real, train through the no-op
+#   shard/replicate communicators and finish; their losses are not a real run's (a fake
+#   all-gather repeats the rank's own shard), which shows the collectives really were replaced;
+# - fsdp.activation_checkpointing: the same losses as without, to the last digit printed.
 #   $1: the trainer binary   $2: the free-port helper
 set -euo pipefail
 TRAINER="$(realpath "$1")"
@@ -55,6 +56,14 @@ run_w2 real
 [[ "$(losses "$OUT/fake.0.jsonl" | head -1)" != "$(losses "$OUT/real.0.jsonl" | head -1)" ]] ||
   fail "step 1 loss with fake collectives equals the real run's: nothing was faked"
 [[ $(losses "$OUT/real.0.jsonl" | wc -l) -eq 4 ]] || fail "real run: want 4 losses"
+
+run_w2 ac --set fsdp.activation_checkpointing=true --set model.dropout=0.1
+run_w2 noac --set model.dropout=0.1
+grep -q "units, sharded AdamW, activation checkpointing" "$OUT/ac.log.0" ||
+  fail "rank 0 did not log activation checkpointing"
+[[ $(losses "$OUT/ac.0.jsonl" | wc -l) -eq 4 ]] || fail "checkpointed run: want 4 losses"
+[[ "$(losses "$OUT/ac.0.jsonl")" == "$(losses "$OUT/noac.0.jsonl")" ]] ||
+  fail "activation checkpointing changed the losses: $(losses "$OUT/ac.0.jsonl" | tr '\n' ' ') vs $(losses "$OUT/noac.0.jsonl" | tr '\n' ' ')"
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures failure(s)" >&2

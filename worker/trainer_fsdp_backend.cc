@@ -11,8 +11,8 @@ absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(models::Languag
                                                                  const TrainerConfig& c, int rank,
                                                                  const Comms& comms) {
   const std::string block_type = model.block_type();
-  // Mixed precision, CPU offload and activation checkpointing are refused by spec validation
-  // (spec/validate.cc) before a TrainerConfig exists.
+  // Options the engine lacks are refused by spec validation (spec/validate.cc) before a
+  // TrainerConfig exists.
   if (comms.world == nullptr) {
     return absl::InvalidArgumentError("FsdpBackend needs a world communicator");
   }
@@ -38,6 +38,7 @@ absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(models::Languag
                                   ? Prefetch::kPost
                                   : Prefetch::kNone;
   options.limit_all_gathers = c.limit_all_gathers;
+  options.activation_checkpointing = c.activation_checkpointing;
   if (c.fake_collectives && rank == 0) {
     SL_LOG(WARNING) << "fsdp.fake_collectives: the shard and replicate groups send nothing "
                        "(same shapes, local copies only); losses are not those of a real run";
@@ -68,6 +69,7 @@ std::string FsdpBackend::Describe() const {
   return absl::StrCat("FSDP ", engine_->layout().DebugString(), ", ",
                       engine_->flat_params().size(), " units, sharded ",
                       config_.optimizer == OptimizerKind::kAdamW ? "AdamW" : "SGD",
+                      config_.activation_checkpointing ? ", activation checkpointing" : "",
                       config_.fake_collectives ? ", fake collectives" : "");
 }
 

@@ -32,9 +32,8 @@ class FsdpBackend : public TrainingBackend {
   // broadcast from rank 0, and attaches the engine as the model's UnitRunner (detached again by
   // the destructor). A model without RunUnit hook points (block_type() == "", TorchScript) is
   // one unit under TRANSFORMER_BLOCK. The model and communicators are borrowed.
-  // Errors: INVALID_ARGUMENT for a bad wrap policy or communicator shapes; UNIMPLEMENTED for
-  // options the engine lacks (mixed precision, CPU offload, activation checkpointing); the
-  // broadcast's error.
+  // Errors: INVALID_ARGUMENT for a bad wrap policy or communicator shapes; the broadcast's
+  // error. (Options the engine lacks are refused earlier, by spec validation.)
   static absl::StatusOr<std::unique_ptr<FsdpBackend>> Create(models::LanguageModel& model,
                                                              const TrainerConfig& config,
                                                              int rank, const Comms& comms);

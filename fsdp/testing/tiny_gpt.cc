@@ -55,7 +55,9 @@ at::Tensor TinyGptImpl::forward(const at::Tensor& idx, UnitRunner* runner) {
   at::Tensor x = wte->forward(idx) + wpe->forward(pos).unsqueeze(0);
   for (size_t i = 0; i < blocks->size(); ++i) {
     auto block = blocks->ptr<BlockImpl>(i);
-    x = RunUnit(runner, *block, x, [&](const at::Tensor& h) { return block->forward(h, mask); });
+    x = RunUnit(runner, *block, x, [block, mask = mask](const at::Tensor& h) {
+      return block->forward(h, mask);
+    });
   }
   return head->forward(ln_f->forward(x));
 }

@@ -66,18 +66,21 @@ TinyGpt MakeModel() {
 std::string ParityConfig::Name() const {
   return absl::StrCat(strategy, "_W", world_size, "_S", hybrid_shard_degree, "_",
                       WrapPolicyName(wrap), "_mb", micro_batches, sgd ? "_sgd" : "_adamw",
-                      prefetch == 0 ? "" : absl::StrCat("_prefetch", prefetch));
+                      prefetch == 0 ? "" : absl::StrCat("_prefetch", prefetch),
+                      activation_checkpointing ? "_ac" : "");
 }
 
 std::string ParityConfig::Encode() const {
   return absl::StrCat(strategy, ":", world_size, ":", hybrid_shard_degree, ":",
                       WrapPolicyName(wrap), ":", micro_batches, ":", sgd ? "sgd" : "adamw", ":",
-                      prefetch);
+                      prefetch, activation_checkpointing ? ":ac" : "");
 }
 
 absl::StatusOr<ParityConfig> ParityConfig::Decode(const std::string& s) {
   std::vector<std::string> f = absl::StrSplit(s, ':');
-  if (f.size() != 7) return absl::InvalidArgumentError(absl::StrCat("bad config ", s));
+  if (f.size() != 7 && !(f.size() == 8 && f[7] == "ac")) {
+    return absl::InvalidArgumentError(absl::StrCat("bad config ", s));
+  }
   ParityConfig c;
   c.strategy = f[0];
   if (!absl::SimpleAtoi(f[1], &c.world_size) || !absl::SimpleAtoi(f[2], &c.hybrid_shard_degree) ||
@@ -86,6 +89,7 @@ absl::StatusOr<ParityConfig> ParityConfig::Decode(const std::string& s) {
   }
   ASSIGN_OR_RETURN(c.wrap, ParseWrapPolicy(f[3]));
   c.sgd = f[5] == "sgd";
+  c.activation_checkpointing = f.size() == 8;
   return c;
 }
 
@@ -144,6 +148,7 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
   eo.backward_prefetch = config.prefetch == 1   ? FsdpEngineOptions::BackwardPrefetch::kPre
                          : config.prefetch == 2 ? FsdpEngineOptions::BackwardPrefetch::kPost
                                                 : FsdpEngineOptions::BackwardPrefetch::kNone;
+  eo.activation_checkpointing = config.activation_checkpointing;
   ASSIGN_OR_RETURN(std::unique_ptr<FsdpEngine> engine,
                    FsdpEngine::Create(model.ptr(), layout, shard, replicate, eo));
   ShardedOptimizerOptions oo;

@@ -32,6 +32,7 @@ struct ParityConfig {
   int micro_batches = 1;          // Per rank per step (no_sync on all but the last).
   bool sgd = false;               // SGD with momentum instead of AdamW.
   int prefetch = 0;               // 0: none; 1: forward + backward kPre; 2: forward + kPost.
+  bool activation_checkpointing = false;
   int steps = 20;
   int global_batch = 12;          // Sequences per step over all ranks.
   int die_at_step = -1;           // Failure tests: this rank SIGKILLs itself at that step.
