@@ -128,6 +128,17 @@ TEST(LoadJobSpec, RejectsBadSpecsWithFieldAndValue) {
       {"list for a number", "world_size: [1, 2]", {}, "world_size: a list is not an integer"},
       {"prompt longer than block", "", {"train.sample_prompt=" + std::string(80, 'x')},
        "train.sample_prompt: 80 bytes do not fit model.block_size 64"},
+      // A zero the user wrote is refused, not replaced by the default.
+      {"explicit zero world", "", {"world_size=0"}, "world_size: 0 must be positive"},
+      {"explicit zero lr", "", {"optimizer.lr=0"}, "optimizer.lr: 0 must be > 0"},
+      {"explicit zero steps", "", {"train.steps=0"}, "train.steps: 0 must be positive"},
+      {"missing init weights", "", {"checkpoint.init_from_safetensors=/no/such/w.safetensors"},
+       "checkpoint.init_from_safetensors: \"/no/such/w.safetensors\" does not exist"},
+      {"checkpoint dir under a file", "", {"checkpoint.dir=/proc/self/status/ckpt"},
+       "checkpoint.dir: \"/proc/self/status/ckpt\" cannot be created: \"/proc/self/status\" is "
+       "not a directory"},
+      {"megabyte name is shown cut", "", {"name=" + std::string(1 << 20, 'n')},
+       "... (1048576 bytes)\" must be 1-64 characters"},
   };
   ASSERT_GE(cases.size(), 20u);
   for (const BadSpec& c : cases) {

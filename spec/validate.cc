@@ -189,9 +189,6 @@ void ValidateFsdp(const JobSpec& s, Problems* p) {
              " is not implemented yet; only FP32 trains");
     }
   }
-  if (f.activation_checkpointing()) {
-    p->Add("fsdp.activation_checkpointing: true is not implemented yet; set it to false");
-  }
   if (f.cpu_offload() && s.device().kind() == DeviceSpec::CUDA) {
     p->Add("fsdp.cpu_offload: true is not implemented yet; set it to false");
   }
