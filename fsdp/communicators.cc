@@ -32,6 +32,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateGloo(const GroupSpec& group,
   gloo.rank = group.rank;
   gloo.size = group.size;
   gloo.store = group.store;
+  gloo.global_ranks = group.ranks;
   gloo.address = options.address;
   gloo.interface = options.interface;
   gloo.timeout = options.timeout;
@@ -67,6 +68,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateGroup(
   spec.rank = group_rank;
   spec.size = static_cast<int>(ranks.size());
   spec.store = &group_store;
+  spec.ranks = ranks;
   return factory(spec, options);
 }
 

@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -85,6 +86,7 @@ struct GroupSpec {
   int rank = 0;  // Within the group.
   int size = 1;
   KvStore* store = nullptr;
+  std::vector<int> ranks;  // The members' world ranks, in group-rank order (error messages).
 };
 using GroupCommunicatorFactory = std::function<absl::StatusOr<std::unique_ptr<Communicator>>(
     const GroupSpec& group, const CommOptions& options)>;

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "fsdp/comm_args.h"
 #include "fsdp/comm_queue.h"
@@ -101,9 +102,21 @@ std::chrono::milliseconds ToChrono(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
 
+// "(group ranks [0, 1], this is rank 0)", or "(this is rank 0 of 2 in the group)" without
+// the global ranks: who the group waited on, for timeout and lost-peer messages.
+std::string DescribeMembers(const GlooCommunicator::Options& o) {
+  if (static_cast<int>(o.global_ranks.size()) == o.size) {
+    return absl::StrCat("(group ranks [", absl::StrJoin(o.global_ranks, ", "), "], this is rank ",
+                        o.global_ranks[o.rank], ")");
+  }
+  return absl::StrCat("(this is rank ", o.rank, " of ", o.size, " in the group)");
+}
+
 // Converts the exception being handled (from Gloo, our store adapter or LibTorch) into a
-// status whose message starts with `prefix`. Call only inside a catch block.
-absl::Status StatusFromCurrentException(const std::string& prefix, absl::Duration timeout) {
+// status whose message starts with `prefix`; `members` is DescribeMembers'. Call only inside a
+// catch block.
+absl::Status StatusFromCurrentException(const std::string& prefix, absl::Duration timeout,
+                                        const std::string& members) {
   try {
     throw;
   } catch (const StoreError& e) {
@@ -113,13 +126,14 @@ absl::Status StatusFromCurrentException(const std::string& prefix, absl::Duratio
     if (what.find("Timed out") != std::string::npos ||
         what.find("timeout") != std::string::npos) {
       return absl::DeadlineExceededError(absl::StrCat(
-          prefix, "timed out after ", absl::FormatDuration(timeout), ": ", what));
+          prefix, "timed out after ", absl::FormatDuration(timeout), " ", members, ": ", what));
     }
-    return absl::UnavailableError(absl::StrCat(prefix, "lost a peer: ", what));
+    return absl::UnavailableError(absl::StrCat(prefix, "lost a peer ", members, ": ", what));
   } catch (const gloo::EnforceNotMet& e) {
     // Gloo reports broken pairs (a peer that died while connecting or mid-operation) through
     // its enforce checks as well as through IoException.
-    return absl::UnavailableError(absl::StrCat(prefix, "gloo failed: ", e.what()));
+    return absl::UnavailableError(
+        absl::StrCat(prefix, "gloo failed ", members, ": ", e.what()));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat(prefix, e.what()));
   } catch (...) {
@@ -332,7 +346,8 @@ class GlooCommunicator::Impl {
         body(next_tag_++);
         return absl::OkStatus();
       } catch (...) {
-        absl::Status status = StatusFromCurrentException(prefix, options_.timeout);
+        absl::Status status =
+            StatusFromCurrentException(prefix, options_.timeout, DescribeMembers(options_));
         absl::MutexLock lock(&mu_);
         broken_ = status;
         return status;
@@ -364,6 +379,13 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
                                                    options.rank, " is outside a group of size ",
                                                    options.size));
   }
+  if (!options.global_ranks.empty() &&
+      static_cast<int>(options.global_ranks.size()) != options.size) {
+    return absl::InvalidArgumentError(absl::StrCat("group ", options.name, ": ",
+                                                   options.global_ranks.size(),
+                                                   " global ranks for a group of size ",
+                                                   options.size));
+  }
   if (options.store == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("group ", options.name, ": no store"));
   }
@@ -391,7 +413,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     return std::unique_ptr<GlooCommunicator>(
         new GlooCommunicator(std::make_unique<Impl>(options, device, context)));
   } catch (...) {
-    return StatusFromCurrentException(prefix, options.timeout);
+    return StatusFromCurrentException(prefix, options.timeout, DescribeMembers(options));
   }
 }
 

@@ -18,8 +18,10 @@
 //
 // Timeouts: Options::timeout bounds every collective (Gloo's per-op timeout and the pairs'
 // timeout). Errors: a timeout is DEADLINE_EXCEEDED, a lost peer UNAVAILABLE, both with the
-// message "group <name> op <op> step <step>: ..."; the communicator is then broken and every
-// later call returns FAILED_PRECONDITION. Bad arguments (wrong sizes, dtypes, non-CPU tensors)
+// message "group <name> op <op> step <step>: " followed by what happened and who is in the
+// group ("timed out after 10s (group ranks [0, 1], this is rank 0): <Gloo's text>"; without
+// Options::global_ranks, "(this is rank 0 of 2 in the group)"); the communicator is then broken
+// and every later call returns FAILED_PRECONDITION. Bad arguments (wrong sizes, dtypes, non-CPU tensors)
 // return INVALID_ARGUMENT at once and break nothing, but the other ranks will then time out.
 //
 // Process-wide effect: the first Create() sets SIGPIPE to SIG_IGN if it still has its default
@@ -37,6 +39,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -51,6 +54,9 @@ class GlooCommunicator : public Communicator {
     std::string name = "world";  // Used in error messages: "world", "shard[1]", ...
     int rank = 0;                // Rank within the group.
     int size = 1;                // Group size (>= 1).
+    // Optional: the members' ranks in the whole job, in group-rank order (size entries), named
+    // in error messages so a timeout says which processes the group waited on.
+    std::vector<int> global_ranks;
     // Bootstrap store, already namespaced for this group (not owned; used only inside Create).
     KvStore* store = nullptr;
     // Address the TCP device binds to and advertises to peers: an IP or a hostname.

@@ -25,7 +25,8 @@ using RankFn = std::function<void(GlooCommunicator& comm)>;
 
 // Runs `fn` on `world` ranks, each a thread with its own communicator; failures inside `fn`
 // are reported by gtest with the rank in the trace.
-void RunGroup(int world, const RankFn& fn, absl::Duration timeout = absl::Seconds(20)) {
+void RunGroup(int world, const RankFn& fn, absl::Duration timeout = absl::Seconds(20),
+              const std::vector<int>& global_ranks = {}) {
   static int generation = 0;
   const std::string prefix = absl::StrCat("test", generation++);
   TcpKvStore::Options server_options;
@@ -43,6 +44,7 @@ void RunGroup(int world, const RankFn& fn, absl::Duration timeout = absl::Second
       options.size = world;
       options.store = &store;
       options.timeout = timeout;
+      options.global_ranks = global_ranks;
       auto comm = GlooCommunicator::Create(options);
       ASSERT_TRUE(comm.ok()) << comm.status();
       fn(**comm);
@@ -296,7 +298,9 @@ TEST(GlooCommunicator, StalledPeerTimesOutNamingGroupOpAndStepThenStaysBroken) {
         absl::Status s = comm.AllReduce(t, ReduceOp::kSum);
         const absl::Duration took = absl::Now() - start;
         EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-        EXPECT_EQ(s.message().rfind("group test op all_reduce step 17: timed out after 1s", 0),
+        EXPECT_EQ(s.message().rfind("group test op all_reduce step 17: timed out after 1s "
+                                    "(group ranks [1, 3], this is rank 1): ",
+                                    0),
                   0u)
             << s;
         EXPECT_GE(took, absl::Milliseconds(900));
@@ -309,7 +313,46 @@ TEST(GlooCommunicator, StalledPeerTimesOutNamingGroupOpAndStepThenStaysBroken) {
         absl::MutexLock lock(&mu);
         rank0_done = true;
       },
-      absl::Seconds(1));
+      absl::Seconds(1), /*global_ranks=*/{1, 3});
+}
+
+TEST(GlooCommunicator, StalledPeerTimeoutNamesGroupRankWithoutGlobalRanks) {
+  absl::Mutex mu;
+  bool rank1_done = false;
+  RunGroup(
+      2,
+      [&](GlooCommunicator& comm) {
+        if (comm.rank() == 0) {
+          absl::MutexLock lock(&mu);
+          mu.Await(absl::Condition(&rank1_done));
+          return;
+        }
+        absl::Status s = comm.Barrier();
+        EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+        EXPECT_EQ(s.message().rfind("group test op barrier step 0: timed out after 500ms "
+                                    "(this is rank 1 of 2 in the group): ",
+                                    0),
+                  0u)
+            << s;
+        absl::MutexLock lock(&mu);
+        rank1_done = true;
+      },
+      absl::Milliseconds(500));
+}
+
+TEST(GlooCommunicator, RefusesGlobalRanksOfAnotherSize) {
+  TcpKvStore::Options server_options;
+  server_options.serve = true;
+  auto server = TcpKvStore::Create(server_options);
+  ASSERT_TRUE(server.ok());
+  GlooCommunicator::Options options;
+  options.name = "shard[0]";
+  options.size = 2;
+  options.global_ranks = {0, 1, 2};
+  options.store = server->get();
+  auto comm = GlooCommunicator::Create(options);
+  ASSERT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument) << comm.status();
+  EXPECT_EQ(comm.status().message(), "group shard[0]: 3 global ranks for a group of size 2");
 }
 
 TEST(GlooCommunicator, BootstrapTimesOutWhenPeersNeverArrive) {
