@@ -18,6 +18,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -60,6 +61,8 @@ int32_t fake_attempt = 0;
 // all, or the coordinator fails the attempt as RANK_LOST.
 absl::Mutex fake_mu;
 std::vector<Assignment> fake_starts ABSL_GUARDED_BY(fake_mu);
+// Job ids of the STOPs the fake worker received.
+std::vector<std::string> fake_stops ABSL_GUARDED_BY(fake_mu);
 
 HeartbeatRequest FakeHeartbeat() {
   HeartbeatRequest hb;
@@ -280,7 +283,10 @@ class FakeGpuWorker : public ::testing::Environment {
     while (reader->Read(&a)) {
       absl::MutexLock lock(&fake_mu);
       if (a.action() == Assignment::START) fake_starts.push_back(a);
-      if (a.action() == Assignment::STOP) fake_starts.clear();
+      if (a.action() == Assignment::STOP) {
+        fake_stops.push_back(a.job_id());
+        if (a.job_id() == fake_job_id) fake_starts.clear();
+      }
     }
     (void)reader->Finish();
   }
@@ -462,6 +468,30 @@ std::vector<Row> Rows() {
                  rs->set_exit_code(1);
                  HeartbeatResponse resp;
                  return stub->Heartbeat(Worker().get(), hb, &resp);
+               },
+               C::OK, ""});
+  // The fake worker claims to run a rank of a job that does not exist: not an error, but the
+  // coordinator tells it to stop that rank (a STOP for the job arrives on its stream).
+  r.push_back({"HeartbeatListsRankOfUnknownJobGetsAStop",
+               [] {
+                 HeartbeatRequest hb = FakeHeartbeat();
+                 RankStatus* rs = hb.add_ranks();
+                 rs->set_job_id("job-999999");
+                 rs->set_attempt(1);
+                 rs->set_rank(0);
+                 rs->set_state(RankStatus::RUNNING);
+                 HeartbeatResponse resp;
+                 grpc::Status s = stub->Heartbeat(Worker().get(), hb, &resp);
+                 if (!s.ok()) return s;
+                 absl::MutexLock lock(&fake_mu);
+                 auto stopped = []() ABSL_EXCLUSIVE_LOCKS_REQUIRED(fake_mu) {
+                   return std::find(fake_stops.begin(), fake_stops.end(), "job-999999") !=
+                          fake_stops.end();
+                 };
+                 if (!fake_mu.AwaitWithTimeout(absl::Condition(&stopped), absl::Seconds(10))) {
+                   return grpc::Status(grpc::StatusCode::INTERNAL, "no STOP for job-999999");
+                 }
+                 return grpc::Status::OK;
                },
                C::OK, ""});
   // ---- reports from ranks

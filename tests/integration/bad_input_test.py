@@ -38,30 +38,13 @@ class TokenCluster(harness.Cluster):
     """harness.Cluster with a user token and a worker join token (the harness starts an open
     coordinator). Same processes and flags otherwise."""
 
-    def start_coordinator(self, listen):
-        log_path = os.path.join(self.dir, "coordinator.log")
-        with open(log_path, "a") as log:
-            log.write("---- start\n")
-        offset = os.path.getsize(log_path)
-        self.procs["coordinator"] = subprocess.Popen(
-            [harness.BINARIES.coordinator, "--listen=" + listen,
-             "--state_dir=" + os.path.join(self.dir, "coordinator"),
-             "--heartbeat_interval_ms=500",
-             "--heartbeat_timeout_ms=%d" % self.heartbeat_timeout_ms,
-             "--stop_grace_s=%d" % self.grace_period_s,
-             "--token=" + USER_TOKEN, "--worker_token=" + WORKER_TOKEN],
-            stdout=open(log_path, "a"), stderr=subprocess.STDOUT)
-        self.address = self._wait_for_address(log_path, offset)
+    def __init__(self, **kwargs):
+        super().__init__(coordinator_flags=["--token=" + USER_TOKEN,
+                                            "--worker_token=" + WORKER_TOKEN], **kwargs)
 
-    def start_worker(self, i, slots, grace_period_s=5):
-        os.makedirs(self.worker_dir(i), exist_ok=True)
-        log = open(os.path.join(self.worker_dir(i), "worker.log"), "a")
-        self.procs["worker-%d" % i] = subprocess.Popen(
-            [harness.BINARIES.worker, "--coordinator=" + self.address,
-             "--join_token=" + WORKER_TOKEN, "--node_name=node-%d" % i,
-             "--slots=%d" % slots, "--work_dir=" + self.worker_dir(i),
-             "--trainer=" + harness.BINARIES.trainer, "--grace_period_s=%d" % grace_period_s],
-            stdout=log, stderr=subprocess.STDOUT)
+    def start_worker(self, i, slots, grace_period_s=5, **kwargs):
+        env = dict(kwargs.pop("env", None) or {}, SHARDLINE_JOIN_TOKEN=WORKER_TOKEN)
+        super().start_worker(i, slots, grace_period_s, env=env, **kwargs)
 
     def shardctl(self, *args, timeout=120, check=True, token=USER_TOKEN):
         """shardctl against this cluster; token=None sends none. The config file and local
