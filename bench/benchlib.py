@@ -47,9 +47,10 @@ def free_port():
 class RankRun:
     """Outcome of one multi-process run."""
 
-    def __init__(self, returncodes, maxrss_bytes, wall_s, logs, load_before, load_after):
+    def __init__(self, returncodes, maxrss_bytes, cpu_s, wall_s, logs, load_before, load_after):
         self.returncodes = returncodes
         self.maxrss_bytes = maxrss_bytes  # Per rank.
+        self.cpu_s = cpu_s                # Per rank: user + system CPU seconds, whole process.
         self.wall_s = wall_s
         self.logs = logs                  # Per rank: path of its stdout+stderr.
         self.load_before = load_before
@@ -84,7 +85,7 @@ def run_ranks(argv_of_rank, world, log_prefix, extra_env=None, timeout_s=900):
         with open(log, "w") as out:
             procs.append(subprocess.Popen(argv_of_rank(r), env=env, stdout=out,
                                           stderr=subprocess.STDOUT))
-    codes, rss = [None] * world, [0] * world
+    codes, rss, cpu = [None] * world, [0] * world, [0.0] * world
     pending = {p.pid: i for i, p in enumerate(procs)}
     deadline = start + timeout_s
     while pending:
@@ -102,8 +103,9 @@ def run_ranks(argv_of_rank, world, log_prefix, extra_env=None, timeout_s=900):
         i = pending.pop(pid)
         codes[i] = os.waitstatus_to_exitcode(status)
         rss[i] = usage.ru_maxrss * 1024  # KiB on Linux.
+        cpu[i] = usage.ru_utime + usage.ru_stime
         procs[i].returncode = codes[i]
-    return RankRun(codes, rss, time.monotonic() - start, logs, load_before, load_average())
+    return RankRun(codes, rss, cpu, time.monotonic() - start, logs, load_before, load_average())
 
 
 def median(values):

@@ -130,12 +130,14 @@ def main():
                 steps = [r for r in rows if a.skip < r["step"] < a.steps]
                 step_s = benchlib.median([r["step_time_s"] for r in steps])
                 entry = {"step_s": step_s, "tok_s": g * seq / step_s,
-                         "rss": run.maxrss_bytes, "losses": [r["loss"] for r in rows],
+                         "rss": run.maxrss_bytes, "cpu": run.cpu_s,
+                         "losses": [r["loss"] for r in rows],
                          "load": run.load_before, "wall": run.wall_s}
                 results.setdefault((side, world), []).append(entry)
                 line = (f"rep {rep} W={world} {side:5s} median step {step_s * 1e3:8.1f} ms  "
                         f"{entry['tok_s']:8.0f} tok/s  peak RSS/rank MiB "
-                        f"{[round(x / 2**20) for x in run.maxrss_bytes]}  wall {run.wall_s:5.1f}s"
+                        f"{[round(x / 2**20) for x in run.maxrss_bytes]}  CPU s/rank "
+                        f"{[round(x, 1) for x in run.cpu_s]}  wall {run.wall_s:5.1f}s"
                         f"  load {run.load_before} -> {run.load_after}")
                 print(line, flush=True)
                 raw_lines.append(line)
@@ -150,10 +152,12 @@ def main():
     table.append("theirs: torch " + __import__("torch").__version__ +
                  " FSDP2 (torch.distributed.fsdp.fully_shard per Block + root), Gloo backend")
     table.append(f"medians over {a.reps} alternating repetitions; step time = median of steps "
-                 f"{a.skip + 1}..{a.steps - 1} of each run")
+                 f"{a.skip + 1}..{a.steps - 1} of each run; peak RSS and CPU s (user + system, "
+                 f"whole process including start-up) from wait4, largest rank")
     table.append("")
     head = (f"{'W':>2} {'side':6} {'step ms':>9} {'tok/s':>8} {'peak RSS/rank MiB':>18} "
-            f"{'ratio step':>10} {'ratio RSS':>9} {'max rel loss diff':>17}")
+            f"{'CPU s/rank':>10} {'ratio step':>10} {'ratio RSS':>9} {'ratio CPU':>9} "
+            f"{'max rel loss diff':>17}")
     table.append(head)
     verdicts = []
     for world in worlds:
@@ -162,6 +166,8 @@ def main():
         t_step = benchlib.median([r["step_s"] for r in t_runs])
         o_rss = benchlib.median([max(r["rss"]) for r in o_runs])
         t_rss = benchlib.median([max(r["rss"]) for r in t_runs])
+        o_cpu = benchlib.median([max(r["cpu"]) for r in o_runs])
+        t_cpu = benchlib.median([max(r["cpu"]) for r in t_runs])
         diffs = []
         for orun, trun in zip(o_runs, t_runs):
             n = min(len(orun["losses"]), len(trun["losses"]), 20)
@@ -169,10 +175,10 @@ def main():
                              for x, y in zip(orun["losses"][:n], trun["losses"][:n])))
         diff = max(diffs)
         table.append(f"{world:>2} {'torch':6} {t_step * 1e3:9.1f} {g * seq / t_step:8.0f} "
-                     f"{t_rss / 2**20:18.0f}")
+                     f"{t_rss / 2**20:18.0f} {t_cpu:10.1f}")
         table.append(f"{world:>2} {'ours':6} {o_step * 1e3:9.1f} {g * seq / o_step:8.0f} "
-                     f"{o_rss / 2**20:18.0f} {o_step / t_step:10.2f} {o_rss / t_rss:9.2f} "
-                     f"{diff:17.2e}")
+                     f"{o_rss / 2**20:18.0f} {o_cpu:10.1f} {o_step / t_step:10.2f} "
+                     f"{o_rss / t_rss:9.2f} {o_cpu / t_cpu:9.2f} {diff:17.2e}")
         verdicts.append(
             f"W={world}: step time ratio {o_step / t_step:.2f} (target <= 0.8: "
             f"{'met' if o_step / t_step <= 0.8 else 'NOT met'}), peak RSS ratio "

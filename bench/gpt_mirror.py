@@ -80,7 +80,7 @@ class Gpt(nn.Module):
     def forward(self, tokens):  # [B, T] -> [B, T, V]
         t = tokens.size(1)
         assert t <= self.block_size
-        pos = torch.arange(t, dtype=torch.long)
+        pos = torch.arange(t, dtype=torch.long, device=tokens.device)
         x = self.wte(tokens) + self.wpe(pos)
         for block in self.blocks:
             x = block(x)
@@ -108,6 +108,11 @@ def init_gpt2(model, n_layer, seed):
         else:
             std = residual_std if name.endswith("c_proj.weight") else 0.02
             p.copy_(torch.empty(p.shape).normal_(0.0, std, generator=gen))
+
+
+def training_flops_per_token(n_embd, n_layer, vocab_size, seq_len):
+    """models/gpt.cc's GptModel::TrainingFlopsPerToken (the MFU numerator of both sides)."""
+    return 6 * n_layer * 12 * n_embd ** 2 + 6 * vocab_size * n_embd + 12 * n_layer * n_embd * seq_len
 
 
 def lr_at(step, lr, min_lr, warmup, total):

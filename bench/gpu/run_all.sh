@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# GPU benchmark, one command, for a machine with one NVIDIA GPU (an H200) and PyTorch 2.11 built
+# for CUDA 13 in a virtual environment (default /opt/torch/.venv; override with TORCH_VENV):
+#
+#   bench/gpu/run_all.sh            # ~10 minutes: build, GPU tests, two short training runs
+#
+#   1. builds our trainer and the NCCL backend's tests against that venv's LibTorch
+#      (SHARDLINE_TORCH_DIR) and CUDA/NCCL (CUDA_HOME: /usr/local/cuda when it has nccl.h,
+#      else, or with RUN_ALL_CUDA_FROM_WHEELS=1, a directory of links assembled from the
+#      venv's nvidia-* wheels);
+#   2. runs the tests tagged "gpu" (NCCL communicator, trainer on CUDA);
+#   3. trains GPT-2 small (124M, bench/gpu/gpt2_bf16.yaml: bf16 compute, 8 x 1024 tokens per
+#      step, 30 steps) with our trainer on the one GPU, then the same model with PyTorch FSDP2
+#      (bench/gpu/torch_fsdp2_gpt2.py) on the same GPU, and reports median step time, tokens/s
+#      and MFU (models/gpt.cc's FLOP count over the dense bf16 peak, 989 TFLOP/s by default:
+#      SHARDLINE_PEAK_FLOPS).
+# Writes bench/gpu/results_gpu.txt (and copies it and the logs to $OUT when that is set, as the
+# device runner provides). RUN_ALL_BUILD_ONLY=1 stops after the build. If our trainer refuses bf16 (mixed precision not in the engine yet),
+# the run is repeated in fp32 and labelled so. Each phase has its own time limit.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$REPO"
+WORK=${WORK:-$REPO/bench/gpu/out}
+mkdir -p "$WORK"
+RESULTS=$REPO/bench/gpu/results_gpu.txt
+TORCH_VENV=${TORCH_VENV:-/opt/torch/.venv}
+PY=$TORCH_VENV/bin/python
+PEAK=${SHARDLINE_PEAK_FLOPS:-989e12}
+log() { echo "[run_all $(date -u +%H:%M:%S)] $*" | tee -a "$WORK/run_all.log" >&2; }
+finish() {
+  [ -n "${OUT:-}" ] && mkdir -p "$OUT" && cp -r "$RESULTS" "$WORK"/*.log "$WORK"/*.jsonl "$OUT"/ 2>/dev/null
+  exit "${1:-0}"
+}
+
+# ---- 0. machine --------------------------------------------------------------------------------
+[ -x "$PY" ] || { log "no python at $PY (set TORCH_VENV)"; finish 2; }
+{
+  echo "bench/gpu/run_all.sh"
+  echo "date $(date -u '+%Y-%m-%d %H:%M:%S UTC'); host $(hostname); nproc $(nproc); cpu $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
+  echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu /'
+  "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())'
+} > "$RESULTS" 2>&1
+cat "$RESULTS"
+TORCH_DIR=$("$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+SITE=$(dirname "$TORCH_DIR")
+
+# ---- 1. CUDA_HOME and build --------------------------------------------------------------------
+if [ -z "${CUDA_HOME:-}" ]; then
+  if [ -f /usr/local/cuda/include/nccl.h ] && [ -z "${RUN_ALL_CUDA_FROM_WHEELS:-}" ]; then
+    CUDA_HOME=/usr/local/cuda
+  else
+    # The wheels ship headers and versioned libraries per package (nvidia/<pkg>/{include,lib});
+    # third_party/cuda wants one include/ with nccl.h and lib64/ with libcudart.so, libnccl.so.
+    CUDA_HOME=$WORK/cuda_home
+    rm -rf "$CUDA_HOME" && mkdir -p "$CUDA_HOME/include" "$CUDA_HOME/lib64"
+    for d in "$SITE"/nvidia/*/ "$SITE"/nvidia/*/*/; do
+      [ -d "$d/include" ] && cp -rs "$d/include/." "$CUDA_HOME/include/" 2>/dev/null
+      if [ -d "$d/lib" ]; then
+        for f in "$d"/lib/*.so*; do
+          [ -e "$f" ] || continue
+          ln -sf "$f" "$CUDA_HOME/lib64/$(basename "$f")"
+          base=$(basename "$f" | sed 's/\.so\..*/.so/')
+          [ -e "$CUDA_HOME/lib64/$base" ] || ln -sf "$f" "$CUDA_HOME/lib64/$base"
+        done
+      fi
+    done
+  fi
+fi
+export CUDA_HOME SHARDLINE_TORCH_DIR=$TORCH_DIR
+log "CUDA_HOME=$CUDA_HOME (nccl.h: $([ -f "$CUDA_HOME/include/nccl.h" ] && echo yes || echo NO)); SHARDLINE_TORCH_DIR=$TORCH_DIR"
+command -v bazel >/dev/null || { log "bazel not installed: run tools/setup.sh first"; echo "FAILED: no bazel" >> "$RESULTS"; finish 2; }
+BZ=(bazel --output_base="$WORK/bazel-ob")
+log "building //worker:trainer and the GPU tests"
+if ! timeout 480 "${BZ[@]}" build --jobs="$(nproc)" //worker:trainer //fsdp:nccl_communicator_test \
+    > "$WORK/build.log" 2>&1; then
+  log "build failed; tail of $WORK/build.log:"; tail -30 "$WORK/build.log" >&2
+  echo "FAILED: build (see build.log)" >> "$RESULTS"; finish 1
+fi
+BIN=$("${BZ[@]}" info bazel-bin 2>/dev/null)
+if [ -n "${RUN_ALL_BUILD_ONLY:-}" ]; then  # For checking the build on a machine without a GPU.
+  log "built $BIN/worker/trainer; stopping (RUN_ALL_BUILD_ONLY)"; finish 0
+fi
+
+# ---- 2. GPU-tagged tests -----------------------------------------------------------------------
+GPU_TESTS=$("${BZ[@]}" query 'attr(tags, "gpu", tests(//...))' 2>/dev/null | tr '\n' ' ')
+log "GPU tests: $GPU_TESTS"
+timeout 240 "${BZ[@]}" test --jobs="$(nproc)" --test_tag_filters=gpu --test_output=errors \
+  $GPU_TESTS > "$WORK/gpu_tests.log" 2>&1
+echo "gpu tests (exit $?): $(grep -cE ' PASSED' "$WORK/gpu_tests.log") passed, $(grep -cE ' FAILED|TIMEOUT| NO STATUS' "$WORK/gpu_tests.log") failed" >> "$RESULTS"
+grep -E "PASSED|FAILED|TIMEOUT|NO STATUS" "$WORK/gpu_tests.log" | sed 's/^/  /' >> "$RESULTS"
+
+# ---- 3. GPT-2 small, ours vs PyTorch FSDP2 -----------------------------------------------------
+median_metrics() {  # $1: metrics JSONL -> "step_s tokens_per_s mfu" (median over steps 6..N-1)
+  "$PY" - "$1" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+body = [r for r in rows if 5 < r["step"] < len(rows)] or rows
+med = lambda k: statistics.median(r[k] for r in body)
+print(f'{med("step_time_s"):.4f} {med("tokens_per_s"):.0f} {med("mfu"):.4f}')
+EOF
+}
+run_ours() {  # $1: dtype label; rest: extra --set
+  local label=$1; shift
+  RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 SHARDLINE_PEAK_FLOPS=$PEAK \
+    timeout 240 "$BIN/worker/trainer" --spec bench/gpu/gpt2_bf16.yaml "$@" \
+    --metrics_out "$WORK/ours_$label.jsonl" > "$WORK/ours_$label.log" 2>&1
+}
+log "ours: GPT-2 small bf16"
+OURS_LABEL=bf16
+if ! run_ours bf16; then
+  log "bf16 run failed (tail below); retrying in fp32"; tail -5 "$WORK/ours_bf16.log" >&2
+  echo "ours bf16: FAILED: $(grep -m1 -E 'E[0-9]{4}|error|refus' "$WORK/ours_bf16.log" | cut -c1-200)" >> "$RESULTS"
+  OURS_LABEL=fp32
+  run_ours fp32 --set fsdp.mixed_precision.param_dtype=FP32 --set fsdp.mixed_precision.reduce_dtype=FP32 \
+    --set fsdp.mixed_precision.buffer_dtype=FP32 || { tail -20 "$WORK/ours_fp32.log" >&2; OURS_LABEL=""; }
+fi
+log "theirs: PyTorch FSDP2 GPT-2 small bf16"
+RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29518 \
+  timeout 240 "$PY" bench/gpu/torch_fsdp2_gpt2.py --data data/tinyshakespeare.txt --dtype bf16 \
+  --peak_flops "$PEAK" > "$WORK/torch_bf16.log" 2>&1
+THEIRS=$(grep -m1 '^{' "$WORK/torch_bf16.log")
+{
+  echo
+  echo "GPT-2 small (124M), one GPU, 8 x 1024 tokens/step, AdamW; median of steps 6..29; MFU = models/gpt.cc FLOPs / $PEAK FLOP/s"
+  printf '%-22s %10s %12s %8s\n' side "step ms" "tokens/s" MFU
+  if [ -n "$OURS_LABEL" ]; then
+    read -r s t m <<< "$(median_metrics "$WORK/ours_$OURS_LABEL.jsonl")"
+    "$PY" -c 'import sys; s, t, m = map(float, sys.argv[2:]); print("%-22s %10.1f %12.0f %7.1f%%" % (sys.argv[1], s * 1e3, t, m * 100))' "ours ($OURS_LABEL)" "$s" "$t" "$m"
+  else
+    echo "ours: FAILED (see ours_*.log)"
+  fi
+  if [ -n "$THEIRS" ]; then
+    "$PY" -c 'import json,sys; r=json.loads(sys.argv[1]); print("%-22s %10.1f %12.0f %7.1f%%   (max allocated %.1f GiB)" % ("torch FSDP2 (bf16)", r["step_s"]*1e3, r["tokens_per_s"], r["mfu"]*100, r["max_memory_allocated_gib"]))' "$THEIRS"
+  else
+    echo "torch FSDP2: FAILED: $(tail -3 "$WORK/torch_bf16.log" | tr '\n' ' ')"
+  fi
+  echo "load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
+} >> "$RESULTS"
+cat "$RESULTS"
+finish 0

@@ -1,0 +1,78 @@
+"""PyTorch FSDP2 side of bench/gpu/run_all.sh: GPT-2 small (bench/gpt_mirror.py at n_embd 768,
+12 layers, 12 heads, vocab 50257, block 1024) trained on one GPU with fully_shard (per Block +
+root) and MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), AdamW (fp32 master
+weights), on tiny Shakespeare bytes. Prints one JSON line: median step time over the steps
+after the warm-up, tokens/s and MFU with models/gpt.cc's FLOP count and the given peak.
+
+Started as one torchrun-style rank (RANK=0, WORLD_SIZE=1, MASTER_ADDR, MASTER_PORT set).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import gpt_mirror  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--seq_len", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    ap.add_argument("--peak_flops", type=float, default=989e12)
+    a = ap.parse_args()
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(0)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    dev = torch.device("cuda", 0)
+    c, l, h, v, blk = 768, 12, 12, 50257, 1024
+    model = gpt_mirror.Gpt(c, l, h, v, blk)
+    gpt_mirror.init_gpt2(model, l, seed=1337)
+    model.to(dev)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if a.dtype == "bf16" else torch.float32,
+                              reduce_dtype=torch.float32)
+    for block in model.blocks:
+        fully_shard(block, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
+                            fused=True)
+    data = np.fromfile(a.data, dtype=np.uint8).astype(np.int64)
+    rng = np.random.default_rng(0)
+    times = []
+    for step in range(a.steps):
+        starts = rng.integers(0, len(data) - a.seq_len - 1, size=a.batch)
+        rows = torch.from_numpy(np.stack([data[s:s + a.seq_len + 1] for s in starts])).to(dev)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        logits = model(rows[:, :-1])
+        loss = F.cross_entropy(logits.float().reshape(-1, v), rows[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+        loss_value = loss.item()  # Synchronizes, as the trainer's logging does.
+        times.append(time.perf_counter() - t0)
+    step_s = statistics.median(times[a.warmup:])
+    tokens = a.batch * a.seq_len
+    flops = gpt_mirror.training_flops_per_token(c, l, v, a.seq_len) * tokens / step_s
+    print(json.dumps({"side": "torch_fsdp2", "dtype": a.dtype, "step_s": step_s,
+                      "tokens_per_s": tokens / step_s, "mfu": flops / a.peak_flops,
+                      "last_loss": loss_value,
+                      "max_memory_allocated_gib": torch.cuda.max_memory_allocated() / 2**30}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
