@@ -175,31 +175,38 @@ class BadInputTest(unittest.TestCase):
             spec_row(name, base, code, *needles, sets=(assignment,))
 
         # Syntax.
-        spec_row("malformed_yaml", base + "fsdp: {sharding_strategy: [\n", 3, "malformed_yaml.yaml")
-        spec_row("malformed_json", '{"name": "x", "world_size": 2,', 3, "malformed_json.json",
+        spec_row("malformed_yaml", base + "fsdp: {sharding_strategy: [\n", 3, "malformed_yaml.yaml:",
+                 "not valid YAML or JSON")
+        spec_row("malformed_json", '{"name": "x", "world_size": 2,', 3, "malformed_json.json:1",
+                 "not valid YAML or JSON",
                  fname="malformed_json.json")
-        spec_row("empty_file", "", 3, "name")
-        spec_row("binary_garbage", "\x00\x01\x02\xff" * 64, 3, "binary_garbage.yaml")
-        spec_row("top_level_list", "- 1\n- 2\n", 3, "top_level_list.yaml")
+        spec_row("empty_file", "", 3, "data.path: must name the training data file")
+        spec_row("binary_garbage", "\x00\x01\x02\xff" * 64, 3, "binary_garbage.yaml:1",
+                 "is not a mapping of field names to values")
+        spec_row("top_level_list", "- 1\n- 2\n", 3, "top_level_list.yaml:1",
+                 "a list is not a mapping of field names to values")
         # Unknown keys.
         spec_row("unknown_top_level_key", base + "wrld_size: 4\n", 3, "wrld_size")
         spec_row("unknown_nested_key", base.replace("collective_timeout_s: 60",
                                                     "collective_timeout_s: 60, shard_degree: 2"),
                  3, "shard_degree")
-        set_row("unknown_set_path", "fsdp.nope=3", 3, "fsdp.nope")
-        set_row("set_without_value", "train.steps", 3, "train.steps")
+        set_row("unknown_set_path", "fsdp.nope=3", 3, "unknown field \"fsdp.nope\"")
+        set_row("set_without_value", "train.steps", 3, "--set \"train.steps\": expected path=value")
         # Types.
         spec_row("string_for_int", base.replace("world_size: 2", "world_size: two"), 3,
-                 "world_size", "two")
+                 "world_size: \"two\" is not an integer")
         spec_row("float_for_int", base.replace("world_size: 2", "world_size: 2.5"), 3,
-                 "world_size", "2.5")
-        spec_row("list_for_int", base.replace("steps: 4", "steps: [1, 2]"), 3, "train.steps")
-        spec_row("map_for_string", base.replace("name: bad-input-ref", "name: {a: 1}"), 3, "name")
+                 "world_size: \"2.5\" is not an integer")
+        spec_row("list_for_int", base.replace("steps: 4", "steps: [1, 2]"), 3,
+                 "train.steps: a list is not an integer")
+        spec_row("map_for_string", base.replace("name: bad-input-ref", "name: {a: 1}"), 3,
+                 "name: a mapping is not a string")
         spec_row("string_for_bool", base.replace("save_final: true", "save_final: maybe"), 3,
                  "checkpoint.save_final", "maybe")
         spec_row("unknown_enum", base.replace("FULL_SHARD", "QUAD_SHARD"), 3,
                  "fsdp.sharding_strategy", "QUAD_SHARD")
-        set_row("int32_overflow", "world_size=99999999999", 3, "world_size", "99999999999")
+        set_row("int32_overflow", "world_size=99999999999", 3,
+                "world_size: \"99999999999\" is out of range for int32")
         # Ranges and cross-field rules.
         set_row("world_size_zero", "world_size=0", 3, "world_size: 0 must be positive")
         set_row("negative_steps", "train.steps=-1", 3, "train.steps: -1 must be positive")
@@ -212,7 +219,7 @@ class BadInputTest(unittest.TestCase):
                  .replace("global_batch_size: 4", "global_batch_size: 8"), 3,
                  "fsdp.hybrid_shard_degree: 3 does not divide world_size 4",
                  sets=("fsdp.hybrid_shard_degree=3",))
-        set_row("degree_one", "fsdp.hybrid_shard_degree=1", 3, "fsdp.hybrid_shard_degree")
+        set_row("degree_one", "fsdp.hybrid_shard_degree=1", 3, "fsdp.hybrid_shard_degree: 1 is invalid")
         set_row("batch_not_divisible", "train.global_batch_size=6", 3,
                 "train.global_batch_size: 6 is not divisible by micro_batch_size * world_size")
         set_row("min_world_above_world", "elastic.min_world_size=3", 3,
@@ -242,8 +249,11 @@ class BadInputTest(unittest.TestCase):
                     a_file, a_file))
         set_row("torchscript_path_missing", "model.architecture=TORCHSCRIPT", 3,
                 "model.torchscript_path: must be set for architecture TORCHSCRIPT")
-        set_row("torchscript_file_missing",
-                "model.torchscript_path=" + missing + ".pt", 3, "model.torchscript_path")
+        spec_row("torchscript_file_missing", base, 3,
+                 "model.torchscript_path: \"%s.pt\" does not exist" % missing,
+                 sets=("model.architecture=TORCHSCRIPT", "model.torchscript_path=" + missing + ".pt"))
+        set_row("torchscript_path_on_gpt", "model.torchscript_path=/tmp/m.pt", 3,
+                "model.torchscript_path: \"/tmp/m.pt\" is only used with architecture TORCHSCRIPT")
         self.run_rows(rows)
 
     # ------------------------------------------------------------------ requests
