@@ -16,10 +16,15 @@
 #define SHARDLINE_CHECKPOINT_CHECKPOINT_READER_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "checkpoint/format.h"
 
 namespace shardline {
@@ -52,14 +57,39 @@ class CheckpointReader {
   absl::Status ReadElements(const std::string& name, int64_t start, int64_t end,
                             float* out) const;
 
+  // Where elements [start, start + count) of a tensor lie in a mapped data file: elements
+  // [offset, offset + count) of the caller's [start, end) window are src[0, count).
+  struct MappedPiece {
+    int64_t offset = 0;
+    int64_t count = 0;
+    const float* src = nullptr;
+  };
+  // Like ReadElements, without copying: maps the data files read-only (the page cache itself,
+  // so a load reads each byte once for the checksum and once for the copy into the model, and
+  // allocates nothing), checks the checksum of every range overlapping [start, end) (each range
+  // once per reader), and returns the pieces. The pointers stay valid while the reader lives.
+  // A data file whose size differs from the manifest is refused before it is mapped; one that is
+  // truncated while mapped would fault (SIGBUS): committed checkpoints are not rewritten.
+  absl::StatusOr<std::vector<MappedPiece>> MapElements(const std::string& name, int64_t start,
+                                                       int64_t end) const;
+
  private:
   CheckpointReader() = default;
   // Reads range `range` of tensor `tensor` whole into dst (numel * 4 bytes) and checks it.
   absl::Status ReadRange(int tensor, int range, char* dst) const;
 
+  // The mapping of one data file (created on first use).
+  absl::StatusOr<const char*> MapFile(const std::string& file, const std::string& tensor) const;
+
   std::string dir_;
   std::unique_ptr<CheckpointManifest> manifest_;
   CheckpointMeta meta_;
+
+  mutable absl::Mutex mu_;
+  // File name -> (address, bytes) of its read-only mapping; unmapped by the destructor.
+  mutable std::map<std::string, std::pair<const char*, size_t>> maps_ ABSL_GUARDED_BY(mu_);
+  // (tensor, range) whose checksum MapElements has checked and found good.
+  mutable std::map<std::pair<int, int>, bool> checked_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shardline::checkpoint

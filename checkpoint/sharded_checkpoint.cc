@@ -241,7 +241,9 @@ absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
                                 ? at::Device(at::kCPU)
                                 : engine_->flat_params()[0]->shard().device();
   std::vector<fsdp::ShardSlice> slices = LocalSlices();
-  std::vector<at::Tensor> staged(slices.size());
+  // Where each slice's elements are in the mapped, checked data files: nothing is copied into
+  // the model until every rank has checked all of its slices.
+  std::vector<std::vector<CheckpointReader::MappedPiece>> staged(slices.size());
   std::unique_ptr<CheckpointReader> reader;
 
   // Everything that can fail happens here, before any rank touches its model.
@@ -286,7 +288,6 @@ absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
     RETURN_IF_ERROR(reader->VerifyFiles());
     for (size_t i = 0; i < slices.size(); ++i) {
       const fsdp::ShardSlice& s = slices[i];
-      staged[i] = at::empty({s.end - s.start}, at::kFloat);
       if (s.end <= s.start) continue;
       const int ti = reader->FindTensor(s.name);
       if (ti < 0) {
@@ -297,7 +298,7 @@ absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
             absl::StrCat(manifest, ": tensor ", s.name, " has another shape"));
       }
     }
-    // Reads on a few threads, each taking the next slice; the first error (in slice order)
+    // Checks on a few threads, each taking the next slice; the first error (in slice order)
     // wins so the message does not depend on timing.
     std::vector<absl::Status> results(slices.size());
     std::atomic<size_t> next{0};
@@ -305,7 +306,12 @@ absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
       for (size_t i = next++; i < slices.size(); i = next++) {
         const fsdp::ShardSlice& s = slices[i];
         if (s.end <= s.start) continue;
-        results[i] = reader->ReadElements(s.name, s.start, s.end, staged[i].data_ptr<float>());
+        auto pieces = reader->MapElements(s.name, s.start, s.end);
+        if (pieces.ok()) {
+          staged[i] = *std::move(pieces);
+        } else {
+          results[i] = pieces.status();
+        }
       }
     };
     std::vector<std::thread> threads;
@@ -331,7 +337,11 @@ absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
   RETURN_IF_ERROR(TorchCall("load checkpoint shards", [&] {
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < slices.size(); ++i) {
-      if (slices[i].end > slices[i].start) slices[i].local.copy_(staged[i]);
+      for (const CheckpointReader::MappedPiece& p : staged[i]) {
+        // from_blob borrows the mapping (read-only: only read from); copy_ handles a GPU shard.
+        const at::Tensor src = at::from_blob(const_cast<float*>(p.src), {p.count}, at::kFloat);
+        slices[i].local.narrow(0, p.offset, p.count).copy_(src);
+      }
     }
   }));
   const CheckpointMeta& meta = reader->meta();
