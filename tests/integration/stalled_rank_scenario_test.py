@@ -2,8 +2,8 @@
 
 One trainer is frozen with SIGSTOP mid-job. Its peers block in a collective with it until the
 job's collective timeout (fsdp.collective_timeout_s, short here), then fail with
-DEADLINE_EXCEEDED naming the group and the operation ("group shard[0] op all_gather step 7:
-timed out after 10s ..."). The coordinator fails the attempt, the worker daemon tears it down
+DEADLINE_EXCEEDED naming the group, its members, the operation and the step ("group world op
+all_reduce step 9: timed out after 10s (group ranks [0, 1, 2, 3], this is rank 3): ..."). The coordinator fails the attempt, the worker daemon tears it down
 (SIGTERM stays pending on a stopped process, so the SIGKILL after the grace period is what ends
 it, and the daemon reaps it), and the next attempt resumes from the last committed checkpoint
 and finishes.
@@ -23,12 +23,18 @@ import cluster_test  # noqa: E402  (imported as a module, so its tests are not c
 # Short, so the scenario fits its time budget; long enough for four trainers to bootstrap on a
 # loaded two-core machine (the same timeout bounds the rendezvous).
 COLLECTIVE_TIMEOUT_S = 10
-# Groups that contain rank 1 with W = 4, S = 2: shard[0] = {0, 1}, replicate[1] = {1, 3}.
-GROUPS_WITH_RANK_1 = ("shard[0]", "replicate[1]", "world")
-ALL_GROUPS = ("shard[0]", "shard[1]", "replicate[0]", "replicate[1]", "world")
-TIMEOUT_ERROR = re.compile(
-    r"group (\S+) op (all_gather|reduce_scatter|all_reduce|broadcast|barrier) step (\d+): "
-    r"timed out after %ds" % COLLECTIVE_TIMEOUT_S)
+# The groups of W = 4 ranks in shard groups of S = 2, with their members' ranks.
+GROUPS = {"shard[0]": [0, 1], "shard[1]": [2, 3], "replicate[0]": [0, 2],
+          "replicate[1]": [1, 3], "world": [0, 1, 2, 3]}
+_GROUP_OP_STEP = (r"group (?P<group>\S+) op (?P<op>all_gather|reduce_scatter|all_reduce|"
+                  r"broadcast|barrier) step (?P<step>\d+): ")
+_MEMBERS = r"\(group ranks \[(?P<members>[0-9, ]+)\], this is rank (?P<me>\d+)\)"
+TIMEOUT_ERROR = re.compile(_GROUP_OP_STEP + r"timed out after %ds " % COLLECTIVE_TIMEOUT_S +
+                           _MEMBERS)
+LOST_PEER_ERROR = re.compile(_GROUP_OP_STEP + r"(lost a peer|gloo failed) " + _MEMBERS)
+# Rank 0 commits checkpoints: caught between rank 1's files, it waits as long for them.
+COMMIT_WAIT_ERROR = re.compile(r"checkpoint \S+: shard writers did not finish within %ds; "
+                               r"missing shard_00001\.index\.json" % COLLECTIVE_TIMEOUT_S)
 
 
 def proc_state(pid):
@@ -45,6 +51,18 @@ class StalledRankScenarioTest(unittest.TestCase):
     tearDown = cluster_test.ClusterTest.tearDown
     spec = cluster_test.ClusterTest.spec
     submit = cluster_test.ClusterTest.submit
+
+    def check_comm_error(self, m, text, rank=None):
+        """`m`, a match of TIMEOUT_ERROR or LOST_PEER_ERROR, names a real group of the layout
+        with its members, the rank itself among them, at a step after the first checkpoint."""
+        self.assertIsNotNone(m, text)
+        self.assertIn(m.group("group"), GROUPS, text)
+        members = [int(r) for r in m.group("members").split(", ")]
+        self.assertEqual(members, GROUPS[m.group("group")], text)
+        if rank is not None:
+            self.assertEqual(int(m.group("me")), rank, text)
+        self.assertIn(int(m.group("me")), members, text)
+        self.assertGreaterEqual(int(m.group("step")), 3, text)
 
     def test_stopped_rank_times_out_peers_naming_group_and_op_and_job_restarts(self):
         steps = 30
@@ -70,29 +88,35 @@ class StalledRankScenarioTest(unittest.TestCase):
                                        what="a second attempt")
         failures = [e["message"] for e in status["events"] if e["kind"] == "RANK_FAILED"]
         self.assertTrue(failures, json.dumps(status["events"], indent=1))
-        # The first failure is a peer of the frozen rank that gave up waiting on it.
-        self.assertRegex(failures[0], r"rank [023] on node node-\d exited with code 4: ")
-        self.assertIn("group ", failures[0])
-        self.assertIn(" op ", failures[0])
+        # The attempt fails on a peer of the frozen rank that gave up: the message (the last
+        # line of its log) names the group and its members, the operation and the step. It is
+        # the timeout, or the lost peer a rank sees when another one gives up at the same moment
+        # (exits that reach the coordinator in one heartbeat are applied in rank order).
+        self.assertRegex(failures[0], r"^rank [023] on node node-\d exited with code 4: ")
+        self.check_comm_error(TIMEOUT_ERROR.search(failures[0]) or
+                              LOST_PEER_ERROR.search(failures[0]), failures[0])
 
-        # Every other rank of attempt 1 failed with a communication error (exit 4) and at least
-        # one of them names the timeout, a group containing rank 1, the operation and the step.
+        # The other ranks either failed the same way by themselves (exit 4; a rank whose peer
+        # exited first may report the lost peer instead) or were still waiting (in a collective,
+        # or rank 0 for the other shard's files before a commit) when the attempt was stopped.
         timeouts = []
         for rank in (0, 2, 3):
             log = "".join(self.cluster.rank_log(i, job, 1, rank) for i in (0, 1))
-            self.assertIn("; exit 4]", log,
-                          "rank %d of attempt 1 did not fail as a communication error:\n%s" % (
-                              rank, log[-2000:]))
-            timeouts += [m for m in TIMEOUT_ERROR.finditer(log)]
+            if "; exit 4]" not in log:
+                continue
+            errors = list(TIMEOUT_ERROR.finditer(log)) + list(LOST_PEER_ERROR.finditer(log))
+            self.assertTrue(errors or COMMIT_WAIT_ERROR.search(log),
+                            "rank %d exited 4 without a collective error:\n%s" % (
+                                rank, log[-2000:]))
+            for m in errors:
+                self.check_comm_error(m, m.group(0), rank)
+            timeouts += [m.group(0) for m in TIMEOUT_ERROR.finditer(log)]
         self.assertTrue(timeouts, "no rank reported the collective timeout")
         # A rank may also time out waiting on a peer that itself waits on rank 1 (rank 2 in
-        # replicate[0] behind rank 0, say); the groups named must be real ones, and the earliest
-        # waiters, the ones blocked on rank 1 directly, name a group that contains it.
-        for m in timeouts:
-            self.assertIn(m.group(1), ALL_GROUPS, m.group(0))
-            self.assertGreaterEqual(int(m.group(3)), 3, m.group(0))
-        self.assertTrue([m for m in timeouts if m.group(1) in GROUPS_WITH_RANK_1],
-                        [m.group(0) for m in timeouts])
+        # replicate[0] behind rank 0, say), but the earliest waiters, blocked on rank 1
+        # directly, name a group that contains it.
+        self.assertTrue([t for t in timeouts if re.search(r"group ranks \[[0-9, ]*\b1\b", t)],
+                        timeouts)
 
         # The frozen process is gone: killed (SIGKILL ends a stopped process) and reaped by its
         # daemon, not left as a zombie or still stopped.
