@@ -87,8 +87,9 @@ GPU_TESTS=$("${BZ[@]}" query 'attr(tags, "gpu", tests(//...))' 2>/dev/null | tr 
 log "GPU tests: $GPU_TESTS"
 timeout 240 "${BZ[@]}" test --jobs="$(nproc)" --test_tag_filters=gpu --test_output=errors \
   $GPU_TESTS > "$WORK/gpu_tests.log" 2>&1
-echo "gpu tests (exit $?): $(grep -cE ' PASSED' "$WORK/gpu_tests.log") passed, $(grep -cE ' FAILED|TIMEOUT| NO STATUS' "$WORK/gpu_tests.log") failed" >> "$RESULTS"
-grep -E "PASSED|FAILED|TIMEOUT|NO STATUS" "$WORK/gpu_tests.log" | sed 's/^/  /' >> "$RESULTS"
+TEST_RC=$?
+echo "gpu tests (bazel exit $TEST_RC): $(grep -cE '^//.* PASSED' "$WORK/gpu_tests.log") passed, $(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS)' "$WORK/gpu_tests.log") failed" >> "$RESULTS"
+grep -E '^//' "$WORK/gpu_tests.log" | sed 's/^/  /' >> "$RESULTS"
 
 # ---- 3. GPT-2 small, ours vs PyTorch FSDP2 -----------------------------------------------------
 median_metrics() {  # $1: metrics JSONL -> "step_s tokens_per_s mfu" (median over steps 6..N-1)
