@@ -85,7 +85,7 @@ fi
 # ---- 2. GPU-tagged tests -----------------------------------------------------------------------
 GPU_TESTS=$("${BZ[@]}" query 'attr(tags, "gpu", tests(//...))' 2>/dev/null | tr '\n' ' ')
 log "GPU tests: $GPU_TESTS"
-timeout 240 "${BZ[@]}" test --jobs="$(nproc)" --test_tag_filters=gpu --test_output=errors \
+timeout 240 "${BZ[@]}" test --jobs="$(nproc)" --test_tag_filters=gpu --test_output=errors --test_summary=short \
   $GPU_TESTS > "$WORK/gpu_tests.log" 2>&1
 TEST_RC=$?
 echo "gpu tests (bazel exit $TEST_RC): $(grep -cE '^//.* PASSED' "$WORK/gpu_tests.log") passed, $(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS)' "$WORK/gpu_tests.log") failed" >> "$RESULTS"
