@@ -18,7 +18,14 @@ int64_t Bytes(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_
 
 absl::StatusOr<std::unique_ptr<FlatParam>> FlatParam::Create(std::string name,
                                                              std::vector<FlatParamEntry> entries,
-                                                             int shard_rank, int shard_count) {
+                                                             int shard_rank, int shard_count,
+                                                             at::ScalarType compute_dtype) {
+  if (compute_dtype != at::kFloat && compute_dtype != at::kBFloat16 &&
+      compute_dtype != at::kHalf) {
+    return absl::InvalidArgumentError(absl::StrCat("flat param ", name, ": compute dtype ",
+                                                   c10::toString(compute_dtype),
+                                                   " is not one of float32, bfloat16, float16"));
+  }
   if (entries.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("flat param ", name, ": no parameters"));
   }
@@ -50,6 +57,7 @@ absl::StatusOr<std::unique_ptr<FlatParam>> FlatParam::Create(std::string name,
   fp->shard_rank_ = shard_rank;
   fp->shard_count_ = shard_count;
   fp->numel_ = offset;
+  fp->mixed_ = compute_dtype != at::kFloat;
   fp->shard_numel_ = (offset + shard_count - 1) / shard_count;
 
   at::NoGradGuard no_grad;
@@ -65,7 +73,8 @@ absl::StatusOr<std::unique_ptr<FlatParam>> FlatParam::Create(std::string name,
     fp->full_ = fp->shard_;
     fp->full_allocated_ = true;
   } else {
-    fp->full_ = flat;  // Allocated now, holding the current values; freed below.
+    // Allocated now, holding the current values (cast under mixed precision); freed below.
+    fp->full_ = fp->mixed_ ? flat.to(compute_dtype) : flat;
     fp->full_allocated_ = true;
   }
   for (FlatParamEntry& e : fp->entries_) {
@@ -82,7 +91,7 @@ int64_t FlatParam::valid_shard_numel() const {
 void FlatParam::AllocateFull() {
   if (full_allocated_) return;
   c10::StorageImpl* storage = full_.storage().unsafeGetStorageImpl();
-  const size_t nbytes = static_cast<size_t>(padded_numel()) * sizeof(float);
+  const size_t nbytes = static_cast<size_t>(padded_numel()) * full_.element_size();
   storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes));
   storage->set_nbytes(nbytes);
   full_allocated_ = true;
@@ -98,7 +107,7 @@ void FlatParam::FreeFull() {
 
 void FlatParam::AllocateFullGrad() {
   if (full_grad_.defined()) return;
-  full_grad_ = at::zeros({padded_numel()}, shard_.options());
+  full_grad_ = at::zeros({padded_numel()}, full_.options());
   for (FlatParamEntry& e : entries_) {
     e.param.mutable_grad() = full_grad_.narrow(0, e.offset, e.numel).view(e.shape);
   }

@@ -13,6 +13,11 @@
 // parameter's .grad is set to a view into it, so LibTorch's AccumulateGrad adds into the flat
 // buffer in place; the engine reduce-scatters it into shard_grad() ([shard_numel]).
 // With S == 1 the full buffer shares memory with the shard (nothing to gather or free).
+// Mixed precision (compute_dtype bf16/fp16): the shard and its gradient stay fp32 (the master
+// copy the optimizer updates), while full() and full_grad() are in compute_dtype and the module's
+// parameters become compute_dtype views into full(); the engine casts the shard before gathering
+// it. Then even S == 1 has a separate full buffer (a cast copy of the shard), gathered and freed
+// like any other (full_is_shard() is false).
 //
 // The FlatParam does no communication; fsdp/fsdp_engine.cc drives it.
 // Thread safety: not thread-safe; used by the training (and autograd) thread only.
@@ -46,9 +51,10 @@ class FlatParam {
   // parameter as a view into the full buffer. All parameters must be contiguous-able fp32 CPU or
   // CUDA tensors on one device. Errors: INVALID_ARGUMENT for an empty list, a dtype other than
   // float32, mixed devices, or shard_rank outside [0, shard_count).
-  static absl::StatusOr<std::unique_ptr<FlatParam>> Create(std::string name,
-                                                           std::vector<FlatParamEntry> entries,
-                                                           int shard_rank, int shard_count);
+  // compute_dtype: float32 (default), bfloat16 or float16.
+  static absl::StatusOr<std::unique_ptr<FlatParam>> Create(
+      std::string name, std::vector<FlatParamEntry> entries, int shard_rank, int shard_count,
+      at::ScalarType compute_dtype = at::kFloat);
 
   const std::string& name() const { return name_; }
   const std::vector<FlatParamEntry>& entries() const { return entries_; }
@@ -76,7 +82,10 @@ class FlatParam {
   // AllocateFull + gather. No-op with S == 1 (the buffer is the shard).
   void FreeFull();
   // True when S == 1: the full buffer is the shard itself (never gathered or freed).
-  bool full_is_shard() const { return shard_count_ == 1; }
+  bool full_is_shard() const { return shard_count_ == 1 && !mixed_; }
+  // True when compute_dtype is not float32 (see above).
+  bool mixed() const { return mixed_; }
+  at::ScalarType compute_dtype() const { return full_.scalar_type(); }
 
   // Flat gradient buffer, [padded_numel]; parameters' .grad are views into it while allocated.
   const at::Tensor& full_grad() const { return full_grad_; }
@@ -111,6 +120,7 @@ class FlatParam {
   at::Tensor shard_grad_;  // [shard_numel]
   at::Tensor full_;        // [padded_numel]; storage swapped between allocated and empty.
   bool full_allocated_ = false;
+  bool mixed_ = false;
   at::Tensor full_grad_;   // [padded_numel] or undefined.
 };
 

@@ -112,7 +112,7 @@ FsdpEngine::FsdpEngine(std::shared_ptr<torch::nn::Module> model, const EngineLay
       options_(options) {}
 
 FsdpEngine::~FsdpEngine() {
-  for (auto& [unit, handle] : pending_gathers_) (void)handle->Wait();
+  for (auto& [unit, pending] : pending_gathers_) (void)pending.handle->Wait();
   for (PendingReduce& p : pending_reduces_) (void)p.handle->Wait();
   // Leave the model usable: drop hooks that point at this engine.
   for (auto& flat : flats_) {
@@ -186,6 +186,19 @@ absl::Status FsdpEngine::Init() {
   ASSIGN_OR_RETURN(std::vector<UnitPlan> plans,
                    PlanUnits(*model_, options_.wrap_policy, &hook_paths));
   if (options_.sync_module_states) RETURN_IF_ERROR(SyncModuleStates());
+  for (at::ScalarType t : {options_.param_dtype, options_.reduce_dtype, options_.buffer_dtype}) {
+    if (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("FsdpEngine: mixed precision dtype ", c10::toString(t),
+                       " is not one of float32, bfloat16, float16"));
+    }
+  }
+  if (options_.buffer_dtype != at::kFloat) {
+    at::NoGradGuard no_grad;
+    for (auto& b : model_->buffers(/*recurse=*/true)) {
+      if (b.is_floating_point()) b.set_data(b.to(options_.buffer_dtype));
+    }
+  }
 
   // Hook groups in module order; map the hook modules' addresses.
   std::map<std::string, int> group_of_path;
@@ -206,7 +219,7 @@ absl::Status FsdpEngine::Init() {
     }
     absl::StatusOr<std::unique_ptr<FlatParam>> flat;
     RETURN_IF_ERROR(TorchCall("build flat parameter", [&] {
-      flat = FlatParam::Create(plan.name, entries, shard_rank, s);
+      flat = FlatParam::Create(plan.name, entries, shard_rank, s, options_.param_dtype);
     }));
     if (!flat.ok()) return flat.status();
     auto unit = std::make_unique<Unit>();
@@ -268,7 +281,7 @@ void FsdpEngine::MarkGathered(int unit) {
 absl::Status FsdpEngine::WaitPending(int unit) {
   auto it = pending_gathers_.find(unit);
   if (it == pending_gathers_.end()) return absl::OkStatus();
-  absl::Status s = it->second->Wait();
+  absl::Status s = it->second.handle->Wait();
   pending_gathers_.erase(it);
   if (!s.ok()) return Fail(s);
   return absl::OkStatus();
@@ -284,11 +297,9 @@ void FsdpEngine::PrefetchGroup(int group) {
     return;
   }
   for (int u : hook_groups_[group]) {
-    FlatParam* flat = units_[u]->flat;
-    if (flat->full_allocated()) continue;
-    flat->AllocateFull();
-    MarkGathered(u);
-    pending_gathers_[u] = shard_->AllGatherAsync(flat->shard(), flat->full());
+    if (units_[u]->flat->full_allocated()) continue;
+    absl::Status s = StartGather(u, /*async=*/true);
+    if (!s.ok()) return;  // Recorded; the demand gather reports it.
   }
   UpdatePeaks();
 }
@@ -306,12 +317,36 @@ absl::Status FsdpEngine::Gather(int unit) {
   FlatParam* flat = units_[unit]->flat;
   if (pending_gathers_.count(unit)) return WaitPending(unit);
   if (flat->full_allocated()) return absl::OkStatus();  // Kept, or S == 1.
+  return StartGather(unit, /*async=*/false);
+}
+
+absl::Status FsdpEngine::StartGather(int unit, bool async) {
+  FlatParam* flat = units_[unit]->flat;
   flat->AllocateFull();
   MarkGathered(unit);
   UpdatePeaks();
-  absl::Status s = shard_->AllGather(flat->shard(), flat->full());
+  at::NoGradGuard no_grad;
+  // Mixed precision: gather the shard cast to the compute dtype (half the bytes for bf16/fp16).
+  at::Tensor src = flat->mixed() ? flat->shard().to(flat->compute_dtype()) : flat->shard();
+  if (flat->shard_count() == 1) {  // Mixed precision with S == 1: a local cast copy.
+    flat->full().copy_(src);
+    return absl::OkStatus();
+  }
+  if (async) {
+    PendingGather p;
+    p.handle = shard_->AllGatherAsync(src, flat->full());
+    p.src = std::move(src);
+    pending_gathers_[unit] = std::move(p);
+    return absl::OkStatus();
+  }
+  absl::Status s = shard_->AllGather(src, flat->full());
   if (!s.ok()) return Fail(s);
   return absl::OkStatus();
+}
+
+at::Tensor FsdpEngine::ReduceSource(const FlatParam& flat) const {
+  const at::Tensor& g = flat.full_grad();
+  return g.scalar_type() == options_.reduce_dtype ? g : g.to(options_.reduce_dtype);
 }
 
 void FsdpEngine::Free(int unit) {
@@ -436,12 +471,13 @@ void FsdpEngine::OnParamGradReady(int unit) {
 absl::Status FsdpEngine::ReduceGrad(int unit) {
   FlatParam* flat = units_[unit]->flat;
   at::NoGradGuard no_grad;
+  at::Tensor src = ReduceSource(*flat);
   at::Tensor reduced;
-  if (flat->full_is_shard()) {
-    reduced = flat->full_grad();  // S == 1: no reduce-scatter.
+  if (flat->shard_count() == 1) {
+    reduced = src;  // S == 1: no reduce-scatter.
   } else {
-    reduced = at::empty({flat->shard_numel()}, flat->shard().options());
-    absl::Status s = shard_->ReduceScatter(flat->full_grad(), reduced, ReduceOp::kAvg);
+    reduced = at::empty({flat->shard_numel()}, src.options());
+    absl::Status s = shard_->ReduceScatter(src, reduced, ReduceOp::kAvg);
     if (!s.ok()) return Fail(s);
   }
   if (Collective(replicate_)) {
@@ -457,12 +493,13 @@ absl::Status FsdpEngine::StartReduce(int unit) {
   at::NoGradGuard no_grad;
   PendingReduce p;
   p.unit = unit;
-  if (flat->full_is_shard()) {
-    p.reduced = flat->full_grad();
+  p.src = ReduceSource(*flat);
+  if (flat->shard_count() == 1) {
+    p.reduced = p.src;
     p.handle = replicate_->AllReduceAsync(p.reduced, ReduceOp::kAvg);
   } else {
-    p.reduced = at::empty({flat->shard_numel()}, flat->shard().options());
-    p.handle = shard_->ReduceScatterAsync(flat->full_grad(), p.reduced, ReduceOp::kAvg);
+    p.reduced = at::empty({flat->shard_numel()}, p.src.options());
+    p.handle = shard_->ReduceScatterAsync(p.src, p.reduced, ReduceOp::kAvg);
   }
   pending_reduces_.push_back(std::move(p));
   while (pending_reduces_.size() > 2) RETURN_IF_ERROR(FinishOldestReduce());
@@ -476,7 +513,7 @@ absl::Status FsdpEngine::FinishOldestReduce() {
   if (!s.ok()) return Fail(s);
   FlatParam* flat = units_[p.unit]->flat;
   at::NoGradGuard no_grad;
-  if (!flat->full_is_shard() && Collective(replicate_)) {
+  if (flat->shard_count() > 1 && Collective(replicate_)) {
     s = replicate_->AllReduce(p.reduced, ReduceOp::kAvg);
     if (!s.ok()) return Fail(s);
   }
@@ -491,7 +528,7 @@ absl::Status FsdpEngine::PostBackward(int unit) {
   u.post_backward_done = true;
   if (sync_ && u.flat->full_grad_allocated()) {
     const bool async = options_.overlap_reduce &&
-                       (!u.flat->full_is_shard() || Collective(replicate_));
+                       (u.flat->shard_count() > 1 || Collective(replicate_));
     if (async) {
       RETURN_IF_ERROR(StartReduce(unit));
     } else {
@@ -608,7 +645,7 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FsdpEngine::Full
   at::NoGradGuard no_grad;
   for (const auto& f : flats_) {
     at::Tensor full;
-    if (f->full_is_shard()) {
+    if (f->shard_count() == 1) {
       full = f->shard();
     } else {
       full = at::empty({f->padded_numel()}, f->shard().options());

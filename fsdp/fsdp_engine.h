@@ -92,6 +92,17 @@ struct FsdpEngineOptions {
   // while backward continues with the next unit; at most two reductions are in flight (their
   // flat gradients stay allocated until done), and all finish before Backward() returns.
   bool overlap_reduce = true;
+  // Mixed precision (PyTorch's MixedPrecision): parameters are all-gathered and computed in
+  // param_dtype (the module's parameters become param_dtype views of the gathered buffer, so the
+  // model computes in it; its logits come out in it too), gradients are produced in param_dtype,
+  // reduced (reduce-scatter, replicate all-reduce) in reduce_dtype and added into the fp32
+  // gradient shards; the fp32 master shards and the optimizer state never change dtype. Floating
+  // buffers are cast to buffer_dtype once at wrap time. Each of float32, bfloat16, float16.
+  // no_sync micro-batches accumulate their unreduced gradients in param_dtype. float16 needs
+  // loss scaling (fsdp/loss_scaler.h) to keep small gradients from flushing to zero.
+  at::ScalarType param_dtype = at::kFloat;
+  at::ScalarType reduce_dtype = at::kFloat;
+  at::ScalarType buffer_dtype = at::kFloat;
 };
 
 // Bytes this rank holds, by kind. Persistent state = param_shard + grad_shard (+ optimizer).
@@ -192,6 +203,10 @@ class FsdpEngine : public UnitRunner {
 
   // Each may throw nothing; they return statuses and record the first failure.
   absl::Status Gather(int unit);          // Waits for a pending prefetch, or gathers now.
+  // Allocates the unit's full buffer and gathers into it (cast to param_dtype first).
+  absl::Status StartGather(int unit, bool async);
+  // The unit's flat gradient in reduce_dtype (itself when the dtypes agree).
+  at::Tensor ReduceSource(const FlatParam& flat) const;
   void PrefetchGroup(int group);          // Starts async all-gathers of a hook group.
   void PrefetchNeighbour(int group, int direction);  // +1: next in forward order, -1: previous.
   absl::Status WaitPending(int unit);
@@ -220,14 +235,19 @@ class FsdpEngine : public UnitRunner {
   // order being recorded by the current forward, and in-flight all-gathers per unit.
   std::vector<int> forward_order_;
   std::vector<int> recording_order_;
-  std::map<int, std::unique_ptr<CommHandle>> pending_gathers_;
+  struct PendingGather {
+    std::unique_ptr<CommHandle> handle;
+    at::Tensor src;  // The (cast) shard being sent; alive until the gather finished.
+  };
+  std::map<int, PendingGather> pending_gathers_;
   std::set<int> gathered_groups_;  // Hook groups gathered now (limit_all_gathers).
   int peak_gathered_groups_ = 0;
   int64_t prefetches_skipped_ = 0;
   struct PendingReduce {
     int unit;
     std::unique_ptr<CommHandle> handle;
-    at::Tensor reduced;  // [shard_numel], or the flat gradient itself when S = 1.
+    at::Tensor src;      // The flat gradient in reduce_dtype, alive until done.
+    at::Tensor reduced;  // [shard_numel], or src itself when S = 1.
   };
   std::vector<PendingReduce> pending_reduces_;  // Oldest first.
   // Activation checkpointing: the bodies of this forward's checkpointed calls and the RNG

@@ -61,6 +61,10 @@ absl::StatusOr<double> ShardedOptimizer::Step() {
   }
   at::NoGradGuard no_grad;
   const auto& flats = engine_->flat_params();
+  last_step_skipped_ = false;
+  if (grad_scale_ != 1.0) {
+    for (const auto& f : flats) f->shard_grad().mul_(1.0 / grad_scale_);
+  }
   // Global norm: local sum of squares in float64, summed over the shard group only.
   at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble));
   for (const auto& f : flats) {
@@ -74,6 +78,11 @@ absl::StatusOr<double> ShardedOptimizer::Step() {
     sq = dev.cpu();
   }
   const double norm = std::sqrt(sq.item<double>());
+  if (grad_scale_ != 1.0 && !std::isfinite(norm)) {
+    last_step_skipped_ = true;
+    engine_->ZeroShardGrads();
+    return norm;
+  }
   if (options_.grad_clip > 0) {
     const double coef = std::min(1.0, options_.grad_clip / (norm + 1e-6));
     // torch::nn::utils::clip_grad_norm_ multiplies by the clamped coefficient always.

@@ -54,10 +54,18 @@ class ShardedOptimizer {
   double lr() const { return options_.lr; }
 
   // Clips (if grad_clip > 0), updates the local shards, zeroes the gradient shards. Returns the
-  // global gradient norm before clipping. Errors: FAILED_PRECONDITION while no_sync gradients
+  // global gradient norm before clipping (after unscaling, see set_grad_scale). Errors: FAILED_PRECONDITION while no_sync gradients
   // are pending (the last micro-batch must call Backward with sync_gradients=true); a
   // collective's error.
   absl::StatusOr<double> Step();
+
+  // Loss scaling (fsdp/loss_scaler.h): the gradients were computed from loss * scale; Step()
+  // divides them by it first, and when the (global) norm is then inf or nan it skips the update
+  // (no parameter, state or step-count change), zeroes the gradients and sets
+  // last_step_skipped(). With scale 1 (the default) nothing is skipped: a non-finite norm then
+  // updates as LibTorch's optimizers would.
+  void set_grad_scale(double scale) { grad_scale_ = scale; }
+  bool last_step_skipped() const { return last_step_skipped_; }
 
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t step) { step_ = step; }  // When restoring a checkpoint.
@@ -85,6 +93,8 @@ class ShardedOptimizer {
   FsdpEngine* engine_;
   ShardedOptimizerOptions options_;
   int64_t step_ = 0;
+  double grad_scale_ = 1.0;
+  bool last_step_skipped_ = false;
   // Per flat parameter, [valid_shard_numel] each.
   std::vector<at::Tensor> exp_avg_, exp_avg_sq_, momentum_;
 };

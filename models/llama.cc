@@ -19,8 +19,10 @@ at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Ten
   const auto sizes = x.sizes();
   at::Tensor pairs = x.reshape({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2});
   at::Tensor a = pairs.select(-1, 0), b = pairs.select(-1, 1);  // [B, H, T, D/2]
-  at::Tensor ra = a * cos - b * sin;
-  at::Tensor rb = a * sin + b * cos;
+  // The angles are float32; under mixed precision x is bf16/fp16 and stays so.
+  const at::Tensor c = cos.to(x.scalar_type()), s = sin.to(x.scalar_type());
+  at::Tensor ra = a * c - b * s;
+  at::Tensor rb = a * s + b * c;
   return at::stack({ra, rb}, -1).reshape(sizes);
 }
 

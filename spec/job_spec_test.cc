@@ -65,12 +65,18 @@ TEST(LoadJobSpec, OverridesApplyBeforeValidation) {
 TEST(LoadJobSpec, EnginePerformanceOptionsAreAccepted) {
   auto spec = Load(kBase, {"fsdp.activation_checkpointing=true", "fsdp.fake_collectives=true",
                            "fsdp.limit_all_gathers=false", "fsdp.forward_prefetch=true",
-                           "fsdp.backward_prefetch=BACKWARD_POST"});
+                           "fsdp.backward_prefetch=BACKWARD_POST",
+                           "fsdp.mixed_precision.param_dtype=BF16",
+                           "fsdp.mixed_precision.reduce_dtype=FP32",
+                           "fsdp.mixed_precision.buffer_dtype=BF16"});
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_TRUE(spec->fsdp().activation_checkpointing());
   EXPECT_TRUE(spec->fsdp().fake_collectives());
   EXPECT_FALSE(spec->fsdp().limit_all_gathers());
   EXPECT_EQ(spec->fsdp().backward_prefetch(), FsdpSpec::BACKWARD_POST);
+  EXPECT_EQ(spec->fsdp().mixed_precision().param_dtype(), FsdpSpec::BF16);
+  EXPECT_EQ(spec->fsdp().mixed_precision().reduce_dtype(), FsdpSpec::FP32);
+  EXPECT_EQ(spec->fsdp().mixed_precision().buffer_dtype(), FsdpSpec::BF16);
 }
 
 struct BadSpec {
@@ -103,8 +109,6 @@ TEST(LoadJobSpec, RejectsBadSpecsWithFieldAndValue) {
       {"cpu offload on cpu", "", {"fsdp.cpu_offload=true"}, "fsdp.cpu_offload: true needs device.kind CUDA"},
       {"fp16 on cpu", "", {"fsdp.mixed_precision.param_dtype=FP16"},
        "fsdp.mixed_precision: FP16 needs device.kind CUDA"},
-      {"bf16 not built yet", "", {"fsdp.mixed_precision.param_dtype=BF16"},
-       "fsdp.mixed_precision.param_dtype: BF16 is not implemented yet; only FP32 trains"},
       {"negative lr", "", {"optimizer.lr=-1"}, "optimizer.lr: -1 must be > 0"},
       {"beta out of range", "", {"optimizer.beta2=1.5"}, "optimizer.beta2: 1.5 is not in [0, 1)"},
       {"dropout out of range", "", {"model.dropout=1"}, "model.dropout: 1 is not in [0, 1)"},

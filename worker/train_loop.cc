@@ -98,6 +98,8 @@ class Loop {
         m.rss_bytes = CurrentRssBytes();
         m.peak_memory_bytes = PeakRssBytes();
         m.val_loss = val_loss;
+        m.loss_scale = backend_.loss_scale();
+        m.skipped_steps = backend_.skipped_steps();
         m.rank = o_.rank;
         m.world_size = o_.world_size;
         if (last && c_.sample_tokens > 0) {
@@ -130,7 +132,9 @@ class Loop {
   }
 
   at::Tensor Loss(const data::Batch& batch) {
-    at::Tensor logits = model_.Forward(batch.inputs.to(device_));  // [B, T, V]
+    // [B, T, V]; in float32 for the loss even when the model computes in bf16/fp16 (mixed
+    // precision), as autocast does: the softmax over the vocabulary needs the range.
+    at::Tensor logits = model_.Forward(batch.inputs.to(device_)).to(at::kFloat);
     return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
                                   batch.targets.to(device_).reshape({-1}));
   }
@@ -170,7 +174,7 @@ class Loop {
     opts.forward = [&](const at::Tensor& ids) {
       absl::Status s = backend_.BeginForward();
       if (!s.ok()) throw fsdp::CommError(s);
-      at::Tensor logits = model_.Forward(ids);
+      at::Tensor logits = model_.Forward(ids).to(at::kFloat);  // Sampling expects float32.
       backend_.EndForward();
       return logits;
     };

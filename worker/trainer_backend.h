@@ -15,6 +15,7 @@
 #define SHARDLINE_WORKER_TRAINER_BACKEND_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -45,6 +46,9 @@ class TrainingBackend {
   virtual absl::Status AllReduceSum(const at::Tensor& values) = 0;
   // Bytes of optimizer state + sharded parameters + gradients this rank holds (for logs).
   virtual int64_t StateBytes() const = 0;
+  // float16 loss scaling: the current scale and the steps skipped so far (none without it).
+  virtual std::optional<double> loss_scale() const { return std::nullopt; }
+  virtual int64_t skipped_steps() const { return 0; }
 };
 
 }  // namespace shardline::worker

@@ -149,6 +149,14 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
                             : TrainerConfig::BackwardPrefetch::kNone;
   c.limit_all_gathers = f.limit_all_gathers();
   c.activation_checkpointing = f.activation_checkpointing();
+  auto dtype = [](FsdpSpec::Dtype d) {
+    return d == FsdpSpec::BF16   ? TrainerConfig::Dtype::kBf16
+           : d == FsdpSpec::FP16 ? TrainerConfig::Dtype::kFp16
+                                 : TrainerConfig::Dtype::kFp32;
+  };
+  c.param_dtype = dtype(f.mixed_precision().param_dtype());
+  c.reduce_dtype = dtype(f.mixed_precision().reduce_dtype());
+  c.buffer_dtype = dtype(f.mixed_precision().buffer_dtype());
   c.fake_collectives = f.fake_collectives();
   c.collective_timeout_s = f.collective_timeout_s();
 

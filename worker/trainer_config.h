@@ -84,6 +84,8 @@ struct TrainerConfig {
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kNone;
   bool limit_all_gathers = true;  // fsdp.limit_all_gathers
   bool activation_checkpointing = false;
+  enum class Dtype { kFp32, kBf16, kFp16 };  // fsdp.mixed_precision.*
+  Dtype param_dtype = Dtype::kFp32, reduce_dtype = Dtype::kFp32, buffer_dtype = Dtype::kFp32;
   bool fake_collectives = false;
   int collective_timeout_s = 300;
 

@@ -3,7 +3,10 @@
 # - fsdp.fake_collectives: the ranks rendezvous and bootstrap for real, train through the no-op
 #   shard/replicate communicators and finish; their losses are not a real run's (a fake
 #   all-gather repeats the rank's own shard), which shows the collectives really were replaced;
-# - fsdp.activation_checkpointing: the same losses as without, to the last digit printed.
+# - fsdp.activation_checkpointing: the same losses as without, to the last digit printed;
+# - fsdp.mixed_precision BF16 (param, buffer; FP32 reduce): within 1% of the float32 losses
+#   (bf16 keeps 8 significant bits; the engine tests measure ~0.2% on their model), and not equal
+#   to them; FP16 is refused on a CPU job naming the field.
 #   $1: the trainer binary   $2: the free-port helper
 set -euo pipefail
 TRAINER="$(realpath "$1")"
@@ -64,6 +67,22 @@ grep -q "units, sharded AdamW, activation checkpointing" "$OUT/ac.log.0" ||
 [[ $(losses "$OUT/ac.0.jsonl" | wc -l) -eq 4 ]] || fail "checkpointed run: want 4 losses"
 [[ "$(losses "$OUT/ac.0.jsonl")" == "$(losses "$OUT/noac.0.jsonl")" ]] ||
   fail "activation checkpointing changed the losses: $(losses "$OUT/ac.0.jsonl" | tr '\n' ' ') vs $(losses "$OUT/noac.0.jsonl" | tr '\n' ' ')"
+
+run_w2 bf16 --set fsdp.mixed_precision.param_dtype=BF16 \
+  --set fsdp.mixed_precision.buffer_dtype=BF16 --set fsdp.mixed_precision.reduce_dtype=FP32
+[[ $(losses "$OUT/bf16.0.jsonl" | wc -l) -eq 4 ]] || fail "bf16 run: want 4 losses"
+paste <(losses "$OUT/bf16.0.jsonl") <(losses "$OUT/real.0.jsonl") |
+  awk 'NF != 2 { bad = 1 } { d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > 1e-2) bad = 1 }
+       END { exit bad || NR != 4 }' ||
+  fail "bf16 losses not within 1% of fp32: $(losses "$OUT/bf16.0.jsonl" | tr '\n' ' ') vs $(losses "$OUT/real.0.jsonl" | tr '\n' ' ')"
+[[ "$(losses "$OUT/bf16.0.jsonl")" != "$(losses "$OUT/real.0.jsonl")" ]] ||
+  fail "bf16 losses equal fp32's: mixed precision did not compute in bf16"
+code=0
+"$TRAINER" --spec "$SPEC" --set fsdp.sharding_strategy=NO_SHARD --set fsdp.hybrid_shard_degree=0 \
+  --set fsdp.mixed_precision.param_dtype=FP16 >/dev/null 2>"$OUT/fp16.log" || code=$?
+[[ $code -eq 2 ]] || fail "FP16 on a CPU job: exit $code, want 2"
+grep -qF "fsdp.mixed_precision: FP16 needs device.kind CUDA" "$OUT/fp16.log" ||
+  fail "FP16 on a CPU job: $(tail -2 "$OUT/fp16.log")"
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures failure(s)" >&2

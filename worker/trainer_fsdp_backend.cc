@@ -39,6 +39,14 @@ absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(models::Languag
                                   : Prefetch::kNone;
   options.limit_all_gathers = c.limit_all_gathers;
   options.activation_checkpointing = c.activation_checkpointing;
+  auto dtype = [](TrainerConfig::Dtype d) {
+    return d == TrainerConfig::Dtype::kBf16   ? at::kBFloat16
+           : d == TrainerConfig::Dtype::kFp16 ? at::kHalf
+                                              : at::kFloat;
+  };
+  options.param_dtype = dtype(c.param_dtype);
+  options.reduce_dtype = dtype(c.reduce_dtype);
+  options.buffer_dtype = dtype(c.buffer_dtype);
   if (c.fake_collectives && rank == 0) {
     SL_LOG(WARNING) << "fsdp.fake_collectives: the shard and replicate groups send nothing "
                        "(same shapes, local copies only); losses are not those of a real run";
@@ -78,9 +86,33 @@ void FsdpBackend::set_step(int64_t step) {
   comms_.world->set_step(step);
 }
 
+absl::Status FsdpBackend::Backward(const at::Tensor& loss, bool sync) {
+  return engine_->Backward(scaler_.has_value() ? loss * scaler_->scale() : loss, sync);
+}
+
 absl::StatusOr<double> FsdpBackend::Step(double lr) {
   optimizer_->set_lr(lr);
-  return optimizer_->Step();
+  if (scaler_.has_value()) optimizer_->set_grad_scale(scaler_->scale());
+  ASSIGN_OR_RETURN(double norm, optimizer_->Step());
+  if (scaler_.has_value()) {
+    const bool skipped = optimizer_->last_step_skipped();
+    const double was = scaler_->scale();
+    scaler_->Update(skipped);
+    if (skipped) {
+      SL_LOG(WARNING) << "float16 loss scaling: gradients overflowed at scale " << was
+                      << "; step skipped, scale now " << scaler_->scale();
+    }
+  }
+  return norm;
+}
+
+std::optional<double> FsdpBackend::loss_scale() const {
+  if (!scaler_.has_value()) return std::nullopt;
+  return scaler_->scale();
+}
+
+int64_t FsdpBackend::skipped_steps() const {
+  return scaler_.has_value() ? scaler_->skipped_steps() : 0;
 }
 
 absl::Status FsdpBackend::AllReduceSum(const at::Tensor& values) {

@@ -7,6 +7,7 @@
 #define SHARDLINE_WORKER_TRAINER_FSDP_BACKEND_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <torch/nn/module.h>
@@ -14,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "fsdp/communicator.h"
 #include "fsdp/fsdp_engine.h"
+#include "fsdp/loss_scaler.h"
 #include "fsdp/sharded_optimizer.h"
 #include "models/language_model.h"
 #include "worker/trainer_backend.h"
@@ -42,13 +44,15 @@ class FsdpBackend : public TrainingBackend {
   std::string Describe() const override;
   void set_step(int64_t step) override;
   absl::Status BeginForward() override { return engine_->BeginForward(); }
-  absl::Status Backward(const at::Tensor& loss, bool sync) override {
-    return engine_->Backward(loss, sync);
-  }
+  // With fsdp.mixed_precision.param_dtype FP16 the loss is scaled (fsdp/loss_scaler.h) and Step
+  // unscales, skipping steps whose gradients overflowed.
+  absl::Status Backward(const at::Tensor& loss, bool sync) override;
   absl::StatusOr<double> Step(double lr) override;
   void EndForward() override { engine_->ReshardAll(); }
   absl::Status AllReduceSum(const at::Tensor& values) override;
   int64_t StateBytes() const override;
+  std::optional<double> loss_scale() const override;
+  int64_t skipped_steps() const override;
 
   fsdp::FsdpEngine* engine() { return engine_.get(); }
   fsdp::ShardedOptimizer* optimizer() { return optimizer_.get(); }
@@ -62,12 +66,15 @@ class FsdpBackend : public TrainingBackend {
         config_(config),
         comms_(comms),
         engine_(std::move(engine)),
-        optimizer_(std::move(optimizer)) {}
+        optimizer_(std::move(optimizer)) {
+    if (config.param_dtype == TrainerConfig::Dtype::kFp16) scaler_.emplace();
+  }
   models::LanguageModel& model_;
   TrainerConfig config_;
   Comms comms_;
   std::unique_ptr<fsdp::FsdpEngine> engine_;
   std::unique_ptr<fsdp::ShardedOptimizer> optimizer_;
+  std::optional<fsdp::DynamicLossScaler> scaler_;  // float16 only.
 };
 
 }  // namespace shardline::worker

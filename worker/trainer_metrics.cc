@@ -70,6 +70,10 @@ std::string MetricsToJson(const StepMetrics& m) {
       ", \"peak_memory_bytes\": ", m.peak_memory_bytes, ", \"rss_bytes\": ", m.rss_bytes);
   if (m.val_loss.has_value()) absl::StrAppend(&out, ", \"val_loss\": ", Num(*m.val_loss));
   if (m.sample.has_value()) absl::StrAppend(&out, ", \"sample\": ", JsonString(*m.sample));
+  if (m.loss_scale.has_value()) {
+    absl::StrAppend(&out, ", \"loss_scale\": ", Num(*m.loss_scale), ", \"skipped_steps\": ",
+                    m.skipped_steps);
+  }
   absl::StrAppend(&out, ", \"rank\": ", m.rank, ", \"world_size\": ", m.world_size, "}");
   return out;
 }

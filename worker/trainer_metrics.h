@@ -33,6 +33,8 @@ struct StepMetrics {
   int64_t peak_memory_bytes = 0;  // Peak resident set (host) of this process.
   std::optional<double> val_loss;
   std::optional<std::string> sample;
+  std::optional<double> loss_scale;  // float16 mixed precision: the current loss scale...
+  int64_t skipped_steps = 0;         // ...and the steps skipped for overflow so far.
   int rank = 0;
   int world_size = 1;
 };

@@ -1,6 +1,7 @@
 #include "fsdp/testing/tiny_gpt.h"
 
 #include <cmath>
+#include <limits>
 
 #include <ATen/ATen.h>
 
@@ -25,7 +26,7 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& mask) {
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, n_head, hd}).transpose(1, 2); };
   at::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
   at::Tensor att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  att = att.masked_fill(mask.narrow(0, 0, T).narrow(1, 0, T), -1e9);
+  att = att.masked_fill(mask.narrow(0, 0, T).narrow(1, 0, T), -std::numeric_limits<double>::infinity());  // -inf: fits fp16 too.
   att = at::softmax(att, -1);
   at::Tensor y = at::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
   at::Tensor out = x + proj->forward(y);
@@ -64,7 +65,7 @@ at::Tensor TinyGptImpl::forward(const at::Tensor& idx, UnitRunner* runner) {
 
 at::Tensor TinyGptImpl::loss(const at::Tensor& idx, const at::Tensor& targets,
                              UnitRunner* runner) {
-  at::Tensor logits = forward(idx, runner);
+  at::Tensor logits = forward(idx, runner).to(at::kFloat);  // The loss in fp32 (mixed precision).
   return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
 }
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "absl/time/time.h"
 #include "fsdp/engine_layout.h"
 #include "fsdp/fsdp_engine.h"
+#include "fsdp/loss_scaler.h"
 #include "fsdp/sharded_optimizer.h"
 #include "fsdp/testing/fake_communicator.h"
 #include "fsdp/testing/tiny_gpt.h"
@@ -601,6 +603,177 @@ TEST(FsdpEngine, ActivationCheckpointingIsBitIdentical) {
       EXPECT_TRUE(t.equal(ac[0].params.at(name))) << name;
     }
   }
+}
+
+
+double MaxRelLossDiff(const ParityResult& a, const ParityResult& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.losses.size() && i < b.losses.size(); ++i) {
+    worst = std::max(worst, std::abs(a.losses[i] - b.losses[i]) / std::abs(b.losses[i]));
+  }
+  return worst;
+}
+
+// Mixed precision against float32, per dtype. Tolerances on the per-step loss, relative: bf16
+// keeps 8 significant bits (rounding 2^-9 ~ 2e-3 per operation; measured 1.9e-3 over 5 steps),
+// so 1e-2; fp16 keeps 11 bits (2^-12 ~ 2.4e-4, 8x finer; measured 2.2e-4), so 2e-3. Sharded runs must match the single-rank run of the same precision within the
+// same tolerance (they differ only in reduction order and the reduce dtype's rounding of the
+// average). The losses must not be bit-equal to fp32: the low precision really computes.
+TEST(FsdpEngine, MixedPrecisionMatchesFloat32WithinTheDtypesTolerance) {
+  ParityConfig c;
+  c.strategy = "NO_SHARD";
+  c.steps = 5;
+  const std::vector<ParityResult> fp32 = RunRanks(c);
+  ASSERT_EQ(fp32.size(), 1u);
+  struct Case {
+    at::ScalarType param, reduce;
+    double tolerance;
+  };
+  for (const Case& k : {Case{at::kBFloat16, at::kBFloat16, 1e-2},
+                        Case{at::kBFloat16, at::kFloat, 1e-2}, Case{at::kHalf, at::kFloat, 2e-3},
+                        Case{at::kHalf, at::kHalf, 2e-3}}) {
+    SCOPED_TRACE(absl::StrCat("param ", c10::toString(k.param), " reduce ",
+                              c10::toString(k.reduce)));
+    ParityConfig m = c;
+    m.param_dtype = k.param;
+    m.reduce_dtype = k.reduce;
+    const std::vector<ParityResult> one = RunRanks(m);
+    ASSERT_EQ(one.size(), 1u);
+    ASSERT_EQ(one[0].losses.size(), fp32[0].losses.size());
+    const double vs_fp32 = MaxRelLossDiff(one[0], fp32[0]);
+    EXPECT_LE(vs_fp32, k.tolerance);
+    EXPECT_GT(vs_fp32, 0) << "mixed precision computed exactly the float32 losses";
+    // Parameters stay float32 masters: the engine's full state is float32.
+    for (const auto& [name, t] : one[0].params) EXPECT_EQ(t.scalar_type(), at::kFloat) << name;
+    for (const char* strategy : {"FULL_SHARD", "HYBRID_SHARD"}) {
+      ParityConfig sharded = m;
+      sharded.strategy = strategy;
+      sharded.world_size = 4;
+      sharded.hybrid_shard_degree = std::string(strategy) == "HYBRID_SHARD" ? 2 : 0;
+      sharded.prefetch = 1;
+      const std::vector<ParityResult> w4 = RunRanks(sharded);
+      ASSERT_EQ(w4.size(), 4u);
+      ParityResult mean = w4[0];
+      for (size_t i = 0; i < mean.losses.size(); ++i) {
+        double sum = 0;
+        for (const ParityResult& r : w4) sum += r.losses[i];
+        mean.losses[i] = sum / 4;
+      }
+      const double vs_single = MaxRelLossDiff(mean, one[0]);
+      EXPECT_LE(vs_single, k.tolerance) << strategy;
+      std::printf("param %s reduce %s: max relative loss difference %.2e vs fp32, %.2e %s W=4 "
+                  "vs W=1\n",
+                  c10::toString(k.param), c10::toString(k.reduce), vs_fp32, vs_single, strategy);
+    }
+  }
+}
+
+
+TEST(DynamicLossScaler, BacksOffOnOverflowAndGrowsAfterGoodSteps) {
+  LossScalerOptions o;
+  o.init_scale = 1024;
+  o.growth_interval = 3;
+  o.min_scale = 256;
+  DynamicLossScaler s(o);
+  EXPECT_EQ(s.scale(), 1024);
+  s.Update(true);
+  EXPECT_EQ(s.scale(), 512);
+  s.Update(false);
+  s.Update(false);
+  EXPECT_EQ(s.scale(), 512);
+  s.Update(false);
+  EXPECT_EQ(s.scale(), 1024);  // Three good steps in a row.
+  s.Update(false);
+  s.Update(true);  // Resets the run of good steps.
+  s.Update(false);
+  s.Update(false);
+  EXPECT_EQ(s.scale(), 512);
+  s.Update(true);
+  s.Update(true);
+  EXPECT_EQ(s.scale(), 256);  // Floor.
+  EXPECT_EQ(s.skipped_steps(), 4);
+}
+
+// The optimizer's side of loss scaling on one rank: a power-of-two scale unscales exactly (the
+// step is bit-identical to an unscaled one), and non-finite gradients skip the step (parameters,
+// optimizer state and step count untouched) and are dropped.
+TEST(ShardedOptimizer, GradScaleUnscalesExactlyAndSkipsNonFiniteSteps) {
+  at::Tensor idx = at::randint(37, {4, 8}, at::kLong);
+  std::map<std::string, at::Tensor> after[2];
+  for (int scaled = 0; scaled < 2; ++scaled) {
+    torch::manual_seed(5);
+    TinyGpt model(TinyGptConfig{});
+    auto layout = MakeEngineLayout(1, "NO_SHARD", 0);
+    ASSERT_TRUE(layout.ok());
+    FsdpEngineOptions eo;
+    eo.wrap_policy.block_type = "Block";
+    auto engine = FsdpEngine::Create(model.ptr(), *layout, nullptr, nullptr, eo);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    ShardedOptimizerOptions oo;
+    oo.lr = 1e-2;
+    oo.grad_clip = 1.0;
+    auto opt = ShardedOptimizer::Create(engine->get(), oo);
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    const double scale = scaled ? 1024.0 : 1.0;
+    (*opt)->set_grad_scale(scale);
+    ASSERT_TRUE((*engine)->BeginForward().ok());
+    ASSERT_TRUE((*engine)->Backward(model->loss(idx, idx, engine->get()) * scale).ok());
+    ASSERT_TRUE((*opt)->Step().ok());
+    EXPECT_FALSE((*opt)->last_step_skipped());
+    auto state = (*engine)->FullParamState(false);
+    ASSERT_TRUE(state.ok());
+    for (auto& [name, t] : *state) after[scaled][name] = t;
+    if (!scaled) continue;
+    // An overflowing step: skipped, nothing changes.
+    ASSERT_TRUE((*engine)->BeginForward().ok());
+    at::Tensor inf = at::full({}, std::numeric_limits<float>::infinity());
+    ASSERT_TRUE((*engine)->Backward(model->loss(idx, idx, engine->get()) * inf).ok());
+    auto norm = (*opt)->Step();
+    ASSERT_TRUE(norm.ok());
+    EXPECT_FALSE(std::isfinite(*norm));
+    EXPECT_TRUE((*opt)->last_step_skipped());
+    EXPECT_EQ((*opt)->step_count(), 1);
+    auto again = (*engine)->FullParamState(false);
+    ASSERT_TRUE(again.ok());
+    for (auto& [name, t] : *again) EXPECT_TRUE(t.equal(after[1][name])) << name;
+    for (const auto& f : (*engine)->flat_params()) {
+      EXPECT_EQ(f->shard_grad().abs().sum().item<double>(), 0.0) << f->name();
+    }
+  }
+  for (auto& [name, t] : after[0]) EXPECT_TRUE(t.equal(after[1][name])) << name;
+}
+
+// float16 end to end with dynamic loss scaling, sharded: a scale that overflows float16 at first
+// (2^24 times gradients of order 1e-2..1) skips steps and backs off until the gradients fit;
+// training then stays within fp16's tolerance of the unscaled fp16 run's final loss trend.
+TEST(FsdpEngine, Float16LossScalingSkipsOverflowingStepsAndBacksOff) {
+  ParityConfig c;
+  c.strategy = "FULL_SHARD";
+  c.world_size = 2;
+  c.steps = 12;
+  c.param_dtype = at::kHalf;
+  c.reduce_dtype = at::kFloat;
+  c.loss_scale = 1 << 24;
+  const std::vector<ParityResult> big = RunRanks(c);
+  ASSERT_EQ(big.size(), 2u);
+  EXPECT_GE(big[0].skipped_steps, 1);
+  EXPECT_LT(big[0].skipped_steps, c.steps);
+  EXPECT_EQ(big[0].skipped_steps, big[1].skipped_steps);  // Every rank decides the same.
+  EXPECT_LT(big[0].final_loss_scale, 1 << 24);
+  std::printf("fp16 from scale 2^24: %lld of %d steps skipped, final scale %g\n",
+              static_cast<long long>(big[0].skipped_steps), c.steps, big[0].final_loss_scale);
+  // A scale that fits from the start skips nothing and trains like fp32 within fp16 tolerance.
+  c.loss_scale = 256;
+  const std::vector<ParityResult> fits = RunRanks(c);
+  ASSERT_EQ(fits.size(), 2u);
+  EXPECT_EQ(fits[0].skipped_steps, 0);
+  ParityConfig ref = c;
+  ref.param_dtype = at::kFloat;
+  ref.loss_scale = 0;
+  const std::vector<ParityResult> fp32 = RunRanks(ref);
+  ASSERT_EQ(fp32.size(), 2u);
+  EXPECT_LE(MaxRelLossDiff(fits[0], fp32[0]), 2e-3);
+  for (double loss : big[0].losses) EXPECT_TRUE(std::isfinite(loss));
 }
 
 // Bytes malloc has handed out and not taken back (LibTorch's CPU allocator is malloc).

@@ -1,9 +1,11 @@
 #include "fsdp/tests/parity.h"
 
+#include <optional>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <utility>
@@ -21,6 +23,7 @@
 #include "common/torch_status.h"
 #include "fsdp/engine_layout.h"
 #include "fsdp/fsdp_engine.h"
+#include "fsdp/loss_scaler.h"
 #include "fsdp/sharded_optimizer.h"
 #include "fsdp/testing/tiny_gpt.h"
 
@@ -149,6 +152,8 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
                          : config.prefetch == 2 ? FsdpEngineOptions::BackwardPrefetch::kPost
                                                 : FsdpEngineOptions::BackwardPrefetch::kNone;
   eo.activation_checkpointing = config.activation_checkpointing;
+  eo.param_dtype = config.param_dtype;
+  eo.reduce_dtype = config.reduce_dtype;
   ASSIGN_OR_RETURN(std::unique_ptr<FsdpEngine> engine,
                    FsdpEngine::Create(model.ptr(), layout, shard, replicate, eo));
   ShardedOptimizerOptions oo;
@@ -181,6 +186,13 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
                                                    " does not split into ", config.world_size,
                                                    " ranks x ", config.micro_batches));
   }
+  std::optional<DynamicLossScaler> scaler;
+  if (config.loss_scale > 0) {
+    LossScalerOptions so;
+    so.init_scale = config.loss_scale;
+    so.growth_interval = 3;
+    scaler.emplace(so);
+  }
   ParityResult result;
   for (int step = config.start_step; step < config.start_step + config.steps; ++step) {
     engine->set_step(step);
@@ -197,12 +209,19 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
                            engine.get());
       }));
       loss_sum += loss.item<double>();
-      RETURN_IF_ERROR(engine->Backward(loss / config.micro_batches,
-                                       /*sync_gradients=*/m == config.micro_batches - 1));
+      at::Tensor scaled = loss / config.micro_batches;
+      if (scaler.has_value()) scaled = scaled * scaler->scale();
+      RETURN_IF_ERROR(engine->Backward(scaled, /*sync_gradients=*/m == config.micro_batches - 1));
     }
+    if (scaler.has_value()) opt->set_grad_scale(scaler->scale());
     ASSIGN_OR_RETURN(double norm, opt->Step());
+    if (scaler.has_value()) scaler->Update(opt->last_step_skipped());
     result.grad_norms.push_back(norm);
     result.losses.push_back(loss_sum / config.micro_batches);
+  }
+  if (scaler.has_value()) {
+    result.skipped_steps = scaler->skipped_steps();
+    result.final_loss_scale = scaler->scale();
   }
   ASSIGN_OR_RETURN(auto full, engine->FullParamState(/*rank0_only=*/true));
   for (auto& [name, t] : full) result.params[name] = t;

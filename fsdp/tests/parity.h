@@ -33,6 +33,10 @@ struct ParityConfig {
   bool sgd = false;               // SGD with momentum instead of AdamW.
   int prefetch = 0;               // 0: none; 1: forward + backward kPre; 2: forward + kPost.
   bool activation_checkpointing = false;
+  // Mixed precision (in-process runs only; not part of Encode()).
+  at::ScalarType param_dtype = at::kFloat;
+  at::ScalarType reduce_dtype = at::kFloat;
+  double loss_scale = 0;  // > 0: dynamic loss scaling (fsdp/loss_scaler.h) from this scale.
   int steps = 20;
   int global_batch = 12;          // Sequences per step over all ranks.
   int die_at_step = -1;           // Failure tests: this rank SIGKILLs itself at that step.
@@ -56,6 +60,8 @@ struct ParityResult {
   std::map<std::string, at::Tensor> params;   // Final parameters (canonical names).
   // With save_state: full parameters, optimizer state ("<name>.exp_avg", ...) and "step".
   std::map<std::string, at::Tensor> state;
+  int64_t skipped_steps = 0;  // Loss scaling: steps skipped for non-finite gradients.
+  double final_loss_scale = 0;
 };
 
 // The single-process unsharded run on the whole global batch.
