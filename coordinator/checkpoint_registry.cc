@@ -21,6 +21,23 @@ absl::StatusOr<CheckpointRecord> CheckpointRegistry::Report(const CheckpointRepo
   if (report.path().empty()) {
     return absl::InvalidArgumentError("checkpoint report: path must not be empty");
   }
+  // The path is listed to users and read (MANIFEST.json) by GetCheckpoint: it must not depend on
+  // the coordinator's working directory, and files must stay inside it.
+  if (report.path()[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint report: path must be absolute, got \"", report.path().substr(0, 256), "\""));
+  }
+  for (const std::string& f : report.files()) {
+    if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint report: file \"",
+                                                     f.substr(0, 256),
+                                                     "\" is not a file name in the step directory"));
+    }
+  }
+  if (report.expected_files() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint report: expected_files must be >= 0, got ", report.expected_files()));
+  }
   const Key key(report.job_id(), report.step());
   auto it = records_.find(key);
   if (it == records_.end()) {

@@ -45,6 +45,28 @@ TEST(CheckpointRegistry, CommittedOnlyWhenAllFilesAndManifestReported) {
   EXPECT_FALSE(committed);  // only the first commit says so
 }
 
+TEST(CheckpointRegistry, RejectsRelativePathsFileNamesOutsideTheStepAndNegativeCounts) {
+  CheckpointRegistry reg;
+  bool c;
+  CheckpointReport relative = Rep(5, {"a"});
+  relative.set_path("ckpt/step_5");
+  auto r = reg.Report(relative, kLayout, kNow, &c);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("path must be absolute, got \"ckpt/step_5\""),
+            std::string::npos) << r.status();
+  for (const std::string& bad : {"", ".", "..", "../../etc/passwd", "sub/shard.bin"}) {
+    r = reg.Report(Rep(5, {"ok.bin", bad}), kLayout, kNow, &c);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find("file \"" + bad + "\" is not a file name"),
+              std::string::npos) << r.status();
+  }
+  r = reg.Report(Rep(5, {"a"}, false, -1), kLayout, kNow, &c);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("expected_files must be >= 0, got -1"), std::string::npos);
+  // Nothing of the refused reports was recorded.
+  EXPECT_TRUE(reg.List("job-1").empty());
+}
+
 TEST(CheckpointRegistry, RejectsInconsistentReports) {
   CheckpointRegistry reg;
   bool c;

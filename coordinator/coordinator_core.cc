@@ -694,6 +694,11 @@ absl::StatusOr<CoordinatorCore::Job*> CoordinatorCore::FindRunningRankLocked(
 absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Job* job, FindRunningRankLocked(r.job_id(), r.attempt(), r.rank()));
+  if (r.step() < 0 || r.peak_memory_bytes() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "progress report: step and peak_memory_bytes must be >= 0, got step ", r.step(),
+        ", peak_memory_bytes ", r.peak_memory_bytes()));
+  }
   JobStatus& st = *job->rec.mutable_status();
   if (st.per_rank_peak_memory_bytes_size() != st.world_size()) {
     st.mutable_per_rank_peak_memory_bytes()->Resize(st.world_size(), 0);

@@ -118,7 +118,9 @@ class CoordinatorCore {
   absl::Duration RendezvousWait(const RendezvousGetRequest& req) const;
 
   // ---- reports from ranks. Errors: NOT_FOUND (job), FAILED_PRECONDITION for a report of an
-  // attempt that is not the job's running one, INVALID_ARGUMENT for a rank outside the world.
+  // attempt that is not the job's running one, INVALID_ARGUMENT for a rank outside the world
+  // (and for a negative progress step or memory figure; see CheckpointRegistry::Report for the
+  // checkpoint report's own checks).
   absl::Status ReportProgress(const ProgressReport& report);
   absl::Status ReportCheckpoint(const CheckpointReport& report);
 

@@ -509,6 +509,13 @@ std::vector<Row> Rows() {
   r.push_back({"ProgressWrongAttempt",
                [] { return SendProgress(Progress(fake_job_id, fake_attempt + 5, 0)); },
                C::FAILED_PRECONDITION, "is not running (job is RUNNING at attempt"});
+  r.push_back({"ProgressNegativeStep",
+               [] {
+                 ProgressReport p = Progress(fake_job_id, fake_attempt, 0);
+                 p.set_step(-5);
+                 return SendProgress(p);
+               },
+               C::INVALID_ARGUMENT, "step and peak_memory_bytes must be >= 0, got step -5"});
   r.push_back({"CheckpointForgedCommitOfFinishedJob",
                [] {
                  CheckpointReport c = CkptReport(flags.done_job, 1, 0, 999, "/tmp/forged/step_999");
@@ -526,6 +533,23 @@ std::vector<Row> Rows() {
   r.push_back({"CheckpointEmptyPath",
                [] { return SendCkpt(CkptReport(fake_job_id, fake_attempt, 0, 4, "")); },
                C::INVALID_ARGUMENT, "path must not be empty"});
+  r.push_back({"CheckpointRelativePath",
+               [] { return SendCkpt(CkptReport(fake_job_id, fake_attempt, 0, 4, "../ckpt/step_4")); },
+               C::INVALID_ARGUMENT, "path must be absolute, got \"../ckpt/step_4\""});
+  r.push_back({"CheckpointFileNameEscapesTheStepDir",
+               [] {
+                 CheckpointReport c = CkptReport(fake_job_id, fake_attempt, 0, 4, "/tmp/fake/step_4");
+                 c.set_files(0, "../../etc/passwd");
+                 return SendCkpt(c);
+               },
+               C::INVALID_ARGUMENT, "file \"../../etc/passwd\" is not a file name in the step directory"});
+  r.push_back({"CheckpointNegativeExpectedFiles",
+               [] {
+                 CheckpointReport c = CkptReport(fake_job_id, fake_attempt, 0, 4, "/tmp/fake/step_4");
+                 c.set_expected_files(-2);
+                 return SendCkpt(c);
+               },
+               C::INVALID_ARGUMENT, "expected_files must be >= 0, got -2"});
   r.push_back({"CheckpointPathChangesBetweenReports",
                [] {
                  grpc::Status first = SendCkpt(CkptReport(fake_job_id, fake_attempt, 0, 6, "/tmp/fake/step_6"));
