@@ -1,7 +1,8 @@
 """collectives: all-gather and reduce-scatter bandwidth over loopback, ours against Gloo's own
 algorithms and against torch.distributed on Gloo. Run it with bench/collectives.sh.
 
-Per repetition and world size W (the order of the two programs alternates by repetition):
+Per repetition and world size W (the order of the two programs, and of ours and Gloo inside
+comm_bench, alternates by repetition):
   fsdp/comm_bench --impls=ours,gloo   ours (GlooCommunicator) and Gloo's algorithms called
                                       directly, size by size in one set of processes;
   bench/torch_collectives_rank.py     torch.distributed (Gloo backend): all_gather_into_tensor,
@@ -55,7 +56,8 @@ def main():
                 if prog == "comm_bench":
                     out = subprocess.run(
                         [a.comm_bench, f"--world_sizes={w}", f"--sizes_mib={a.sizes_mib}",
-                         f"--iters={a.iters}", "--impls=ours,gloo",
+                         f"--iters={a.iters}",
+                         "--impls=ours,gloo" if rep % 2 == 0 else "--impls=gloo,ours",
                          f"--out={os.path.join(work, f'cb.{w}.{rep}.tsv')}"],
                         capture_output=True, text=True, timeout=1800)
                     if out.returncode != 0:
