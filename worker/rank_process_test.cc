@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -45,6 +46,26 @@ TEST(RankProcess, StopSendsTermThenKillAfterGrace) {
   const int code = (*p)->Stop(absl::Milliseconds(300));
   EXPECT_EQ(code, -SIGKILL);
   EXPECT_EQ(DescribeExit(code), "killed by SIGKILL");
+}
+
+// A rank frozen with SIGSTOP (a stalled collective in the failure scenarios) keeps its SIGTERM
+// pending; the SIGKILL after the grace period ends it, and Stop reaps it (no zombie left).
+TEST(RankProcess, StopKillsAndReapsAStoppedProcess) {
+  RankProcess::Options o;
+  o.argv = {"/bin/sh", "-c", "while true; do sleep 0.05; done"};
+  o.log_path = TempPath("stopped.log");
+  auto p = RankProcess::Start(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const pid_t pid = (*p)->pid();
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  // Poll never mistakes a stopped process for an ended one.
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE((*p)->Poll().has_value());
+  const int code = (*p)->Stop(absl::Milliseconds(300));
+  EXPECT_EQ(code, -SIGKILL);
+  // Reaped: the pid no longer exists at all (a zombie would still answer kill(pid, 0)).
+  EXPECT_FALSE(Alive(pid));
+  EXPECT_EQ(errno, ESRCH);
 }
 
 TEST(RankProcess, StopReachesGrandchildren) {
