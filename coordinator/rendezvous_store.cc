@@ -59,6 +59,10 @@ absl::StatusOr<std::shared_ptr<RendezvousStore::Namespace>> RendezvousStore::Fin
 absl::Status RendezvousStore::Set(absl::string_view ns, absl::string_view secret,
                                   absl::string_view key, absl::string_view value) {
   if (key.empty()) return absl::InvalidArgumentError("rendezvous key must not be empty");
+  if (key.size() > limits_.max_key_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("rendezvous key of ", key.size(),
+                                                     " bytes; limit ", limits_.max_key_bytes));
+  }
   if (value.size() > limits_.max_value_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("rendezvous value for ", key, " has ",
                                                      value.size(), " bytes; limit ",
@@ -81,6 +85,10 @@ absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(
     absl::Duration timeout, absl::Duration reported_wait) {
   for (const std::string& k : keys) {
     if (k.empty()) return absl::InvalidArgumentError("rendezvous key must not be empty");
+    if (k.size() > limits_.max_key_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat("rendezvous key of ", k.size(),
+                                                       " bytes; limit ", limits_.max_key_bytes));
+    }
   }
   absl::MutexLock lock(&mu_);
   auto found = Find(ns, secret);

@@ -30,6 +30,9 @@ class RendezvousStore {
   struct Limits {
     size_t max_value_bytes = 1 << 20;
     size_t max_keys_per_namespace = 65536;
+    // Keys are short names ("shard[0]/rank_3"); a long one only costs memory (and messages that
+    // name missing keys).
+    size_t max_key_bytes = 4096;
   };
   // Delegates (not "= default"): clang cannot default-construct Limits, whose members have
   // initializers, inside the class that encloses it (the fuzz build, tools/fuzz.sh, uses clang).

@@ -89,6 +89,18 @@ TEST(RendezvousStore, LimitsAreResourceExhausted) {
   EXPECT_EQ(store.Set("ns", "s", "", "1").code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(RendezvousStore, LongKeysAreResourceExhaustedInSetAndGet) {
+  RendezvousStore store;  // default limits: keys up to 4096 bytes
+  store.Open("ns", "s");
+  const std::string long_key(4097, 'k');
+  absl::Status s = store.Set("ns", "s", long_key, "1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(), "rendezvous key of 4097 bytes; limit 4096");
+  auto got = store.Get("ns", "s", {long_key}, absl::ZeroDuration());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(store.Set("ns", "s", std::string(4096, 'k'), "1").ok());
+}
+
 TEST(SecretEquals, ComparesWholeStrings) {
   EXPECT_TRUE(SecretEquals("abc", "abc"));
   EXPECT_FALSE(SecretEquals("abc", "abd"));

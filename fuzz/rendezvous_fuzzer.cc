@@ -91,6 +91,11 @@ class ModelStore {
       FUZZ_CHECK(s.code() == absl::StatusCode::kInvalidArgument, "Set empty key: " + s.ToString());
       return;
     }
+    if (key.size() > limits_.max_key_bytes) {
+      FUZZ_CHECK(s.code() == absl::StatusCode::kResourceExhausted,
+                 "Set oversized key: " + s.ToString());
+      return;
+    }
     if (value.size() > limits_.max_value_bytes) {
       FUZZ_CHECK(s.code() == absl::StatusCode::kResourceExhausted,
                  "Set oversized value: " + s.ToString());
@@ -118,12 +123,18 @@ class ModelStore {
   void Get(const std::string& ns, const std::string& secret,
            const std::vector<std::string>& keys) {
     auto got = store_.Get(ns, secret, keys, absl::ZeroDuration());
-    bool empty_key = false;
-    for (const std::string& k : keys) empty_key |= k.empty();
-    if (empty_key) {
-      FUZZ_CHECK(got.status().code() == absl::StatusCode::kInvalidArgument,
-                 "Get with an empty key: " + got.status().ToString());
-      return;
+    // Keys are checked in order; the first empty or oversized one decides.
+    for (const std::string& k : keys) {
+      if (k.empty()) {
+        FUZZ_CHECK(got.status().code() == absl::StatusCode::kInvalidArgument,
+                   "Get with an empty key: " + got.status().ToString());
+        return;
+      }
+      if (k.size() > limits_.max_key_bytes) {
+        FUZZ_CHECK(got.status().code() == absl::StatusCode::kResourceExhausted,
+                   "Get with an oversized key: " + got.status().ToString());
+        return;
+      }
     }
     auto it = model_.find(ns);
     if (it == model_.end()) {

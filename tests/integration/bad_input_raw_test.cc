@@ -592,6 +592,9 @@ std::vector<Row> Rows() {
   r.push_back({"RendezvousSetValueOverStoreLimit",
                [] { return RvSet(fake_namespace, fake_secret, "big", Big(2 << 20), flags.worker_token); },
                C::RESOURCE_EXHAUSTED, "rendezvous value for big has 2097152 bytes; limit"});
+  r.push_back({"RendezvousSetKeyOverLimit",
+               [] { return RvSet(fake_namespace, fake_secret, Big(64 << 10, 'k'), "v", flags.worker_token); },
+               C::RESOURCE_EXHAUSTED, "rendezvous key of 65536 bytes; limit 4096"});
   r.push_back({"RendezvousSetOverMessageLimit",
                [] { return RvSet(fake_namespace, fake_secret, "huge", Big(5 << 20), flags.worker_token); },
                C::RESOURCE_EXHAUSTED, "Received message larger than max"});
