@@ -786,6 +786,8 @@ int64_t MallocInUse() {
 // allocated for backward (one rank, NO_SHARD so no gathered buffers change between the two
 // measurements): with checkpointing only each block's input is kept.
 TEST(FsdpEngine, ActivationCheckpointingKeepsOnlyBlockInputs) {
+  // One intra-op thread: no per-thread allocator caches between the two measurements.
+  const int threads = at::get_num_threads();
   at::set_num_threads(1);
   TinyGptConfig config;
   config.n_layer = 6;
@@ -820,6 +822,7 @@ TEST(FsdpEngine, ActivationCheckpointingKeepsOnlyBlockInputs) {
               "with (%.1f%%); one block input is %.2f MiB\n",
               held[0] / 1048576.0, held[1] / 1048576.0, 100.0 * held[1] / held[0],
               activation_bytes / 1048576.0);
+  at::set_num_threads(threads);
   EXPECT_EQ(losses[0], losses[1]);
   EXPECT_GT(held[0], 4 * held[1]);
   // Checkpointed: about the 6 block inputs plus the head's activations.
