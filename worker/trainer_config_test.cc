@@ -80,6 +80,36 @@ TEST(LoadTrainerConfig, EnvironmentWorldSizeSetsLayoutAndAccumulation) {
       << bad.status();
 }
 
+// The engine's performance options reach the trainer config (the spec default keeps
+// limit_all_gathers on and everything else off / fp32).
+TEST(LoadTrainerConfig, EngineOptionsAreConverted) {
+  RankEnv env;
+  env.world_size = 2;
+  auto d = LoadTrainerConfig("examples/tiny_gpt_shakespeare.yaml", {"fsdp.hybrid_shard_degree=2"},
+                             env);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->limit_all_gathers);
+  EXPECT_FALSE(d->activation_checkpointing);
+  EXPECT_FALSE(d->fake_collectives);
+  EXPECT_EQ(d->param_dtype, TrainerConfig::Dtype::kFp32);
+  EXPECT_EQ(d->reduce_dtype, TrainerConfig::Dtype::kFp32);
+  auto c = LoadTrainerConfig(
+      "examples/tiny_gpt_shakespeare.yaml",
+      {"fsdp.hybrid_shard_degree=2", "fsdp.limit_all_gathers=false",
+       "fsdp.activation_checkpointing=true", "fsdp.fake_collectives=true",
+       "fsdp.backward_prefetch=BACKWARD_POST", "fsdp.mixed_precision.param_dtype=BF16",
+       "fsdp.mixed_precision.buffer_dtype=BF16"},
+      env);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->limit_all_gathers);
+  EXPECT_TRUE(c->activation_checkpointing);
+  EXPECT_TRUE(c->fake_collectives);
+  EXPECT_EQ(c->backward_prefetch, TrainerConfig::BackwardPrefetch::kPost);
+  EXPECT_EQ(c->param_dtype, TrainerConfig::Dtype::kBf16);
+  EXPECT_EQ(c->reduce_dtype, TrainerConfig::Dtype::kFp32);
+  EXPECT_EQ(c->buffer_dtype, TrainerConfig::Dtype::kBf16);
+}
+
 TEST(LearningRateAt, WarmsUpThenDecaysToMinimum) {
   EXPECT_DOUBLE_EQ(LearningRateAt(0, 1.0, 0.1, 10, 110), 0.1);
   EXPECT_DOUBLE_EQ(LearningRateAt(9, 1.0, 0.1, 10, 110), 1.0);
@@ -104,6 +134,13 @@ TEST(MetricsToJson, HasStepLossAndOptionalFields) {
   EXPECT_NE(json.find("\"sample\": \"a\\\"b\\n\\u001b\xc3\xa9\""), std::string::npos) << json;
   StepMetrics plain;
   EXPECT_EQ(MetricsToJson(plain).find("val_loss"), std::string::npos);
+  EXPECT_EQ(MetricsToJson(plain).find("loss_scale"), std::string::npos);
+  StepMetrics fp16;
+  fp16.loss_scale = 32768;
+  fp16.skipped_steps = 3;
+  EXPECT_NE(MetricsToJson(fp16).find("\"loss_scale\": 32768, \"skipped_steps\": 3"),
+            std::string::npos)
+      << MetricsToJson(fp16);
 }
 
 TEST(MetricsWriter, WritesOneLinePerCall) {
