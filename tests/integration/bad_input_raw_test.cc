@@ -24,6 +24,7 @@
 #include <cmath>
 #include <functional>
 #include <iostream>
+#include <ostream>
 #include <limits>
 #include <memory>
 #include <string>
@@ -320,6 +321,9 @@ struct Row {
   grpc::StatusCode code;
   std::string message;  // substring of the status message
 };
+
+// gtest prints a failing row by its name, not as bytes.
+void PrintTo(const Row& row, std::ostream* os) { *os << row.name; }
 
 std::string Big(size_t n, char c = 'x') { return std::string(n, c); }
 
