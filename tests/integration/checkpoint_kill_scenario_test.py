@@ -8,7 +8,7 @@ commit. The test kills that writer there, then checks that
 
   - the previous committed checkpoint (step 6) is intact, byte for byte, to the end of the job;
   - the half-written step 9 is not listed as committed by `shardctl checkpoints` (it has no
-    MANIFEST.json);
+    MANIFEST.json), `shardctl export --step=9` refuses it and the latest export is step 6;
   - the next attempt resumes from step 6 (the coordinator's RESUME step and the trainer's log),
     and the job finishes, committing step 9 afresh.
 """
@@ -105,10 +105,22 @@ class CheckpointKillScenarioTest(unittest.TestCase):
         failed = [e["message"] for e in status["events"] if e["kind"] == "RANK_FAILED"]
         self.assertIn("rank %d on node node-%d was killed by signal 9" % (PAUSE_SHARD, worker),
                       failed[0])
-        # The half-written save is not a committed checkpoint, and step 6 is untouched.
+        # The half-written save is not a committed checkpoint (the coordinator may list it, from
+        # rank 0's report of its data file, but only as not committed), nothing exports it, the
+        # latest checkpoint is still step 6, and step 6 is untouched.
         committed, cps = self.committed_steps(job)
         self.assertEqual(committed, [3, 6], cps)
+        for c in cps:
+            if int(c["step"]) == PAUSE_STEP:
+                self.assertFalse(c.get("committed", False), c)
         self.assertFalse(os.path.exists(os.path.join(step9, "MANIFEST.json")))
+        out = os.path.join(self.cluster.dir, "export.safetensors")
+        proc = self.cluster.shardctl("export", job, "--step=%d" % PAUSE_STEP, "--out=" + out,
+                                     check=False)
+        self.assertNotEqual(proc.returncode, 0, proc.stdout)
+        self.assertIn("has no committed checkpoint at step %d" % PAUSE_STEP, proc.stderr)
+        proc = self.cluster.shardctl("export", job, "--out=" + out)
+        self.assertIn("(step 6 of %s)" % job, proc.stdout)
         self.assertEqual(tree_digest(step6), before)
 
         status = self.cluster.wait_for(job, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"),
