@@ -33,11 +33,13 @@ grpc::ChannelArguments ChannelArgs() {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   // Despite its name, gRPC uses MIN_RECONNECT_BACKOFF as the deadline of one connection attempt
-  // (TCP connect + HTTP/2 SETTINGS). It was 100 ms here once, and on a loaded machine handshakes
-  // slower than that failed with "connection attempt timed out before receiving SETTINGS frame"
-  // (seen as a coordinator that would not answer). A refused connection still fails at once;
-  // 5 s bounds an attempt to a host that drops packets.
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
+  // (TCP connect + HTTP/2 SETTINGS). Two failures bound it:
+  // - too short (it was 100 ms): on a loaded machine slower handshakes failed with "connection
+  //   attempt timed out before receiving SETTINGS frame", and the coordinator looked down;
+  // - too long (5 s was tried): an attempt that hangs (seen around a coordinator restart) holds
+  //   the channel in its last failure, so calls keep failing with the cached "Connection
+  //   refused" for that long after the coordinator is back, and workers were declared dead.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1500);
   return args;
 }
 }  // namespace
