@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/crc32c.h"
@@ -57,7 +58,14 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::OpenDir(
     }
     file_sizes[f.name()] = f.size_bytes();
   }
+  std::set<std::string> names;
   for (const TensorEntry& t : m->tensors()) {
+    // Readers look tensors up by name: an empty or repeated name would make ReadElements read
+    // another entry's ranges than the one checked here (found by //fuzz:checkpoint_reader_fuzzer).
+    if (t.name().empty() || !names.insert(t.name()).second) {
+      return absl::DataLossError(absl::StrCat(path, ": tensor name '", t.name(), "' is ",
+                                              t.name().empty() ? "empty" : "listed twice"));
+    }
     if (t.dtype() != "float32") {
       return absl::DataLossError(absl::StrCat(path, ": tensor ", t.name(), " has dtype '",
                                               t.dtype(), "' (only float32 is written)"));
