@@ -50,7 +50,7 @@ def main():
     ap.add_argument("--batch_dump", required=True)
     ap.add_argument("--spec", default=os.path.join(HERE, "specs", "gpt_small_bench.yaml"))
     ap.add_argument("--world_sizes", default="2,4")
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--skip", type=int, default=3, help="warm-up steps left out of the median")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "fsdp_vs_torch.txt"))

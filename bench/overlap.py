@@ -9,7 +9,8 @@ shapes; the loss all-reduce of the world group stays real). The four run one aft
 per repetition, their order rotating by repetition. Per run: the median step time over steps
 (skip, steps) (the last step, which evaluates, is left out); per configuration: the median over
 repetitions. The figure of merit is real / fake step time: 1.0 means communication is fully
-hidden (or free); the target is <= 1.15 with prefetch on.
+hidden (or free); the target is <= 1.15 with prefetch on, judged on the median of the
+per-repetition ratios (the ratio of the medians is printed too).
 """
 import argparse
 import json
@@ -29,7 +30,7 @@ def main():
     ap.add_argument("--world_size", type=int, default=2)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--skip", type=int, default=2)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--global_batch_size", type=int, default=16)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "overlap.txt"))
     a = ap.parse_args()
@@ -68,13 +69,19 @@ def main():
                     f"{step * 1e3:8.1f} ms  load {run.load_before} -> {run.load_after}")
             print(line, flush=True)
             lines.append(line)
-    table = [f"{'prefetch':8} {'real ms':>9} {'fake ms':>9} {'real/fake':>9}  target"]
+    table = [f"{'prefetch':8} {'real ms':>9} {'fake ms':>9} {'real/fake':>9} "
+             f"{'per-rep real/fake (median; all)':>32}  target"]
     for p in ("on", "off"):
         real = benchlib.median(times[(p, False)])
         fake = benchlib.median(times[(p, True)])
-        target = ("<= 1.15: " + ("met" if real / fake <= 1.15 else "NOT met")) if p == "on" \
+        # Real and fake of one repetition ran minutes apart at most: their ratio is less
+        # exposed to a load that drifts over the whole benchmark.
+        pairs = [r / f for r, f in zip(times[(p, False)], times[(p, True)])]
+        ratio = benchlib.median(pairs)
+        target = ("<= 1.15: " + ("met" if ratio <= 1.15 else "NOT met")) if p == "on" \
             else "(shown for comparison)"
-        table.append(f"{p:8} {real * 1e3:9.1f} {fake * 1e3:9.1f} {real / fake:9.3f}  {target}")
+        table.append(f"{p:8} {real * 1e3:9.1f} {fake * 1e3:9.1f} {real / fake:9.3f} "
+                     f"{ratio:9.3f}; {' '.join(f'{x:.2f}' for x in pairs):>21}  {target}")
     text = header + (f"W={w}, bench/specs/gpt_small_bench.yaml (GPT 4.87M parameters), global "
                      f"batch {a.global_batch_size}, {a.steps} steps per run, step time = median "
                      f"of steps {a.skip + 1}..{a.steps - 1}, medians over {a.reps} "
