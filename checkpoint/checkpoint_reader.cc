@@ -256,10 +256,9 @@ absl::StatusOr<const char*> CheckpointReader::MapFile(const std::string& file,
   }
   const char* addr = nullptr;
   if (st.st_size > 0) {
-    // MAP_POPULATE reads the file and fills the page tables in one go: the whole file is about
-    // to be read, and a page fault per page cost more than the read itself here.
-    void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ,
-                     MAP_SHARED | MAP_POPULATE, fd, 0);
+    // Page tables are filled per range by MapElements (in parallel on the loading threads);
+    // without that a page fault per page cost more than the read itself here.
+    void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED) {
       ::close(fd);
       return absl::InternalError(absl::StrCat("mmap ", path, ": ", std::strerror(errno)));
@@ -293,6 +292,14 @@ absl::StatusOr<std::vector<CheckpointReader::MappedPiece>> CheckpointReader::Map
       checked = checked_.count({ti, j}) > 0;
     }
     if (!checked) {
+      // Read the range and fill its page tables in one call (page-aligned start) rather than a
+      // fault per page; kernels before 5.14 refuse the advice and the pages fault in instead.
+      const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+      const uintptr_t first = reinterpret_cast<uintptr_t>(range) & ~(page - 1);
+      const uintptr_t last = reinterpret_cast<uintptr_t>(range + r.numel());
+#ifdef MADV_POPULATE_READ
+      (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_READ);
+#endif
       // The whole range is checked even when only part of it is wanted (resharding): the
       // checksum covers the range.
       if (Crc32c(range, static_cast<size_t>(r.numel()) * sizeof(float)) != r.crc32c()) {

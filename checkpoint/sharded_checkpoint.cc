@@ -334,16 +334,28 @@ absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
                                            " other rank(s); nothing was loaded"));
   }
 
-  RETURN_IF_ERROR(TorchCall("load checkpoint shards", [&] {
-    at::NoGradGuard no_grad;
-    for (size_t i = 0; i < slices.size(); ++i) {
-      for (const CheckpointReader::MappedPiece& p : staged[i]) {
-        // from_blob borrows the mapping (read-only: only read from); copy_ handles a GPU shard.
-        const at::Tensor src = at::from_blob(const_cast<float*>(p.src), {p.count}, at::kFloat);
-        slices[i].local.narrow(0, p.offset, p.count).copy_(src);
-      }
+  // Copied on the loading threads too (slices are disjoint views), one slice at a time each.
+  std::vector<absl::Status> copied(slices.size());
+  std::atomic<size_t> next_copy{0};
+  auto copy = [&] {
+    for (size_t i = next_copy++; i < slices.size(); i = next_copy++) {
+      copied[i] = TorchCall("load checkpoint shards", [&] {
+        at::NoGradGuard no_grad;
+        for (const CheckpointReader::MappedPiece& p : staged[i]) {
+          // from_blob borrows the mapping (only read from); copy_ handles a GPU shard.
+          const at::Tensor src = at::from_blob(const_cast<float*>(p.src), {p.count}, at::kFloat);
+          slices[i].local.narrow(0, p.offset, p.count).copy_(src);
+        }
+      });
     }
-  }));
+  };
+  {
+    std::vector<std::thread> threads;
+    for (int t = 1; t < std::max(1, options_.load_threads); ++t) threads.emplace_back(copy);
+    copy();
+    for (std::thread& t : threads) t.join();
+  }
+  for (const absl::Status& c : copied) RETURN_IF_ERROR(c);
   const CheckpointMeta& meta = reader->meta();
   if (optimizer_ != nullptr) optimizer_->set_step_count(meta.optimizer_step);
   SetRngState(meta.rng_state);
