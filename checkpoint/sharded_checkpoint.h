@@ -17,7 +17,8 @@
 //   WaitForPendingSave) waits for it first and returns its error.
 // Load (a collective over `world`): every rank checks the manifest (version, model fingerprint,
 // optimizer kind), that every file exists with its size, and reads and checksums the ranges
-// overlapping its own shard of every parameter and state tensor into staging memory; the ranks
+// overlapping its own shard of every parameter and state tensor (read through a mapping of the
+// data files, CheckpointReader::MapElements, not copied); the ranks
 // then agree (all-reduce) that all succeeded before any of them copies into the model, so a
 // damaged checkpoint loads nothing anywhere. Resharding is offset arithmetic: each rank reads
 // exactly the elements its new shards cover, whatever W, S and strategy wrote them.
