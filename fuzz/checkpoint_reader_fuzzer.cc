@@ -4,7 +4,8 @@
 // most 4). The files live in one temporary directory per process, rewritten for every input.
 //
 // Invariants checked beyond "no crash": errors carry the documented codes; the reader accepts
-// only plain data file names (nothing outside the step directory); when VerifyAll
+// only plain data file names (nothing outside the step directory); MapElements agrees with
+// ReadElements; when VerifyAll
 // passes, every tensor reads back, and what ReadElements returns is the bytes of the data file
 // at the manifest's offsets.
 #include <sys/stat.h>
@@ -101,10 +102,38 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int64_t end = std::min(numel, kMaxReadElements);
     buf.assign(static_cast<size_t>(end), 0.0f);
     const absl::Status s = r.ReadElements(t.name(), 0, end, buf.data());
+    // MapElements (what a training load uses) must agree with ReadElements: it fails whenever
+    // ReadElements does, fails otherwise only for a file of the wrong size (which VerifyFiles
+    // also refuses), and when it succeeds its pieces hold the same values.
+    const auto mapped = r.MapElements(t.name(), 0, end);
+    if (!mapped.ok()) {
+      FUZZ_CHECK(IsDocumentedCode(mapped.status().code()),
+                 "MapElements: " + mapped.status().ToString());
+      FUZZ_CHECK(!s.ok() || !files.ok(),
+                 "ReadElements read " + t.name() + " but MapElements failed: " +
+                     mapped.status().ToString());
+    }
     if (!s.ok()) {
       FUZZ_CHECK(IsDocumentedCode(s.code()), "ReadElements: " + s.ToString());
       FUZZ_CHECK(!all.ok(), "VerifyAll passed but ReadElements failed: " + s.ToString());
+      FUZZ_CHECK(!mapped.ok(), "ReadElements failed but MapElements did not: " + s.ToString());
       continue;
+    }
+    if (mapped.ok()) {
+      std::vector<float> via_map(static_cast<size_t>(end), 0.0f);
+      int64_t covered = 0;
+      for (const auto& piece : *mapped) {
+        FUZZ_CHECK(piece.offset >= 0 && piece.count >= 0 && piece.offset + piece.count <= end,
+                   "MapElements piece outside the window for " + t.name());
+        if (piece.count > 0) {
+          std::memcpy(via_map.data() + piece.offset, piece.src,
+                      static_cast<size_t>(piece.count) * 4);
+        }
+        covered += piece.count;
+      }
+      FUZZ_CHECK(covered == end && (end == 0 || std::memcmp(via_map.data(), buf.data(),
+                                                             end * 4) == 0),
+                 "MapElements gave other values than ReadElements for " + t.name());
     }
     // The values are the data file's bytes at the first range's offset.
     if (end > 0 && !t.ranges().empty()) {
