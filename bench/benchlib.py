@@ -110,3 +110,11 @@ def run_ranks(argv_of_rank, world, log_prefix, extra_env=None, timeout_s=900):
 
 def median(values):
     return statistics.median(values) if values else float("nan")
+
+
+def write_results(path, text):
+    """Writes a benchmark's results file (creating its folder) and says where."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    print(f"wrote {path}")

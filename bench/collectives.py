@@ -109,10 +109,7 @@ def main():
         "\n\nruns:\n" + "\n".join(runs) + \
         f"\nload average at end {benchlib.load_average()}\n"
     print("\n" + "\n".join(table + notes))
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
-        f.write(text)
-    print(f"wrote {a.out}")
+    benchlib.write_results(a.out, text)
 
 
 if __name__ == "__main__":

@@ -194,10 +194,7 @@ def main():
     text = header + "\n".join(table) + "\n\nruns:\n" + "\n".join(raw_lines) + \
         f"\nload average at end {benchlib.load_average()}; work dir {work}\n"
     print("\n" + "\n".join(table))
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
-        f.write(text)
-    print(f"wrote {a.out}")
+    benchlib.write_results(a.out, text)
 
 
 if __name__ == "__main__":
