@@ -6,6 +6,7 @@
 #include <atomic>
 #include <thread>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <utility>
@@ -24,6 +25,15 @@
 
 namespace shardline::checkpoint {
 namespace {
+
+// Runs `work` on `n` threads (this one included) and waits for all; `work` takes its items
+// from a shared counter, so the threads share the items.
+void RunOnThreads(int n, const std::function<void()>& work) {
+  std::vector<std::thread> threads;
+  for (int t = 1; t < std::max(1, n); ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+}
 
 // "<param>.exp_avg" (ShardedOptimizer::LocalState) -> "<param>#exp_avg" (manifest).
 std::string StateManifestName(const std::string& local_name) {
@@ -314,10 +324,7 @@ absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
         }
       }
     };
-    std::vector<std::thread> threads;
-    for (int t = 1; t < std::max(1, options_.load_threads); ++t) threads.emplace_back(work);
-    work();
-    for (std::thread& t : threads) t.join();
+    RunOnThreads(options_.load_threads, work);
     for (const absl::Status& r : results) RETURN_IF_ERROR(r);
     return absl::OkStatus();
   };
@@ -349,12 +356,7 @@ absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
       });
     }
   };
-  {
-    std::vector<std::thread> threads;
-    for (int t = 1; t < std::max(1, options_.load_threads); ++t) threads.emplace_back(copy);
-    copy();
-    for (std::thread& t : threads) t.join();
-  }
+  RunOnThreads(options_.load_threads, copy);
   for (const absl::Status& c : copied) RETURN_IF_ERROR(c);
   const CheckpointMeta& meta = reader->meta();
   if (optimizer_ != nullptr) optimizer_->set_step_count(meta.optimizer_step);
