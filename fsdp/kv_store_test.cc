@@ -247,20 +247,28 @@ TEST(TcpKvStore, ClientStartedBeforeServerConnectsWhenItComesUp) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
-TEST(TcpKvStore, ServerShutdownFailsBlockedGetWithUnavailable) {
+// A serving store on a free port and a client connected to it.
+void ServeAndConnect(std::unique_ptr<TcpKvStore>* server, std::unique_ptr<TcpKvStore>* client) {
   TcpKvStore::Options options;
   options.serve = true;
-  auto server = TcpKvStore::Create(options);
-  ASSERT_TRUE(server.ok());
+  auto s = TcpKvStore::Create(options);
+  ASSERT_TRUE(s.ok()) << s.status();
   options.serve = false;
-  options.port = (*server)->port();
-  auto client = TcpKvStore::Create(options);
-  ASSERT_TRUE(client.ok());
+  options.port = (*s)->port();
+  auto c = TcpKvStore::Create(options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  *server = *std::move(s);
+  *client = *std::move(c);
+}
+
+TEST(TcpKvStore, ServerShutdownFailsBlockedGetWithUnavailable) {
+  std::unique_ptr<TcpKvStore> server, client;
+  ASSERT_NO_FATAL_FAILURE(ServeAndConnect(&server, &client));
   std::thread killer([&] {
     absl::SleepFor(absl::Milliseconds(200));
-    server->reset();
+    server.reset();
   });
-  auto values = (*client)->Get({"never"}, absl::Seconds(30));
+  auto values = client->Get({"never"}, absl::Seconds(30));
   killer.join();
   EXPECT_EQ(values.status().code(), absl::StatusCode::kUnavailable) << values.status();
 }
@@ -276,15 +284,9 @@ double ProcessCpuSeconds() {
 // run of every rank-0 trainer. Idle for 2 s, they must use (almost) no CPU; spinning used
 // seconds, and even on a machine loaded 8x over still hundreds of milliseconds.
 TEST(TcpKvStore, IdleServerAndConnectionDoNotSpin) {
-  TcpKvStore::Options options;
-  options.serve = true;
-  auto server = TcpKvStore::Create(options);
-  ASSERT_TRUE(server.ok());
-  options.serve = false;
-  options.port = (*server)->port();
-  auto client = TcpKvStore::Create(options);
-  ASSERT_TRUE(client.ok());
-  ASSERT_TRUE((*client)->Set("k", "v").ok());  // The connection is open and idle from here.
+  std::unique_ptr<TcpKvStore> server, client;
+  ASSERT_NO_FATAL_FAILURE(ServeAndConnect(&server, &client));
+  ASSERT_TRUE(client->Set("k", "v").ok());  // The connection is open and idle from here.
   const double before = ProcessCpuSeconds();
   absl::SleepFor(absl::Seconds(2));
   const double used = ProcessCpuSeconds() - before;
