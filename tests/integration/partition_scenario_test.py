@@ -175,7 +175,14 @@ class PartitionScenarioTest(unittest.TestCase):
         # Registered again: told to by a heartbeat answer, or after its assignment stream
         # ended (the coordinator closed it when it declared the worker dead), whichever the
         # daemon saw first; either way a new registration.
-        worker_log = open(os.path.join(self.cluster.worker_dir(1), "worker.log")).read()
+        # The coordinator marks it ALIVE when the Register RPC is served; the daemon logs
+        # "registered as" only once the answer is back, so poll the log rather than read it once.
+        log_path = os.path.join(self.cluster.worker_dir(1), "worker.log")
+        deadline = time.time() + 30
+        worker_log = open(log_path).read()
+        while worker_log.count("registered as") < 2 and time.time() < deadline:
+            time.sleep(0.2)
+            worker_log = open(log_path).read()
         self.assertGreaterEqual(worker_log.count("registered as"), 2, worker_log[-3000:])
         # Its trainers of the failed attempt do not outlive it (they are stopped, or ended on
         # their own collective timeout).
