@@ -28,7 +28,12 @@ PY=$TORCH_VENV/bin/python
 PEAK=${SHARDLINE_PEAK_FLOPS:-989e12}
 log() { echo "[run_all $(date -u +%H:%M:%S)] $*" | tee -a "$WORK/run_all.log" >&2; }
 finish() {
-  [ -n "${OUT:-}" ] && mkdir -p "$OUT" && cp -r "$RESULTS" "$WORK"/*.log "$WORK"/*.jsonl "$OUT"/ 2>/dev/null
+  # The device runner brings back at most 8 files: the results and one archive of the logs.
+  if [ -n "${OUT:-}" ]; then
+    mkdir -p "$OUT" && cp "$RESULTS" "$OUT"/
+    (cd "$WORK" && tar czf "$OUT/gpu_logs.tgz" --exclude=bazel-ob --exclude=cuda_home \
+      --exclude='ckpt*' --exclude='cluster/*/jobs/*/attempt-*/data*' . 2>/dev/null)
+  fi
   exit "${1:-0}"
 }
 
@@ -45,51 +50,94 @@ cat "$RESULTS"
 TORCH_DIR=$("$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 SITE=$(dirname "$TORCH_DIR")
 
-# ---- 1. CUDA_HOME and build --------------------------------------------------------------------
-if [ -z "${CUDA_HOME:-}" ]; then
-  if [ -f /usr/local/cuda/include/nccl.h ] && [ -z "${RUN_ALL_CUDA_FROM_WHEELS:-}" ]; then
-    CUDA_HOME=/usr/local/cuda
-  else
-    # The wheels ship headers and versioned libraries per package (nvidia/<pkg>/{include,lib});
-    # third_party/cuda wants one include/ with nccl.h and lib64/ with libcudart.so, libnccl.so.
-    CUDA_HOME=$WORK/cuda_home
-    rm -rf "$CUDA_HOME" && mkdir -p "$CUDA_HOME/include" "$CUDA_HOME/lib64"
-    for d in "$SITE"/nvidia/*/ "$SITE"/nvidia/*/*/; do
-      [ -d "$d/include" ] && cp -rs "$d/include/." "$CUDA_HOME/include/" 2>/dev/null
-      if [ -d "$d/lib" ]; then
-        for f in "$d"/lib/*.so*; do
-          [ -e "$f" ] || continue
-          ln -sf "$f" "$CUDA_HOME/lib64/$(basename "$f")"
-          base=$(basename "$f" | sed 's/\.so\..*/.so/')
-          [ -e "$CUDA_HOME/lib64/$base" ] || ln -sf "$f" "$CUDA_HOME/lib64/$base"
-        done
-      fi
-    done
+# ---- 1. binaries: prebuilt (.gpu from bench/gpu/pack.sh) or built here with Bazel ---------------
+if [ -x "$REPO/.gpu/bin/trainer" ] && [ -z "${RUN_ALL_BUILD:-}" ]; then
+  # The GPU machine has no Bazel, gRPC or Abseil: pack.sh built the binaries on the build machine
+  # against the same torch wheel and bundled the libraries this machine lacks.
+  BIN=$REPO/.gpu/bin
+  NV=$(ls -d "$SITE"/nvidia/*/lib 2>/dev/null | tr '\n' ':')
+  export LD_LIBRARY_PATH="$REPO/.gpu/lib:$TORCH_DIR/lib:$NV/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  log "prebuilt binaries in $BIN; LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  missing=$(for f in "$BIN"/*; do ldd "$f" | grep 'not found' | sed "s|^|$(basename "$f"): |"; done)
+  if [ -n "$missing" ]; then
+    log "unresolved libraries:"; echo "$missing" >&2
+    echo "FAILED: unresolved libraries: $(echo "$missing" | tr '\n' ' ')" >> "$RESULTS"
   fi
-fi
-export CUDA_HOME SHARDLINE_TORCH_DIR=$TORCH_DIR
-log "CUDA_HOME=$CUDA_HOME (nccl.h: $([ -f "$CUDA_HOME/include/nccl.h" ] && echo yes || echo NO)); SHARDLINE_TORCH_DIR=$TORCH_DIR"
-command -v bazel >/dev/null || { log "bazel not installed: run tools/setup.sh first"; echo "FAILED: no bazel" >> "$RESULTS"; finish 2; }
-BZ=(bazel --output_base="$WORK/bazel-ob")
-log "building //worker:trainer and the GPU tests"
-if ! timeout 480 "${BZ[@]}" build --jobs="$(nproc)" //worker:trainer //fsdp:nccl_communicator_test \
-    > "$WORK/build.log" 2>&1; then
-  log "build failed; tail of $WORK/build.log:"; tail -30 "$WORK/build.log" >&2
-  echo "FAILED: build (see build.log)" >> "$RESULTS"; finish 1
-fi
-BIN=$("${BZ[@]}" info bazel-bin 2>/dev/null)
-if [ -n "${RUN_ALL_BUILD_ONLY:-}" ]; then  # For checking the build on a machine without a GPU.
-  log "built $BIN/worker/trainer; stopping (RUN_ALL_BUILD_ONLY)"; finish 0
+  trainer_bin=$BIN/trainer
+else
+  if [ -z "${CUDA_HOME:-}" ]; then
+    if [ -f /usr/local/cuda/include/nccl.h ] && [ -z "${RUN_ALL_CUDA_FROM_WHEELS:-}" ]; then
+      CUDA_HOME=/usr/local/cuda
+    else
+      # The wheels ship headers and versioned libraries per package (nvidia/<pkg>/{include,lib});
+      # third_party/cuda wants one include/ with nccl.h and lib64/ with libcudart.so, libnccl.so.
+      CUDA_HOME=$WORK/cuda_home
+      rm -rf "$CUDA_HOME" && mkdir -p "$CUDA_HOME/include" "$CUDA_HOME/lib64"
+      for d in "$SITE"/nvidia/*/ "$SITE"/nvidia/*/*/; do
+        [ -d "$d/include" ] && cp -rs "$d/include/." "$CUDA_HOME/include/" 2>/dev/null
+        if [ -d "$d/lib" ]; then
+          for f in "$d"/lib/*.so*; do
+            [ -e "$f" ] || continue
+            ln -sf "$f" "$CUDA_HOME/lib64/$(basename "$f")"
+            base=$(basename "$f" | sed 's/\.so\..*/.so/')
+            [ -e "$CUDA_HOME/lib64/$base" ] || ln -sf "$f" "$CUDA_HOME/lib64/$base"
+          done
+        fi
+      done
+    fi
+  fi
+  export CUDA_HOME SHARDLINE_TORCH_DIR=$TORCH_DIR
+  log "CUDA_HOME=$CUDA_HOME (nccl.h: $([ -f "$CUDA_HOME/include/nccl.h" ] && echo yes || echo NO)); SHARDLINE_TORCH_DIR=$TORCH_DIR"
+  command -v bazel >/dev/null || { log "no .gpu/bin and no bazel: run bench/gpu/pack.sh on a build machine and carry .gpu"; echo "FAILED: no binaries" >> "$RESULTS"; finish 2; }
+  BZ=(bazel --output_base="$WORK/bazel-ob")
+  log "building //worker:trainer and the GPU tests"
+  if ! timeout 480 "${BZ[@]}" build --jobs="$(nproc)" //worker:trainer //fsdp:nccl_communicator_test \
+      > "$WORK/build.log" 2>&1; then
+    log "build failed; tail of $WORK/build.log:"; tail -30 "$WORK/build.log" >&2
+    echo "FAILED: build (see build.log)" >> "$RESULTS"; finish 1
+  fi
+  BIN=$("${BZ[@]}" info bazel-bin 2>/dev/null)
+  trainer_bin=$BIN/worker/trainer
+  if [ -n "${RUN_ALL_BUILD_ONLY:-}" ]; then  # For checking the build on a machine without a GPU.
+    log "built $trainer_bin; stopping (RUN_ALL_BUILD_ONLY)"; finish 0
+  fi
 fi
 
 # ---- 2. GPU-tagged tests -----------------------------------------------------------------------
-GPU_TESTS=$("${BZ[@]}" query 'attr(tags, "gpu", tests(//...))' 2>/dev/null | tr '\n' ' ')
-log "GPU tests: $GPU_TESTS"
-timeout 240 "${BZ[@]}" test --jobs="$(nproc)" --test_tag_filters=gpu --test_output=errors --test_summary=short \
-  $GPU_TESTS > "$WORK/gpu_tests.log" 2>&1
-TEST_RC=$?
-echo "gpu tests (bazel exit $TEST_RC): $(grep -cE '^//.* PASSED' "$WORK/gpu_tests.log") passed, $(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS)' "$WORK/gpu_tests.log") failed" >> "$RESULTS"
-grep -E '^//' "$WORK/gpu_tests.log" | sed 's/^/  /' >> "$RESULTS"
+if [ "$BIN" = "$REPO/.gpu/bin" ]; then
+  # Each GPU test binary and script, run directly (what `bazel test --test_tag_filters=gpu` runs).
+  : > "$WORK/gpu_tests.log"
+  pass=0; fail=0
+  gpu_test() {  # $1: name; rest: command
+    local name=$1; shift
+    echo "==== $name" >> "$WORK/gpu_tests.log"
+    local rc=0
+    TEST_TMPDIR=$(mktemp -d) timeout 120 "$@" >> "$WORK/gpu_tests.log" 2>&1 || rc=$?
+    if [ $rc -eq 0 ]; then
+      pass=$((pass + 1)); echo "  $name PASSED" >> "$RESULTS.tests"
+    else
+      fail=$((fail + 1)); echo "  $name FAILED (exit $rc)" >> "$RESULTS.tests"
+    fi
+  }
+  : > "$RESULTS.tests"
+  gpu_test nccl_smoke "$BIN/nccl_smoke"
+  for t in "$BIN"/*_test; do
+    gpu_test "$(basename "$t")" "$t"
+  done
+  for s in worker/trainer_gpu_test.sh $(ls worker/*_gpu_test.sh fsdp/*_gpu_test.sh 2>/dev/null | grep -v '^worker/trainer_gpu_test.sh$'); do
+    gpu_test "$s" bash "$s" "$trainer_bin"
+  done
+  echo "gpu tests: $pass passed, $fail failed" >> "$RESULTS"
+  cat "$RESULTS.tests" >> "$RESULTS"; rm -f "$RESULTS.tests"
+else
+  GPU_TESTS=$("${BZ[@]}" query 'attr(tags, "gpu", tests(//...))' 2>/dev/null | tr '\n' ' ')
+  log "GPU tests: $GPU_TESTS"
+  timeout 240 "${BZ[@]}" test --jobs="$(nproc)" --test_tag_filters=gpu --test_output=errors --test_summary=short \
+    $GPU_TESTS > "$WORK/gpu_tests.log" 2>&1
+  TEST_RC=$?
+  echo "gpu tests (bazel exit $TEST_RC): $(grep -cE '^//.* PASSED' "$WORK/gpu_tests.log") passed, $(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS)' "$WORK/gpu_tests.log") failed" >> "$RESULTS"
+  grep -E '^//' "$WORK/gpu_tests.log" | sed 's/^/  /' >> "$RESULTS"
+fi
 
 # ---- 3. GPT-2 small, ours vs PyTorch FSDP2 -----------------------------------------------------
 median_metrics() {  # $1: metrics JSONL -> "step_s tokens_per_s mfu" (median over steps 6..N-1)
@@ -104,7 +152,7 @@ EOF
 run_ours() {  # $1: dtype label; rest: extra --set
   local label=$1; shift
   RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 SHARDLINE_PEAK_FLOPS=$PEAK \
-    timeout 240 "$BIN/worker/trainer" --spec bench/gpu/gpt2_bf16.yaml "$@" \
+    timeout 150 "$trainer_bin" --spec bench/gpu/gpt2_bf16.yaml "$@" \
     --metrics_out "$WORK/ours_$label.jsonl" > "$WORK/ours_$label.log" 2>&1
 }
 log "ours: GPT-2 small bf16"
@@ -118,7 +166,7 @@ if ! run_ours bf16; then
 fi
 log "theirs: PyTorch FSDP2 GPT-2 small bf16"
 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29518 \
-  timeout 240 "$PY" bench/gpu/torch_fsdp2_gpt2.py --data data/tinyshakespeare.txt --dtype bf16 \
+  timeout 150 "$PY" bench/gpu/torch_fsdp2_gpt2.py --data data/tinyshakespeare.txt --dtype bf16 \
   --peak_flops "$PEAK" > "$WORK/torch_bf16.log" 2>&1
 THEIRS=$(grep -m1 '^{' "$WORK/torch_bf16.log")
 {
@@ -138,5 +186,28 @@ THEIRS=$(grep -m1 '^{' "$WORK/torch_bf16.log")
   fi
   echo "load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
 } >> "$RESULTS"
+
+# ---- 4. the whole system on the GPU: coordinator, worker daemon, trainer, through shardctl -----
+if [ "$BIN" = "$REPO/.gpu/bin" ]; then
+  log "local cluster: a CUDA job through the coordinator and a worker daemon"
+  state=$WORK/cluster
+  ctl() { timeout 30 "$BIN/shardctl" "$@" --state_dir="$state"; }
+  {
+    ctl cluster up --workers=1 --slots=1 && ctl workers &&
+    job=$(ctl submit examples/tiny_gpt_shakespeare.yaml --set world_size=1 --set device.kind=CUDA \
+      --set fsdp.sharding_strategy=NO_SHARD --set fsdp.hybrid_shard_degree=0 --set train.steps=200 \
+      --set train.global_batch_size=8 --set checkpoint.dir="$WORK/ckpt" \
+      --set checkpoint.every_steps=100 --set checkpoint.save_final=true) &&
+    echo "job $job" && timeout 90 "$BIN/shardctl" watch "$job" --state_dir="$state"
+    echo "watch exit $?"
+    ctl status "$job"; ctl checkpoints "$job"
+    ctl cluster down
+  } > "$WORK/cluster.log" 2>&1
+  {
+    echo
+    echo "local cluster on the GPU (shardctl cluster up --workers=1; tiny GPT, device.kind=CUDA, W=1):"
+    grep -E "^(cluster up|job |watch exit|state |progress |checkpoint |val loss |memory |w1 )|SCHEDULED|SUCCEEDED|FAILED|PENDING|^[0-9]+ +yes" "$WORK/cluster.log" | head -24 | sed 's/^/  /'
+  } >> "$RESULTS"
+fi
 cat "$RESULTS"
 finish 0
