@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# GPU benchmark, one command, for a machine with one NVIDIA GPU (an H200) and PyTorch 2.11 built
-# for CUDA 13 in a virtual environment (default /opt/torch/.venv; override with TORCH_VENV):
+# GPU checks and benchmark, one command, for a machine with one NVIDIA GPU (an H200) and PyTorch
+# 2.11 built for CUDA 13 in a virtual environment (default /opt/torch/.venv; override with TORCH_VENV):
 #
-#   bench/gpu/run_all.sh            # ~10 minutes: build, GPU tests, two short training runs
+#   bench/gpu/pack.sh               # on the build machine: binaries + libraries into .gpu/
+#   bench/gpu/run_all.sh            # on the GPU machine, .gpu carried along: ~2-4 minutes
 #
-#   1. builds our trainer and the NCCL backend's tests against that venv's LibTorch
-#      (SHARDLINE_TORCH_DIR) and CUDA/NCCL (CUDA_HOME: /usr/local/cuda when it has nccl.h,
-#      else, or with RUN_ALL_CUDA_FROM_WHEELS=1, a directory of links assembled from the
-#      venv's nvidia-* wheels);
-#   2. runs the tests tagged "gpu" (NCCL communicator, trainer on CUDA);
-#   3. trains GPT-2 small (124M, bench/gpu/gpt2_bf16.yaml: bf16 compute, 8 x 1024 tokens per
-#      step, 30 steps) with our trainer on the one GPU, then the same model with PyTorch FSDP2
-#      (bench/gpu/torch_fsdp2_gpt2.py) on the same GPU, and reports median step time, tokens/s
-#      and MFU (models/gpt.cc's FLOP count over the dense bf16 peak, 989 TFLOP/s by default:
-#      SHARDLINE_PEAK_FLOPS).
-# Writes bench/gpu/results_gpu.txt (and copies it and the logs to $OUT when that is set, as the
-# device runner provides). RUN_ALL_BUILD_ONLY=1 stops after the build. If our trainer refuses bf16 (mixed precision not in the engine yet),
-# the run is repeated in fp32 and labelled so. Each phase has its own time limit.
+#   1. binaries: the prebuilt ones in .gpu/bin (the lent GPU machine has no Bazel, gRPC or Abseil;
+#      pack.sh links them against the same torch==2.11.0+cu130 wheel), else builds our trainer and
+#      the NCCL tests with Bazel against this venv's LibTorch and CUDA/NCCL (CUDA_HOME:
+#      /usr/local/cuda when it has nccl.h, else a directory of links into the venv's nvidia-*
+#      wheels; RUN_ALL_BUILD_ONLY=1 stops after the build);
+#   2. runs the GPU tests (NCCL smoke, NCCL communicator, CPU offload, trainer on CUDA);
+#   3. trains GPT-2 small (124M, bench/gpu/gpt2_bf16.yaml: bf16 compute, 8 x 1024 tokens per step,
+#      30 steps) with our trainer, with and without fsdp.cpu_offload, then the same model with
+#      PyTorch FSDP2 (bench/gpu/torch_fsdp2_gpt2.py), FSDP2 + CPUOffloadPolicy, and plain PyTorch
+#      autocast without FSDP, all on the same GPU; reports median step time, tokens/s, MFU
+#      (models/gpt.cc's FLOP count over the dense bf16 peak, 989 TFLOP/s by default:
+#      SHARDLINE_PEAK_FLOPS) and the GPU memory peak;
+#   4. with prebuilt binaries: starts a local cluster (coordinator + one worker daemon, which
+#      finds the GPU) and runs a CUDA job through shardctl with checkpoints.
+# Writes bench/gpu/results_gpu.txt (and copies it and an archive of the logs to $OUT when that is
+# set, as the device runner provides). Each phase has its own time limit.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
@@ -140,50 +144,65 @@ else
 fi
 
 # ---- 3. GPT-2 small, ours vs PyTorch FSDP2 -----------------------------------------------------
-median_metrics() {  # $1: metrics JSONL -> "step_s tokens_per_s mfu" (median over steps 6..N-1)
+# One row per run: "label step_s tokens_per_s mfu max_gpu_bytes" (max_gpu_bytes: -1 if unknown).
+ROWS=$WORK/rows.txt
+: > "$ROWS"
+median_metrics() {  # $1: metrics JSONL -> "step_s tokens_per_s mfu max_gpu_bytes" (steps 6..N-1)
   "$PY" - "$1" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 body = [r for r in rows if 5 < r["step"] < len(rows)] or rows
 med = lambda k: statistics.median(r[k] for r in body)
-print(f'{med("step_time_s"):.4f} {med("tokens_per_s"):.0f} {med("mfu"):.4f}')
+# The trainer's CUDA caching-allocator peak, if this build reports one.
+gpu = [v for r in rows for k, v in r.items() if "cuda" in k and "max" in k and "alloc" in k]
+print(f'{med("step_time_s"):.4f} {med("tokens_per_s"):.0f} {med("mfu"):.4f} {max(gpu) if gpu else -1}')
 EOF
 }
-run_ours() {  # $1: dtype label; rest: extra --set
+run_ours() {  # $1: label; rest: extra --set
   local label=$1; shift
-  RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 SHARDLINE_PEAK_FLOPS=$PEAK \
-    timeout 150 "$trainer_bin" --spec bench/gpu/gpt2_bf16.yaml "$@" \
-    --metrics_out "$WORK/ours_$label.jsonl" > "$WORK/ours_$label.log" 2>&1
+  log "ours: GPT-2 small $label"
+  if RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 SHARDLINE_PEAK_FLOPS=$PEAK \
+      timeout 150 "$trainer_bin" --spec bench/gpu/gpt2_bf16.yaml "$@" \
+      --metrics_out "$WORK/ours_$label.jsonl" > "$WORK/ours_$label.log" 2>&1; then
+    echo "ours_($label) $(median_metrics "$WORK/ours_$label.jsonl")" >> "$ROWS"
+  else
+    echo "ours ($label): FAILED: $(grep -m1 -E 'E[0-9]{4}|error|refus' "$WORK/ours_$label.log" | cut -c1-200)" >> "$RESULTS"
+  fi
 }
-log "ours: GPT-2 small bf16"
-OURS_LABEL=bf16
-if ! run_ours bf16; then
-  log "bf16 run failed (tail below); retrying in fp32"; tail -5 "$WORK/ours_bf16.log" >&2
-  echo "ours bf16: FAILED: $(grep -m1 -E 'E[0-9]{4}|error|refus' "$WORK/ours_bf16.log" | cut -c1-200)" >> "$RESULTS"
-  OURS_LABEL=fp32
-  run_ours fp32 --set fsdp.mixed_precision.param_dtype=FP32 --set fsdp.mixed_precision.reduce_dtype=FP32 \
-    --set fsdp.mixed_precision.buffer_dtype=FP32 || { tail -20 "$WORK/ours_fp32.log" >&2; OURS_LABEL=""; }
-fi
-log "theirs: PyTorch FSDP2 GPT-2 small bf16"
-RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29518 \
-  timeout 150 "$PY" bench/gpu/torch_fsdp2_gpt2.py --data data/tinyshakespeare.txt --dtype bf16 \
-  --peak_flops "$PEAK" > "$WORK/torch_bf16.log" 2>&1
-THEIRS=$(grep -m1 '^{' "$WORK/torch_bf16.log")
+run_theirs() {  # $1: --mode
+  log "theirs: PyTorch $1 GPT-2 small bf16"
+  RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29518 \
+    timeout 150 "$PY" bench/gpu/torch_fsdp2_gpt2.py --data data/tinyshakespeare.txt --dtype bf16 \
+    --mode "$1" --peak_flops "$PEAK" > "$WORK/torch_$1.log" 2>&1
+  local line
+  line=$(grep -m1 '^{' "$WORK/torch_$1.log")
+  if [ -n "$line" ]; then
+    "$PY" -c 'import json,sys; r=json.loads(sys.argv[1]); print("torch_%s %.4f %.0f %.4f %d" % (sys.argv[2], r["step_s"], r["tokens_per_s"], r["mfu"], r["max_memory_allocated_gib"] * 2**30))' "$line" "$1" >> "$ROWS"
+  else
+    echo "torch $1: FAILED: $(tail -3 "$WORK/torch_$1.log" | tr '\n' ' ' | cut -c1-300)" >> "$RESULTS"
+  fi
+}
+run_ours bf16
+run_ours bf16_offload --set fsdp.cpu_offload=true
+run_theirs fsdp2
+run_theirs fsdp2_offload
+run_theirs autocast
 {
   echo
-  echo "GPT-2 small (124M), one GPU, 8 x 1024 tokens/step, AdamW; median of steps 6..29; MFU = models/gpt.cc FLOPs / $PEAK FLOP/s"
-  printf '%-22s %10s %12s %8s\n' side "step ms" "tokens/s" MFU
-  if [ -n "$OURS_LABEL" ]; then
-    read -r s t m <<< "$(median_metrics "$WORK/ours_$OURS_LABEL.jsonl")"
-    "$PY" -c 'import sys; s, t, m = map(float, sys.argv[2:]); print("%-22s %10.1f %12.0f %7.1f%%" % (sys.argv[1], s * 1e3, t, m * 100))' "ours ($OURS_LABEL)" "$s" "$t" "$m"
-  else
-    echo "ours: FAILED (see ours_*.log)"
-  fi
-  if [ -n "$THEIRS" ]; then
-    "$PY" -c 'import json,sys; r=json.loads(sys.argv[1]); print("%-22s %10.1f %12.0f %7.1f%%   (max allocated %.1f GiB)" % ("torch FSDP2 (bf16)", r["step_s"]*1e3, r["tokens_per_s"], r["mfu"]*100, r["max_memory_allocated_gib"]))' "$THEIRS"
-  else
-    echo "torch FSDP2: FAILED: $(tail -3 "$WORK/torch_bf16.log" | tr '\n' ' ')"
-  fi
+  echo "GPT-2 small (124M), one GPU, 8 x 1024 tokens/step, bf16 compute, fp32 master weights, AdamW;"
+  echo "median of steps 6..29; MFU = models/gpt.cc FLOPs / $PEAK FLOP/s; GPU GiB = the CUDA caching"
+  echo "allocator's max allocated (n/a: not reported); ratio = the row's step time / torch fsdp2's"
+  "$PY" - "$ROWS" <<'EOF'
+import sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+ref = {r[0]: float(r[1]) for r in rows}.get("torch_fsdp2")
+print("%-24s %9s %11s %7s %8s %7s" % ("side", "step ms", "tokens/s", "MFU", "GPU GiB", "ratio"))
+for name, step, tok, mfu, gpu in rows:
+    gib = "%.2f" % (int(float(gpu)) / 2**30) if float(gpu) >= 0 else "n/a"
+    ratio = "%.2f" % (float(step) / ref) if ref else "n/a"
+    print("%-24s %9.1f %11.0f %6.1f%% %8s %7s" % (name.replace("_", " ", 1), float(step) * 1e3,
+                                                 float(tok), float(mfu) * 100, gib, ratio))
+EOF
   echo "load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
 } >> "$RESULTS"
 

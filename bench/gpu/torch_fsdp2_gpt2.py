@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import gpt_mirror  # noqa: E402
@@ -32,6 +32,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--peak_flops", type=float, default=989e12)
+    # fsdp2: fully_shard per Block + root; fsdp2_offload: the same with CPUOffloadPolicy (shards,
+    # gradients and the optimizer step on the CPU); autocast: no FSDP, the plain single-GPU
+    # recipe (fp32 parameters, torch.autocast to the dtype), the reference for FSDP's overhead.
+    ap.add_argument("--mode", default="fsdp2", choices=["fsdp2", "fsdp2_offload", "autocast"])
     a = ap.parse_args()
     dist.init_process_group("nccl")
     torch.cuda.set_device(0)
@@ -41,13 +45,16 @@ def main():
     model = gpt_mirror.Gpt(c, l, h, v, blk)
     gpt_mirror.init_gpt2(model, l, seed=1337)
     model.to(dev)
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if a.dtype == "bf16" else torch.float32,
-                              reduce_dtype=torch.float32)
-    for block in model.blocks:
-        fully_shard(block, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
+    compute_dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    if a.mode != "autocast":
+        mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+        extra = {"offload_policy": CPUOffloadPolicy()} if a.mode == "fsdp2_offload" else {}
+        for block in model.blocks:
+            fully_shard(block, mp_policy=mp, **extra)
+        fully_shard(model, mp_policy=mp, **extra)
+    # Fused AdamW on GPU parameters; with offload the parameters are CPU tensors (foreach).
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
-                            fused=True)
+                            **({"foreach": True} if a.mode == "fsdp2_offload" else {"fused": True}))
     data = np.fromfile(a.data, dtype=np.uint8).astype(np.int64)
     rng = np.random.default_rng(0)
     times = []
@@ -56,7 +63,8 @@ def main():
         rows = torch.from_numpy(np.stack([data[s:s + a.seq_len + 1] for s in starts])).to(dev)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        logits = model(rows[:, :-1])
+        with torch.autocast("cuda", dtype=compute_dtype, enabled=a.mode == "autocast"):
+            logits = model(rows[:, :-1])
         loss = F.cross_entropy(logits.float().reshape(-1, v), rows[:, 1:].reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -67,7 +75,7 @@ def main():
     step_s = statistics.median(times[a.warmup:])
     tokens = a.batch * a.seq_len
     flops = gpt_mirror.training_flops_per_token(c, l, v, a.seq_len) * tokens / step_s
-    print(json.dumps({"side": "torch_fsdp2", "dtype": a.dtype, "step_s": step_s,
+    print(json.dumps({"side": "torch_" + a.mode, "dtype": a.dtype, "step_s": step_s,
                       "tokens_per_s": tokens / step_s, "mfu": flops / a.peak_flops,
                       "last_loss": loss_value,
                       "max_memory_allocated_gib": torch.cuda.max_memory_allocated() / 2**30}))
