@@ -6,8 +6,9 @@
 // For each world size W the program starts itself W times through RunRanks (with --child);
 // each child times all_gather (output of the given size), reduce_scatter (input of the given
 // size) and all_reduce (of the given size), fp32, for each implementation of --impls:
-//   ours  the world communicator of fsdp/communicators.h (GlooCommunicator: a communication
-//         thread, a reduce-scatter working copy so the input is never modified, kAvg/kSum);
+//   ours  the world communicator of fsdp/communicators.h through its public API (GlooCommunicator:
+//         a communication thread, kSum), reduce-scatter in the form FSDP uses,
+//         ReduceScatterConsuming (reduces in the input: no working copy in power-of-two groups);
 //   gloo  Gloo's own algorithms called directly on a second Gloo context of this process, the
 //         way Gloo is meant to be used at its fastest: gloo::allgather, one
 //         gloo::ReduceScatterHalvingDoubling instance built once and run repeatedly in place,
@@ -162,7 +163,10 @@ int Child() {
       if (impl == "ours") {
         const Op ops[] = {
             {"all_gather", [&] { return comm.AllGather(part, full); }},
-            {"reduce_scatter", [&] { return comm.ReduceScatter(full, part, ReduceOp::kSum); }},
+            // FSDP's form: the flat gradient is dropped afterwards, so the input may be reduced
+            // in (no working copy), like Gloo's instance below.
+            {"reduce_scatter",
+             [&] { return comm.ReduceScatterConsuming(full, part, ReduceOp::kSum); }},
             {"all_reduce", [&] { return comm.AllReduce(full, ReduceOp::kSum); }},
         };
         for (const Op& op : ops) {

@@ -65,6 +65,23 @@ class Communicator {
   virtual std::unique_ptr<CommHandle> ReduceScatterAsync(const at::Tensor& in,
                                                          const at::Tensor& out, ReduceOp op) = 0;
 
+  // As ReduceScatter, except that `in` is handed over as scratch: once the call returns (async:
+  // once Wait() returns) its contents are unspecified. `out` must not overlap `in`.
+  // Why a second form: Gloo's halving-doubling reduces in place, so to keep `in` intact the
+  // Gloo backend first copies all of it (as many bytes as the collective sends, and a second
+  // buffer of that size); FSDP reduce-scatters the unit's flat gradient and drops it right after
+  // (FsdpEngine::StartReduce / ReduceGrad), so it has nothing to keep and uses this form.
+  // Backends whose reduce-scatter reads `in` without modifying it (NCCL) just forward to
+  // ReduceScatterAsync, which is also the default here: it meets this weaker contract.
+  virtual std::unique_ptr<CommHandle> ReduceScatterConsumingAsync(const at::Tensor& in,
+                                                                  const at::Tensor& out,
+                                                                  ReduceOp op) {
+    return ReduceScatterAsync(in, out, op);
+  }
+  absl::Status ReduceScatterConsuming(const at::Tensor& in, const at::Tensor& out, ReduceOp op) {
+    return ReduceScatterConsumingAsync(in, out, op)->Wait();
+  }
+
   // In place: t = reduction over ranks of t.
   virtual absl::Status AllReduce(const at::Tensor& t, ReduceOp op) = 0;
   virtual std::unique_ptr<CommHandle> AllReduceAsync(const at::Tensor& t, ReduceOp op) = 0;

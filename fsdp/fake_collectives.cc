@@ -48,6 +48,11 @@ std::unique_ptr<CommHandle> FakeCollectiveCommunicator::ReduceScatterAsync(const
   return std::make_unique<ReadyHandle>(ReduceScatter(in, out, op));
 }
 
+std::unique_ptr<CommHandle> FakeCollectiveCommunicator::ReduceScatterConsumingAsync(
+    const at::Tensor& in, const at::Tensor& out, ReduceOp op) {
+  return ReduceScatterAsync(in, out, op);
+}
+
 absl::Status FakeCollectiveCommunicator::AllReduce(const at::Tensor& t, ReduceOp op) {
   absl::Status s = CheckAllReduceArgs(name_, device_, t, op == ReduceOp::kAvg);
   if (!s.ok()) return s;

@@ -54,6 +54,11 @@ class FakeCollectiveCommunicator : public Communicator {
   absl::Status ReduceScatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op) override;
   std::unique_ptr<CommHandle> ReduceScatterAsync(const at::Tensor& in, const at::Tensor& out,
                                                  ReduceOp op) override;
+  // Same as ReduceScatterAsync (counted as a reduce-scatter): `in` is left as it was, which the
+  // consuming contract allows, so a fake run costs what a real backend costs at best.
+  std::unique_ptr<CommHandle> ReduceScatterConsumingAsync(const at::Tensor& in,
+                                                          const at::Tensor& out,
+                                                          ReduceOp op) override;
   absl::Status AllReduce(const at::Tensor& t, ReduceOp op) override;
   std::unique_ptr<CommHandle> AllReduceAsync(const at::Tensor& t, ReduceOp op) override;
   absl::Status Broadcast(const at::Tensor& t, int root) override;

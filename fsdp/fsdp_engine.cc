@@ -477,7 +477,8 @@ absl::Status FsdpEngine::ReduceGrad(int unit) {
     reduced = src;  // S == 1: no reduce-scatter.
   } else {
     reduced = at::empty({flat->shard_numel()}, src.options());
-    absl::Status s = shard_->ReduceScatter(src, reduced, ReduceOp::kAvg);
+    // The flat gradient is dropped after this (FreeFullGrad): the communicator may reduce in it.
+    absl::Status s = shard_->ReduceScatterConsuming(src, reduced, ReduceOp::kAvg);
     if (!s.ok()) return Fail(s);
   }
   if (Collective(replicate_)) {
@@ -499,7 +500,8 @@ absl::Status FsdpEngine::StartReduce(int unit) {
     p.handle = replicate_->AllReduceAsync(p.reduced, ReduceOp::kAvg);
   } else {
     p.reduced = at::empty({flat->shard_numel()}, p.src.options());
-    p.handle = shard_->ReduceScatterAsync(p.src, p.reduced, ReduceOp::kAvg);
+    // p.src (the flat gradient or its cast) is dropped once reduced: it may be reduced in.
+    p.handle = shard_->ReduceScatterConsumingAsync(p.src, p.reduced, ReduceOp::kAvg);
   }
   pending_reduces_.push_back(std::move(p));
   while (pending_reduces_.size() > 2) RETURN_IF_ERROR(FinishOldestReduce());

@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <stdexcept>
 #include <exception>
 #include <algorithm>
 #include <functional>
@@ -33,6 +35,7 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
+#include "gloo/transport/unbound_buffer.h"
 
 namespace shardline::fsdp {
 namespace {
@@ -194,8 +197,9 @@ class ReduceScatterAndFlush : public gloo::ReduceScatterHalvingDoubling<T> {
   }
 };
 
-// Gloo's reduce-scatter instances, kept for reuse, most recently used first. Used on the
-// communication thread only.
+// Gloo's reduce-scatter instances, kept for reuse, most recently used first: the algorithm for
+// groups whose size is not a power of two (see ReduceScatterRunner). Used on the communication
+// thread only.
 //
 // Why keep them: the algorithm's constructor registers its receive buffers with the TCP pairs,
 // and Gloo built these "old-style" algorithms to be constructed once and run many times. Data
@@ -211,12 +215,11 @@ class ReduceScatterCache {
  public:
   explicit ReduceScatterCache(int capacity) : capacity_(std::max(capacity, 0)) {}
 
-  // out = this rank's chunk of the sum (or average) over ranks of `in`.
-  void Run(const std::shared_ptr<gloo::Context>& context, const at::Tensor& in,
-           const at::Tensor& out, ReduceOp op, uint32_t tag, std::chrono::milliseconds timeout) {
-    // Gloo reduces in place, so reduce a working copy: fp64 stays fp64, everything else
-    // (fp32, and bf16/fp16 which Gloo cannot sum well or at all) is summed in fp32.
-    const at::ScalarType wide = in.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  // Returns this rank's chunk of the sum over ranks of `in`, in `wide` (a view into the
+  // instance's working buffer, valid until the next call).
+  at::Tensor Run(const std::shared_ptr<gloo::Context>& context, const at::Tensor& in,
+                 at::ScalarType wide, int64_t chunk, uint32_t tag,
+                 std::chrono::milliseconds timeout) {
     const int64_t count = in.numel();
     auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
       return e.wide == wide && e.count == count;
@@ -224,25 +227,26 @@ class ReduceScatterCache {
     if (it != entries_.end()) {
       entries_.splice(entries_.begin(), entries_, it);
     } else {
-      entries_.push_front(MakeEntry(context, wide, count, out.numel()));
+      entries_.push_front(MakeEntry(context, wide, count, chunk));
       Barrier(context, tag, timeout);
     }
     Entry& entry = entries_.front();
     entry.work.copy_(in.reshape({-1}));
     entry.run();
-    const int size = context->size;
-    if ((size & (size - 1)) != 0) {
-      // With a group size that is not a power of two, the smaller binary block sends its
-      // partial sums to the larger one without an acknowledgement, so a fast rank could start
-      // the next run of this instance and overwrite a receive buffer its peer has not reduced
-      // yet (seen in tests as wrong sums). A barrier closes each run; power-of-two groups need
-      // none because every send there is acknowledged before run() returns.
-      Barrier(context, tag, timeout);
+    // With a group size that is not a power of two, the smaller binary block sends its partial
+    // sums to the larger one without an acknowledgement, so a fast rank could start the next
+    // run of this instance and overwrite a receive buffer its peer has not reduced yet (seen in
+    // tests as wrong sums). A barrier closes each run.
+    Barrier(context, tag, timeout);
+    at::Tensor mine = entry.work.narrow(0, 0, chunk);
+    // Keep at most capacity_ entries besides the one `mine` points into.
+    while (static_cast<int>(entries_.size()) > std::max(capacity_, 1)) entries_.pop_back();
+    if (capacity_ == 0) {
+      at::Tensor keep = mine.clone();
+      entries_.clear();
+      return keep;
     }
-    at::Tensor mine = entry.work.narrow(0, 0, out.numel());
-    if (op == ReduceOp::kAvg) mine.div_(context->size);
-    out.view({-1}).copy_(mine);
-    while (static_cast<int>(entries_.size()) > capacity_) entries_.pop_back();
+    return mine;
   }
 
  private:
@@ -288,6 +292,152 @@ class ReduceScatterCache {
 
   const int capacity_;
   std::list<Entry> entries_;
+};
+
+// Slots of our recursive-halving reduce-scatter: a prefix byte outside Gloo's own (0x01-0x08
+// in gloo/types.h), the collective's tag, and the step. Spelled out rather than taken from
+// gloo::Slot::build, whose Debian version may not combine prefix and tag (some Gloo versions
+// OR them logically, giving every collective the same slot).
+constexpr uint64_t kReduceScatterSlotPrefix = 0x40;
+
+uint64_t ReduceScatterSlot(uint32_t tag, int step) {
+  return (kReduceScatterSlotPrefix << 56) | (static_cast<uint64_t>(tag) << 24) |
+         static_cast<uint64_t>(step);
+}
+
+void WaitRecv(gloo::transport::UnboundBuffer& buf, std::chrono::milliseconds timeout) {
+  if (!buf.waitRecv(timeout)) throw std::runtime_error("receive aborted");
+}
+
+void WaitSend(gloo::transport::UnboundBuffer& buf, std::chrono::milliseconds timeout) {
+  if (!buf.waitSend(timeout)) throw std::runtime_error("send aborted");
+}
+
+// Recursive-halving reduce-scatter for a power-of-two group, in place in `data` ([count],
+// count = size * n), on Gloo's unbound buffers: at step k every rank exchanges half of its
+// current block with rank ^ 2^k, keeping the half its bit k selects, and adds the peer's copy
+// of that half (`scratch`, [count / 2]). After log2(size) steps a rank holds the sum of chunk
+// bitreverse(rank), which it swaps with that rank; the rank's own chunk lands in
+// `result` ([n]; may be `scratch`, not `data`).
+//
+// Why not Gloo's ReduceScatterHalvingDoubling: it binds its send buffers to one data pointer
+// at construction and has no way to rebind them (and Gloo's TCP Buffer unregisters its slot on
+// destruction, which would also drop the receive buffer sharing it), so running it on the
+// caller's tensor means a copy into its own buffer first. This is the same algorithm: the
+// same pairs, the same halves, the same order of additions (mine + peer's, step by step from
+// the lowest bit), so its sums are bit-identical to Gloo's. Unbound buffers bind per call, and
+// the receiver posts its receive before the data moves, so no message can land in a buffer
+// that is not ready (the hazard that makes Gloo's instances need barriers).
+template <typename T>
+void RecursiveHalvingReduceScatter(gloo::Context& context, T* data, size_t count, T* scratch,
+                                   T* result, uint32_t tag, std::chrono::milliseconds timeout) {
+  const int size = context.size;
+  const int rank = context.rank;
+  const size_t n = count / size;
+  if (size == 1) {
+    std::memcpy(result, data, n * sizeof(T));
+    return;
+  }
+  auto data_buf = context.createUnboundBuffer(data, count * sizeof(T));
+  auto scratch_buf = context.createUnboundBuffer(scratch, count / 2 * sizeof(T));
+  size_t begin = 0;
+  size_t len = count;
+  int step = 0;
+  int holder = 0;  // Bit-reversed rank: who holds this rank's chunk at the end.
+  for (int mask = 1; mask < size; mask <<= 1, ++step) {
+    const int peer = rank ^ mask;
+    const size_t half = len / 2;
+    const bool upper = (rank & mask) != 0;
+    const size_t keep = upper ? begin + half : begin;
+    const size_t give = upper ? begin : begin + half;
+    holder = (holder << 1) | (upper ? 1 : 0);
+    const uint64_t slot = ReduceScatterSlot(tag, step);
+    scratch_buf->recv(peer, slot, 0, half * sizeof(T));
+    data_buf->send(peer, slot, give * sizeof(T), half * sizeof(T));
+    WaitRecv(*scratch_buf, timeout);
+    gloo::sum<T>(data + keep, data + keep, scratch, half);
+    WaitSend(*data_buf, timeout);
+    begin = keep;
+    len = half;
+  }
+  if (holder == rank) {
+    std::memcpy(result, data + begin, n * sizeof(T));
+    return;
+  }
+  auto result_buf = context.createUnboundBuffer(result, n * sizeof(T));
+  const uint64_t slot = ReduceScatterSlot(tag, step);
+  result_buf->recv(holder, slot, 0, n * sizeof(T));
+  data_buf->send(holder, slot, begin * sizeof(T), n * sizeof(T));
+  WaitRecv(*result_buf, timeout);
+  WaitSend(*data_buf, timeout);
+}
+
+// The reduce-scatter of one communicator: picks the algorithm and the buffers. Used on the
+// communication thread only.
+//
+// Power-of-two groups run RecursiveHalvingReduceScatter in place: on the caller's input when
+// the caller consumes it (ReduceScatterConsuming) and it is already in the summing dtype, else
+// on a working copy. Other group sizes run Gloo's ReduceScatterHalvingDoubling, which handles
+// the binary blocks, through ReduceScatterCache (always on a copy). fp64 is summed in fp64,
+// everything else (fp32, and bf16/fp16 which Gloo cannot sum well or at all) in fp32, and the
+// result rounded once into `out`. The working copy and the receive scratch are kept and
+// reused (grown to the largest input seen) unless Options::reduce_scatter_cache_entries is 0.
+class ReduceScatterRunner {
+ public:
+  explicit ReduceScatterRunner(int cache_entries)
+      : keep_buffers_(cache_entries > 0), gloo_cache_(cache_entries) {}
+
+  void Run(const std::shared_ptr<gloo::Context>& context, const at::Tensor& in,
+           const at::Tensor& out, ReduceOp op, bool consume_input, uint32_t tag,
+           std::chrono::milliseconds timeout) {
+    const at::ScalarType wide = in.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    const int size = context->size;
+    const int64_t count = in.numel();
+    const int64_t n = out.numel();
+    at::Tensor result;  // [n] in `wide`: this rank's summed chunk.
+    if ((size & (size - 1)) != 0) {
+      result = gloo_cache_.Run(context, in, wide, n, tag, timeout);
+    } else {
+      at::Tensor data = in.reshape({-1});
+      if (!consume_input || in.scalar_type() != wide) {
+        data = Buffer(&work_, count, wide);
+        data.copy_(in.reshape({-1}));
+      }
+      // Half the input for the first exchange; at least a chunk, for the result (size 1).
+      at::Tensor scratch = Buffer(&scratch_, std::max(count / 2, n), wide);
+      result = out.scalar_type() == wide ? out.view({-1}) : scratch.narrow(0, 0, n);
+      if (wide == at::kDouble) {
+        RecursiveHalvingReduceScatter<double>(*context, data.data_ptr<double>(), count,
+                                              scratch.data_ptr<double>(),
+                                              result.data_ptr<double>(), tag, timeout);
+      } else {
+        RecursiveHalvingReduceScatter<float>(*context, data.data_ptr<float>(), count,
+                                             scratch.data_ptr<float>(),
+                                             result.data_ptr<float>(), tag, timeout);
+      }
+    }
+    if (op == ReduceOp::kAvg) result.div_(size);
+    if (result.data_ptr() != out.data_ptr()) out.view({-1}).copy_(result);
+    if (!keep_buffers_) {
+      work_ = at::Tensor();
+      scratch_ = at::Tensor();
+    }
+  }
+
+ private:
+  // The first `numel` elements of *buffer, (re)allocated in `dtype` when too small.
+  static at::Tensor Buffer(at::Tensor* buffer, int64_t numel, at::ScalarType dtype) {
+    if (!buffer->defined() || buffer->scalar_type() != dtype || buffer->numel() < numel) {
+      *buffer = at::Tensor();  // Free before allocating the larger one.
+      *buffer = at::empty({numel}, at::TensorOptions().dtype(dtype));
+    }
+    return buffer->narrow(0, 0, numel);
+  }
+
+  const bool keep_buffers_;
+  at::Tensor work_;
+  at::Tensor scratch_;
+  ReduceScatterCache gloo_cache_;
 };
 
 }  // namespace
@@ -358,7 +508,7 @@ class GlooCommunicator::Impl {
   std::chrono::milliseconds timeout() const { return ToChrono(options_.timeout); }
   const std::shared_ptr<gloo::rendezvous::Context>& context() const { return context_; }
   // Communication thread only.
-  ReduceScatterCache& reduce_scatter_cache() { return reduce_scatter_cache_; }
+  ReduceScatterRunner& reduce_scatter() { return reduce_scatter_; }
 
  private:
   Options options_;
@@ -368,7 +518,7 @@ class GlooCommunicator::Impl {
   uint32_t next_tag_ = 0;  // Used on the communication thread only.
   absl::Mutex mu_;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
-  ReduceScatterCache reduce_scatter_cache_{options_.reduce_scatter_cache_entries};
+  ReduceScatterRunner reduce_scatter_{options_.reduce_scatter_cache_entries};
   std::unique_ptr<CommQueue> queue_ = std::make_unique<CommQueue>();
 };
 
@@ -454,12 +604,26 @@ absl::Status GlooCommunicator::AllGather(const at::Tensor& in, const at::Tensor&
 std::unique_ptr<CommHandle> GlooCommunicator::ReduceScatterAsync(const at::Tensor& in,
                                                                  const at::Tensor& out,
                                                                  ReduceOp op) {
+  return SubmitReduceScatter(in, out, op, /*consume_input=*/false);
+}
+
+std::unique_ptr<CommHandle> GlooCommunicator::ReduceScatterConsumingAsync(const at::Tensor& in,
+                                                                          const at::Tensor& out,
+                                                                          ReduceOp op) {
+  return SubmitReduceScatter(in, out, op, /*consume_input=*/true);
+}
+
+std::unique_ptr<CommHandle> GlooCommunicator::SubmitReduceScatter(const at::Tensor& in,
+                                                                  const at::Tensor& out,
+                                                                  ReduceOp op,
+                                                                  bool consume_input) {
   Impl* impl = impl_.get();
   return impl->Submit(
       "reduce_scatter", CheckReduceScatterArgs(name(), size(), at::kCPU, in, out),
-      [impl, in, out, op](uint32_t tag) {
+      [impl, in, out, op, consume_input](uint32_t tag) {
         if (out.numel() == 0) return;
-        impl->reduce_scatter_cache().Run(impl->context(), in, out, op, tag, impl->timeout());
+        impl->reduce_scatter().Run(impl->context(), in, out, op, consume_input, tag,
+                                   impl->timeout());
       });
 }
 

@@ -5,16 +5,21 @@
 // gloo::rendezvous::Store. Every rank of the group must call Create() with the same store
 // namespace (wrap the store in a PrefixKvStore per group and attempt) and the same size.
 //
-// Algorithms (Gloo's own, no emulation):
+// Algorithms (Gloo's own, or Gloo's algorithm on Gloo's transport; no emulation):
 //   AllGather      gloo::allgather (ring), on raw bytes: any dtype.
-//   ReduceScatter  gloo::ReduceScatterHalvingDoubling with equal receive counts: each rank
-//                  sends and receives about (S-1)/S of the buffer, half of an all-reduce.
+//   ReduceScatter  halving-doubling: each rank sends and receives about (S-1)/S of the buffer,
+//                  half of an all-reduce. Power-of-two S: the recursive halving of Gloo's
+//                  ReduceScatterHalvingDoubling (same exchanges, same order of additions, so
+//                  bit-identical sums) on Gloo's unbound buffers, which bind to the caller's
+//                  tensor per call; other S: gloo::ReduceScatterHalvingDoubling itself, on a
+//                  kept working copy (see gloo_communicator.cc for why).
 //   AllReduce      gloo::allreduce (ring).
 //   Broadcast      gloo::broadcast; Barrier gloo::barrier.
 // kAvg is the sum divided by size(). Gloo has no bfloat16 and its float16 sums accumulate in
 // half precision, so reductions on bf16/fp16 tensors convert to fp32, reduce, and convert back
-// (once, after the whole sum: the result is the fp32 sum rounded once). ReduceScatter never
-// modifies its input (it reduces a fp32/fp64 working copy, since Gloo reduces in place).
+// (once, after the whole sum: the result is the fp32 sum rounded once). The algorithm reduces
+// in place, so ReduceScatter, which never modifies its input, reduces a working copy;
+// ReduceScatterConsuming reduces in the caller's fp32/fp64 input itself in power-of-two groups.
 //
 // Timeouts: Options::timeout bounds every collective (Gloo's per-op timeout and the pairs'
 // timeout). Errors: a timeout is DEADLINE_EXCEEDED, a lost peer UNAVAILABLE, both with the
@@ -65,8 +70,10 @@ class GlooCommunicator : public Communicator {
     std::string interface;
     // Bounds bootstrap and every collective.
     absl::Duration timeout = absl::Seconds(60);
-    // Reduce-scatter instances kept for reuse, by (size, dtype); each holds ~3x its input.
-    // 0 builds one per call (slower: see gloo_communicator.cc). Must be equal on all ranks.
+    // Reduce-scatter buffers kept for reuse. Power-of-two groups: a receive scratch of half the
+    // largest input (and a working copy of the largest input ReduceScatter had to copy).
+    // Other group sizes: this many Gloo instances by (size, dtype), each ~3x its input.
+    // 0 keeps nothing (slower: see gloo_communicator.cc). Must be equal on all ranks.
     int reduce_scatter_cache_entries = 2;
   };
 
@@ -86,6 +93,10 @@ class GlooCommunicator : public Communicator {
   absl::Status ReduceScatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op) override;
   std::unique_ptr<CommHandle> ReduceScatterAsync(const at::Tensor& in, const at::Tensor& out,
                                                  ReduceOp op) override;
+  // No copy of `in` in power-of-two groups (fp32/fp64 input): reduces in `in` itself.
+  std::unique_ptr<CommHandle> ReduceScatterConsumingAsync(const at::Tensor& in,
+                                                          const at::Tensor& out,
+                                                          ReduceOp op) override;
   absl::Status AllReduce(const at::Tensor& t, ReduceOp op) override;
   std::unique_ptr<CommHandle> AllReduceAsync(const at::Tensor& t, ReduceOp op) override;
   absl::Status Broadcast(const at::Tensor& t, int root) override;
@@ -95,6 +106,8 @@ class GlooCommunicator : public Communicator {
 
  private:
   explicit GlooCommunicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<CommHandle> SubmitReduceScatter(const at::Tensor& in, const at::Tensor& out,
+                                                  ReduceOp op, bool consume_input);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -212,6 +212,83 @@ TEST_P(GlooReduceScatterLarge, RepeatedCallsOfOneSizeSeeOnlyTheirOwnInputs) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooReduceScatterLarge, ::testing::Values(3, 4, 5, 6, 7, 8));
 
+// Rank r's input for the bit-exactness tests: values whose sums round (unlike RankInput's).
+at::Tensor RandomRankInput(int rank, int call, int64_t n, at::ScalarType dtype) {
+  at::Generator gen = at::detail::createCPUGenerator(1000 * call + rank);
+  return at::randn({n}, gen, at::TensorOptions().dtype(at::kDouble)).mul_(1e3).to(dtype);
+}
+
+// Gloo's halving-doubling order of additions in a power-of-two group: ranks paired by the
+// lowest bit first, then pairs of pairs, ((in0 + in1) + (in2 + in3)) for four ranks, in the
+// summing dtype (fp32 for fp32/bf16, fp64 for fp64).
+at::Tensor TreeSum(int world, int call, int64_t n, at::ScalarType dtype) {
+  const at::ScalarType wide = dtype == at::kDouble ? at::kDouble : at::kFloat;
+  std::vector<at::Tensor> level;
+  for (int r = 0; r < world; ++r) level.push_back(RandomRankInput(r, call, n, dtype).to(wide));
+  while (level.size() > 1) {
+    std::vector<at::Tensor> next;
+    for (size_t i = 0; i < level.size(); i += 2) next.push_back(level[i] + level[i + 1]);
+    level = std::move(next);
+  }
+  return level[0];
+}
+
+// ReduceScatterConsuming reduces in the caller's input (power-of-two groups) where
+// ReduceScatter reduces a copy: both must give exactly the sums of Gloo's algorithm, bit for
+// bit (FSDP's parity tests rely on it), across dtypes, ops, sizes that grow and shrink between
+// calls (the kept buffers), and back-to-back calls.
+class GlooReduceScatterExact : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooReduceScatterExact, BothFormsGiveGloosSumsBitForBit) {
+  const int world = GetParam();
+  RunGroup(world, [&](GlooCommunicator& comm) {
+    int call = 0;
+    for (int64_t chunk : {1, 5, 4099, 2, 70001}) {
+      for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+          ++call;
+          SCOPED_TRACE(absl::StrCat("chunk ", chunk, " dtype ",
+                                    std::string(c10::toString(dtype)), " avg ",
+                                    op == ReduceOp::kAvg));
+          const at::Tensor in = RandomRankInput(comm.rank(), call, chunk * world, dtype);
+          at::Tensor kept = at::empty({chunk}, dtype);
+          absl::Status status = comm.ReduceScatter(in, kept, op);
+          ASSERT_TRUE(status.ok()) << status;
+          at::Tensor scratch = in.clone();
+          at::Tensor consumed = at::empty({chunk}, dtype);
+          status = comm.ReduceScatterConsuming(scratch, consumed, op);
+          ASSERT_TRUE(status.ok()) << status;
+          EXPECT_TRUE(kept.equal(consumed));
+          if ((world & (world - 1)) == 0) {
+            at::Tensor expected = TreeSum(world, call, chunk * world, dtype)
+                                      .narrow(0, comm.rank() * chunk, chunk);
+            if (op == ReduceOp::kAvg) expected.div_(world);
+            EXPECT_TRUE(kept.equal(expected.to(dtype)))
+                << "max diff " << (kept.to(at::kDouble) - expected.to(at::kDouble)).abs().max();
+          }
+        }
+      }
+    }
+    // Async, several in flight, each consuming its own input.
+    std::vector<at::Tensor> ins, outs;
+    std::vector<std::unique_ptr<CommHandle>> handles;
+    for (int i = 0; i < 4; ++i) {
+      ins.push_back(RandomRankInput(comm.rank(), 100 + i, 333 * world, at::kFloat));
+      outs.push_back(at::empty({333}, at::kFloat));
+      handles.push_back(comm.ReduceScatterConsumingAsync(ins.back(), outs.back(), ReduceOp::kAvg));
+    }
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_TRUE(handles[i]->Wait().ok());
+      at::Tensor in = RandomRankInput(comm.rank(), 100 + i, 333 * world, at::kFloat);
+      at::Tensor expected = at::empty({333}, at::kFloat);
+      ASSERT_TRUE(comm.ReduceScatter(in, expected, ReduceOp::kAvg).ok());
+      EXPECT_TRUE(outs[i].equal(expected)) << "async call " << i;
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooReduceScatterExact, ::testing::Values(1, 2, 3, 4, 8));
+
 // Bytes this process has written with write-family calls (Gloo's TCP pairs use writev).
 int64_t ProcessWriteBytes() {
   std::ifstream io("/proc/self/io");

@@ -37,6 +37,12 @@ std::unique_ptr<CommHandle> LocalCommunicator::ReduceScatterAsync(const at::Tens
   return std::make_unique<ReadyHandle>(ReduceScatter(in, out, op));
 }
 
+std::unique_ptr<CommHandle> LocalCommunicator::ReduceScatterConsumingAsync(const at::Tensor& in,
+                                                                           const at::Tensor& out,
+                                                                           ReduceOp op) {
+  return ReduceScatterAsync(in, out, op);
+}
+
 absl::Status LocalCommunicator::AllReduce(const at::Tensor& t, ReduceOp op) {
   return CheckAllReduceArgs(name_, t.defined() ? t.device().type() : at::kCPU, t,
                             op == ReduceOp::kAvg);

@@ -31,6 +31,10 @@ class LocalCommunicator : public Communicator {
   absl::Status ReduceScatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op) override;
   std::unique_ptr<CommHandle> ReduceScatterAsync(const at::Tensor& in, const at::Tensor& out,
                                                  ReduceOp op) override;
+  // The same copy: nothing to save by consuming `in` in a group of one.
+  std::unique_ptr<CommHandle> ReduceScatterConsumingAsync(const at::Tensor& in,
+                                                          const at::Tensor& out,
+                                                          ReduceOp op) override;
   // Nothing to do beyond checking the arguments.
   absl::Status AllReduce(const at::Tensor& t, ReduceOp op) override;
   std::unique_ptr<CommHandle> AllReduceAsync(const at::Tensor& t, ReduceOp op) override;

@@ -344,6 +344,12 @@ absl::Status NcclCommunicator::ReduceScatter(const at::Tensor& in, const at::Ten
   return ReduceScatterAsync(in, out, op)->Wait();
 }
 
+std::unique_ptr<CommHandle> NcclCommunicator::ReduceScatterConsumingAsync(const at::Tensor& in,
+                                                                          const at::Tensor& out,
+                                                                          ReduceOp op) {
+  return ReduceScatterAsync(in, out, op);
+}
+
 std::unique_ptr<CommHandle> NcclCommunicator::AllReduceAsync(const at::Tensor& t, ReduceOp op) {
   return impl_->Launch("all_reduce",
                        CheckAllReduceArgs(name(), at::kCUDA, t, op == ReduceOp::kAvg), {t},

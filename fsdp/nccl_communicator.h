@@ -63,6 +63,10 @@ class NcclCommunicator : public Communicator {
   absl::Status ReduceScatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op) override;
   std::unique_ptr<CommHandle> ReduceScatterAsync(const at::Tensor& in, const at::Tensor& out,
                                                  ReduceOp op) override;
+  // ncclReduceScatter only reads `in`: nothing to save, forwards to ReduceScatterAsync.
+  std::unique_ptr<CommHandle> ReduceScatterConsumingAsync(const at::Tensor& in,
+                                                          const at::Tensor& out,
+                                                          ReduceOp op) override;
   absl::Status AllReduce(const at::Tensor& t, ReduceOp op) override;
   std::unique_ptr<CommHandle> AllReduceAsync(const at::Tensor& t, ReduceOp op) override;
   absl::Status Broadcast(const at::Tensor& t, int root) override;
