@@ -158,9 +158,8 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   RETURN_IF_ERROR(WaitForPendingSave());
   const fsdp::EngineLayout& layout = engine_->layout();
   const int rank = engine_->rank();
-  const at::Device device = engine_->flat_params().empty()
-                                ? at::Device(at::kCPU)
-                                : engine_->flat_params()[0]->shard().device();
+  // The communicator's device (the shards may be offloaded to the host).
+  const at::Device device = engine_->device();
 
   // Saving a step that is already committed (a run resumed from an older checkpoint reaches it
   // again): rank 0 un-commits it first, before the all-reduce below lets any writer replace its
@@ -247,9 +246,8 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
 
 absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
   RETURN_IF_ERROR(WaitForPendingSave());
-  const at::Device device = engine_->flat_params().empty()
-                                ? at::Device(at::kCPU)
-                                : engine_->flat_params()[0]->shard().device();
+  // The communicator's device (the shards may be offloaded to the host).
+  const at::Device device = engine_->device();
   std::vector<fsdp::ShardSlice> slices = LocalSlices();
   // Where each slice's elements are in the mapped, checked data files: nothing is copied into
   // the model until every rank has checked all of its slices.

@@ -19,7 +19,8 @@ int64_t Bytes(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_
 absl::StatusOr<std::unique_ptr<FlatParam>> FlatParam::Create(std::string name,
                                                              std::vector<FlatParamEntry> entries,
                                                              int shard_rank, int shard_count,
-                                                             at::ScalarType compute_dtype) {
+                                                             at::ScalarType compute_dtype,
+                                                             bool cpu_offload) {
   if (compute_dtype != at::kFloat && compute_dtype != at::kBFloat16 &&
       compute_dtype != at::kHalf) {
     return absl::InvalidArgumentError(absl::StrCat("flat param ", name, ": compute dtype ",
@@ -58,6 +59,7 @@ absl::StatusOr<std::unique_ptr<FlatParam>> FlatParam::Create(std::string name,
   fp->shard_count_ = shard_count;
   fp->numel_ = offset;
   fp->mixed_ = compute_dtype != at::kFloat;
+  fp->offloaded_ = cpu_offload;
   fp->shard_numel_ = (offset + shard_count - 1) / shard_count;
 
   at::NoGradGuard no_grad;
@@ -67,13 +69,23 @@ absl::StatusOr<std::unique_ptr<FlatParam>> FlatParam::Create(std::string name,
   for (const FlatParamEntry& e : fp->entries_) {
     flat.narrow(0, e.offset, e.numel).copy_(e.param.detach().reshape({-1}));
   }
-  fp->shard_ = flat.narrow(0, fp->shard_begin(), fp->shard_numel_).clone();
-  fp->shard_grad_ = at::zeros({fp->shard_numel_}, opts);
+  if (cpu_offload) {
+    // Pinned (page-locked) host memory lets the engine's copies to and from a GPU run
+    // asynchronously; pinning needs a CUDA runtime, so a CPU model gets ordinary memory.
+    const auto host = at::TensorOptions().dtype(at::kFloat).pinned_memory(device.is_cuda());
+    fp->shard_ = at::empty({fp->shard_numel_}, host);
+    fp->shard_.copy_(flat.narrow(0, fp->shard_begin(), fp->shard_numel_));
+    fp->shard_grad_ = at::zeros({fp->shard_numel_}, host);
+  } else {
+    fp->shard_ = flat.narrow(0, fp->shard_begin(), fp->shard_numel_).clone();
+    fp->shard_grad_ = at::zeros({fp->shard_numel_}, opts);
+  }
   if (fp->full_is_shard()) {
     fp->full_ = fp->shard_;
     fp->full_allocated_ = true;
   } else {
-    // Allocated now, holding the current values (cast under mixed precision); freed below.
+    // Allocated now, on the parameters' device, holding the current values (cast under mixed
+    // precision); freed below.
     fp->full_ = fp->mixed_ ? flat.to(compute_dtype) : flat;
     fp->full_allocated_ = true;
   }

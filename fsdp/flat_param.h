@@ -18,6 +18,12 @@
 // parameters become compute_dtype views into full(); the engine casts the shard before gathering
 // it. Then even S == 1 has a separate full buffer (a cast copy of the shard), gathered and freed
 // like any other (full_is_shard() is false).
+// CPU offload (cpu_offload, PyTorch's CPUOffload(params=True)): the shard and its gradient live
+// in host memory, pinned when the parameters are on CUDA so the engine's host->device and
+// device->host copies can be asynchronous; full() and full_grad() stay on the parameters'
+// device. Like mixed precision, S == 1 then has a separate full buffer (a device copy of the
+// host shard). On a CPU model the "host" shard is simply a separate CPU tensor (how the CPU
+// tests check the engine's offload bookkeeping).
 //
 // The FlatParam does no communication; fsdp/fsdp_engine.cc drives it.
 // Thread safety: not thread-safe; used by the training (and autograd) thread only.
@@ -51,10 +57,11 @@ class FlatParam {
   // parameter as a view into the full buffer. All parameters must be contiguous-able fp32 CPU or
   // CUDA tensors on one device. Errors: INVALID_ARGUMENT for an empty list, a dtype other than
   // float32, mixed devices, or shard_rank outside [0, shard_count).
-  // compute_dtype: float32 (default), bfloat16 or float16.
+  // compute_dtype: float32 (default), bfloat16 or float16. cpu_offload: the shard and its
+  // gradient live in (pinned, for CUDA parameters) host memory; see above.
   static absl::StatusOr<std::unique_ptr<FlatParam>> Create(
       std::string name, std::vector<FlatParamEntry> entries, int shard_rank, int shard_count,
-      at::ScalarType compute_dtype = at::kFloat);
+      at::ScalarType compute_dtype = at::kFloat, bool cpu_offload = false);
 
   const std::string& name() const { return name_; }
   const std::vector<FlatParamEntry>& entries() const { return entries_; }
@@ -82,10 +89,14 @@ class FlatParam {
   // AllocateFull + gather. No-op with S == 1 (the buffer is the shard).
   void FreeFull();
   // True when S == 1: the full buffer is the shard itself (never gathered or freed).
-  bool full_is_shard() const { return shard_count_ == 1 && !mixed_; }
+  bool full_is_shard() const { return shard_count_ == 1 && !mixed_ && !offloaded_; }
   // True when compute_dtype is not float32 (see above).
   bool mixed() const { return mixed_; }
   at::ScalarType compute_dtype() const { return full_.scalar_type(); }
+  // True when the shard and its gradient live in host memory (cpu_offload).
+  bool offloaded() const { return offloaded_; }
+  // Where the module computes: the device of full() and full_grad().
+  at::Device device() const { return full_.device(); }
 
   // Flat gradient buffer, [padded_numel]; parameters' .grad are views into it while allocated.
   const at::Tensor& full_grad() const { return full_grad_; }
@@ -95,7 +106,8 @@ class FlatParam {
   // Drops the flat gradient and every parameter's .grad.
   void FreeFullGrad();
 
-  // Bytes held right now: shard + shard grad (persistent), full buffers (transient).
+  // Bytes held right now: shard + shard grad (persistent; in host memory when offloaded), full
+  // buffers (transient, on device()).
   int64_t shard_bytes() const;
   int64_t shard_grad_bytes() const;
   int64_t full_bytes() const;       // 0 when freed (or when it is the shard).
@@ -121,6 +133,7 @@ class FlatParam {
   at::Tensor full_;        // [padded_numel]; storage swapped between allocated and empty.
   bool full_allocated_ = false;
   bool mixed_ = false;
+  bool offloaded_ = false;
   at::Tensor full_grad_;   // [padded_numel] or undefined.
 };
 

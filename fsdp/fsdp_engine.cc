@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/DeviceAccelerator.h>
 #include <ATen/core/Generator.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -219,7 +220,8 @@ absl::Status FsdpEngine::Init() {
     }
     absl::StatusOr<std::unique_ptr<FlatParam>> flat;
     RETURN_IF_ERROR(TorchCall("build flat parameter", [&] {
-      flat = FlatParam::Create(plan.name, entries, shard_rank, s, options_.param_dtype);
+      flat = FlatParam::Create(plan.name, entries, shard_rank, s, options_.param_dtype,
+                               options_.cpu_offload);
     }));
     if (!flat.ok()) return flat.status();
     auto unit = std::make_unique<Unit>();
@@ -249,6 +251,7 @@ absl::Status FsdpEngine::Init() {
     flats_.push_back(std::move(*flat));
     units_.push_back(std::move(unit));
   }
+  if (!flats_.empty()) device_ = flats_[0]->device();
   return absl::OkStatus();
 }
 
@@ -326,11 +329,24 @@ absl::Status FsdpEngine::StartGather(int unit, bool async) {
   MarkGathered(unit);
   UpdatePeaks();
   at::NoGradGuard no_grad;
-  // Mixed precision: gather the shard cast to the compute dtype (half the bytes for bf16/fp16).
-  at::Tensor src = flat->mixed() ? flat->shard().to(flat->compute_dtype()) : flat->shard();
-  if (flat->shard_count() == 1) {  // Mixed precision with S == 1: a local cast copy.
-    flat->full().copy_(src);
-    return absl::OkStatus();
+  at::Tensor src;
+  if (flat->offloaded()) {
+    // CPU offload: host->device copy (cast on the device when dtypes differ), asynchronous from
+    // the pinned shard; the gather below is ordered after it on the device. With S == 1 the
+    // copy goes straight into the full buffer.
+    if (flat->shard_count() == 1) {
+      flat->full().copy_(flat->shard(), /*non_blocking=*/true);
+      return absl::OkStatus();
+    }
+    src = at::empty({flat->shard_numel()}, flat->full().options());
+    src.copy_(flat->shard(), /*non_blocking=*/true);
+  } else {
+    // Mixed precision: gather the shard cast to the compute dtype (half the bytes for bf16/fp16).
+    src = flat->mixed() ? flat->shard().to(flat->compute_dtype()) : flat->shard();
+    if (flat->shard_count() == 1) {  // Mixed precision with S == 1: a local cast copy.
+      flat->full().copy_(src);
+      return absl::OkStatus();
+    }
   }
   if (async) {
     PendingGather p;
@@ -485,8 +501,42 @@ absl::Status FsdpEngine::ReduceGrad(int unit) {
     absl::Status s = replicate_->AllReduce(reduced, ReduceOp::kAvg);
     if (!s.ok()) return Fail(s);
   }
-  flat->shard_grad().add_(reduced);
+  AccumulateShardGrad(unit, reduced);
   return absl::OkStatus();
+}
+
+void FsdpEngine::AccumulateShardGrad(int unit, const at::Tensor& reduced) {
+  FlatParam* flat = units_[unit]->flat;
+  if (!flat->offloaded()) {
+    flat->shard_grad().add_(reduced);
+    return;
+  }
+  // The device->host copy is queued on the device after the reduction (which the handle's
+  // Wait ordered before it); the host add must wait for it, so it happens in
+  // DrainOffloadedGrads. The device tensor may be freed now: the caching allocator reuses its
+  // memory only for work queued after the copy.
+  at::Tensor host = at::empty(
+      {reduced.numel()},
+      at::TensorOptions().dtype(reduced.scalar_type()).pinned_memory(reduced.is_cuda()));
+  host.copy_(reduced.reshape({-1}), /*non_blocking=*/true);
+  offloaded_grads_.push_back(OffloadedGrad{unit, std::move(host)});
+}
+
+void FsdpEngine::DrainOffloadedGrads() {
+  if (offloaded_grads_.empty()) return;
+  WaitForOffloadCopies();
+  at::NoGradGuard no_grad;
+  // fp32 += reduce_dtype, element by element on the host: the same rounding as the device add
+  // without offload.
+  for (const OffloadedGrad& g : offloaded_grads_) units_[g.unit]->flat->shard_grad().add_(g.host);
+  offloaded_grads_.clear();
+}
+
+void FsdpEngine::WaitForOffloadCopies() const {
+  if (!options_.cpu_offload || !device_.is_cuda()) return;
+  // Every copy is queued on the device's current stream, after the collectives it depends on;
+  // a device-wide synchronize covers them all (called once per step, after backward).
+  at::accelerator::synchronizeDevice(device_.index());
 }
 
 absl::Status FsdpEngine::StartReduce(int unit) {
@@ -519,7 +569,7 @@ absl::Status FsdpEngine::FinishOldestReduce() {
     s = replicate_->AllReduce(p.reduced, ReduceOp::kAvg);
     if (!s.ok()) return Fail(s);
   }
-  flat->shard_grad().add_(p.reduced);
+  AccumulateShardGrad(p.unit, p.reduced);
   flat->FreeFullGrad();
   return absl::OkStatus();
 }
@@ -593,6 +643,8 @@ absl::Status FsdpEngine::Backward(const at::Tensor& loss, bool sync_gradients) {
     for (PendingReduce& p : pending_reduces_) (void)p.handle->Wait();  // Memory in use.
     pending_reduces_.clear();
   }
+  // cpu_offload: the gradient shards are complete on the host before the optimizer reads them.
+  DrainOffloadedGrads();
   ReshardAll();
   checkpointed_.clear();
   in_backward_ = false;
@@ -611,6 +663,8 @@ MemoryStats FsdpEngine::memory_stats() const {
   for (const auto& f : flats_) {
     m.param_shard_bytes += f->shard_bytes();
     m.grad_shard_bytes += f->shard_grad_bytes();
+    (f->offloaded() ? m.host_offloaded_shard_bytes : m.device_shard_bytes) +=
+        f->shard_bytes() + f->shard_grad_bytes();
     m.padding_bytes += (f->shard_numel() - f->valid_shard_numel()) * 4;
     m.gathered_param_bytes += f->full_bytes();
     m.unsharded_grad_bytes += f->full_grad_bytes();
@@ -622,6 +676,7 @@ MemoryStats FsdpEngine::memory_stats() const {
 }
 
 std::vector<ShardSlice> FsdpEngine::LocalParamState() const {
+  WaitForOffloadCopies();  // The caller may write into the views (checkpoint load).
   std::vector<ShardSlice> out;
   for (const auto& f : flats_) {
     for (size_t i = 0; i < f->entries().size(); ++i) {
@@ -650,9 +705,13 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FsdpEngine::Full
     if (f->shard_count() == 1) {
       full = f->shard();
     } else {
-      full = at::empty({f->padded_numel()}, f->shard().options());
-      absl::Status s = shard_->AllGather(f->shard(), full);
+      // With cpu_offload the host shard travels through the device (the communicator's), and
+      // the gathered unit comes back to the host: one unit's full size on the device at a time.
+      const at::Tensor src = f->shard().to(device_);
+      full = at::empty({f->padded_numel()}, src.options());
+      absl::Status s = shard_->AllGather(src, full);
       if (!s.ok()) return Fail(s);
+      if (f->offloaded()) full = full.to(at::kCPU);
     }
     if (!keep) continue;
     for (const FlatParamEntry& e : f->entries()) {
@@ -664,6 +723,7 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FsdpEngine::Full
 
 absl::Status FsdpEngine::LoadFullParamState(const std::map<std::string, at::Tensor>& state) {
   ReshardAll();  // Gathered copies would be stale.
+  WaitForOffloadCopies();  // A host->device copy may still read the host shards.
   at::NoGradGuard no_grad;
   for (const auto& f : flats_) {
     for (size_t i = 0; i < f->entries().size(); ++i) {

@@ -103,6 +103,17 @@ struct FsdpEngineOptions {
   at::ScalarType param_dtype = at::kFloat;
   at::ScalarType reduce_dtype = at::kFloat;
   at::ScalarType buffer_dtype = at::kFloat;
+  // CPU offload (PyTorch's CPUOffload(params=True) / FSDP2's CPUOffloadPolicy): each rank's
+  // persistent state (fp32 parameter shards, gradient shards, hence the optimizer state) lives in
+  // host memory, pinned for CUDA models; the device holds only what is gathered or computing.
+  // Before a gather the shard is copied host->device (cast to param_dtype) into a staging buffer
+  // (asynchronously; it stays alive until the gather finished); after a unit's reduction the
+  // reduced shard is copied device->host asynchronously and added into the host gradient shard
+  // when Backward() ends (after one wait for the device). The optimizer then steps on the host.
+  // NO_SHARD (S = 1) gathers too: the device buffer is a copy of the host shard, freed like a
+  // sharded unit's. Numerics are unchanged. Meant for CUDA models; on a CPU model it only
+  // separates the buffers (what the CPU tests use to check the bookkeeping).
+  bool cpu_offload = false;
 };
 
 // Bytes this rank holds, by kind. Persistent state = param_shard + grad_shard (+ optimizer).
@@ -115,6 +126,11 @@ struct MemoryStats {
   int64_t unsharded_grad_bytes = 0;    // Full flat gradients held now.
   int64_t peak_unsharded_grad_bytes = 0;
   int64_t num_params = 0;              // P: unique parameter elements of the model.
+  // Where the persistent shards (param_shard_bytes + grad_shard_bytes) live: on the compute
+  // device, or in host memory with cpu_offload (then device_shard_bytes is 0). On a CPU job the
+  // compute device is the CPU.
+  int64_t device_shard_bytes = 0;
+  int64_t host_offloaded_shard_bytes = 0;
 };
 
 // One original tensor's piece held by this rank.
@@ -161,15 +177,25 @@ class FsdpEngine : public UnitRunner {
   void ZeroShardGrads();
 
   MemoryStats memory_stats() const;
+  // The device the model computes on (where gathered parameters and gradients live).
+  at::Device device() const { return device_; }
+  bool cpu_offload() const { return options_.cpu_offload; }
+  // With cpu_offload on a CUDA model: waits until the device finished every queued copy, so the
+  // host shards may be written (LoadFullParamState, the optimizer step and checkpoint loads do;
+  // an asynchronous host->device copy may still be reading them otherwise). No-op otherwise.
+  void WaitForOffloadCopies() const;
   // Most hook groups gathered at once so far (see limit_all_gathers), and the prefetches the
   // limit skipped.
   int peak_gathered_groups() const { return peak_gathered_groups_; }
   int64_t prefetches_skipped() const { return prefetches_skipped_; }
 
-  // This rank's shard of every parameter, in unit order.
+  // This rank's shard of every parameter, in unit order (host tensors with cpu_offload; the
+  // call waits for queued copies first, so the views may be written at once).
   std::vector<ShardSlice> LocalParamState() const;
   // Every parameter gathered to its full shape (collective over the shard group: call on every
   // rank). With rank0_only, other ranks get an empty list. Canonical names only; see aliases().
+  // Tensors are on device(), or on the host with cpu_offload (gathered on the device one unit at
+  // a time).
   absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FullParamState(bool rank0_only);
   // Loads full tensors (each rank copies its shard out). Accepts canonical names or aliases.
   // Errors: INVALID_ARGUMENT naming a missing parameter or a shape mismatch.
@@ -215,6 +241,10 @@ class FsdpEngine : public UnitRunner {
   // Async reductions: start one, finish the oldest (wait, replicate all-reduce, accumulate).
   absl::Status StartReduce(int unit);
   absl::Status FinishOldestReduce();
+  // Adds a unit's reduced gradient shard into its gradient shard; with cpu_offload it starts the
+  // device->host copy instead, and DrainOffloadedGrads() (end of Backward) adds it.
+  void AccumulateShardGrad(int unit, const at::Tensor& reduced);
+  void DrainOffloadedGrads();
   absl::Status PostBackward(int unit);
   absl::Status Fail(absl::Status s);  // Records the first error, returns it.
   void UpdatePeaks();
@@ -237,7 +267,9 @@ class FsdpEngine : public UnitRunner {
   std::vector<int> recording_order_;
   struct PendingGather {
     std::unique_ptr<CommHandle> handle;
-    at::Tensor src;  // The (cast) shard being sent; alive until the gather finished.
+    // The (cast) shard being sent, or with cpu_offload its device staging copy (the
+    // host->device copy into it is asynchronous too); alive until the gather finished.
+    at::Tensor src;
   };
   std::map<int, PendingGather> pending_gathers_;
   std::set<int> gathered_groups_;  // Hook groups gathered now (limit_all_gathers).
@@ -250,6 +282,14 @@ class FsdpEngine : public UnitRunner {
     at::Tensor reduced;  // [shard_numel], or src itself when S = 1.
   };
   std::vector<PendingReduce> pending_reduces_;  // Oldest first.
+  // cpu_offload: reduced gradient shards being copied to the host (pinned buffers), added into
+  // the units' gradient shards by DrainOffloadedGrads().
+  struct OffloadedGrad {
+    int unit;
+    at::Tensor host;
+  };
+  std::vector<OffloadedGrad> offloaded_grads_;
+  at::Device device_ = at::kCPU;
   // Activation checkpointing: the bodies of this forward's checkpointed calls and the RNG
   // state each started from; dropped when Backward() returns.
   struct CheckpointedCall {

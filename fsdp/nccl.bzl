@@ -55,3 +55,9 @@ def nccl_targets():
             "@system//:gtest_main",
         ],
     )
+
+def cuda_cc_test(**kwargs):
+    """A cc_test defined only where @cuda found a toolkit (for GPU tests outside //fsdp, such as
+    //fsdp/tests:cpu_offload_gpu_test; tag them "gpu" to keep them out of default runs)."""
+    if HAS_CUDA:
+        native.cc_test(**kwargs)

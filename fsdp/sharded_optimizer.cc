@@ -61,6 +61,9 @@ absl::StatusOr<double> ShardedOptimizer::Step() {
   }
   at::NoGradGuard no_grad;
   const auto& flats = engine_->flat_params();
+  // cpu_offload: the host shards are about to be written; no host->device copy may still read
+  // them (Backward already waited for the device, so this costs nothing in a training step).
+  engine_->WaitForOffloadCopies();
   last_step_skipped_ = false;
   if (grad_scale_ != 1.0) {
     for (const auto& f : flats) f->shard_grad().mul_(1.0 / grad_scale_);
@@ -73,7 +76,9 @@ absl::StatusOr<double> ShardedOptimizer::Step() {
   }
   Communicator* shard = engine_->shard_comm();
   if (shard != nullptr && shard->size() > 1) {
-    at::Tensor dev = sq.to(flats.empty() ? at::kCPU : flats[0]->shard().device());
+    // The communicator's device (NCCL reduces CUDA tensors only), also when the shards are
+    // offloaded to the host.
+    at::Tensor dev = sq.to(engine_->device());
     RETURN_IF_ERROR(shard->AllReduce(dev, ReduceOp::kSum));
     sq = dev.cpu();
   }
@@ -175,13 +180,17 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ShardedOptimizer
     for (size_t i = 0; i < flats.size(); ++i) {
       const FlatParam& f = *flats[i];
       // State covers only the valid prefix of the shard; pad it back to shard_numel to gather.
-      at::Tensor padded = at::zeros({f.shard_numel()}, f.shard().options());
+      // With cpu_offload the state is on the host: it is gathered on the communicator's
+      // device and comes back to the host.
+      at::Tensor padded =
+          at::zeros({f.shard_numel()}, f.shard().options().device(engine_->device()));
       padded.narrow(0, 0, f.valid_shard_numel()).copy_((*tensors)[i]);
       at::Tensor full = padded;
       if (f.shard_count() > 1) {
-        full = at::empty({f.padded_numel()}, f.shard().options());
+        full = at::empty({f.padded_numel()}, padded.options());
         RETURN_IF_ERROR(shard->AllGather(padded, full));
       }
+      if (f.offloaded()) full = full.to(at::kCPU);
       if (!keep) continue;
       for (const FlatParamEntry& e : f.entries()) {
         out.emplace_back(absl::StrCat(e.name, ".", suffix),
@@ -225,6 +234,11 @@ absl::Status ShardedOptimizer::LoadFullState(const std::map<std::string, at::Ten
 int64_t PersistentStateBytes(const FsdpEngine& engine, const ShardedOptimizer& optimizer) {
   const MemoryStats m = engine.memory_stats();
   return m.param_shard_bytes + m.grad_shard_bytes + optimizer.state_bytes();
+}
+
+int64_t DevicePersistentStateBytes(const FsdpEngine& engine, const ShardedOptimizer& optimizer) {
+  const MemoryStats m = engine.memory_stats();
+  return m.device_shard_bytes + (engine.cpu_offload() ? 0 : optimizer.state_bytes());
 }
 
 }  // namespace shardline::fsdp

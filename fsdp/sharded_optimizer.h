@@ -6,6 +6,12 @@
 // weight decay, bias correction; SGD without dampening or Nesterov), so sharded training matches
 // an unsharded LibTorch run.
 //
+// CPU offload (FsdpEngineOptions::cpu_offload): the state lives in host memory next to the
+// offloaded shards and Step() runs on the host; only the norm's one-element all-reduce visits the
+// engine's device (NCCL reduces CUDA tensors only). The state is ordinary (pageable) host memory:
+// unlike the parameter shard it is never copied to or from the device, so pinning it would only
+// take page-locked memory from the system.
+//
 // Gradient clipping: the global L2 norm is sqrt(all-reduce over the SHARD group of the sum of
 // squares of the local shard gradients). Replicas (HYBRID_*, NO_SHARD) hold identical shards after
 // the replicate all-reduce, so reducing over the replicate group too would count each element
@@ -102,6 +108,8 @@ class ShardedOptimizer {
 // Persistent bytes per rank: parameter shards + gradient shards + optimizer state (what the
 // architecture's 16*P/S estimate for AdamW counts).
 int64_t PersistentStateBytes(const FsdpEngine& engine, const ShardedOptimizer& optimizer);
+// The part of it held on the engine's compute device: all of it without cpu_offload, 0 with it.
+int64_t DevicePersistentStateBytes(const FsdpEngine& engine, const ShardedOptimizer& optimizer);
 
 }  // namespace shardline::fsdp
 

@@ -79,6 +79,13 @@ TEST(LoadJobSpec, EnginePerformanceOptionsAreAccepted) {
   EXPECT_EQ(spec->fsdp().mixed_precision().buffer_dtype(), FsdpSpec::BF16);
 }
 
+// CPU offload is built for CUDA jobs (a CPU job keeps refusing it: see the table below).
+TEST(LoadJobSpec, CpuOffloadIsAcceptedOnCudaJobs) {
+  auto spec = Load(kBase, {"device.kind=CUDA", "fsdp.cpu_offload=true"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->fsdp().cpu_offload());
+}
+
 struct BadSpec {
   const char* label;
   std::string text;  // Empty: kBase.

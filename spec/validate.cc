@@ -178,11 +178,6 @@ void ValidateFsdp(const JobSpec& s, Problems* p) {
   if (f.collective_timeout_s() <= 0) {
     p->Add("fsdp.collective_timeout_s: ", f.collective_timeout_s(), " must be positive");
   }
-  // Named by the spec, not in the engine yet (docs/design.md, "Not built yet"): refused here so
-  // `shardctl submit` says so before anything is scheduled, rather than a rank failing later.
-  if (f.cpu_offload() && s.device().kind() == DeviceSpec::CUDA) {
-    p->Add("fsdp.cpu_offload: true is not implemented yet; set it to false");
-  }
   if (s.device().kind() == DeviceSpec::CPU) {
     if (f.cpu_offload()) {
       p->Add("fsdp.cpu_offload: true needs device.kind CUDA; a CPU job keeps everything in host "

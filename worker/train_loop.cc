@@ -97,6 +97,7 @@ class Loop {
                 (o_.peak_flops_per_rank * o_.world_size);
         m.rss_bytes = CurrentRssBytes();
         m.peak_memory_bytes = PeakRssBytes();
+        FillDeviceMemory(device_, &m);
         m.val_loss = val_loss;
         m.loss_scale = backend_.loss_scale();
         m.skipped_steps = backend_.skipped_steps();

@@ -149,6 +149,7 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
                             : TrainerConfig::BackwardPrefetch::kNone;
   c.limit_all_gathers = f.limit_all_gathers();
   c.activation_checkpointing = f.activation_checkpointing();
+  c.cpu_offload = f.cpu_offload();
   auto dtype = [](FsdpSpec::Dtype d) {
     return d == FsdpSpec::BF16   ? TrainerConfig::Dtype::kBf16
            : d == FsdpSpec::FP16 ? TrainerConfig::Dtype::kFp16

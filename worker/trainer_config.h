@@ -84,6 +84,7 @@ struct TrainerConfig {
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kNone;
   bool limit_all_gathers = true;  // fsdp.limit_all_gathers
   bool activation_checkpointing = false;
+  bool cpu_offload = false;  // fsdp.cpu_offload (CUDA jobs only; spec validation refuses CPU).
   enum class Dtype { kFp32, kBf16, kFp16 };  // fsdp.mixed_precision.*
   Dtype param_dtype = Dtype::kFp32, reduce_dtype = Dtype::kFp32, buffer_dtype = Dtype::kFp32;
   bool fake_collectives = false;

@@ -39,6 +39,7 @@ absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(models::Languag
                                   : Prefetch::kNone;
   options.limit_all_gathers = c.limit_all_gathers;
   options.activation_checkpointing = c.activation_checkpointing;
+  options.cpu_offload = c.cpu_offload;
   auto dtype = [](TrainerConfig::Dtype d) {
     return d == TrainerConfig::Dtype::kBf16   ? at::kBFloat16
            : d == TrainerConfig::Dtype::kFp16 ? at::kHalf
@@ -78,6 +79,12 @@ std::string FsdpBackend::Describe() const {
                       engine_->flat_params().size(), " units, sharded ",
                       config_.optimizer == OptimizerKind::kAdamW ? "AdamW" : "SGD",
                       config_.activation_checkpointing ? ", activation checkpointing" : "",
+                      config_.cpu_offload
+                          ? absl::StrCat(", CPU offload (",
+                                         fsdp::DevicePersistentStateBytes(*engine_, *optimizer_) /
+                                             1048576.0,
+                                         " MiB of the persistent state on the device)")
+                          : "",
                       config_.fake_collectives ? ", fake collectives" : "");
 }
 

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <fstream>
 
+#include <c10/core/CachingDeviceAllocator.h>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -70,6 +72,12 @@ std::string MetricsToJson(const StepMetrics& m) {
       ", \"peak_memory_bytes\": ", m.peak_memory_bytes, ", \"rss_bytes\": ", m.rss_bytes);
   if (m.val_loss.has_value()) absl::StrAppend(&out, ", \"val_loss\": ", Num(*m.val_loss));
   if (m.sample.has_value()) absl::StrAppend(&out, ", \"sample\": ", JsonString(*m.sample));
+  if (m.cuda_allocated_bytes.has_value()) {
+    absl::StrAppend(&out, ", \"cuda_allocated_bytes\": ", *m.cuda_allocated_bytes);
+  }
+  if (m.cuda_max_allocated_bytes.has_value()) {
+    absl::StrAppend(&out, ", \"cuda_max_allocated_bytes\": ", *m.cuda_max_allocated_bytes);
+  }
   if (m.loss_scale.has_value()) {
     absl::StrAppend(&out, ", \"loss_scale\": ", Num(*m.loss_scale), ", \"skipped_steps\": ",
                     m.skipped_steps);
@@ -100,5 +108,17 @@ absl::Status MetricsWriter::Write(const StepMetrics& m) {
 
 int64_t CurrentRssBytes() { return ProcStatusKb("VmRSS:"); }
 int64_t PeakRssBytes() { return ProcStatusKb("VmHWM:"); }
+
+void FillDeviceMemory(const c10::Device& device, StepMetrics* m) {
+  if (!device.is_cuda()) return;
+  // Through the device-generic allocator interface, so this library needs no CUDA headers; the
+  // CUDA allocator is registered whenever a CUDA tensor exists.
+  const c10::CachingDeviceAllocator::DeviceStats stats =
+      c10::getDeviceAllocator(c10::DeviceType::CUDA)->getDeviceStats(device.index());
+  constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  const c10::CachingAllocator::Stat& bytes = stats.allocated_bytes[kAll];
+  m->cuda_allocated_bytes = bytes.current;
+  m->cuda_max_allocated_bytes = bytes.peak;
+}
 
 }  // namespace shardline::worker

@@ -6,6 +6,10 @@
 //    "tokens_per_s": 17066.7, "mfu": 0.0012, "peak_memory_bytes": 313524224,
 //    "rss_bytes": 310378496, "val_loss": 2.47, "rank": 0, "world_size": 4}
 // val_loss appears only on steps that evaluated; "sample" only in the final line of rank 0.
+// CUDA jobs add "cuda_allocated_bytes" and "cuda_max_allocated_bytes": LibTorch's caching
+// allocator's bytes in tensors on the rank's GPU now and at peak since the start
+// (torch.cuda.memory_allocated / max_memory_allocated), which show what fsdp.cpu_offload saves.
+
 // Every line is written with one write(2) and flushed, so a tail sees whole lines.
 //
 // Thread safety: MetricsWriter is not thread-safe (the training thread writes).
@@ -16,6 +20,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+
+#include <c10/core/Device.h>
 
 #include "absl/status/statusor.h"
 
@@ -31,6 +37,8 @@ struct StepMetrics {
   double mfu = 0;           // Model FLOPs utilisation against the peak of the rank's device.
   int64_t rss_bytes = 0;    // Current resident set of this process.
   int64_t peak_memory_bytes = 0;  // Peak resident set (host) of this process.
+  std::optional<int64_t> cuda_allocated_bytes;      // CUDA jobs: see above.
+  std::optional<int64_t> cuda_max_allocated_bytes;
   std::optional<double> val_loss;
   std::optional<std::string> sample;
   std::optional<double> loss_scale;  // float16 mixed precision: the current loss scale...
@@ -59,6 +67,10 @@ class MetricsWriter {
 // Current and peak resident set size of this process, from /proc/self/status (0 if unknown).
 int64_t CurrentRssBytes();
 int64_t PeakRssBytes();
+
+// For a CUDA device: sets m's cuda_* fields from LibTorch's caching allocator. Other devices:
+// leaves them unset.
+void FillDeviceMemory(const c10::Device& device, StepMetrics* m);
 
 }  // namespace shardline::worker
 

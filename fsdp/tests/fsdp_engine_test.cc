@@ -606,6 +606,124 @@ TEST(FsdpEngine, ActivationCheckpointingIsBitIdentical) {
 }
 
 
+// CPU offload on a CPU model: the shards are separate host tensors (never the device buffer,
+// even with S = 1), every gather goes through a staging copy and every reduced shard is added
+// from a host copy after backward. The arithmetic is the same, so losses, gradient norms, final
+// parameters and optimizer state are bit-identical to the run without it, for every strategy,
+// with prefetch, no_sync accumulation, bf16 compute and SGD. (The GPU test,
+// fsdp/cpu_offload_gpu_test.cc, checks the CUDA path: pinned memory, asynchronous copies.)
+TEST(FsdpEngine, CpuOffloadIsBitIdentical) {
+  struct Case {
+    const char* strategy;
+    int world, degree, prefetch, micro_batches;
+    bool bf16, sgd;
+  };
+  for (const Case& k :
+       {Case{"NO_SHARD", 1, 0, 0, 1, false, false}, Case{"NO_SHARD", 2, 0, 1, 2, false, false},
+        Case{"FULL_SHARD", 2, 0, 1, 2, false, false}, Case{"FULL_SHARD", 3, 0, 2, 1, false, true},
+        Case{"HYBRID_SHARD", 4, 2, 1, 1, false, false},
+        Case{"SHARD_GRAD_OP", 2, 0, 1, 1, false, false},
+        Case{"FULL_SHARD", 2, 0, 0, 1, true, false}, Case{"NO_SHARD", 1, 0, 0, 1, true, false}}) {
+    ParityConfig c;
+    c.strategy = k.strategy;
+    c.world_size = k.world;
+    c.hybrid_shard_degree = k.degree;
+    c.prefetch = k.prefetch;
+    c.micro_batches = k.micro_batches;
+    c.sgd = k.sgd;
+    if (k.bf16) c.param_dtype = at::kBFloat16;
+    c.steps = 4;
+    c.save_state = true;
+    SCOPED_TRACE(c.Name());
+    const std::vector<ParityResult> plain = RunRanks(c);
+    c.cpu_offload = true;
+    const std::vector<ParityResult> off = RunRanks(c);
+    ASSERT_EQ(plain.size(), off.size());
+    for (size_t r = 0; r < plain.size(); ++r) {
+      ASSERT_EQ(plain[r].losses.size(), static_cast<size_t>(c.steps));
+      ASSERT_EQ(off[r].losses.size(), static_cast<size_t>(c.steps));
+      for (int step = 0; step < c.steps; ++step) {
+        EXPECT_EQ(plain[r].losses[step], off[r].losses[step]) << "rank " << r << " step " << step;
+        EXPECT_EQ(plain[r].grad_norms[step], off[r].grad_norms[step])
+            << "rank " << r << " step " << step;
+      }
+      // Parameters and optimizer state through FullParamState / FullState (gathered from the
+      // host shards), on every rank.
+      ASSERT_FALSE(plain[r].state.empty());
+      ASSERT_EQ(plain[r].state.size(), off[r].state.size());
+      for (const auto& [name, t] : plain[r].state) {
+        ASSERT_TRUE(off[r].state.count(name)) << name;
+        EXPECT_TRUE(t.equal(off[r].state.at(name))) << "rank " << r << " " << name;
+      }
+    }
+  }
+}
+
+// With cpu_offload the persistent state is counted as host memory (nothing of it on the
+// device), NO_SHARD frees its device copy after backward like a sharded unit, and the state
+// views and loads work on the host shards.
+TEST(FsdpEngine, CpuOffloadAccountsShardsAsHostMemory) {
+  for (const char* strategy : {"NO_SHARD", "FULL_SHARD"}) {
+    SCOPED_TRACE(strategy);
+    const int w = 2;
+    FakeWorld world(w, std::string(strategy) == "NO_SHARD" ? 1 : w);
+    auto statuses = RunOnThreads(world, [&](int rank, Communicator* sh, Communicator* rep) {
+      auto layout = MakeEngineLayout(w, strategy, 0);
+      if (!layout.ok()) return layout.status();
+      torch::manual_seed(1);
+      TinyGpt model{TinyGptConfig{}};
+      FsdpEngineOptions eo;
+      eo.rank = rank;
+      eo.cpu_offload = true;
+      auto engine = FsdpEngine::Create(model.ptr(), *layout, sh, rep, eo);
+      if (!engine.ok()) return engine.status();
+      auto opt = ShardedOptimizer::Create(engine->get(), ShardedOptimizerOptions{});
+      if (!opt.ok()) return opt.status();
+      for (const auto& f : (*engine)->flat_params()) {
+        EXPECT_TRUE(f->offloaded());
+        EXPECT_FALSE(f->full_is_shard());
+        EXPECT_TRUE(f->shard().is_cpu());
+        EXPECT_TRUE(f->shard_grad().is_cpu());
+        EXPECT_FALSE(f->full_allocated());  // Even NO_SHARD: the device copy is gathered.
+      }
+      at::Tensor idx = at::zeros({2, 8}, at::kLong);
+      absl::Status st = (*engine)->BeginForward();
+      if (!st.ok()) return st;
+      at::Tensor loss = model->loss(idx, idx, engine->get());
+      st = (*engine)->Backward(loss);
+      if (!st.ok()) return st;
+      MemoryStats m = (*engine)->memory_stats();
+      EXPECT_EQ(m.gathered_param_bytes, 0);
+      EXPECT_EQ(m.unsharded_grad_bytes, 0);
+      EXPECT_GT(m.peak_gathered_param_bytes, 0);
+      EXPECT_EQ(m.device_shard_bytes, 0);
+      EXPECT_EQ(m.host_offloaded_shard_bytes, m.param_shard_bytes + m.grad_shard_bytes);
+      double grad_sq = 0;
+      for (const auto& f : (*engine)->flat_params()) {
+        grad_sq += f->shard_grad().pow(2).sum().item<double>();
+      }
+      EXPECT_GT(grad_sq, 0) << "the reduced gradients reached the host shards";
+      auto norm = (*opt)->Step();
+      if (!norm.ok()) return norm.status();
+      EXPECT_EQ(DevicePersistentStateBytes(**engine, **opt), 0);
+      EXPECT_EQ(PersistentStateBytes(**engine, **opt),
+                m.param_shard_bytes + m.grad_shard_bytes + (*opt)->state_bytes());
+      // Writing through the state views changes what the next gather computes with.
+      auto full = (*engine)->FullParamState(/*rank0_only=*/false);
+      if (!full.ok()) return full.status();
+      std::map<std::string, at::Tensor> zeros;
+      for (auto& [name, t] : *full) zeros[name] = at::zeros_like(t);
+      st = (*engine)->LoadFullParamState(zeros);
+      if (!st.ok()) return st;
+      for (const ShardSlice& s : (*engine)->LocalParamState()) {
+        EXPECT_EQ(s.local.abs().sum().item<double>(), 0) << s.name;
+      }
+      return absl::OkStatus();
+    });
+    for (const auto& st : statuses) ASSERT_TRUE(st.ok()) << st;
+  }
+}
+
 double MaxRelLossDiff(const ParityResult& a, const ParityResult& b) {
   double worst = 0;
   for (size_t i = 0; i < a.losses.size() && i < b.losses.size(); ++i) {

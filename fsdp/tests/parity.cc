@@ -70,7 +70,8 @@ std::string ParityConfig::Name() const {
   return absl::StrCat(strategy, "_W", world_size, "_S", hybrid_shard_degree, "_",
                       WrapPolicyName(wrap), "_mb", micro_batches, sgd ? "_sgd" : "_adamw",
                       prefetch == 0 ? "" : absl::StrCat("_prefetch", prefetch),
-                      activation_checkpointing ? "_ac" : "");
+                      activation_checkpointing ? "_ac" : "", cpu_offload ? "_offload" : "",
+                      device.is_cpu() ? "" : absl::StrCat("_", device.str()));
 }
 
 std::string ParityConfig::Encode() const {
@@ -142,6 +143,7 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
   ASSIGN_OR_RETURN(EngineLayout layout, MakeEngineLayout(config.world_size, config.strategy,
                                                          config.hybrid_shard_degree));
   TinyGpt model = MakeModel();
+  if (!config.device.is_cpu()) model->to(config.device);
   FsdpEngineOptions eo;
   eo.rank = rank;
   eo.wrap_policy.kind = config.wrap;
@@ -154,6 +156,7 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
   eo.activation_checkpointing = config.activation_checkpointing;
   eo.param_dtype = config.param_dtype;
   eo.reduce_dtype = config.reduce_dtype;
+  eo.cpu_offload = config.cpu_offload;
   ASSIGN_OR_RETURN(std::unique_ptr<FsdpEngine> engine,
                    FsdpEngine::Create(model.ptr(), layout, shard, replicate, eo));
   ShardedOptimizerOptions oo;
@@ -198,7 +201,8 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
     engine->set_step(step);
     if (step == config.die_at_step) raise(SIGKILL);
     opt->set_lr(LrAt(config, step));
-    at::Tensor batch = GlobalBatch(config, step).narrow(0, rank * per_rank, per_rank);
+    at::Tensor batch =
+        GlobalBatch(config, step).narrow(0, rank * per_rank, per_rank).to(config.device);
     double loss_sum = 0;
     for (int m = 0; m < config.micro_batches; ++m) {
       at::Tensor mb = batch.narrow(0, m * per_micro, per_micro);

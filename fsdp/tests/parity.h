@@ -37,6 +37,10 @@ struct ParityConfig {
   at::ScalarType param_dtype = at::kFloat;
   at::ScalarType reduce_dtype = at::kFloat;
   double loss_scale = 0;  // > 0: dynamic loss scaling (fsdp/loss_scaler.h) from this scale.
+  // FsdpEngineOptions::cpu_offload, and the device RunFsdpRank trains on (the GPU test runs
+  // TinyGpt on CUDA); in-process runs only, not part of Encode().
+  bool cpu_offload = false;
+  at::Device device = at::kCPU;
   int steps = 20;
   int global_batch = 12;          // Sequences per step over all ranks.
   int die_at_step = -1;           // Failure tests: this rank SIGKILLs itself at that step.
