@@ -6,6 +6,8 @@
 // each reduce-scattered shard on CUDA tensors.
 // Every run with offload must match the same run without it within 1e-5 (the optimizer runs on
 // the host instead of the GPU: the same formulas, last-bit differences at most).
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/utils.h>
@@ -37,6 +40,11 @@ class CpuOffloadGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (c10::cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+    // Both runs of a comparison must compute the same forward and backward on the GPU, so that
+    // only the optimizer's host arithmetic differs: deterministic kernels (cuBLAS needs a fixed
+    // workspace, set before its first handle), warnings for ops without one.
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
   }
 };
 
