@@ -611,7 +611,7 @@ TEST(FsdpEngine, ActivationCheckpointingIsBitIdentical) {
 // from a host copy after backward. The arithmetic is the same, so losses, gradient norms, final
 // parameters and optimizer state are bit-identical to the run without it, for every strategy,
 // with prefetch, no_sync accumulation, bf16 compute and SGD. (The GPU test,
-// fsdp/cpu_offload_gpu_test.cc, checks the CUDA path: pinned memory, asynchronous copies.)
+// fsdp/tests/cpu_offload_gpu_test.cc, checks the CUDA path: pinned memory, asynchronous copies.)
 TEST(FsdpEngine, CpuOffloadIsBitIdentical) {
   struct Case {
     const char* strategy;
