@@ -5,7 +5,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <stdexcept>
 #include <exception>
 #include <algorithm>
 #include <functional>
@@ -35,7 +34,8 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
-#include "gloo/transport/unbound_buffer.h"
+#include "gloo/transport/buffer.h"
+#include "gloo/transport/pair.h"
 
 namespace shardline::fsdp {
 namespace {
@@ -197,195 +197,177 @@ class ReduceScatterAndFlush : public gloo::ReduceScatterHalvingDoubling<T> {
   }
 };
 
-// Gloo's reduce-scatter instances, kept for reuse, most recently used first: the algorithm for
-// groups whose size is not a power of two (see ReduceScatterRunner). Used on the communication
-// thread only.
-//
-// Why keep them: the algorithm's constructor registers its receive buffers with the TCP pairs,
-// and Gloo built these "old-style" algorithms to be constructed once and run many times. Data
-// that arrives for a buffer not registered yet makes the pair's event loop spin until it is,
-// which on a small machine starves the very ranks it waits for (tens of ms per call,
-// measured), and each construction allocates two buffers of the input's size. FSDP
-// reduce-scatters the same few sizes every step (identical blocks share one), so a small
-// cache makes the steady state allocation-free. A new instance is followed by a barrier, so
-// every rank has registered its buffers before anyone sends. All ranks issue the same
-// sequence of sizes, so their caches hit and miss together (the barrier is collective).
-// Memory: each entry holds about 3x its input (work copy + Gloo's two receive buffers).
-class ReduceScatterCache {
- public:
-  explicit ReduceScatterCache(int capacity) : capacity_(std::max(capacity, 0)) {}
+// dst[i] += src[i]: the same IEEE sums as gloo::sum, whose loop GCC leaves scalar at the
+// project's -O2 (its operands may alias). Here they cannot, and the loop is vectorized (SSE, no
+// runtime dispatch). Not ATen's add_: on this thread it would start its own OpenMP team, which
+// competes with the ranks' compute threads for the cores.
+template <typename T>
+__attribute__((optimize("tree-vectorize"))) void AddInto(T* __restrict dst,
+                                                         const T* __restrict src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
 
-  // Returns this rank's chunk of the sum over ranks of `in`, in `wide` (a view into the
-  // instance's working buffer, valid until the next call).
-  at::Tensor Run(const std::shared_ptr<gloo::Context>& context, const at::Tensor& in,
-                 at::ScalarType wide, int64_t chunk, uint32_t tag,
-                 std::chrono::milliseconds timeout) {
-    const int64_t count = in.numel();
-    auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
-      return e.wide == wide && e.count == count;
-    });
-    if (it != entries_.end()) {
-      entries_.splice(entries_.begin(), entries_, it);
+// Recursive-halving reduce-scatter of `count` elements (count = size * n) in a power-of-two
+// group, reducing in place in a data buffer given per call: at step k every rank exchanges
+// half of its current block with rank ^ 2^k, keeping the half its bit k selects, and adds the
+// peer's copy of that half. After log2(size) steps a rank holds the sum of chunk
+// bitreverse(rank), which it swaps with that rank (a bit reversal never differs from the
+// rank in exactly one bit, so that rank is none of the step peers).
+//
+// Why not gloo::ReduceScatterHalvingDoubling itself: it binds its send buffers to one data
+// pointer at construction, with no way to rebind them (and replacing them is not possible
+// either: Gloo's TCP Buffer unregisters its slot on destruction, and its send and receive
+// buffers to a peer share one slot), so running it on the caller's tensor means a copy into
+// its own buffer first. This is the same algorithm: the same pairs, the same halves, the same
+// order of additions (mine + peer's, step by step from the lowest bit), so its sums are
+// bit-identical to Gloo's; and the same protocol: receive buffers registered once (a barrier
+// after construction, see ReduceScatterCache), data written straight into them, and a
+// notification back once consumed, which a sender awaits before it returns, so the next
+// call's data never lands in a buffer that is still being read. The difference: the slots are
+// per direction, so the send buffers, bound to the caller's tensor, can be made and dropped
+// every call without unregistering a receive buffer (unbound buffers, which bind per call too,
+// cost a rendezvous round trip per step: 2-3x slower at 1 MiB).
+// Memory: about `count` elements of receive buffers (half, quarter, ... and one chunk).
+template <typename T>
+class RecursiveHalving {
+ public:
+  RecursiveHalving(const std::shared_ptr<gloo::Context>& context, size_t count)
+      : context_(context), count_(count) {
+    const int size = context->size;
+    const int rank = context->rank;
+    steps_ = 0;
+    while ((1 << steps_) < size) ++steps_;
+    slot_base_ = context->nextSlot((steps_ + 1) * size * size * 2);
+    const size_t n = count / size;
+    // The steps receive count/2 + count/4 + ... + n = count - n elements, the swap n.
+    recv_.resize(count);
+    size_t offset = 0;
+    size_t half = count / 2;
+    int holder = 0;
+    for (int k = 0; k < steps_; ++k, half /= 2) {
+      const int peer = rank ^ (1 << k);
+      holder = (holder << 1) | ((rank >> k) & 1);
+      auto& pair = context->getPair(peer);
+      Phase phase;
+      phase.peer = peer;
+      phase.recv_offset = offset;
+      phase.recv_data = pair->createRecvBuffer(Slot(k, peer, rank, 0), &recv_[offset],
+                                               half * sizeof(T));
+      phase.send_notify = pair->createSendBuffer(Slot(k, peer, rank, 1), &dummy_, sizeof(dummy_));
+      phase.recv_notify = pair->createRecvBuffer(Slot(k, rank, peer, 1), &dummy_, sizeof(dummy_));
+      phases_.push_back(std::move(phase));
+      offset += half;
+    }
+    holder_ = holder;
+    if (holder_ != rank) {
+      auto& pair = context->getPair(holder_);
+      Phase phase;
+      phase.peer = holder_;
+      phase.recv_offset = offset;
+      phase.recv_data =
+          pair->createRecvBuffer(Slot(steps_, holder_, rank, 0), &recv_[offset], n * sizeof(T));
+      phase.send_notify =
+          pair->createSendBuffer(Slot(steps_, holder_, rank, 1), &dummy_, sizeof(dummy_));
+      phase.recv_notify =
+          pair->createRecvBuffer(Slot(steps_, rank, holder_, 1), &dummy_, sizeof(dummy_));
+      phases_.push_back(std::move(phase));
+    }
+  }
+
+  // Reduces in `data` ([count]: clobbered) and writes this rank's summed chunk to `result`
+  // ([count / size], not inside `data`).
+  void Run(T* data, T* result) {
+    const int rank = context_->rank;
+    const size_t n = count_ / context_->size;
+    const size_t bytes = count_ * sizeof(T);
+    std::vector<std::unique_ptr<gloo::transport::Buffer>> sends;
+    sends.reserve(phases_.size());
+    size_t begin = 0;
+    size_t len = count_;
+    for (int k = 0; k < steps_; ++k) {
+      Phase& phase = phases_[k];
+      const size_t half = len / 2;
+      const bool upper = ((rank >> k) & 1) != 0;
+      const size_t keep = upper ? begin + half : begin;
+      const size_t give = upper ? begin : begin + half;
+      sends.push_back(context_->getPair(phase.peer)->createSendBuffer(
+          Slot(k, rank, phase.peer, 0), data, bytes));
+      sends.back()->send(give * sizeof(T), half * sizeof(T));
+      phase.recv_data->waitRecv();
+      AddInto(data + keep, &recv_[phase.recv_offset], half);
+      phase.send_notify->send();
+      begin = keep;
+      len = half;
+    }
+    if (holder_ == rank) {
+      std::memcpy(result, data + begin, n * sizeof(T));
     } else {
-      entries_.push_front(MakeEntry(context, wide, count, chunk));
-      Barrier(context, tag, timeout);
+      Phase& phase = phases_.back();
+      sends.push_back(context_->getPair(holder_)->createSendBuffer(Slot(steps_, rank, holder_, 0),
+                                                                   data, bytes));
+      sends.back()->send(begin * sizeof(T), n * sizeof(T));
+      phase.recv_data->waitRecv();
+      std::memcpy(result, &recv_[phase.recv_offset], n * sizeof(T));
+      phase.send_notify->send();
     }
-    Entry& entry = entries_.front();
-    entry.work.copy_(in.reshape({-1}));
-    entry.run();
-    // With a group size that is not a power of two, the smaller binary block sends its partial
-    // sums to the larger one without an acknowledgement, so a fast rank could start the next
-    // run of this instance and overwrite a receive buffer its peer has not reduced yet (seen in
-    // tests as wrong sums). A barrier closes each run.
-    Barrier(context, tag, timeout);
-    at::Tensor mine = entry.work.narrow(0, 0, chunk);
-    // Keep at most capacity_ entries besides the one `mine` points into.
-    while (static_cast<int>(entries_.size()) > std::max(capacity_, 1)) entries_.pop_back();
-    if (capacity_ == 0) {
-      at::Tensor keep = mine.clone();
-      entries_.clear();
-      return keep;
+    // Before returning (the caller may free `data`, and the send buffers go now): every send
+    // has left, and every peer has consumed what this rank sent it.
+    for (auto& send : sends) send->waitSend();
+    for (Phase& phase : phases_) {
+      phase.send_notify->waitSend();
+      phase.recv_notify->waitRecv();
     }
-    return mine;
   }
 
  private:
-  static void Barrier(const std::shared_ptr<gloo::Context>& context, uint32_t tag,
-                      std::chrono::milliseconds timeout) {
-    gloo::BarrierOptions barrier(context);
-    barrier.setTag(tag);
-    barrier.setTimeout(timeout);
-    gloo::barrier(barrier);
-  }
-
-  struct Entry {
-    at::ScalarType wide;
-    int64_t count;
-    at::Tensor work;                  // [count] in `wide`: the buffer Gloo reduces in place.
-    std::shared_ptr<void> algorithm;  // ReduceScatterAndFlush<float or double>.
-    std::function<void()> run;
+  struct Phase {
+    int peer = 0;
+    size_t recv_offset = 0;  // Into recv_.
+    std::unique_ptr<gloo::transport::Buffer> recv_data, send_notify, recv_notify;
   };
 
-  template <typename T>
-  static void Build(const std::shared_ptr<gloo::Context>& context, int64_t chunk, Entry* e) {
-    std::vector<int> recv_counts(context->size, static_cast<int>(chunk));
-    auto algorithm = std::make_shared<ReduceScatterAndFlush<T>>(
-        context, std::vector<T*>{e->work.data_ptr<T>()}, static_cast<int>(e->count),
-        recv_counts);
-    e->run = [a = algorithm.get()] { a->RunAndFlush(); };
-    e->algorithm = std::move(algorithm);
+  // One slot per (phase, sender, receiver, data or notification): a send buffer never shares
+  // its slot with a receive buffer on the same pair.
+  int Slot(int phase, int from, int to, int kind) const {
+    const int size = context_->size;
+    return slot_base_ + ((phase * size + from) * size + to) * 2 + kind;
   }
 
-  static Entry MakeEntry(const std::shared_ptr<gloo::Context>& context, at::ScalarType wide,
-                         int64_t count, int64_t chunk) {
-    Entry e;
-    e.wide = wide;
-    e.count = count;
-    e.work = at::empty({count}, at::TensorOptions().dtype(wide));
-    if (wide == at::kDouble) {
-      Build<double>(context, chunk, &e);
-    } else {
-      Build<float>(context, chunk, &e);
-    }
-    return e;
-  }
-
-  const int capacity_;
-  std::list<Entry> entries_;
+  std::shared_ptr<gloo::Context> context_;
+  const size_t count_;
+  int steps_ = 0;
+  int slot_base_ = 0;
+  int holder_ = 0;  // Bit-reversed rank: who holds this rank's chunk after the steps.
+  std::vector<T> recv_;
+  int dummy_ = 0;
+  std::vector<Phase> phases_;
 };
 
-// Slots of our recursive-halving reduce-scatter: a prefix byte outside Gloo's own (0x01-0x08
-// in gloo/types.h), the collective's tag, and the step. Spelled out rather than taken from
-// gloo::Slot::build, whose Debian version may not combine prefix and tag (some Gloo versions
-// OR them logically, giving every collective the same slot).
-constexpr uint64_t kReduceScatterSlotPrefix = 0x40;
-
-uint64_t ReduceScatterSlot(uint32_t tag, int step) {
-  return (kReduceScatterSlotPrefix << 56) | (static_cast<uint64_t>(tag) << 24) |
-         static_cast<uint64_t>(step);
-}
-
-void WaitRecv(gloo::transport::UnboundBuffer& buf, std::chrono::milliseconds timeout) {
-  if (!buf.waitRecv(timeout)) throw std::runtime_error("receive aborted");
-}
-
-void WaitSend(gloo::transport::UnboundBuffer& buf, std::chrono::milliseconds timeout) {
-  if (!buf.waitSend(timeout)) throw std::runtime_error("send aborted");
-}
-
-// Recursive-halving reduce-scatter for a power-of-two group, in place in `data` ([count],
-// count = size * n), on Gloo's unbound buffers: at step k every rank exchanges half of its
-// current block with rank ^ 2^k, keeping the half its bit k selects, and adds the peer's copy
-// of that half (`scratch`, [count / 2]). After log2(size) steps a rank holds the sum of chunk
-// bitreverse(rank), which it swaps with that rank; the rank's own chunk lands in
-// `result` ([n]; may be `scratch`, not `data`).
+// The reduce-scatter of one communicator: its algorithm instances, kept for reuse, most
+// recently used first, by (summing dtype, input size). Used on the communication thread only.
 //
-// Why not Gloo's ReduceScatterHalvingDoubling: it binds its send buffers to one data pointer
-// at construction and has no way to rebind them (and Gloo's TCP Buffer unregisters its slot on
-// destruction, which would also drop the receive buffer sharing it), so running it on the
-// caller's tensor means a copy into its own buffer first. This is the same algorithm: the
-// same pairs, the same halves, the same order of additions (mine + peer's, step by step from
-// the lowest bit), so its sums are bit-identical to Gloo's. Unbound buffers bind per call, and
-// the receiver posts its receive before the data moves, so no message can land in a buffer
-// that is not ready (the hazard that makes Gloo's instances need barriers).
-template <typename T>
-void RecursiveHalvingReduceScatter(gloo::Context& context, T* data, size_t count, T* scratch,
-                                   T* result, uint32_t tag, std::chrono::milliseconds timeout) {
-  const int size = context.size;
-  const int rank = context.rank;
-  const size_t n = count / size;
-  if (size == 1) {
-    std::memcpy(result, data, n * sizeof(T));
-    return;
-  }
-  auto data_buf = context.createUnboundBuffer(data, count * sizeof(T));
-  auto scratch_buf = context.createUnboundBuffer(scratch, count / 2 * sizeof(T));
-  size_t begin = 0;
-  size_t len = count;
-  int step = 0;
-  int holder = 0;  // Bit-reversed rank: who holds this rank's chunk at the end.
-  for (int mask = 1; mask < size; mask <<= 1, ++step) {
-    const int peer = rank ^ mask;
-    const size_t half = len / 2;
-    const bool upper = (rank & mask) != 0;
-    const size_t keep = upper ? begin + half : begin;
-    const size_t give = upper ? begin : begin + half;
-    holder = (holder << 1) | (upper ? 1 : 0);
-    const uint64_t slot = ReduceScatterSlot(tag, step);
-    scratch_buf->recv(peer, slot, 0, half * sizeof(T));
-    data_buf->send(peer, slot, give * sizeof(T), half * sizeof(T));
-    WaitRecv(*scratch_buf, timeout);
-    gloo::sum<T>(data + keep, data + keep, scratch, half);
-    WaitSend(*data_buf, timeout);
-    begin = keep;
-    len = half;
-  }
-  if (holder == rank) {
-    std::memcpy(result, data + begin, n * sizeof(T));
-    return;
-  }
-  auto result_buf = context.createUnboundBuffer(result, n * sizeof(T));
-  const uint64_t slot = ReduceScatterSlot(tag, step);
-  result_buf->recv(holder, slot, 0, n * sizeof(T));
-  data_buf->send(holder, slot, begin * sizeof(T), n * sizeof(T));
-  WaitRecv(*result_buf, timeout);
-  WaitSend(*data_buf, timeout);
-}
-
-// The reduce-scatter of one communicator: picks the algorithm and the buffers. Used on the
-// communication thread only.
+// Power-of-two groups run RecursiveHalving in place: in the caller's input when the caller
+// consumes it (ReduceScatterConsuming) and it is already in the summing dtype, else in a
+// working copy. Other group sizes run gloo::ReduceScatterHalvingDoubling (which handles the
+// binary blocks) on its own buffer, so always on a copy. fp64 is summed in fp64, everything
+// else (fp32, and bf16/fp16 which Gloo cannot sum well or at all) in fp32, and the result is
+// rounded once into `out`.
 //
-// Power-of-two groups run RecursiveHalvingReduceScatter in place: on the caller's input when
-// the caller consumes it (ReduceScatterConsuming) and it is already in the summing dtype, else
-// on a working copy. Other group sizes run Gloo's ReduceScatterHalvingDoubling, which handles
-// the binary blocks, through ReduceScatterCache (always on a copy). fp64 is summed in fp64,
-// everything else (fp32, and bf16/fp16 which Gloo cannot sum well or at all) in fp32, and the
-// result rounded once into `out`. The working copy and the receive scratch are kept and
-// reused (grown to the largest input seen) unless Options::reduce_scatter_cache_entries is 0.
-class ReduceScatterRunner {
+// Why keep instances: both register their receive buffers with the TCP pairs once, as Gloo's
+// "old-style" algorithms are meant to be used (construct once, run many times). Data that
+// arrives for a buffer not registered yet makes the pair's event loop spin until it is, which
+// on a small machine starves the very ranks it waits for (tens of ms per call, measured), and
+// each construction allocates receive buffers of about the input's size. FSDP reduce-scatters
+// the same few sizes every step (identical blocks share one), so a small cache makes the
+// steady state allocation-free. A new instance is followed by a barrier, so every rank has
+// registered its buffers before anyone sends. All ranks issue the same sequence of sizes, so
+// their caches hit and miss together (the barrier is collective). Memory per entry: about 1x
+// its input (power-of-two groups) or 3x (others: work copy + Gloo's two receive buffers); the
+// working copy of ReduceScatter (power-of-two groups) is one buffer, grown to the largest
+// input. Options::reduce_scatter_cache_entries = 0 keeps nothing.
+class ReduceScatterCache {
  public:
-  explicit ReduceScatterRunner(int cache_entries)
-      : keep_buffers_(cache_entries > 0), gloo_cache_(cache_entries) {}
+  explicit ReduceScatterCache(int capacity) : capacity_(std::max(capacity, 0)) {}
 
   void Run(const std::shared_ptr<gloo::Context>& context, const at::Tensor& in,
            const at::Tensor& out, ReduceOp op, bool consume_input, uint32_t tag,
@@ -394,37 +376,55 @@ class ReduceScatterRunner {
     const int size = context->size;
     const int64_t count = in.numel();
     const int64_t n = out.numel();
+    Entry& entry = Find(context, wide, count, n, tag, timeout);
     at::Tensor result;  // [n] in `wide`: this rank's summed chunk.
-    if ((size & (size - 1)) != 0) {
-      result = gloo_cache_.Run(context, in, wide, n, tag, timeout);
-    } else {
+    if (entry.halving != nullptr) {
       at::Tensor data = in.reshape({-1});
       if (!consume_input || in.scalar_type() != wide) {
         data = Buffer(&work_, count, wide);
         data.copy_(in.reshape({-1}));
       }
-      // Half the input for the first exchange; at least a chunk, for the result (size 1).
-      at::Tensor scratch = Buffer(&scratch_, std::max(count / 2, n), wide);
-      result = out.scalar_type() == wide ? out.view({-1}) : scratch.narrow(0, 0, n);
-      if (wide == at::kDouble) {
-        RecursiveHalvingReduceScatter<double>(*context, data.data_ptr<double>(), count,
-                                              scratch.data_ptr<double>(),
-                                              result.data_ptr<double>(), tag, timeout);
-      } else {
-        RecursiveHalvingReduceScatter<float>(*context, data.data_ptr<float>(), count,
-                                             scratch.data_ptr<float>(),
-                                             result.data_ptr<float>(), tag, timeout);
-      }
+      result = out.scalar_type() == wide ? out.view({-1}) : Buffer(&result_, n, wide);
+      entry.halving(data.data_ptr(), result.data_ptr());
+    } else {
+      entry.work.copy_(in.reshape({-1}));
+      entry.gloo();
+      // With a group size that is not a power of two, the smaller binary block sends its
+      // partial sums to the larger one without an acknowledgement, so a fast rank could start
+      // the next run of this instance and overwrite a receive buffer its peer has not reduced
+      // yet (seen in tests as wrong sums). A barrier closes each run.
+      Barrier(context, tag, timeout);
+      result = entry.work.narrow(0, 0, n);
     }
     if (op == ReduceOp::kAvg) result.div_(size);
     if (result.data_ptr() != out.data_ptr()) out.view({-1}).copy_(result);
-    if (!keep_buffers_) {
+    while (static_cast<int>(entries_.size()) > capacity_) entries_.pop_back();
+    if (capacity_ == 0) {
       work_ = at::Tensor();
-      scratch_ = at::Tensor();
+      result_ = at::Tensor();
     }
   }
 
  private:
+  struct Entry {
+    at::ScalarType wide;
+    int64_t count;
+    std::shared_ptr<void> algorithm;  // RecursiveHalving<T> or ReduceScatterAndFlush<T>.
+    // Power-of-two groups: reduce in `data`, this rank's chunk to `result` (both `wide`).
+    std::function<void(void* data, void* result)> halving;
+    // Other groups: Gloo's instance, on `work`.
+    at::Tensor work;
+    std::function<void()> gloo;
+  };
+
+  static void Barrier(const std::shared_ptr<gloo::Context>& context, uint32_t tag,
+                      std::chrono::milliseconds timeout) {
+    gloo::BarrierOptions barrier(context);
+    barrier.setTag(tag);
+    barrier.setTimeout(timeout);
+    gloo::barrier(barrier);
+  }
+
   // The first `numel` elements of *buffer, (re)allocated in `dtype` when too small.
   static at::Tensor Buffer(at::Tensor* buffer, int64_t numel, at::ScalarType dtype) {
     if (!buffer->defined() || buffer->scalar_type() != dtype || buffer->numel() < numel) {
@@ -434,10 +434,52 @@ class ReduceScatterRunner {
     return buffer->narrow(0, 0, numel);
   }
 
-  const bool keep_buffers_;
-  at::Tensor work_;
-  at::Tensor scratch_;
-  ReduceScatterCache gloo_cache_;
+  Entry& Find(const std::shared_ptr<gloo::Context>& context, at::ScalarType wide,
+              int64_t count, int64_t chunk, uint32_t tag, std::chrono::milliseconds timeout) {
+    auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
+      return e.wide == wide && e.count == count;
+    });
+    if (it != entries_.end()) {
+      entries_.splice(entries_.begin(), entries_, it);
+      return entries_.front();
+    }
+    Entry e;
+    e.wide = wide;
+    e.count = count;
+    if (wide == at::kDouble) {
+      Build<double>(context, chunk, &e);
+    } else {
+      Build<float>(context, chunk, &e);
+    }
+    entries_.push_front(std::move(e));
+    Barrier(context, tag, timeout);
+    return entries_.front();
+  }
+
+  template <typename T>
+  static void Build(const std::shared_ptr<gloo::Context>& context, int64_t chunk, Entry* e) {
+    const int size = context->size;
+    if ((size & (size - 1)) == 0) {
+      auto algorithm = std::make_shared<RecursiveHalving<T>>(context, e->count);
+      e->halving = [a = algorithm.get()](void* data, void* result) {
+        a->Run(static_cast<T*>(data), static_cast<T*>(result));
+      };
+      e->algorithm = std::move(algorithm);
+      return;
+    }
+    e->work = at::empty({e->count}, at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value));
+    std::vector<int> recv_counts(size, static_cast<int>(chunk));
+    auto algorithm = std::make_shared<ReduceScatterAndFlush<T>>(
+        context, std::vector<T*>{e->work.data_ptr<T>()}, static_cast<int>(e->count),
+        recv_counts);
+    e->gloo = [a = algorithm.get()] { a->RunAndFlush(); };
+    e->algorithm = std::move(algorithm);
+  }
+
+  const int capacity_;
+  std::list<Entry> entries_;
+  at::Tensor work_;    // ReduceScatter's working copy (power-of-two groups).
+  at::Tensor result_;  // The summed chunk when `out` is not in the summing dtype.
 };
 
 }  // namespace
@@ -508,7 +550,7 @@ class GlooCommunicator::Impl {
   std::chrono::milliseconds timeout() const { return ToChrono(options_.timeout); }
   const std::shared_ptr<gloo::rendezvous::Context>& context() const { return context_; }
   // Communication thread only.
-  ReduceScatterRunner& reduce_scatter() { return reduce_scatter_; }
+  ReduceScatterCache& reduce_scatter() { return reduce_scatter_; }
 
  private:
   Options options_;
@@ -518,7 +560,7 @@ class GlooCommunicator::Impl {
   uint32_t next_tag_ = 0;  // Used on the communication thread only.
   absl::Mutex mu_;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
-  ReduceScatterRunner reduce_scatter_{options_.reduce_scatter_cache_entries};
+  ReduceScatterCache reduce_scatter_{options_.reduce_scatter_cache_entries};
   std::unique_ptr<CommQueue> queue_ = std::make_unique<CommQueue>();
 };
 
