@@ -10,9 +10,9 @@
 //   ReduceScatter  halving-doubling: each rank sends and receives about (S-1)/S of the buffer,
 //                  half of an all-reduce. Power-of-two S: the recursive halving of Gloo's
 //                  ReduceScatterHalvingDoubling (same exchanges, same order of additions, so
-//                  bit-identical sums) on Gloo's unbound buffers, which bind to the caller's
-//                  tensor per call; other S: gloo::ReduceScatterHalvingDoubling itself, on a
-//                  kept working copy (see gloo_communicator.cc for why).
+//                  bit-identical sums) on Gloo's TCP buffers, sending from the caller's tensor;
+//                  other S: gloo::ReduceScatterHalvingDoubling itself, on its own working copy
+//                  (see gloo_communicator.cc for why).
 //   AllReduce      gloo::allreduce (ring).
 //   Broadcast      gloo::broadcast; Barrier gloo::barrier.
 // kAvg is the sum divided by size(). Gloo has no bfloat16 and its float16 sums accumulate in
@@ -70,10 +70,10 @@ class GlooCommunicator : public Communicator {
     std::string interface;
     // Bounds bootstrap and every collective.
     absl::Duration timeout = absl::Seconds(60);
-    // Reduce-scatter buffers kept for reuse. Power-of-two groups: a receive scratch of half the
-    // largest input (and a working copy of the largest input ReduceScatter had to copy).
-    // Other group sizes: this many Gloo instances by (size, dtype), each ~3x its input.
-    // 0 keeps nothing (slower: see gloo_communicator.cc). Must be equal on all ranks.
+    // Reduce-scatter instances kept for reuse, by (size, dtype): each holds receive buffers of
+    // ~1x its input in power-of-two groups (plus one working copy of the largest input
+    // ReduceScatter had to copy), ~3x in others. 0 builds one per call (slower: see
+    // gloo_communicator.cc). Must be equal on all ranks.
     int reduce_scatter_cache_entries = 2;
   };
 
