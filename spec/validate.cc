@@ -183,13 +183,6 @@ void ValidateFsdp(const JobSpec& s, Problems* p) {
       p->Add("fsdp.cpu_offload: true needs device.kind CUDA; a CPU job keeps everything in host "
              "memory already");
     }
-    const FsdpSpec::MixedPrecision& mp = f.mixed_precision();
-    if (mp.param_dtype() == FsdpSpec::FP16 || mp.reduce_dtype() == FsdpSpec::FP16 ||
-        mp.buffer_dtype() == FsdpSpec::FP16) {
-      // LibTorch's CPU float16 kernels are few and slow; the engine supports fp16 (tested on CPU
-      // in fsdp/tests), the trainer only where it pays.
-      p->Add("fsdp.mixed_precision: FP16 needs device.kind CUDA; use BF16 or FP32 on CPU");
-    }
   }
 }
 

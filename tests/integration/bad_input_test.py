@@ -225,8 +225,8 @@ class BadInputTest(unittest.TestCase):
         set_row("min_world_above_world", "elastic.min_world_size=3", 3,
                 "elastic.min_world_size: 3 is not in [0, world_size = 2]")
         set_row("name_with_slash", "name=../../etc", 3, "name: \"../../etc\"")
-        set_row("fp16_on_cpu", "fsdp.mixed_precision.param_dtype=FP16", 3,
-                "fsdp.mixed_precision: FP16 needs device.kind CUDA")
+        set_row("cpu_offload_on_cpu", "fsdp.cpu_offload=true", 3,
+                "fsdp.cpu_offload: true needs device.kind CUDA")
         # Oversized values.
         set_row("huge_world_size", "world_size=2147483647", 3, "train.global_batch_size")
         set_row("name_70_chars", "name=" + "n" * 70, 3, "name:", "1-64 characters")
