@@ -1,9 +1,13 @@
 #include "fsdp/sharded_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +22,30 @@ absl::Status CheckRange(const char* name, double v, double lo, double hi, bool l
                                                    lo_open ? "(" : "[", lo, ", ", hi, ")"));
   }
   return absl::OkStatus();
+}
+
+// Sum of squares of a contiguous float32 host tensor, accumulated in float64 (as the op-by-op
+// path's to(kDouble).pow(2).sum(), but in one pass without a float64 copy), over LibTorch's
+// intra-op threads: each thread sums fixed 64Ki-element chunks, so the result does not depend on
+// the thread count.
+double HostSumOfSquares(const at::Tensor& t) {
+  const float* x = t.data_ptr<float>();
+  const int64_t n = t.numel();
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(chunks, 0.0);
+  at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      double s = 0;
+      for (int64_t i = c * kChunk, e = std::min(n, i + kChunk); i < e; ++i) {
+        s += static_cast<double>(x[i]) * x[i];
+      }
+      partial[c] = s;
+    }
+  });
+  double sum = 0;
+  for (double s : partial) sum += s;
+  return sum;
 }
 
 }  // namespace
@@ -39,6 +67,9 @@ absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
   } else {
     RETURN_IF_ERROR(CheckRange("momentum", o.momentum, 0, 1, false));
   }
+  if (o.fused && o.kind != ShardedOptimizerOptions::Kind::kAdamW) {
+    return absl::InvalidArgumentError("ShardedOptimizer: fused is implemented for AdamW only");
+  }
   auto opt = std::unique_ptr<ShardedOptimizer>(new ShardedOptimizer(engine, o));
   for (const auto& f : engine->flat_params()) {
     const auto opts = f->shard().options();
@@ -46,6 +77,7 @@ absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(
     if (o.kind == ShardedOptimizerOptions::Kind::kAdamW) {
       opt->exp_avg_.push_back(at::zeros({n}, opts));
       opt->exp_avg_sq_.push_back(at::zeros({n}, opts));
+      if (o.fused) opt->step_tensors_.push_back(at::zeros({}, opts));
     } else if (o.momentum > 0) {
       opt->momentum_.push_back(at::zeros({n}, opts));
     }
@@ -65,15 +97,22 @@ absl::StatusOr<double> ShardedOptimizer::Step() {
   // them (Backward already waited for the device, so this costs nothing in a training step).
   engine_->WaitForOffloadCopies();
   last_step_skipped_ = false;
-  if (grad_scale_ != 1.0) {
+  if (grad_scale_ != 1.0 && !options_.fused) {
     for (const auto& f : flats) f->shard_grad().mul_(1.0 / grad_scale_);
   }
-  // Global norm: local sum of squares in float64, summed over the shard group only.
+  // Global norm: local sum of squares in float64, summed over the shard group only. (fused: of
+  // the still-scaled gradients, divided by the scale below.)
   at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble));
+  double host_sq = 0;
   for (const auto& f : flats) {
     at::Tensor g = f->shard_grad().narrow(0, 0, f->valid_shard_numel());
-    sq.add_(g.to(at::kDouble).pow(2).sum().cpu());
+    if (options_.fused && g.is_cpu()) {
+      host_sq += HostSumOfSquares(g);
+    } else {
+      sq.add_(g.to(at::kDouble).pow(2).sum().cpu());
+    }
   }
+  sq.add_(host_sq);
   Communicator* shard = engine_->shard_comm();
   if (shard != nullptr && shard->size() > 1) {
     // The communicator's device (NCCL reduces CUDA tensors only), also when the shards are
@@ -82,20 +121,28 @@ absl::StatusOr<double> ShardedOptimizer::Step() {
     RETURN_IF_ERROR(shard->AllReduce(dev, ReduceOp::kSum));
     sq = dev.cpu();
   }
-  const double norm = std::sqrt(sq.item<double>());
+  const double norm = std::sqrt(sq.item<double>()) / (options_.fused ? grad_scale_ : 1.0);
   if (grad_scale_ != 1.0 && !std::isfinite(norm)) {
     last_step_skipped_ = true;
     engine_->ZeroShardGrads();
     return norm;
   }
+  double coef = 1.0;
   if (options_.grad_clip > 0) {
-    const double coef = std::min(1.0, options_.grad_clip / (norm + 1e-6));
+    coef = std::min(1.0, options_.grad_clip / (norm + 1e-6));
     // torch::nn::utils::clip_grad_norm_ multiplies by the clamped coefficient always.
-    for (const auto& f : flats) f->shard_grad().mul_(coef);
+    if (!options_.fused) {
+      for (const auto& f : flats) f->shard_grad().mul_(coef);
+    }
   }
 
   ++step_;
   const auto& o = options_;
+  if (o.fused) {
+    FusedAdamW(grad_scale_ / coef);
+    engine_->ZeroShardGrads();
+    return norm;
+  }
   for (size_t i = 0; i < flats.size(); ++i) {
     const FlatParam& f = *flats[i];
     const int64_t n = f.valid_shard_numel();
@@ -127,6 +174,30 @@ absl::StatusOr<double> ShardedOptimizer::Step() {
   }
   engine_->ZeroShardGrads();
   return norm;
+}
+
+void ShardedOptimizer::FusedAdamW(double grad_divisor) {
+  const auto& flats = engine_->flat_params();
+  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+  for (size_t i = 0; i < flats.size(); ++i) {
+    const int64_t n = flats[i]->valid_shard_numel();
+    if (n == 0) continue;
+    params.push_back(flats[i]->shard().narrow(0, 0, n));
+    grads.push_back(flats[i]->shard_grad().narrow(0, 0, n));
+    exp_avgs.push_back(exp_avg_[i]);
+    exp_avg_sqs.push_back(exp_avg_sq_[i]);
+    // The kernel reads the step count (bias correction) but does not advance it.
+    step_tensors_[i].fill_(static_cast<double>(step_));
+    steps.push_back(step_tensors_[i]);
+  }
+  if (params.empty()) return;
+  const auto& o = options_;
+  // The kernel divides each gradient by grad_scale (in place) before the update.
+  std::optional<at::Tensor> grad_scale;
+  if (grad_divisor != 1.0) grad_scale = at::full({}, grad_divisor, params[0].options());
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, o.lr,
+                    o.beta1, o.beta2, o.weight_decay, o.eps, /*amsgrad=*/false,
+                    /*maximize=*/false, grad_scale, /*found_inf=*/std::nullopt);
 }
 
 int64_t ShardedOptimizer::state_bytes() const {

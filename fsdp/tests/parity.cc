@@ -172,6 +172,7 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
     oo.eps = kEps;
     oo.weight_decay = kWeightDecay;
     oo.grad_clip = kClip;
+    oo.fused = config.fused_optimizer;
   }
   ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> opt,
                    ShardedOptimizer::Create(engine.get(), oo));

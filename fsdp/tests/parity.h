@@ -41,6 +41,8 @@ struct ParityConfig {
   // TinyGpt on CUDA); in-process runs only, not part of Encode().
   bool cpu_offload = false;
   at::Device device = at::kCPU;
+  // ShardedOptimizerOptions::fused (AdamW only; in-process runs only, not part of Encode()).
+  bool fused_optimizer = false;
   int steps = 20;
   int global_batch = 12;          // Sequences per step over all ranks.
   int die_at_step = -1;           // Failure tests: this rank SIGKILLs itself at that step.
