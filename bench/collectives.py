@@ -3,8 +3,11 @@ algorithms and against torch.distributed on Gloo. Run it with bench/collectives.
 
 Per repetition and world size W (the order of the two programs, and of ours and Gloo inside
 comm_bench, alternates by repetition):
-  fsdp/comm_bench --impls=ours,gloo   ours (GlooCommunicator) and Gloo's algorithms called
-                                      directly, size by size in one set of processes;
+  fsdp/comm_bench --impls=ours,gloo   ours (GlooCommunicator, repeated calls through its public
+                                      API; reduce-scatter in FSDP's form, ReduceScatterConsuming,
+                                      which may reduce in its input) and Gloo's algorithms called
+                                      directly (one ReduceScatterHalvingDoubling instance run
+                                      repeatedly in place), size by size in one set of processes;
   bench/torch_collectives_rank.py     torch.distributed (Gloo backend): all_gather_into_tensor,
                                       reduce_scatter_tensor (which PyTorch's Gloo group
                                       implements as clone + all_reduce + copy of a chunk).
@@ -43,9 +46,13 @@ def main():
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "collectives.txt"))
+    ap.add_argument("--note", default="",
+                    help="a line for the results file, e.g. what else loaded the machine")
     a = ap.parse_args()
     header = benchlib.machine_header(
         "collectives: loopback bus bandwidth, ours vs Gloo direct vs torch.distributed (Gloo)")
+    if a.note:
+        header += f"note: {a.note}\n"
     work = tempfile.mkdtemp(prefix="collectives.")
     rows, runs = {}, []
     for rep in range(a.reps):
@@ -98,6 +105,9 @@ def main():
         if op in ("all_gather", "reduce_scatter"):
             worst_gloo.setdefault(op, []).append(ours / gloo)
     notes = ["",
+             "ours reduce_scatter = GlooCommunicator::ReduceScatterConsuming, the form FSDP uses "
+             "(the flat gradient is dropped after it, so the input is reduced in place: no working "
+             "copy); Gloo direct = one ReduceScatterHalvingDoubling instance run in place.",
              "ours/gloo targets (>= 0.90 of Gloo's algorithm bandwidth): " + "; ".join(
                  f"{op}: median {benchlib.median(v):.2f}, min {min(v):.2f}"
                  for op, v in worst_gloo.items()),

@@ -33,8 +33,12 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--global_batch_size", type=int, default=16)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "overlap.txt"))
+    ap.add_argument("--note", default="",
+                    help="a line for the results file, e.g. what else loaded the machine")
     a = ap.parse_args()
     header = benchlib.machine_header("overlap: step time with real over no-op collectives")
+    if a.note:
+        header += f"note: {a.note}\n"
     work = tempfile.mkdtemp(prefix="overlap.")
     w = a.world_size
     prefetch = {"on": ["fsdp.forward_prefetch=true", "fsdp.backward_prefetch=BACKWARD_PRE"],
