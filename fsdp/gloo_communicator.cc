@@ -237,7 +237,7 @@ class RecursiveHalving {
     const int rank = context->rank;
     steps_ = 0;
     while ((1 << steps_) < size) ++steps_;
-    slot_base_ = context->nextSlot((steps_ + 1) * size * size * 2);
+    slot_base_ = context->nextSlot((steps_ + 1) * 4);
     const size_t n = count / size;
     // The steps receive count/2 + count/4 + ... + n = count - n elements, the swap n.
     recv_.resize(count);
@@ -326,11 +326,11 @@ class RecursiveHalving {
     std::unique_ptr<gloo::transport::Buffer> recv_data, send_notify, recv_notify;
   };
 
-  // One slot per (phase, sender, receiver, data or notification): a send buffer never shares
-  // its slot with a receive buffer on the same pair.
+  // One slot per (phase, direction on the pair, data or notification): a send buffer never
+  // shares its slot with a receive buffer on the same pair. Slots are per pair, so the pairs of
+  // one phase can share numbers: 4 per phase, whatever the group size.
   int Slot(int phase, int from, int to, int kind) const {
-    const int size = context_->size;
-    return slot_base_ + ((phase * size + from) * size + to) * 2 + kind;
+    return slot_base_ + (phase * 2 + (from < to ? 0 : 1)) * 2 + kind;
   }
 
   std::shared_ptr<gloo::Context> context_;
