@@ -26,7 +26,7 @@ using RankFn = std::function<void(GlooCommunicator& comm)>;
 // Runs `fn` on `world` ranks, each a thread with its own communicator; failures inside `fn`
 // are reported by gtest with the rank in the trace.
 void RunGroup(int world, const RankFn& fn, absl::Duration timeout = absl::Seconds(20),
-              const std::vector<int>& global_ranks = {}) {
+              const std::vector<int>& global_ranks = {}, int reduce_scatter_cache_entries = 2) {
   static int generation = 0;
   const std::string prefix = absl::StrCat("test", generation++);
   TcpKvStore::Options server_options;
@@ -45,6 +45,7 @@ void RunGroup(int world, const RankFn& fn, absl::Duration timeout = absl::Second
       options.store = &store;
       options.timeout = timeout;
       options.global_ranks = global_ranks;
+      options.reduce_scatter_cache_entries = reduce_scatter_cache_entries;
       auto comm = GlooCommunicator::Create(options);
       ASSERT_TRUE(comm.ok()) << comm.status();
       fn(**comm);
@@ -285,6 +286,35 @@ TEST_P(GlooReduceScatterExact, BothFormsGiveGloosSumsBitForBit) {
       EXPECT_TRUE(outs[i].equal(expected)) << "async call " << i;
     }
   });
+}
+
+// reduce_scatter_cache_entries = 0: every call builds (and drops) its instance, with the same
+// sums as the cached ones.
+TEST_P(GlooReduceScatterExact, WithoutACacheEveryCallBuildsItsOwnInstance) {
+  const int world = GetParam();
+  RunGroup(
+      world,
+      [&](GlooCommunicator& comm) {
+        int call = 200;
+        for (int64_t chunk : {3, 1001, 3, 17}) {
+          ++call;
+          SCOPED_TRACE(absl::StrCat("chunk ", chunk));
+          at::Tensor in = RandomRankInput(comm.rank(), call, chunk * world, at::kFloat);
+          at::Tensor out = at::empty({chunk}, at::kFloat);
+          ASSERT_TRUE(comm.ReduceScatterConsuming(in, out, ReduceOp::kSum).ok());
+          at::Tensor expected = RandomRankInput(0, call, chunk * world, at::kDouble);
+          for (int r = 1; r < world; ++r) {
+            expected += RandomRankInput(r, call, chunk * world, at::kDouble);
+          }
+          expected = expected.narrow(0, comm.rank() * chunk, chunk);
+          EXPECT_TRUE(out.to(at::kDouble).allclose(expected, 1e-5, 1e-3));
+          if ((world & (world - 1)) == 0) {
+            EXPECT_TRUE(out.equal(TreeSum(world, call, chunk * world, at::kFloat)
+                                      .narrow(0, comm.rank() * chunk, chunk)));
+          }
+        }
+      },
+      absl::Seconds(20), {}, /*reduce_scatter_cache_entries=*/0);
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooReduceScatterExact, ::testing::Values(1, 2, 3, 4, 8));
