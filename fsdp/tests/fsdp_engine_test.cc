@@ -565,6 +565,20 @@ std::vector<ParityResult> RunRanks(const ParityConfig& c) {
   return results;
 }
 
+// Every rank's per-step losses and gradient norms are bit-identical in the two runs.
+void ExpectBitIdenticalLosses(const std::vector<ParityResult>& a,
+                              const std::vector<ParityResult>& b, int steps) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t r = 0; r < a.size(); ++r) {
+    ASSERT_EQ(a[r].losses.size(), static_cast<size_t>(steps));
+    ASSERT_EQ(b[r].losses.size(), static_cast<size_t>(steps));
+    for (int step = 0; step < steps; ++step) {
+      EXPECT_EQ(a[r].losses[step], b[r].losses[step]) << "rank " << r << " step " << step;
+      EXPECT_EQ(a[r].grad_norms[step], b[r].grad_norms[step]) << "rank " << r << " step " << step;
+    }
+  }
+}
+
 // Activation checkpointing recomputes each block in backward from its saved input with the same
 // ops (and RNG state): losses, gradient norms and final parameters are bit-identical to the
 // same run without it, on one rank and sharded (with prefetch both ways, hybrid, kept units).
@@ -587,16 +601,7 @@ TEST(FsdpEngine, ActivationCheckpointingIsBitIdentical) {
     const std::vector<ParityResult> plain = RunRanks(c);
     c.activation_checkpointing = true;
     const std::vector<ParityResult> ac = RunRanks(c);
-    ASSERT_EQ(plain.size(), ac.size());
-    for (size_t r = 0; r < plain.size(); ++r) {
-      ASSERT_EQ(plain[r].losses.size(), static_cast<size_t>(c.steps));
-      ASSERT_EQ(ac[r].losses.size(), static_cast<size_t>(c.steps));
-      for (int step = 0; step < c.steps; ++step) {
-        EXPECT_EQ(plain[r].losses[step], ac[r].losses[step]) << "rank " << r << " step " << step;
-        EXPECT_EQ(plain[r].grad_norms[step], ac[r].grad_norms[step])
-            << "rank " << r << " step " << step;
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectBitIdenticalLosses(plain, ac, c.steps));
     ASSERT_FALSE(plain[0].params.empty());
     for (const auto& [name, t] : plain[0].params) {
       ASSERT_TRUE(ac[0].params.count(name)) << name;
@@ -638,15 +643,8 @@ TEST(FsdpEngine, CpuOffloadIsBitIdentical) {
     const std::vector<ParityResult> plain = RunRanks(c);
     c.cpu_offload = true;
     const std::vector<ParityResult> off = RunRanks(c);
-    ASSERT_EQ(plain.size(), off.size());
+    ASSERT_NO_FATAL_FAILURE(ExpectBitIdenticalLosses(plain, off, c.steps));
     for (size_t r = 0; r < plain.size(); ++r) {
-      ASSERT_EQ(plain[r].losses.size(), static_cast<size_t>(c.steps));
-      ASSERT_EQ(off[r].losses.size(), static_cast<size_t>(c.steps));
-      for (int step = 0; step < c.steps; ++step) {
-        EXPECT_EQ(plain[r].losses[step], off[r].losses[step]) << "rank " << r << " step " << step;
-        EXPECT_EQ(plain[r].grad_norms[step], off[r].grad_norms[step])
-            << "rank " << r << " step " << step;
-      }
       // Parameters and optimizer state through FullParamState / FullState (gathered from the
       // host shards), on every rank.
       ASSERT_FALSE(plain[r].state.empty());
