@@ -71,26 +71,27 @@ grep -q "units, sharded AdamW, activation checkpointing" "$OUT/ac.log.0" ||
 [[ "$(losses "$OUT/ac.0.jsonl")" == "$(losses "$OUT/noac.0.jsonl")" ]] ||
   fail "activation checkpointing changed the losses: $(losses "$OUT/ac.0.jsonl" | tr '\n' ' ') vs $(losses "$OUT/noac.0.jsonl" | tr '\n' ' ')"
 
+# $1: run label (bf16, fp16); $2: relative tolerance; $3: it in words. The run's 4 losses are
+# within the tolerance of the fp32 run's, and not equal to them (it did compute in $1).
+expect_near_fp32() {
+  paste <(losses "$OUT/$1.0.jsonl") <(losses "$OUT/real.0.jsonl") |
+    awk -v tol="$2" 'NF != 2 { bad = 1 } { d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > tol) bad = 1 }
+         END { exit bad || NR != 4 }' ||
+    fail "$1 losses not within $3 of fp32: $(losses "$OUT/$1.0.jsonl" | tr '\n' ' ') vs $(losses "$OUT/real.0.jsonl" | tr '\n' ' ')"
+  [[ "$(losses "$OUT/$1.0.jsonl")" != "$(losses "$OUT/real.0.jsonl")" ]] ||
+    fail "$1 losses equal fp32's: mixed precision did not compute in $1"
+}
+
 run_w2 bf16 --set fsdp.mixed_precision.param_dtype=BF16 \
   --set fsdp.mixed_precision.buffer_dtype=BF16 --set fsdp.mixed_precision.reduce_dtype=FP32
 [[ $(losses "$OUT/bf16.0.jsonl" | wc -l) -eq 4 ]] || fail "bf16 run: want 4 losses"
-paste <(losses "$OUT/bf16.0.jsonl") <(losses "$OUT/real.0.jsonl") |
-  awk 'NF != 2 { bad = 1 } { d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > 1e-2) bad = 1 }
-       END { exit bad || NR != 4 }' ||
-  fail "bf16 losses not within 1% of fp32: $(losses "$OUT/bf16.0.jsonl" | tr '\n' ' ') vs $(losses "$OUT/real.0.jsonl" | tr '\n' ' ')"
-[[ "$(losses "$OUT/bf16.0.jsonl")" != "$(losses "$OUT/real.0.jsonl")" ]] ||
-  fail "bf16 losses equal fp32's: mixed precision did not compute in bf16"
+expect_near_fp32 bf16 1e-2 "1%"
 run_w2 fp16 --set fsdp.mixed_precision.param_dtype=FP16 \
   --set fsdp.mixed_precision.buffer_dtype=FP16 --set fsdp.mixed_precision.reduce_dtype=FP16
 [[ $(losses "$OUT/fp16.0.jsonl" | wc -l) -eq 4 ]] || fail "fp16 run: want 4 losses"
 losses "$OUT/fp16.0.jsonl" | awk 'NR == 1 { first = $1 } { last = $1 } END { exit !(last < first) }' ||
   fail "fp16 loss did not fall: $(losses "$OUT/fp16.0.jsonl" | tr '\n' ' ')"
-paste <(losses "$OUT/fp16.0.jsonl") <(losses "$OUT/real.0.jsonl") |
-  awk 'NF != 2 { bad = 1 } { d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > 1e-3) bad = 1 }
-       END { exit bad || NR != 4 }' ||
-  fail "fp16 losses not within 0.1% of fp32: $(losses "$OUT/fp16.0.jsonl" | tr '\n' ' ') vs $(losses "$OUT/real.0.jsonl" | tr '\n' ' ')"
-[[ "$(losses "$OUT/fp16.0.jsonl")" != "$(losses "$OUT/real.0.jsonl")" ]] ||
-  fail "fp16 losses equal fp32's: mixed precision did not compute in fp16"
+expect_near_fp32 fp16 1e-3 "0.1%"
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures failure(s)" >&2
