@@ -1,6 +1,7 @@
 #include "fsdp/comm_args.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "c10/core/ScalarType.h"
 
 namespace shardline::fsdp {
@@ -39,6 +40,14 @@ absl::Status CheckTensor(absl::string_view group, absl::string_view op, absl::st
 }
 
 }  // namespace
+
+std::string DescribeGroupMembers(const std::vector<int>& global_ranks, int rank, int size) {
+  if (static_cast<int>(global_ranks.size()) == size && rank >= 0 && rank < size) {
+    return absl::StrCat("(group ranks [", absl::StrJoin(global_ranks, ", "), "], this is rank ",
+                        global_ranks[rank], ")");
+  }
+  return absl::StrCat("(this is rank ", rank, " of ", size, " in the group)");
+}
 
 std::string CommErrorPrefix(absl::string_view group, absl::string_view op, int64_t step) {
   return absl::StrCat("group ", group, " op ", op, " step ", step, ": ");

@@ -6,6 +6,7 @@
 #define SHARDLINE_FSDP_COMM_ARGS_H_
 
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -16,6 +17,11 @@ namespace shardline::fsdp {
 
 // "group <name> op <op> step <step>: " — the prefix of every collective error.
 std::string CommErrorPrefix(absl::string_view group, absl::string_view op, int64_t step);
+
+// Who a group waits on, for timeout and lost-peer messages: "(group ranks [0, 1], this is rank
+// 0)" when `global_ranks` lists the group's `size` members, else "(this is rank 0 of 2 in the
+// group)". `rank` is the rank within the group.
+std::string DescribeGroupMembers(const std::vector<int>& global_ranks, int rank, int size);
 
 // `device` is at::kCPU or at::kCUDA: the device every tensor must be on.
 absl::Status CheckAllGatherArgs(absl::string_view group, int size, at::DeviceType device,

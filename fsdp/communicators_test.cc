@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include "fsdp/comm_args.h"
 #include "fsdp/fake_collectives.h"
 #include "fsdp/local_communicator.h"
 #include "fsdp/tcp_kv_store.h"
@@ -101,6 +102,13 @@ TEST(CreateCommunicators, MissingRankTimesOutNamingIt) {
       << groups.status();
   EXPECT_NE(groups.status().message().find("comm/layout/rank1"), std::string::npos)
       << groups.status();
+}
+
+// Gloo and NCCL timeout / lost-peer messages name the group this way.
+TEST(DescribeGroupMembers, GlobalRanksWhenKnownElseThePositionInTheGroup) {
+  EXPECT_EQ(DescribeGroupMembers({2, 6}, 1, 2), "(group ranks [2, 6], this is rank 6)");
+  EXPECT_EQ(DescribeGroupMembers({}, 1, 2), "(this is rank 1 of 2 in the group)");
+  EXPECT_EQ(DescribeGroupMembers({0, 1, 2}, 0, 2), "(this is rank 0 of 2 in the group)");
 }
 
 TEST(ParseCommBackend, KnownAndUnknownNames) {

@@ -105,14 +105,9 @@ std::chrono::milliseconds ToChrono(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
 
-// "(group ranks [0, 1], this is rank 0)", or "(this is rank 0 of 2 in the group)" without
-// the global ranks: who the group waited on, for timeout and lost-peer messages.
+// comm_args.h's DescribeGroupMembers for these options.
 std::string DescribeMembers(const GlooCommunicator::Options& o) {
-  if (static_cast<int>(o.global_ranks.size()) == o.size) {
-    return absl::StrCat("(group ranks [", absl::StrJoin(o.global_ranks, ", "), "], this is rank ",
-                        o.global_ranks[o.rank], ")");
-  }
-  return absl::StrCat("(this is rank ", o.rank, " of ", o.size, " in the group)");
+  return DescribeGroupMembers(o.global_ranks, o.rank, o.size);
 }
 
 // Converts the exception being handled (from Gloo, our store adapter or LibTorch) into a

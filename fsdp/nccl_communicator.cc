@@ -84,6 +84,10 @@ class NcclCommunicator::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   const Options& options() const { return options_; }
+  // Who the group waits on, for timeout and lost-peer messages (comm_args.h).
+  std::string members() const {
+    return DescribeGroupMembers(options_.global_ranks, options_.rank, options_.size);
+  }
   void set_step(int64_t step) { step_.store(step); }
   ncclComm_t comm() const { return comm_; }
   int device() const { return device_; }
@@ -191,7 +195,7 @@ std::unique_ptr<CommHandle> NcclCommunicator::Impl::Launch(
       cudaEventDestroy(done);
       return std::make_unique<ReadyHandle>(Fail(absl::DeadlineExceededError(
           absl::StrCat(prefix, "timed out after ", absl::FormatDuration(options_.timeout),
-                       " enqueueing the collective"))));
+                       " enqueueing the collective ", members()))));
     }
     absl::SleepFor(kPoll);
     ncclCommGetAsyncError(comm_, &r);
@@ -221,13 +225,13 @@ absl::Status NcclCommunicator::Impl::WaitFor(const std::string& prefix, cudaEven
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(comm_, &async);
     if (async != ncclSuccess && async != ncclInProgress) {
-      return Fail(absl::UnavailableError(
-          absl::StrCat(prefix, "lost a peer: NCCL error: ", NcclError(async, comm_))));
+      return Fail(absl::UnavailableError(absl::StrCat(prefix, "lost a peer ", members(),
+                                                      ": NCCL error: ", NcclError(async, comm_))));
     }
     if (absl::Status b = BrokenStatus(prefix); !b.ok()) return b;
     if (absl::Now() > deadline) {
-      return Fail(absl::DeadlineExceededError(
-          absl::StrCat(prefix, "timed out after ", absl::FormatDuration(options_.timeout))));
+      return Fail(absl::DeadlineExceededError(absl::StrCat(
+          prefix, "timed out after ", absl::FormatDuration(options_.timeout), " ", members())));
     }
     absl::SleepFor(kPoll);
   }
@@ -287,7 +291,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
       ncclCommAbort(comm);
       return absl::DeadlineExceededError(
           absl::StrCat(prefix, "timed out after ", absl::FormatDuration(options.timeout),
-                       " waiting for ", options.size, " ranks to join"));
+                       " waiting for ", options.size, " ranks to join ",
+                       DescribeGroupMembers(options.global_ranks, options.rank, options.size)));
     }
     absl::SleepFor(absl::Milliseconds(1));
     ncclCommGetAsyncError(comm, &r);
@@ -400,6 +405,7 @@ const bool kRegistered = RegisterCommBackend(
       nccl.rank = group.rank;
       nccl.size = group.size;
       nccl.store = group.store;
+      nccl.global_ranks = group.ranks;
       nccl.cuda_device = options.cuda_device;
       nccl.timeout = options.timeout;
       absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm = NcclCommunicator::Create(nccl);

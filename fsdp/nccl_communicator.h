@@ -28,6 +28,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -45,6 +46,9 @@ class NcclCommunicator : public Communicator {
     KvStore* store = nullptr;  // Namespaced for this group; used only inside Create.
     int cuda_device = -1;      // -1: the current device.
     absl::Duration timeout = absl::Seconds(60);
+    // Global ranks of the group's members, in group-rank order; named in timeout and lost-peer
+    // messages (comm_args.h's DescribeGroupMembers). Optional.
+    std::vector<int> global_ranks;
   };
 
   // Errors: INVALID_ARGUMENT for bad options; UNAVAILABLE if CUDA/NCCL fail to initialise;

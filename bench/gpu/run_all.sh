@@ -19,6 +19,7 @@
 #      SHARDLINE_PEAK_FLOPS) and the GPU memory peak;
 #   4. with prebuilt binaries: starts a local cluster (coordinator + one worker daemon, which
 #      finds the GPU) and runs a CUDA job through shardctl with checkpoints.
+# RUN_ALL_TESTS_ONLY=1 stops after the tests (phase 2).
 # Writes bench/gpu/results_gpu.txt (and copies it and an archive of the logs to $OUT when that is
 # set, as the device runner provides). Each phase has its own time limit.
 set -uo pipefail
@@ -26,7 +27,7 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
 WORK=${WORK:-$REPO/bench/gpu/out}
 mkdir -p "$WORK"
-RESULTS=$REPO/bench/gpu/results_gpu.txt
+RESULTS=${RUN_ALL_RESULTS:-$REPO/bench/gpu/results_gpu.txt}
 TORCH_VENV=${TORCH_VENV:-/opt/torch/.venv}
 PY=$TORCH_VENV/bin/python
 PEAK=${SHARDLINE_PEAK_FLOPS:-989e12}
@@ -141,6 +142,10 @@ else
   TEST_RC=$?
   echo "gpu tests (bazel exit $TEST_RC): $(grep -cE '^//.* PASSED' "$WORK/gpu_tests.log") passed, $(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS)' "$WORK/gpu_tests.log") failed" >> "$RESULTS"
   grep -E '^//' "$WORK/gpu_tests.log" | sed 's/^/  /' >> "$RESULTS"
+fi
+
+if [ -n "${RUN_ALL_TESTS_ONLY:-}" ]; then  # Just the GPU tests (a short re-check after a change).
+  cat "$RESULTS"; finish 0
 fi
 
 # ---- 3. GPT-2 small, ours vs PyTorch FSDP2 -----------------------------------------------------
