@@ -31,18 +31,18 @@ ABSL_FLAG(std::string, out, "batches.bin", "output file");
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   using namespace shardline::data;
-  auto dataset = TokenDataset::Open({absl::GetFlag(FLAGS_data), TokenFormat::kText,
-                                     absl::GetFlag(FLAGS_val_fraction),
-                                     absl::GetFlag(FLAGS_seq_len), 256});
+  auto dataset =
+      TokenDataset::Open({absl::GetFlag(FLAGS_data), TokenFormat::kText,
+                          absl::GetFlag(FLAGS_val_fraction), absl::GetFlag(FLAGS_seq_len), 256});
   if (!dataset.ok()) {
     std::cerr << "batch_dump: " << dataset.status() << "\n";
     return 1;
   }
   const int g = absl::GetFlag(FLAGS_global_batch_size);
   // One rank with one micro-batch of G: Next() returns the global batch in position order.
-  auto sampler = DistributedSampler::Create({(*dataset)->num_samples(Split::kTrain), g, g,
-                                             /*world_size=*/1, /*rank=*/0,
-                                             absl::GetFlag(FLAGS_shuffle_seed)});
+  auto sampler =
+      DistributedSampler::Create({(*dataset)->num_samples(Split::kTrain), g, g,
+                                  /*world_size=*/1, /*rank=*/0, absl::GetFlag(FLAGS_shuffle_seed)});
   if (!sampler.ok()) {
     std::cerr << "batch_dump: " << sampler.status() << "\n";
     return 1;
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
     std::perror(out_path.c_str());
     return 1;
   }
-  std::cout << "wrote " << absl::GetFlag(FLAGS_steps) << " x " << g << " x " << row
-            << " tokens to " << out_path << "\n";
+  std::cout << "wrote " << absl::GetFlag(FLAGS_steps) << " x " << g << " x " << row << " tokens to "
+            << out_path << "\n";
   return 0;
 }

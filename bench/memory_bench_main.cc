@@ -167,8 +167,7 @@ int Child() {
             << m.param_shard_bytes << " " << m.grad_shard_bytes << " " << (*opt)->state_bytes()
             << " " << persistent << " " << m.peak_gathered_param_bytes << " "
             << m.peak_unsharded_grad_bytes << " " << peak << " " << rss_base << " " << hwm_build
-            << " " << (reset ? ProcStatusBytes("VmHWM:") : -1) << " " << rss_wrapped
-            << std::endl;
+            << " " << (reset ? ProcStatusBytes("VmHWM:") : -1) << " " << rss_wrapped << std::endl;
   (*model)->set_unit_runner(nullptr);
   return 0;
 }
@@ -183,10 +182,10 @@ std::string LoadAverage() {
 int Parent(const char* self) {
   const std::vector<int> shards = ParseInts(absl::GetFlag(FLAGS_shards));
   const double mib = 1 << 20;
-  std::string table = absl::StrFormat(
-      "%2s %4s %12s %10s %12s %10s %12s %12s %10s %10s %10s %10s\n", "S", "rank",
-      "persist MiB", "16P/S MiB", "persist/est", "peak MiB", "gathered MiB", "ungrads MiB",
-      "RSS0 MiB", "build HWM", "RSS wrap", "train HWM");
+  std::string table =
+      absl::StrFormat("%2s %4s %12s %10s %12s %10s %12s %12s %10s %10s %10s %10s\n", "S", "rank",
+                      "persist MiB", "16P/S MiB", "persist/est", "peak MiB", "gathered MiB",
+                      "ungrads MiB", "RSS0 MiB", "build HWM", "RSS wrap", "train HWM");
   std::string summary = absl::StrFormat("%2s %12s %10s %10s %10s %14s\n", "S", "persist MiB",
                                         "16P/S MiB", "ratio", "peak MiB", "train HWM MiB");
   std::string loads;
@@ -239,8 +238,8 @@ int Parent(const char* self) {
   }
   const std::string text = absl::StrCat(
       "memory_bench: per-rank memory, FULL_SHARD, W = S, against 16*P/S\n",
-      absl::FormatTime("date %Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone()),
-      "; host ", host, "; nproc ", sysconf(_SC_NPROCESSORS_ONLN), "; cpu ", cpu, "\n",
+      absl::FormatTime("date %Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone()), "; host ",
+      host, "; nproc ", sysconf(_SC_NPROCESSORS_ONLN), "; cpu ", cpu, "\n",
       absl::StrFormat("model: GPT n_embd %d, n_layer %d, n_head %d, vocab %d, seq %d: P = %d "
                       "parameters (%.2f MiB fp32); batch %d per rank, %d steps, AdamW\n\n",
                       absl::GetFlag(FLAGS_n_embd), absl::GetFlag(FLAGS_n_layer),

@@ -76,8 +76,8 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::OpenDir(
     int64_t numel = 1;
     for (int64_t d : t.shape()) {
       if (d < 0 || (d > 0 && numel > kMax / static_cast<int64_t>(sizeof(float)) / d)) {
-        return absl::DataLossError(absl::StrCat(path, ": tensor ", t.name(),
-                                                " has an invalid shape (dimension ", d, ")"));
+        return absl::DataLossError(
+            absl::StrCat(path, ": tensor ", t.name(), " has an invalid shape (dimension ", d, ")"));
       }
       numel *= d;
     }
@@ -93,9 +93,8 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::OpenDir(
       next += r.numel();
     }
     if (next != numel) {
-      return absl::DataLossError(
-          absl::StrCat(path, ": tensor ", t.name(), " ranges cover ", next, " of ", numel,
-                       " elements"));
+      return absl::DataLossError(absl::StrCat(path, ": tensor ", t.name(), " ranges cover ", next,
+                                              " of ", numel, " elements"));
     }
   }
   std::unique_ptr<CheckpointReader> reader(new CheckpointReader());
@@ -122,10 +121,11 @@ absl::Status CheckpointReader::VerifyFiles() const {
                                               FirstTensorIn(*manifest_, f.name()), ")"));
     }
     if (st.st_size != f.size_bytes()) {
-      return absl::DataLossError(absl::StrCat(
-          "checkpoint data file ", path, " is ", st.st_size < f.size_bytes() ? "truncated" : "too long",
-          ": ", st.st_size, " bytes, manifest says ", f.size_bytes(), " (holds tensor ",
-          FirstTensorIn(*manifest_, f.name()), ")"));
+      return absl::DataLossError(
+          absl::StrCat("checkpoint data file ", path, " is ",
+                       st.st_size < f.size_bytes() ? "truncated" : "too long", ": ", st.st_size,
+                       " bytes, manifest says ", f.size_bytes(), " (holds tensor ",
+                       FirstTensorIn(*manifest_, f.name()), ")"));
     }
   }
   return absl::OkStatus();
@@ -165,15 +165,14 @@ absl::Status CheckpointReader::ReadRange(int tensor, int range, char* dst) const
   }
   ::close(fd);
   if (done != n) {
-    return absl::DataLossError(absl::StrCat("checkpoint data file ", path,
-                                            " is truncated: tensor ", t.name(), " range at byte ",
-                                            r.file_offset(), " ends past the end of the file"));
+    return absl::DataLossError(absl::StrCat("checkpoint data file ", path, " is truncated: tensor ",
+                                            t.name(), " range at byte ", r.file_offset(),
+                                            " ends past the end of the file"));
   }
   if (crc != r.crc32c()) {
     return absl::DataLossError(absl::StrCat("checksum mismatch in checkpoint data file ", path,
-                                            ": tensor ", t.name(), " elements [",
-                                            r.global_offset(), ", ",
-                                            r.global_offset() + r.numel(), ")"));
+                                            ": tensor ", t.name(), " elements [", r.global_offset(),
+                                            ", ", r.global_offset() + r.numel(), ")"));
   }
   return absl::OkStatus();
 }
@@ -201,8 +200,7 @@ absl::Status CheckpointReader::ReadElements(const std::string& name, int64_t sta
                                             float* out) const {
   const int ti = FindTensor(name);
   if (ti < 0) {
-    return absl::NotFoundError(
-        absl::StrCat("checkpoint ", dir_, " has no tensor ", name));
+    return absl::NotFoundError(absl::StrCat("checkpoint ", dir_, " has no tensor ", name));
   }
   const TensorEntry& t = manifest_->tensors(ti);
   std::unique_ptr<char[]> bytes;
@@ -227,7 +225,7 @@ absl::Status CheckpointReader::ReadElements(const std::string& name, int64_t sta
 }
 
 absl::StatusOr<const char*> CheckpointReader::MapFile(const std::string& file,
-                                                     const std::string& tensor) const {
+                                                      const std::string& tensor) const {
   // Mapped under the lock: the other loading threads need the same file and would otherwise
   // map (and read) it again.
   absl::MutexLock lock(&mu_);
@@ -305,8 +303,7 @@ absl::StatusOr<std::vector<CheckpointReader::MappedPiece>> CheckpointReader::Map
       if (Crc32c(range, static_cast<size_t>(r.numel()) * sizeof(float)) != r.crc32c()) {
         return absl::DataLossError(absl::StrCat(
             "checksum mismatch in checkpoint data file ", dir_, "/", r.file(), ": tensor ",
-            t.name(), " elements [", r.global_offset(), ", ", r.global_offset() + r.numel(),
-            ")"));
+            t.name(), " elements [", r.global_offset(), ", ", r.global_offset() + r.numel(), ")"));
       }
       absl::MutexLock lock(&mu_);
       checked_[{ti, j}] = true;

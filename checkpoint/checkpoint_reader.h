@@ -54,8 +54,7 @@ class CheckpointReader {
   absl::Status VerifyAll() const;
   // Copies elements [start, end) of tensor `name` (float32) into out. Each range touched is
   // read whole and checked. Errors: NOT_FOUND for an unknown tensor; as above.
-  absl::Status ReadElements(const std::string& name, int64_t start, int64_t end,
-                            float* out) const;
+  absl::Status ReadElements(const std::string& name, int64_t start, int64_t end, float* out) const;
 
   // Where elements [start, start + count) of a tensor lie in a mapped data file: elements
   // [offset, offset + count) of the caller's [start, end) window are src[0, count).

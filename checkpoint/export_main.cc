@@ -7,8 +7,8 @@
 #include <iostream>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "checkpoint/safetensors.h"
 
 int main(int argc, char** argv) {

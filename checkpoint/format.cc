@@ -13,10 +13,10 @@
 #include <random>
 
 #include "absl/strings/match.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 
 namespace shardline::checkpoint {
 namespace {
@@ -36,9 +36,7 @@ std::string StepDirName(int64_t step) { return absl::StrCat("step_", step); }
 std::string StepDir(const std::string& root, int64_t step) {
   return absl::StrCat(root, "/", StepDirName(step));
 }
-std::string DataFileName(int shard_index) {
-  return absl::StrFormat("shard_%05d.bin", shard_index);
-}
+std::string DataFileName(int shard_index) { return absl::StrFormat("shard_%05d.bin", shard_index); }
 std::string ShardIndexFileName(int shard_index) {
   return absl::StrFormat("shard_%05d.index.json", shard_index);
 }
@@ -143,8 +141,8 @@ absl::StatusOr<int64_t> ResolveStep(const std::string& root, int64_t step) {
     return steps->back();
   }
   if (std::find(steps->begin(), steps->end(), step) == steps->end()) {
-    return absl::NotFoundError(absl::StrCat("no committed checkpoint ", StepDir(root, step),
-                                            " (no ", kManifestFile, ")"));
+    return absl::NotFoundError(
+        absl::StrCat("no committed checkpoint ", StepDir(root, step), " (no ", kManifestFile, ")"));
   }
   return step;
 }

@@ -87,7 +87,7 @@ struct SaveEvent {
   std::string step_dir;
   std::vector<std::string> files;  // Data files this rank wrote, or MANIFEST.json on commit.
   bool manifest_committed = false;
-  int expected_files = 0;          // Data files of the step (= shard degree).
+  int expected_files = 0;  // Data files of the step (= shard degree).
 };
 
 // "blocks.0.fc.weight#exp_avg" -> true with param "blocks.0.fc.weight", state "exp_avg".

@@ -239,7 +239,8 @@ absl::StatusOr<std::vector<SafetensorsTensor>> ReadSafetensors(const std::string
     if (size == 0) return bad(absl::StrCat("tensor ", name, " has unknown dtype ", t.dtype));
     if (e < b || data_start + e > file.size() ||
         e - b != static_cast<uint64_t>(numel) * static_cast<uint64_t>(size)) {
-      return bad(absl::StrCat("tensor ", name, " has data_offsets outside the file or not "
+      return bad(absl::StrCat("tensor ", name,
+                              " has data_offsets outside the file or not "
                               "matching its shape"));
     }
     t.data = file.substr(data_start + b, e - b);

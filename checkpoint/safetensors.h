@@ -26,9 +26,9 @@ namespace shardline::checkpoint {
 
 struct SafetensorsTensor {
   std::string name;
-  std::string dtype;            // "F32", "F16", "BF16", ...
+  std::string dtype;  // "F32", "F16", "BF16", ...
   std::vector<int64_t> shape;
-  std::string data;             // Row-major little-endian bytes.
+  std::string data;  // Row-major little-endian bytes.
 };
 
 // Writes the parameters (not the optimizer state) of the committed checkpoint `step` (-1: the
@@ -38,8 +38,7 @@ struct SafetensorsTensor {
 absl::Status ExportSafetensors(const std::string& checkpoint_root, int64_t step,
                                const std::string& out_path);
 // The same from one step directory (e.g. the path the coordinator's GetCheckpoint returns).
-absl::Status ExportSafetensorsFromStepDir(const std::string& step_dir,
-                                          const std::string& out_path);
+absl::Status ExportSafetensorsFromStepDir(const std::string& step_dir, const std::string& out_path);
 
 // Errors: INTERNAL for I/O.
 absl::Status WriteSafetensors(const std::string& path,

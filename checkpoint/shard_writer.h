@@ -36,7 +36,7 @@ struct SliceData {
 };
 
 struct ShardWriteResult {
-  std::string data_file;   // Names within the step directory.
+  std::string data_file;  // Names within the step directory.
   std::string index_file;
   int64_t bytes = 0;
 };
@@ -53,8 +53,7 @@ absl::StatusOr<ShardWriteResult> WriteShard(const std::string& step_dir, int sha
 // or for I/O failures.
 absl::Status CommitCheckpoint(const std::string& step_dir, int shard_count,
                               const std::string& save_id, const CheckpointMeta& meta,
-                              absl::Duration timeout,
-                              const std::atomic<bool>* cancel = nullptr);
+                              absl::Duration timeout, const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace shardline::checkpoint
 

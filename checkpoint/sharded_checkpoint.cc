@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <thread>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <random>
+#include <thread>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -216,8 +216,8 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
         at::Tensor host = s.local.detach().to(at::kCPU).contiguous();
         // Asynchronous saves need a private copy: training updates the shards in place.
         if (async && host.data_ptr() == s.local.data_ptr()) host = host.clone();
-        sl->data.push_back(SliceData{s.name, s.global_shape, s.start, s.end,
-                                     host.data_ptr<float>()});
+        sl->data.push_back(
+            SliceData{s.name, s.global_shape, s.start, s.end, host.data_ptr<float>()});
         sl->owned.push_back(std::move(host));
       }
     }));
@@ -238,8 +238,8 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   RETURN_IF_ERROR(agree);
   const double n = failed.cpu().item<double>();
   if (n > 0) {
-    return absl::AbortedError(absl::StrCat("checkpoint ", sl->step_dir, ": the save failed on ",
-                                           n, " other rank(s)"));
+    return absl::AbortedError(
+        absl::StrCat("checkpoint ", sl->step_dir, ": the save failed on ", n, " other rank(s)"));
   }
   return absl::OkStatus();
 }
@@ -284,14 +284,14 @@ absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
           diff = absl::StrCat("tensor ", name, " of the checkpoint is not in this model");
         }
       }
-      return absl::FailedPreconditionError(absl::StrCat(
-          manifest, " is for another model (fingerprint ", meta.model_fingerprint,
-          ", this model ", fingerprint_, "): ", diff));
+      return absl::FailedPreconditionError(
+          absl::StrCat(manifest, " is for another model (fingerprint ", meta.model_fingerprint,
+                       ", this model ", fingerprint_, "): ", diff));
     }
     if (optimizer_ != nullptr && meta.optimizer != options_.optimizer_kind) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(manifest, " holds optimizer state for '", meta.optimizer,
-                       "', this run uses '", options_.optimizer_kind, "'"));
+      return absl::FailedPreconditionError(absl::StrCat(manifest, " holds optimizer state for '",
+                                                        meta.optimizer, "', this run uses '",
+                                                        options_.optimizer_kind, "'"));
     }
     RETURN_IF_ERROR(reader->VerifyFiles());
     for (size_t i = 0; i < slices.size(); ++i) {
@@ -334,9 +334,8 @@ absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
   RETURN_IF_ERROR(agree);
   const double n = failed.cpu().item<double>();
   if (n > 0) {
-    return absl::AbortedError(absl::StrCat("checkpoint ", reader->dir(),
-                                           " failed verification on ", n,
-                                           " other rank(s); nothing was loaded"));
+    return absl::AbortedError(absl::StrCat("checkpoint ", reader->dir(), " failed verification on ",
+                                           n, " other rank(s); nothing was loaded"));
   }
 
   // Copied on the loading threads too (slices are disjoint views), one slice at a time each.

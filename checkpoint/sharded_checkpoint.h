@@ -54,19 +54,19 @@ namespace shardline::checkpoint {
 
 // Where training stands; saved with the tensors, returned by Load.
 struct TrainingProgress {
-  int64_t step = 0;           // Optimizer steps completed.
-  int64_t data_epoch = 0;     // data::DataCursor of the next global batch.
+  int64_t step = 0;        // Optimizer steps completed.
+  int64_t data_epoch = 0;  // data::DataCursor of the next global batch.
   int64_t data_position = 0;
-  std::string rng_state;      // Filled by Save from LibTorch's CPU generator when empty.
-  int64_t optimizer_step = 0; // Filled by Load from the manifest.
+  std::string rng_state;       // Filled by Save from LibTorch's CPU generator when empty.
+  int64_t optimizer_step = 0;  // Filled by Load from the manifest.
 };
 
 class Checkpointer {
  public:
   struct Options {
-    std::string root;                 // Checkpoints go to <root>/step_<N>/.
-    int keep_last = 0;                // Retention after each commit (0 keeps all).
-    std::string optimizer_kind;       // "adamw" / "sgd" (recorded, checked on load).
+    std::string root;            // Checkpoints go to <root>/step_<N>/.
+    int keep_last = 0;           // Retention after each commit (0 keeps all).
+    std::string optimizer_kind;  // "adamw" / "sgd" (recorded, checked on load).
     std::string job_id;
     absl::Duration commit_timeout = absl::Minutes(10);
     // Threads reading and checksumming ranges on load (I/O and CRC overlap).
@@ -100,8 +100,8 @@ class Checkpointer {
   std::string fingerprint() const { return fingerprint_; }
 
  private:
-  Checkpointer(const Options& options, fsdp::FsdpEngine* engine,
-               fsdp::ShardedOptimizer* optimizer, fsdp::Communicator* world);
+  Checkpointer(const Options& options, fsdp::FsdpEngine* engine, fsdp::ShardedOptimizer* optimizer,
+               fsdp::Communicator* world);
   struct Slices;
   // This rank's slices: parameters, then optimizer state ("<param>#<state>").
   std::vector<fsdp::ShardSlice> LocalSlices() const;

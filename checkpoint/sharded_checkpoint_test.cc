@@ -64,19 +64,19 @@ struct WorkerArgs {
   std::string strategy = "FULL_SHARD";
   int degree = 0;
   std::string dir;
-  int start_step = 0;        // Fresh runs: first step (the sampler is advanced to it).
-  int steps_to = 0;          // Train until this many steps are done.
-  std::vector<int> save_at;  // Save after these steps...
-  std::vector<int> async_at; // ...asynchronously after these.
+  int start_step = 0;         // Fresh runs: first step (the sampler is advanced to it).
+  int steps_to = 0;           // Train until this many steps are done.
+  std::vector<int> save_at;   // Save after these steps...
+  std::vector<int> async_at;  // ...asynchronously after these.
   int keep_last = 0;
-  int64_t resume = -2;       // -2: none; -1: latest; N.
-  std::string losses_out;    // Rank 0: "<step> <loss>" lines.
-  std::string full_out;      // Rank 0: full parameters as safetensors at the end.
+  int64_t resume = -2;     // -2: none; -1: latest; N.
+  std::string losses_out;  // Rank 0: "<step> <loss>" lines.
+  std::string full_out;    // Rank 0: full parameters as safetensors at the end.
   std::string init_safetensors;
-  int kill_shard = -1;       // The writer of this shard SIGKILLs itself at save kill_at.
+  int kill_shard = -1;  // The writer of this shard SIGKILLs itself at save kill_at.
   int kill_at = -1;
   int commit_timeout_ms = 600000;
-  int mlp_hidden = 53;       // Another value makes another model.
+  int mlp_hidden = 53;               // Another value makes another model.
   bool expect_load_failure = false;  // Print "UNCHANGED" when the parameters were not touched.
   bool sgd = false;                  // SGD with momentum instead of AdamW.
 };
@@ -95,29 +95,52 @@ bool ParseWorkerArgs(int argc, char** argv, WorkerArgs* a) {
     std::vector<std::string> kv = absl::StrSplit(argv[i], absl::MaxSplits('=', 1));
     const std::string& k = kv[0];
     const std::string v = kv.size() > 1 ? kv[1] : "";
-    if (k == "--ckpt_worker") worker = true;
-    else if (k == "--rank") (void)absl::SimpleAtoi(v, &a->rank);
-    else if (k == "--world_size") (void)absl::SimpleAtoi(v, &a->world_size);
-    else if (k == "--store_host") a->store_host = v;
-    else if (k == "--store_port") (void)absl::SimpleAtoi(v, &a->store_port);
-    else if (k == "--strategy") a->strategy = v;
-    else if (k == "--degree") (void)absl::SimpleAtoi(v, &a->degree);
-    else if (k == "--dir") a->dir = v;
-    else if (k == "--start_step") (void)absl::SimpleAtoi(v, &a->start_step);
-    else if (k == "--steps_to") (void)absl::SimpleAtoi(v, &a->steps_to);
-    else if (k == "--save_at") a->save_at = ints(v);
-    else if (k == "--async_at") a->async_at = ints(v);
-    else if (k == "--keep_last") (void)absl::SimpleAtoi(v, &a->keep_last);
-    else if (k == "--resume") (void)absl::SimpleAtoi(v, &a->resume);
-    else if (k == "--losses_out") a->losses_out = v;
-    else if (k == "--full_out") a->full_out = v;
-    else if (k == "--init_safetensors") a->init_safetensors = v;
-    else if (k == "--kill_shard") (void)absl::SimpleAtoi(v, &a->kill_shard);
-    else if (k == "--kill_at") (void)absl::SimpleAtoi(v, &a->kill_at);
-    else if (k == "--commit_timeout_ms") (void)absl::SimpleAtoi(v, &a->commit_timeout_ms);
-    else if (k == "--mlp_hidden") (void)absl::SimpleAtoi(v, &a->mlp_hidden);
-    else if (k == "--expect_load_failure") a->expect_load_failure = true;
-    else if (k == "--sgd") a->sgd = true;
+    if (k == "--ckpt_worker")
+      worker = true;
+    else if (k == "--rank")
+      (void)absl::SimpleAtoi(v, &a->rank);
+    else if (k == "--world_size")
+      (void)absl::SimpleAtoi(v, &a->world_size);
+    else if (k == "--store_host")
+      a->store_host = v;
+    else if (k == "--store_port")
+      (void)absl::SimpleAtoi(v, &a->store_port);
+    else if (k == "--strategy")
+      a->strategy = v;
+    else if (k == "--degree")
+      (void)absl::SimpleAtoi(v, &a->degree);
+    else if (k == "--dir")
+      a->dir = v;
+    else if (k == "--start_step")
+      (void)absl::SimpleAtoi(v, &a->start_step);
+    else if (k == "--steps_to")
+      (void)absl::SimpleAtoi(v, &a->steps_to);
+    else if (k == "--save_at")
+      a->save_at = ints(v);
+    else if (k == "--async_at")
+      a->async_at = ints(v);
+    else if (k == "--keep_last")
+      (void)absl::SimpleAtoi(v, &a->keep_last);
+    else if (k == "--resume")
+      (void)absl::SimpleAtoi(v, &a->resume);
+    else if (k == "--losses_out")
+      a->losses_out = v;
+    else if (k == "--full_out")
+      a->full_out = v;
+    else if (k == "--init_safetensors")
+      a->init_safetensors = v;
+    else if (k == "--kill_shard")
+      (void)absl::SimpleAtoi(v, &a->kill_shard);
+    else if (k == "--kill_at")
+      (void)absl::SimpleAtoi(v, &a->kill_at);
+    else if (k == "--commit_timeout_ms")
+      (void)absl::SimpleAtoi(v, &a->commit_timeout_ms);
+    else if (k == "--mlp_hidden")
+      (void)absl::SimpleAtoi(v, &a->mlp_hidden);
+    else if (k == "--expect_load_failure")
+      a->expect_load_failure = true;
+    else if (k == "--sgd")
+      a->sgd = true;
   }
   return worker;
 }
@@ -147,7 +170,7 @@ absl::StatusOr<double> ParamChecksum(fsdp::FsdpEngine& engine) {
 
 struct WorkerOutcome {
   absl::Status status;
-  bool params_unchanged = false;  // With expect_load_failure: the failed load touched nothing.
+  bool params_unchanged = false;     // With expect_load_failure: the failed load touched nothing.
   std::map<int64_t, double> losses;  // Global mean loss per step (in-process runs).
 };
 
@@ -167,9 +190,9 @@ absl::Status RunWorkerImpl(const WorkerArgs& a, WorkerOutcome* outcome) {
   co.timeout = absl::Seconds(20);
   ASSIGN_OR_RETURN(fsdp::EngineLayout layout,
                    fsdp::MakeEngineLayout(a.world_size, a.strategy, a.degree));
-  ASSIGN_OR_RETURN(fsdp::CommGroups comms,
-                   fsdp::CreateCommunicators(a.world_size, layout.shard_degree, a.rank,
-                                             store.get(), co));
+  ASSIGN_OR_RETURN(
+      fsdp::CommGroups comms,
+      fsdp::CreateCommunicators(a.world_size, layout.shard_degree, a.rank, store.get(), co));
   fsdp::testing::TinyGptConfig mc;
   mc.mlp_hidden = a.mlp_hidden;
   torch::manual_seed(1234);
@@ -178,9 +201,9 @@ absl::Status RunWorkerImpl(const WorkerArgs& a, WorkerOutcome* outcome) {
   eo.rank = a.rank;
   eo.wrap_policy.kind = fsdp::WrapPolicyKind::kTransformerBlock;
   eo.wrap_policy.block_type = "Block";
-  ASSIGN_OR_RETURN(std::unique_ptr<fsdp::FsdpEngine> engine,
-                   fsdp::FsdpEngine::Create(model.ptr(), layout, comms.shard.get(),
-                                            comms.replicate.get(), eo));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<fsdp::FsdpEngine> engine,
+      fsdp::FsdpEngine::Create(model.ptr(), layout, comms.shard.get(), comms.replicate.get(), eo));
   fsdp::ShardedOptimizerOptions oo;
   oo.lr = 3e-3;
   oo.beta1 = 0.9;
@@ -209,10 +232,10 @@ absl::Status RunWorkerImpl(const WorkerArgs& a, WorkerOutcome* outcome) {
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> ckpt,
                    Checkpointer::Create(cko, engine.get(), opt.get(), comms.world.get()));
 
-  ASSIGN_OR_RETURN(data::DistributedSampler sampler,
-                   data::DistributedSampler::Create({kNumSamples, kGlobalBatch,
-                                                     kGlobalBatch / a.world_size, a.world_size,
-                                                     a.rank, /*seed=*/99}));
+  ASSIGN_OR_RETURN(
+      data::DistributedSampler sampler,
+      data::DistributedSampler::Create({kNumSamples, kGlobalBatch, kGlobalBatch / a.world_size,
+                                        a.world_size, a.rank, /*seed=*/99}));
   int64_t step = a.start_step;
   for (int i = 0; i < a.start_step; ++i) sampler.Next();
   if (!a.init_safetensors.empty()) {
@@ -234,8 +257,8 @@ absl::Status RunWorkerImpl(const WorkerArgs& a, WorkerOutcome* outcome) {
     }
     step = p->step;
     RETURN_IF_ERROR(sampler.Restore({p->data_epoch, p->data_position}));
-    std::cout << "RESUMED step " << step << " cursor " << p->data_epoch << ":"
-              << p->data_position << std::endl;
+    std::cout << "RESUMED step " << step << " cursor " << p->data_epoch << ":" << p->data_position
+              << std::endl;
   }
 
   std::ofstream losses;
@@ -335,10 +358,10 @@ class ReshardTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     root_ = new std::string(TempDir("reshard"));
-    RunRanksResult r = Launch(4, {"--strategy=FULL_SHARD", "--dir=" + *root_ + "/ckpt",
-                                  "--steps_to=9", "--save_at=4,8,9", "--async_at=2,6",
-                                  "--keep_last=4", "--losses_out=" + *root_ + "/ref.txt",
-                                  "--full_out=" + *root_ + "/full.safetensors"});
+    RunRanksResult r = Launch(
+        4, {"--strategy=FULL_SHARD", "--dir=" + *root_ + "/ckpt", "--steps_to=9", "--save_at=4,8,9",
+            "--async_at=2,6", "--keep_last=4", "--losses_out=" + *root_ + "/ref.txt",
+            "--full_out=" + *root_ + "/full.safetensors"});
     ok_ = r.AllSucceeded();
     summary_ = new std::string(r.Summary());
   }
@@ -346,9 +369,9 @@ class ReshardTest : public ::testing::Test {
 
   void ExpectResumeMatches(int world, const std::string& strategy, int degree) {
     const std::string out = absl::StrCat(*root_, "/resume_", strategy, world, ".txt");
-    RunRanksResult r = Launch(world, {"--strategy=" + strategy, absl::StrCat("--degree=", degree),
-                                      "--dir=" + *root_ + "/ckpt", "--resume=4", "--steps_to=9",
-                                      "--losses_out=" + out});
+    RunRanksResult r = Launch(
+        world, {"--strategy=" + strategy, absl::StrCat("--degree=", degree),
+                "--dir=" + *root_ + "/ckpt", "--resume=4", "--steps_to=9", "--losses_out=" + out});
     ASSERT_TRUE(r.AllSucceeded()) << r.Summary();
     EXPECT_TRUE(absl::StrContains(r.ranks[0].output, "RESUMED step 4 cursor 0:48"))
         << r.ranks[0].output;
@@ -373,7 +396,8 @@ TEST_F(ReshardTest, RetentionKeepsTheLastFourCommitted) {
   absl::StatusOr<std::vector<int64_t>> steps = ListCommittedSteps(*root_ + "/ckpt");
   ASSERT_TRUE(steps.ok()) << steps.status();
   EXPECT_EQ(*steps, (std::vector<int64_t>{4, 6, 8, 9}));
-  absl::StatusOr<std::unique_ptr<CheckpointReader>> r = CheckpointReader::Open(*root_ + "/ckpt", -1);
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> r =
+      CheckpointReader::Open(*root_ + "/ckpt", -1);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ((*r)->meta().step, 9);
   EXPECT_EQ((*r)->meta().world_size, 4);
@@ -446,9 +470,9 @@ TEST_F(ReshardTest, ImportFromSafetensorsStartsFromThoseWeights) {
   const std::string exported = *root_ + "/import.safetensors";
   ASSERT_TRUE(ExportSafetensors(*root_ + "/ckpt", 8, exported).ok());
   const std::string out = *root_ + "/imported.txt";
-  RunRanksResult r = Launch(2, {"--strategy=FULL_SHARD", "--init_safetensors=" + exported,
-                                "--start_step=8", "--steps_to=9", "--losses_out=" + out,
-                                "--dir=" + *root_ + "/unused"});
+  RunRanksResult r =
+      Launch(2, {"--strategy=FULL_SHARD", "--init_safetensors=" + exported, "--start_step=8",
+                 "--steps_to=9", "--losses_out=" + out, "--dir=" + *root_ + "/unused"});
   ASSERT_TRUE(r.AllSucceeded()) << r.Summary();
   std::map<int, double> ref = ReadLosses(*root_ + "/ref.txt");
   std::map<int, double> got = ReadLosses(out);
@@ -461,14 +485,13 @@ TEST(CrashDuringSave, KilledWriterLeavesThePreviousCheckpointAndNoListedPartialO
   const std::string root = TempDir("crash");
   // Save 0 (after step 2) completes; at save 1 (after step 4) shard 1's writer dies before
   // writing; rank 0 writes its shard and then gives up waiting for shard 1.
-  RunRanksResult r = Launch(2, {"--strategy=FULL_SHARD", "--dir=" + root, "--steps_to=6",
-                                "--save_at=2,4", "--kill_shard=1", "--kill_at=1",
-                                "--commit_timeout_ms=3000"});
+  RunRanksResult r =
+      Launch(2, {"--strategy=FULL_SHARD", "--dir=" + root, "--steps_to=6", "--save_at=2,4",
+                 "--kill_shard=1", "--kill_at=1", "--commit_timeout_ms=3000"});
   EXPECT_EQ(r.ranks[1].exit_code, -SIGKILL) << r.Summary();
   EXPECT_EQ(r.ranks[0].exit_code, 3) << r.Summary();
   EXPECT_TRUE(absl::StrContains(r.ranks[0].output, "DEADLINE_EXCEEDED")) << r.ranks[0].output;
-  EXPECT_TRUE(absl::StrContains(r.ranks[0].output, "shard_00001.index.json"))
-      << r.ranks[0].output;
+  EXPECT_TRUE(absl::StrContains(r.ranks[0].output, "shard_00001.index.json")) << r.ranks[0].output;
   EXPECT_TRUE(std::filesystem::exists(root + "/step_4/shard_00000.bin"));
   EXPECT_FALSE(std::filesystem::exists(root + "/step_4/MANIFEST.json"));
   auto steps = ListCommittedSteps(root);
@@ -487,8 +510,8 @@ class CorruptionTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     root_ = new std::string(TempDir("corrupt"));
-    RunRanksResult r = Launch(2, {"--strategy=FULL_SHARD", "--dir=" + *root_ + "/good",
-                                  "--steps_to=1", "--save_at=1"});
+    RunRanksResult r = Launch(
+        2, {"--strategy=FULL_SHARD", "--dir=" + *root_ + "/good", "--steps_to=1", "--save_at=1"});
     RunRanksResult other = Launch(2, {"--strategy=FULL_SHARD", "--dir=" + *root_ + "/other",
                                       "--steps_to=1", "--save_at=1", "--mlp_hidden=61"});
     ok_ = r.AllSucceeded() && other.AllSucceeded();

@@ -83,7 +83,8 @@ absl::StatusOr<TrainingProgress> TrainerCheckpointing::Restore() {
       return p;
     }
     // Only "there is no checkpoint yet" starts fresh, and only when the latest was asked for.
-    const bool none_yet = policy_.resume_step == -1 && p.status().code() == absl::StatusCode::kNotFound &&
+    const bool none_yet = policy_.resume_step == -1 &&
+                          p.status().code() == absl::StatusCode::kNotFound &&
                           absl::StrContains(p.status().message(), "no committed checkpoint under");
     if (!none_yet) return p.status();
   }
@@ -96,8 +97,7 @@ absl::StatusOr<TrainingProgress> TrainerCheckpointing::Restore() {
   return TrainingProgress();
 }
 
-absl::Status TrainerCheckpointing::AfterStep(int64_t steps_done, int64_t epoch,
-                                             int64_t position) {
+absl::Status TrainerCheckpointing::AfterStep(int64_t steps_done, int64_t epoch, int64_t position) {
   if (ckpt_ == nullptr) return absl::OkStatus();
   const bool periodic = policy_.every_steps > 0 && steps_done % policy_.every_steps == 0;
   const bool final = policy_.save_final && steps_done == policy_.total_steps;

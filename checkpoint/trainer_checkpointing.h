@@ -43,8 +43,8 @@ struct CheckpointPolicy {
   bool save_final = false;
   int64_t resume_step = -1;
   std::string init_from_safetensors;
-  int64_t total_steps = 0;      // train.steps (for save_final).
-  std::string optimizer_kind;   // "adamw" / "sgd".
+  int64_t total_steps = 0;     // train.steps (for save_final).
+  std::string optimizer_kind;  // "adamw" / "sgd".
   std::string job_id;
   // How long rank 0 waits for the other shard writers before failing the save. The trainer uses
   // its collective timeout: in a synchronous save the other ranks wait that long in a collective.
@@ -56,8 +56,8 @@ class TrainerCheckpointing {
  public:
   // Borrowed pointers must outlive this object. Errors: Checkpointer::Create's.
   static absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> Create(
-      const CheckpointPolicy& policy, fsdp::FsdpEngine* engine,
-      fsdp::ShardedOptimizer* optimizer, fsdp::Communicator* world);
+      const CheckpointPolicy& policy, fsdp::FsdpEngine* engine, fsdp::ShardedOptimizer* optimizer,
+      fsdp::Communicator* world);
 
   // Where training starts: step 0 and cursor (0, 0) when fresh.
   absl::StatusOr<TrainingProgress> Restore();

@@ -127,8 +127,7 @@ absl::StatusOr<pid_t> SpawnDetached(const std::vector<std::string>& argv,
   return pid;
 }
 
-absl::StatusOr<std::string> FindSiblingBinary(const std::string& package,
-                                              const std::string& name) {
+absl::StatusOr<std::string> FindSiblingBinary(const std::string& package, const std::string& name) {
   std::vector<std::string> looked;
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
@@ -164,16 +163,17 @@ absl::StatusOr<ClusterInfo> ReadClusterInfo(const std::string& state_dir) {
 absl::StatusOr<ClusterInfo> StartLocalCluster(const ClusterOptions& options) {
   if (auto existing = ReadClusterInfo(options.state_dir); existing.ok()) {
     if (ProcessAlive(existing->coordinator_pid)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "a local cluster is already running from ", options.state_dir, " (coordinator pid ",
-          existing->coordinator_pid, ", ", existing->coordinator_address,
-          "); run `shardctl cluster down` first"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("a local cluster is already running from ", options.state_dir,
+                       " (coordinator pid ", existing->coordinator_pid, ", ",
+                       existing->coordinator_address, "); run `shardctl cluster down` first"));
     }
   }
   std::error_code ec;
   fs::create_directories(options.state_dir + "/coordinator", ec);
   if (ec) {
-    return absl::InternalError(absl::StrCat("cannot create ", options.state_dir, ": ", ec.message()));
+    return absl::InternalError(
+        absl::StrCat("cannot create ", options.state_dir, ": ", ec.message()));
   }
   ClusterInfo info;
   info.state_dir = fs::absolute(options.state_dir).string();
@@ -196,8 +196,8 @@ absl::StatusOr<ClusterInfo> StartLocalCluster(const ClusterOptions& options) {
     }
     if (!ProcessAlive(info.coordinator_pid) || absl::Now() > deadline) {
       kill(info.coordinator_pid, SIGKILL);
-      return absl::DeadlineExceededError(absl::StrCat(
-          "the coordinator did not start; the end of ", coord_log, ":\n", Tail(log, 2000)));
+      return absl::DeadlineExceededError(absl::StrCat("the coordinator did not start; the end of ",
+                                                      coord_log, ":\n", Tail(log, 2000)));
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
@@ -205,13 +205,12 @@ absl::StatusOr<ClusterInfo> StartLocalCluster(const ClusterOptions& options) {
   for (int i = 0; i < options.workers; ++i) {
     const std::string dir = absl::StrCat(info.state_dir, "/worker-", i);
     fs::create_directories(dir, ec);
-    ASSIGN_OR_RETURN(
-        pid_t pid,
-        SpawnDetached({options.worker_bin, "--coordinator=" + info.coordinator_address,
-                       absl::StrCat("--node_name=local-", i),
-                       absl::StrCat("--slots=", options.slots_per_worker), "--work_dir=" + dir,
-                       "--trainer=" + options.trainer_bin},
-                      dir + "/worker.log"));
+    ASSIGN_OR_RETURN(pid_t pid,
+                     SpawnDetached({options.worker_bin, "--coordinator=" + info.coordinator_address,
+                                    absl::StrCat("--node_name=local-", i),
+                                    absl::StrCat("--slots=", options.slots_per_worker),
+                                    "--work_dir=" + dir, "--trainer=" + options.trainer_bin},
+                                   dir + "/worker.log"));
     info.worker_pids.push_back(pid);
   }
   RETURN_IF_ERROR(WriteFileAtomically(info.state_dir + "/cluster.json", ToJson(info)));

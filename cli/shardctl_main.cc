@@ -90,19 +90,33 @@ Exit codes: 0 ok (watched job SUCCEEDED); 1 watched job FAILED or CANCELLED; 2 u
 spec; 4 coordinator unreachable; 5 not found; 6 unauthenticated or permission denied; 7 other.
 )";
 
-enum ExitCode { kOk = 0, kJobFailed = 1, kUsage = 2, kBadSpec = 3, kUnreachable = 4,
-                kNotFound = 5, kRefused = 6, kOther = 7 };
+enum ExitCode {
+  kOk = 0,
+  kJobFailed = 1,
+  kUsage = 2,
+  kBadSpec = 3,
+  kUnreachable = 4,
+  kNotFound = 5,
+  kRefused = 6,
+  kOther = 7
+};
 
 int ExitFor(const absl::Status& s) {
   switch (s.code()) {
-    case absl::StatusCode::kOk: return kOk;
-    case absl::StatusCode::kInvalidArgument: return kBadSpec;
+    case absl::StatusCode::kOk:
+      return kOk;
+    case absl::StatusCode::kInvalidArgument:
+      return kBadSpec;
     case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded: return kUnreachable;
-    case absl::StatusCode::kNotFound: return kNotFound;
+    case absl::StatusCode::kDeadlineExceeded:
+      return kUnreachable;
+    case absl::StatusCode::kNotFound:
+      return kNotFound;
     case absl::StatusCode::kUnauthenticated:
-    case absl::StatusCode::kPermissionDenied: return kRefused;
-    default: return kOther;
+    case absl::StatusCode::kPermissionDenied:
+      return kRefused;
+    default:
+      return kOther;
   }
 }
 
@@ -147,7 +161,8 @@ absl::StatusOr<Target> ResolveTarget() {
     std::string line, address, token;
     while (std::getline(in, line)) {
       absl::string_view v = line;
-      if (absl::ConsumePrefix(&v, "coordinator=")) address = std::string(absl::StripAsciiWhitespace(v));
+      if (absl::ConsumePrefix(&v, "coordinator="))
+        address = std::string(absl::StripAsciiWhitespace(v));
       if (absl::ConsumePrefix(&v, "token=")) token = std::string(absl::StripAsciiWhitespace(v));
     }
     fill(address, token);
@@ -253,8 +268,9 @@ int CmdCluster(const std::vector<std::string>& args) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   if (alive < static_cast<size_t>(o.workers)) {
-    return Fail(absl::DeadlineExceededError(absl::StrCat(
-        "only ", alive, " of ", o.workers, " workers registered; see ", dir, "/worker-*/worker.log")));
+    return Fail(absl::DeadlineExceededError(absl::StrCat("only ", alive, " of ", o.workers,
+                                                         " workers registered; see ", dir,
+                                                         "/worker-*/worker.log")));
   }
   std::cout << "cluster up: coordinator " << info->coordinator_address << ", " << o.workers
             << " workers x " << o.slots_per_worker << " CPU slots (state in " << info->state_dir
@@ -301,7 +317,8 @@ int CmdList() {
   }
   std::cout << absl::StrFormat("%-14s %-24s %s\n", "JOB", "NAME", "PROGRESS");
   for (const JobStatus& j : *jobs) {
-    std::cout << absl::StrFormat("%-14s %-24s %s\n", j.job_id(), j.spec().name(), ProgressLine(j, 10));
+    std::cout << absl::StrFormat("%-14s %-24s %s\n", j.job_id(), j.spec().name(),
+                                 ProgressLine(j, 10));
   }
   return kOk;
 }
@@ -317,7 +334,8 @@ int CmdWorkers() {
     std::cout << ToJson(r);
     return kOk;
   }
-  std::cout << absl::StrFormat("%-16s %-14s %-16s %-6s %s\n", "WORKER", "NODE", "ADDRESS", "STATE", "SLOTS");
+  std::cout << absl::StrFormat("%-16s %-14s %-16s %-6s %s\n", "WORKER", "NODE", "ADDRESS", "STATE",
+                               "SLOTS");
   for (const WorkerInfo& w : *workers) {
     std::string kind = w.slots_size() > 0 ? Slot::Kind_Name(w.slots(0).kind()) : "-";
     std::cout << absl::StrFormat("%-16s %-14s %-16s %-6s %d %s (%d busy)\n", w.worker_id(),
@@ -339,10 +357,12 @@ int CmdCheckpoints(const std::vector<std::string>& args) {
     std::cout << ToJson(r);
     return kOk;
   }
-  std::cout << absl::StrFormat("%-8s %-10s %-6s %-20s %s\n", "STEP", "COMMITTED", "WORLD", "STRATEGY", "PATH");
+  std::cout << absl::StrFormat("%-8s %-10s %-6s %-20s %s\n", "STEP", "COMMITTED", "WORLD",
+                               "STRATEGY", "PATH");
   for (const CheckpointInfo& c : *cps) {
-    std::cout << absl::StrFormat("%-8d %-10s %-6d %-20s %s\n", c.step(), c.committed() ? "yes" : "no",
-                                 c.world_size(), c.sharding_strategy(), c.path());
+    std::cout << absl::StrFormat("%-8d %-10s %-6d %-20s %s\n", c.step(),
+                                 c.committed() ? "yes" : "no", c.world_size(),
+                                 c.sharding_strategy(), c.path());
   }
   if (cps->empty()) std::cout << "(no checkpoints)\n";
   return kOk;
@@ -362,7 +382,8 @@ int CmdExport(const std::vector<std::string>& args) {
   const CheckpointInfo* chosen = nullptr;
   for (const CheckpointInfo& c : *cps) {
     if (!c.committed()) continue;
-    if (want >= 0 ? c.step() == want : (chosen == nullptr || c.step() > chosen->step())) chosen = &c;
+    if (want >= 0 ? c.step() == want : (chosen == nullptr || c.step() > chosen->step()))
+      chosen = &c;
   }
   if (chosen == nullptr) {
     return Fail(absl::NotFoundError(
@@ -370,7 +391,8 @@ int CmdExport(const std::vector<std::string>& args) {
                   : absl::StrCat("job ", args[2], " has no committed checkpoint")));
   }
   const std::string root = fs::path(chosen->path()).parent_path().string();
-  const absl::Status s = checkpoint::ExportSafetensors(root, chosen->step(), absl::GetFlag(FLAGS_out));
+  const absl::Status s =
+      checkpoint::ExportSafetensors(root, chosen->step(), absl::GetFlag(FLAGS_out));
   if (!s.ok()) return Fail(s);
   std::cout << "wrote " << absl::GetFlag(FLAGS_out) << " (step " << chosen->step() << " of "
             << args[2] << ")\n";
@@ -428,8 +450,9 @@ int CmdLogs(const std::vector<std::string>& args) {
     return files.size();
   };
   if (print_new() == 0 && !absl::GetFlag(FLAGS_follow)) {
-    return Fail(absl::NotFoundError(absl::StrCat("no rank logs of job ", job, " under ", dir,
-                                                 "/worker-*/jobs (logs are read from the local cluster's state dir)")));
+    return Fail(absl::NotFoundError(
+        absl::StrCat("no rank logs of job ", job, " under ", dir,
+                     "/worker-*/jobs (logs are read from the local cluster's state dir)")));
   }
   if (!absl::GetFlag(FLAGS_follow)) return kOk;
   auto client = Connect();
@@ -463,7 +486,8 @@ int main(int argc, char** argv) {
       rest.push_back(argv[i]);
     }
   }
-  std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(rest.size()), rest.data());
+  std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(rest.size()), rest.data());
   if (absl::GetFlag(FLAGS_check_flags)) return kOk;
   std::vector<std::string> args(positional.begin(), positional.end());
   if (args.size() < 2) {

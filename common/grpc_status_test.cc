@@ -13,8 +13,8 @@ TEST(GrpcStatus, RoundTripKeepsCodeAndMessage) {
 }
 
 TEST(GrpcStatus, ContextPrefixesMessage) {
-  const absl::Status s = FromGrpcStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "down"),
-                                        "SubmitJob");
+  const absl::Status s =
+      FromGrpcStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "down"), "SubmitJob");
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(s.message(), "SubmitJob: down");
 }

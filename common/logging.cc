@@ -57,8 +57,8 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(leve
   localtime_r(&tv.tv_sec, &local);
   char stamp[32];
   std::snprintf(stamp, sizeof(stamp), "%c%02d%02d %02d:%02d:%02d.%03d",
-                kLetters[static_cast<int>(level)], local.tm_mon + 1, local.tm_mday,
-                local.tm_hour, local.tm_min, local.tm_sec, static_cast<int>(tv.tv_usec / 1000));
+                kLetters[static_cast<int>(level)], local.tm_mon + 1, local.tm_mday, local.tm_hour,
+                local.tm_min, local.tm_sec, static_cast<int>(tv.tv_usec / 1000));
   const char* base = std::strrchr(file, '/');
   stream_ << stamp << ' ';
   {

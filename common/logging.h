@@ -38,11 +38,9 @@ class LogMessage {
 }  // namespace internal
 }  // namespace shardline
 
-#define SL_LOG(level)                                              \
-  if (!::shardline::LogEnabled(::shardline::LogLevel::level)) {    \
-  } else                                                           \
-    ::shardline::internal::LogMessage(::shardline::LogLevel::level, \
-                                      __FILE__, __LINE__)          \
-        .stream()
+#define SL_LOG(level)                                           \
+  if (!::shardline::LogEnabled(::shardline::LogLevel::level)) { \
+  } else                                                        \
+    ::shardline::internal::LogMessage(::shardline::LogLevel::level, __FILE__, __LINE__).stream()
 
 #endif  // SHARDLINE_COMMON_LOGGING_H_

@@ -14,10 +14,10 @@
 #define SL_STATUS_CONCAT_INNER_(a, b) a##b
 #define SL_STATUS_CONCAT_(a, b) SL_STATUS_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                                        \
-  do {                                                               \
-    const ::absl::Status sl_status_ = (expr);                        \
-    if (!sl_status_.ok()) return sl_status_;                         \
+#define RETURN_IF_ERROR(expr)                 \
+  do {                                        \
+    const ::absl::Status sl_status_ = (expr); \
+    if (!sl_status_.ok()) return sl_status_;  \
   } while (0)
 
 #define SL_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \

@@ -14,8 +14,8 @@
 #define SHARDLINE_COMMON_TORCH_STATUS_H_
 
 #include <exception>
-#include "absl/strings/string_view.h"
 #include <utility>
+#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -24,7 +24,8 @@ TEST(TorchStatus, IndexErrorBecomesInvalidArgument) {
 }
 
 TEST(TorchStatus, SuccessPassesValueThrough) {
-  const absl::StatusOr<double> r = TorchTry("sum", [] { return at::ones({3}).sum().item<double>(); });
+  const absl::StatusOr<double> r =
+      TorchTry("sum", [] { return at::ones({3}).sum().item<double>(); });
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(*r, 3.0);
 }

@@ -29,9 +29,9 @@ absl::StatusOr<CheckpointRecord> CheckpointRegistry::Report(const CheckpointRepo
   }
   for (const std::string& f : report.files()) {
     if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint report: file \"",
-                                                     f.substr(0, 256),
-                                                     "\" is not a file name in the step directory"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint report: file \"", f.substr(0, 256),
+                       "\" is not a file name in the step directory"));
     }
   }
   if (report.expected_files() < 0) {
@@ -54,18 +54,17 @@ absl::StatusOr<CheckpointRecord> CheckpointRegistry::Report(const CheckpointRepo
   }
   CheckpointRecord& rec = it->second;
   if (rec.info().path() != report.path()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint report: path ", report.path(), " differs from ", rec.info().path(),
-        " reported earlier for job ", report.job_id(), " step ", report.step()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint report: path ", report.path(), " differs from ", rec.info().path(),
+                     " reported earlier for job ", report.job_id(), " step ", report.step()));
   }
   std::set<std::string> files(rec.files().begin(), rec.files().end());
   for (const std::string& f : report.files()) {
     if (f == kManifestName) continue;
     if (rec.info().committed() && !files.count(f)) {
-      return absl::FailedPreconditionError(absl::StrCat("checkpoint job ", report.job_id(),
-                                                        " step ", report.step(),
-                                                        " is committed; new file ", f,
-                                                        " reported after the commit"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint job ", report.job_id(), " step ", report.step(),
+                       " is committed; new file ", f, " reported after the commit"));
     }
     files.insert(f);
   }
@@ -94,8 +93,7 @@ absl::StatusOr<CheckpointInfo> CheckpointRegistry::Get(absl::string_view job_id,
                                                        int64_t step) const {
   auto it = records_.find(Key(std::string(job_id), step));
   if (it == records_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("no checkpoint of job ", job_id, " at step ", step));
+    return absl::NotFoundError(absl::StrCat("no checkpoint of job ", job_id, " at step ", step));
   }
   return it->second.info();
 }

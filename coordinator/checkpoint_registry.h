@@ -38,8 +38,8 @@ class CheckpointRegistry {
   // `*newly_committed` says whether this report committed it).
   // Errors: INVALID_ARGUMENT for a step < 0, an empty or relative path, a file that is not a
   // plain name in the step directory ("", ".", "..", or holding '/'), expected_files < 0, or a
-  // path that differs from the step's earlier reports; FAILED_PRECONDITION for a report on an already committed step that
-  // names files it does not have.
+  // path that differs from the step's earlier reports; FAILED_PRECONDITION for a report on an
+  // already committed step that names files it does not have.
   absl::StatusOr<CheckpointRecord> Report(const CheckpointReport& report, const Layout& layout,
                                           absl::Time now, bool* newly_committed);
 

@@ -53,12 +53,14 @@ TEST(CheckpointRegistry, RejectsRelativePathsFileNamesOutsideTheStepAndNegativeC
   auto r = reg.Report(relative, kLayout, kNow, &c);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("path must be absolute, got \"ckpt/step_5\""),
-            std::string::npos) << r.status();
+            std::string::npos)
+      << r.status();
   for (const std::string& bad : {"", ".", "..", "../../etc/passwd", "sub/shard.bin"}) {
     r = reg.Report(Rep(5, {"ok.bin", bad}), kLayout, kNow, &c);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(r.status().message().find("file \"" + bad + "\" is not a file name"),
-              std::string::npos) << r.status();
+              std::string::npos)
+        << r.status();
   }
   r = reg.Report(Rep(5, {"a"}, false, -1), kLayout, kNow, &c);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);

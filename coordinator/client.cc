@@ -82,11 +82,11 @@ std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context(absl::Duration t
   return ctx;
 }
 
-#define SL_UNARY(Method, req, resp)                                               \
-  do {                                                                            \
-    auto ctx_ = Context(options_.timeout);                                        \
-    grpc::Status st_ = stub_->Method(ctx_.get(), req, &resp);                     \
-    if (!st_.ok()) return FromGrpcStatus(st_, #Method);                           \
+#define SL_UNARY(Method, req, resp)                           \
+  do {                                                        \
+    auto ctx_ = Context(options_.timeout);                    \
+    grpc::Status st_ = stub_->Method(ctx_.get(), req, &resp); \
+    if (!st_.ok()) return FromGrpcStatus(st_, #Method);       \
   } while (0)
 
 absl::StatusOr<RegisterWorkerResponse> CoordinatorClient::RegisterWorker(
@@ -128,8 +128,8 @@ absl::StatusOr<std::vector<std::string>> CoordinatorClient::RendezvousGet(
   req.set_namespace_(ns);
   req.set_secret(secret);
   for (const std::string& k : keys) req.add_keys(k);
-  req.set_timeout_ms(static_cast<int32_t>(
-      std::min<int64_t>(absl::ToInt64Milliseconds(timeout), INT32_MAX)));
+  req.set_timeout_ms(
+      static_cast<int32_t>(std::min<int64_t>(absl::ToInt64Milliseconds(timeout), INT32_MAX)));
   RendezvousGetResponse resp;
   auto ctx = Context(timeout + options_.timeout);
   grpc::Status st = stub_->RendezvousGet(ctx.get(), req, &resp);

@@ -41,14 +41,13 @@ absl::Status BasicSpecChecks(const JobSpec& spec) {
         absl::StrCat("world_size: must be >= 1, got ", spec.world_size()));
   }
   if (spec.restart().max_restarts() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("restart.max_restarts: must be >= 0, got ",
-                                                   spec.restart().max_restarts()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("restart.max_restarts: must be >= 0, got ", spec.restart().max_restarts()));
   }
   const int32_t min_w = spec.elastic().min_world_size();
   if (min_w < 0 || min_w > spec.world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("elastic.min_world_size: ", min_w,
-                                                   " must be in [0, world_size ",
-                                                   spec.world_size(), "]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "elastic.min_world_size: ", min_w, " must be in [0, world_size ", spec.world_size(), "]"));
   }
   auto s = ShardDegreeFor(spec, spec.world_size());
   if (!s.ok()) return s.status();
@@ -73,10 +72,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
     const CoreOptions& options) {
   if (options.clock == nullptr) return absl::InvalidArgumentError("CoreOptions.clock is required");
   if (options.heartbeat_timeout <= options.heartbeat_interval) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("heartbeat timeout ", absl::FormatDuration(options.heartbeat_timeout),
-                     " must exceed the heartbeat interval ",
-                     absl::FormatDuration(options.heartbeat_interval)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heartbeat timeout ", absl::FormatDuration(options.heartbeat_timeout),
+        " must exceed the heartbeat interval ", absl::FormatDuration(options.heartbeat_interval)));
   }
   std::unique_ptr<CoordinatorCore> core(new CoordinatorCore(options));
   if (!options.state_dir.empty()) {
@@ -121,8 +119,9 @@ absl::Status CoordinatorCore::Load() {
       running_ranks_[p.worker_id()].insert({rec.status().job_id(), p.rank()});
     }
     JobStateMachine(&job.rec, clock_->Now())
-        .Note("COORDINATOR_RESTARTED", "coordinator restarted; waiting for the attempt's workers "
-                                       "to heartbeat again");
+        .Note("COORDINATOR_RESTARTED",
+              "coordinator restarted; waiting for the attempt's workers "
+              "to heartbeat again");
     if (!all_reserved) {
       FailAttemptLocked(job, "WORKER_LOST",
                         "a worker of this attempt was already dead when the coordinator restarted");
@@ -130,9 +129,9 @@ absl::Status CoordinatorCore::Load() {
       Changed(job);
     }
   }
-  SL_LOG(INFO) << "loaded state from " << options_.state_dir << ": " << jobs_.size()
-               << " jobs (" << running << " running), " << workers->size() << " workers, "
-               << checkpoints->size() << " checkpoint records";
+  SL_LOG(INFO) << "loaded state from " << options_.state_dir << ": " << jobs_.size() << " jobs ("
+               << running << " running), " << workers->size() << " workers, " << checkpoints->size()
+               << " checkpoint records";
   return absl::OkStatus();
 }
 
@@ -238,10 +237,10 @@ absl::StatusOr<HeartbeatResponse> CoordinatorCore::Heartbeat(const HeartbeatRequ
         continue;
       }
       changed = true;
-      FailAttemptLocked(*job, "RANK_LOST",
-                        absl::StrCat("rank ", rank, " on node ",
-                                     job->rec.status().placement(rank).node_name(),
-                                     " is no longer reported by its worker (daemon restarted?)"));
+      FailAttemptLocked(
+          *job, "RANK_LOST",
+          absl::StrCat("rank ", rank, " on node ", job->rec.status().placement(rank).node_name(),
+                       " is no longer reported by its worker (daemon restarted?)"));
     }
   }
   if (changed) ScheduleLocked();
@@ -273,9 +272,10 @@ void CoordinatorCore::ApplyRankStatusLocked(const std::string& worker_id, const 
     Changed(*job);
     return;
   }
-  std::string reason = absl::StrCat("rank ", rs.rank(), " on node ", p.node_name(),
-                                    rs.exit_code() < 0 ? " was killed by signal " : " exited with code ",
-                                    std::abs(rs.exit_code()));
+  std::string reason =
+      absl::StrCat("rank ", rs.rank(), " on node ", p.node_name(),
+                   rs.exit_code() < 0 ? " was killed by signal " : " exited with code ",
+                   std::abs(rs.exit_code()));
   const std::string last = LastLine(rs.log_tail());
   if (!last.empty()) absl::StrAppend(&reason, ": ", last);
   FailAttemptLocked(*job, "RANK_FAILED", reason);
@@ -355,8 +355,7 @@ void CoordinatorCore::Push(const std::string& worker_id, Assignment a) {
   changed_.SignalAll();
 }
 
-void CoordinatorCore::PushStartsLocked(const Job& job, const std::string& worker_id,
-                                       Outbox* only) {
+void CoordinatorCore::PushStartsLocked(const Job& job, const std::string& worker_id, Outbox* only) {
   const JobStatus& st = job.rec.status();
   std::map<std::string, int32_t> local_world;
   for (const RankPlacement& q : st.placement()) local_world[q.worker_id()]++;
@@ -437,8 +436,8 @@ void CoordinatorCore::ScheduleLocked() {
     if (w == 0) {
       blocked.insert(kind);
       const std::string msg =
-          absl::StrCat("waiting for ", spec.world_size(), " ", Slot::Kind_Name(kind),
-                       " slots (", free, " free on ", caps.size(), " live workers)");
+          absl::StrCat("waiting for ", spec.world_size(), " ", Slot::Kind_Name(kind), " slots (",
+                       free, " free on ", caps.size(), " live workers)");
       if (job->rec.status().message() != msg) {
         job->rec.mutable_status()->set_message(msg);
         Changed(*job);
@@ -448,8 +447,7 @@ void CoordinatorCore::ScheduleLocked() {
     auto s = ShardDegreeFor(spec, w);
     absl::StatusOr<Plan> plan = s.ok() ? PlanPlacement(w, *s, caps) : s.status();
     if (!plan.ok()) {
-      SL_LOG(WARNING) << "cannot place job " << job->rec.status().job_id() << ": "
-                      << plan.status();
+      SL_LOG(WARNING) << "cannot place job " << job->rec.status().job_id() << ": " << plan.status();
       blocked.insert(kind);
       continue;
     }
@@ -471,9 +469,9 @@ absl::Status CoordinatorCore::StartAttemptLocked(Job& job, const Plan& plan) {
   std::set<std::string> nodes;
   for (const RankPlan& r : plan.ranks) nodes.insert(r.node_name);
   const JobSpec& spec = job.rec.status().spec();
-  std::string reason = absl::StrCat(plan.world_size, " ranks on ", nodes.size(), " node(s), ",
-                                    plan.world_size / plan.shard_degree, " shard group(s) of ",
-                                    plan.shard_degree);
+  std::string reason =
+      absl::StrCat(plan.world_size, " ranks on ", nodes.size(), " node(s), ",
+                   plan.world_size / plan.shard_degree, " shard group(s) of ", plan.shard_degree);
   if (plan.world_size < spec.world_size()) {
     absl::StrAppend(&reason, "; elastic: world shrunk from ", spec.world_size());
   }
@@ -568,11 +566,11 @@ void CoordinatorCore::Tick() {
         if (p.worker_id() == worker_id) lost.push_back(p.rank());
       }
       if (lost.empty()) continue;
-      FailAttemptLocked(job, "WORKER_LOST",
-                        absl::StrCat("worker ", worker_id, " (node ", node,
-                                     ") missed heartbeats for ",
-                                     absl::FormatDuration(options_.heartbeat_timeout),
-                                     "; ranks [", absl::StrJoin(lost, ", "), "] lost"));
+      FailAttemptLocked(
+          job, "WORKER_LOST",
+          absl::StrCat("worker ", worker_id, " (node ", node, ") missed heartbeats for ",
+                       absl::FormatDuration(options_.heartbeat_timeout), "; ranks [",
+                       absl::StrJoin(lost, ", "), "] lost"));
     }
   }
   // Ranks whose START was never acknowledged in time.
@@ -590,11 +588,11 @@ void CoordinatorCore::Tick() {
         missing.push_back(absl::StrCat(p.rank(), " (", p.node_name(), ")"));
       }
     }
-    FailAttemptLocked(job, "RANK_START_TIMEOUT",
-                      absl::StrCat("ranks [", absl::StrJoin(missing, ", "),
-                                   "] were not reported by their workers within ",
-                                   absl::FormatDuration(options_.rank_start_timeout),
-                                   " of the attempt's start"));
+    FailAttemptLocked(
+        job, "RANK_START_TIMEOUT",
+        absl::StrCat("ranks [", absl::StrJoin(missing, ", "),
+                     "] were not reported by their workers within ",
+                     absl::FormatDuration(options_.rank_start_timeout), " of the attempt's start"));
   }
   ScheduleLocked();
 }
@@ -609,8 +607,7 @@ CoordinatorCore::Counters CoordinatorCore::counters() const {
 bool CoordinatorCore::WaitDirty(absl::Duration wait, Dirty* dirty) {
   absl::MutexLock lock(&mu_);
   const absl::Time deadline = absl::Now() + wait;
-  while (!shutdown_ && dirty_workers_.empty() && dirty_jobs_.empty() &&
-         dirty_namespaces_.empty()) {
+  while (!shutdown_ && dirty_workers_.empty() && dirty_jobs_.empty() && dirty_namespaces_.empty()) {
     if (changed_.WaitWithDeadline(&mu_, deadline)) break;
   }
   dirty->workers.assign(dirty_workers_.begin(), dirty_workers_.end());
@@ -641,15 +638,13 @@ absl::Status CoordinatorCore::RendezvousSet(const RendezvousSetRequest& req) {
 }
 
 absl::Duration CoordinatorCore::RendezvousWait(const RendezvousGetRequest& req) const {
-  return std::min(absl::Milliseconds(std::max(0, req.timeout_ms())),
-                  options_.max_rendezvous_wait);
+  return std::min(absl::Milliseconds(std::max(0, req.timeout_ms())), options_.max_rendezvous_wait);
 }
 
 absl::StatusOr<RendezvousGetResponse> CoordinatorCore::RendezvousPoll(
     const RendezvousGetRequest& req, absl::Duration waited) {
   std::vector<std::string> keys(req.keys().begin(), req.keys().end());
-  auto values =
-      rendezvous_.Get(req.namespace_(), req.secret(), keys, absl::ZeroDuration(), waited);
+  auto values = rendezvous_.Get(req.namespace_(), req.secret(), keys, absl::ZeroDuration(), waited);
   if (!values.ok()) return values.status();
   RendezvousGetResponse resp;
   for (std::string& v : *values) resp.add_values(std::move(v));
@@ -693,11 +688,11 @@ absl::StatusOr<CoordinatorCore::Job*> CoordinatorCore::FindRunningRankLocked(
 
 absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Job* job, FindRunningRankLocked(r.job_id(), r.attempt(), r.rank()));
+  ASSIGN_OR_RETURN(Job * job, FindRunningRankLocked(r.job_id(), r.attempt(), r.rank()));
   if (r.step() < 0 || r.peak_memory_bytes() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "progress report: step and peak_memory_bytes must be >= 0, got step ", r.step(),
-        ", peak_memory_bytes ", r.peak_memory_bytes()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("progress report: step and peak_memory_bytes must be >= 0, got step ",
+                     r.step(), ", peak_memory_bytes ", r.peak_memory_bytes()));
   }
   JobStatus& st = *job->rec.mutable_status();
   if (st.per_rank_peak_memory_bytes_size() != st.world_size()) {
@@ -725,7 +720,7 @@ absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
 
 absl::Status CoordinatorCore::ReportCheckpoint(const CheckpointReport& r) {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Job* job, FindRunningRankLocked(r.job_id(), r.attempt(), r.rank()));
+  ASSIGN_OR_RETURN(Job * job, FindRunningRankLocked(r.job_id(), r.attempt(), r.rank()));
   JobStatus& st = *job->rec.mutable_status();
   CheckpointRegistry::Layout layout;
   layout.world_size = st.world_size();
@@ -740,9 +735,8 @@ absl::Status CoordinatorCore::ReportCheckpoint(const CheckpointReport& r) {
   if (committed) {
     st.set_latest_checkpoint_step(std::max(st.latest_checkpoint_step(), r.step()));
     JobStateMachine(&job->rec, clock_->Now())
-        .Note("CHECKPOINT_COMMITTED",
-              absl::StrCat("step ", r.step(), " at ", rec->info().path(), " (",
-                           rec->files_size(), " data files)"));
+        .Note("CHECKPOINT_COMMITTED", absl::StrCat("step ", r.step(), " at ", rec->info().path(),
+                                                   " (", rec->files_size(), " data files)"));
     for (const auto& [jid, step] :
          checkpoints_.ApplyRetention(r.job_id(), st.spec().checkpoint().keep_last())) {
       if (store_) (void)store_->DeleteCheckpoint(jid, step);
@@ -822,9 +816,8 @@ absl::Status CoordinatorCore::CancelJob(const std::string& job_id, const std::st
   return absl::OkStatus();
 }
 
-absl::StatusOr<JobStatus> CoordinatorCore::WaitJob(const std::string& job_id,
-                                                   int64_t after_version, absl::Duration wait,
-                                                   int64_t* version) const {
+absl::StatusOr<JobStatus> CoordinatorCore::WaitJob(const std::string& job_id, int64_t after_version,
+                                                   absl::Duration wait, int64_t* version) const {
   absl::MutexLock lock(&mu_);
   const absl::Time deadline = absl::Now() + wait;
   while (true) {

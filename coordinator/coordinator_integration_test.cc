@@ -14,16 +14,16 @@
 #include <sstream>
 #include <thread>
 
-#include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 #include "coordinator/client.h"
-#include "proto/coordinator.grpc.pb.h"
 #include "coordinator/rendezvous_kv_store.h"
 #include "coordinator/testing/coordinator_process.h"
 #include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
 
 namespace shardline::coordinator {
 namespace {
@@ -93,9 +93,10 @@ RegisterWorkerRequest WorkerReq(const std::string& node, int slots) {
 // Heartbeats for one worker from a thread, with the rank statuses the test sets.
 class Heartbeater {
  public:
-  Heartbeater(CoordinatorClient* client, std::string worker_id,
-              std::vector<RankStatus> ranks = {})
-      : client_(client), worker_id_(std::move(worker_id)), ranks_(std::move(ranks)),
+  Heartbeater(CoordinatorClient* client, std::string worker_id, std::vector<RankStatus> ranks = {})
+      : client_(client),
+        worker_id_(std::move(worker_id)),
+        ranks_(std::move(ranks)),
         thread_([this] { Run(); }) {}
   ~Heartbeater() { Stop(); }
   void Stop() {
@@ -202,10 +203,14 @@ class CoordinatorIntegrationTest : public ::testing::Test {
   void StartCoordinator() {
     CoordinatorProcess::Options o;
     o.binary = CoordinatorBinaryPath();
-    o.args = {"--listen=127.0.0.1:0",     absl::StrCat("--state_dir=", state_dir_),
-              "--heartbeat_interval_ms=100", "--heartbeat_timeout_ms=1500",
-              "--tick_ms=50",              absl::StrCat("--token=", kUserToken),
-              absl::StrCat("--worker_token=", kWorkerToken), "--stop_grace_s=1",
+    o.args = {"--listen=127.0.0.1:0",
+              absl::StrCat("--state_dir=", state_dir_),
+              "--heartbeat_interval_ms=100",
+              "--heartbeat_timeout_ms=1500",
+              "--tick_ms=50",
+              absl::StrCat("--token=", kUserToken),
+              absl::StrCat("--worker_token=", kWorkerToken),
+              "--stop_grace_s=1",
               "--metrics_listen=127.0.0.1:0"};
     auto p = CoordinatorProcess::Start(o);
     ASSERT_TRUE(p.ok()) << p.status();
@@ -473,8 +478,7 @@ TEST_F(CoordinatorIntegrationTest, BadSpecIsInvalidArgumentAndServingContinues) 
   bad.mutable_fsdp()->set_hybrid_shard_degree(3);
   auto r = user_->SubmitJob(bad);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("fsdp.hybrid_shard_degree"), std::string::npos)
-      << r.status();
+  EXPECT_NE(r.status().message().find("fsdp.hybrid_shard_degree"), std::string::npos) << r.status();
   JobSpec zero = ValidSpec("zero", 1);
   zero.set_world_size(0);
   r = user_->SubmitJob(zero);
@@ -499,8 +503,8 @@ TEST_F(CoordinatorIntegrationTest, RendezvousKvStoreOverGrpc) {
   ASSERT_TRUE(user_->SubmitJob(ValidSpec("kv", 1)).ok());
   auto got = stream.WaitFor(1);
   ASSERT_EQ(got.size(), 1u);
-  std::shared_ptr<CoordinatorClient> shared = *CoordinatorClient::Create(proc_->address(),
-                                                                         kWorkerToken);
+  std::shared_ptr<CoordinatorClient> shared =
+      *CoordinatorClient::Create(proc_->address(), kWorkerToken);
   RendezvousKvStore kv(shared, got[0].rendezvous_namespace(), got[0].rendezvous_secret());
   std::thread late([&] {
     absl::SleepFor(absl::Milliseconds(200));
@@ -629,9 +633,8 @@ TEST_F(CoordinatorIntegrationTest, SigtermEndsOpenStreamsAndExitsCleanly) {
     });
   });
   std::thread streamer([&] {
-    stream_status = worker_->StreamAssignments(reg->worker_id(), [](const Assignment&) {
-      return true;
-    });
+    stream_status =
+        worker_->StreamAssignments(reg->worker_id(), [](const Assignment&) { return true; });
   });
   absl::SleepFor(absl::Milliseconds(500));
   auto status = proc_->Signal(SIGTERM);
@@ -666,7 +669,8 @@ TEST_F(CoordinatorIntegrationTest, HealthServiceReportsServing) {
   std::vector<grpc::Slice> slices;
   ASSERT_TRUE(response.Dump(&slices).ok());
   std::string bytes;
-  for (const grpc::Slice& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  for (const grpc::Slice& sl : slices)
+    bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 

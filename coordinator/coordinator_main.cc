@@ -54,7 +54,8 @@ namespace {
 absl::StatusOr<std::string> Token(const std::string& value, const std::string& file,
                                   const char* name) {
   if (!value.empty() && !file.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("give --", name, " or --", name, "_file, not both"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("give --", name, " or --", name, "_file, not both"));
   }
   if (file.empty()) return value;
   std::ifstream in(file);
@@ -62,7 +63,8 @@ absl::StatusOr<std::string> Token(const std::string& value, const std::string& f
   std::string line;
   std::getline(in, line);
   line = std::string(absl::StripAsciiWhitespace(line));
-  if (line.empty()) return absl::InvalidArgumentError(absl::StrCat("--", name, "_file: ", file, " is empty"));
+  if (line.empty())
+    return absl::InvalidArgumentError(absl::StrCat("--", name, "_file: ", file, " is empty"));
   return line;
 }
 

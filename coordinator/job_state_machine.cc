@@ -29,12 +29,10 @@ void JobStateMachine::Note(absl::string_view kind, absl::string_view message) {
   e->set_message(std::string(message));
 }
 
-absl::Status JobStateMachine::Move(JobState to, absl::string_view kind,
-                                   absl::string_view reason) {
+absl::Status JobStateMachine::Move(JobState to, absl::string_view kind, absl::string_view reason) {
   JobStatus* st = rec_->mutable_status();
   if (!IsLegalTransition(st->state(), to)) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", st->job_id(),
-                                                      ": illegal transition ",
+    return absl::FailedPreconditionError(absl::StrCat("job ", st->job_id(), ": illegal transition ",
                                                       JobState_Name(st->state()), " -> ",
                                                       JobState_Name(to)));
   }
@@ -55,8 +53,8 @@ absl::Status JobStateMachine::Submit() {
   }
   st->set_state(PENDING);
   st->set_submitted_unix_ms(absl::ToUnixMillis(now_));
-  Note("SUBMITTED", absl::StrCat("world_size ", st->spec().world_size(), ", priority ",
-                                 st->spec().priority()));
+  Note("SUBMITTED",
+       absl::StrCat("world_size ", st->spec().world_size(), ", priority ", st->spec().priority()));
   return absl::OkStatus();
 }
 
@@ -79,8 +77,7 @@ absl::StatusOr<bool> JobStateMachine::FailAttempt(absl::string_view kind,
                                                   absl::string_view reason) {
   JobStatus* st = rec_->mutable_status();
   if (st->state() != RUNNING) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", st->job_id(),
-                                                      ": illegal transition ",
+    return absl::FailedPreconditionError(absl::StrCat("job ", st->job_id(), ": illegal transition ",
                                                       JobState_Name(st->state()),
                                                       " -> attempt failed"));
   }
@@ -100,9 +97,10 @@ absl::StatusOr<bool> JobStateMachine::FailAttempt(absl::string_view kind,
     return true;
   }
   st->set_message(std::string(reason));
-  absl::Status s = Move(FAILED, "FAILED",
-                        absl::StrCat("attempt ", st->attempt(), " failed and restarts are used up (",
-                                     rec_->restarts(), " of ", max_restarts, "): ", reason));
+  absl::Status s =
+      Move(FAILED, "FAILED",
+           absl::StrCat("attempt ", st->attempt(), " failed and restarts are used up (",
+                        rec_->restarts(), " of ", max_restarts, "): ", reason));
   if (!s.ok()) return s;
   return false;
 }

@@ -10,8 +10,8 @@ namespace shardline::coordinator {
 namespace {
 
 const absl::Time kNow = absl::FromUnixSeconds(1700000000);
-const std::vector<JobState> kAll = {JOB_STATE_UNSPECIFIED, PENDING, RUNNING, SUCCEEDED, FAILED,
-                                    CANCELLED};
+const std::vector<JobState> kAll = {
+    JOB_STATE_UNSPECIFIED, PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED};
 
 JobRecord NewJob(int max_restarts = 0) {
   JobRecord rec;
@@ -27,14 +27,21 @@ JobRecord InState(JobState s) {
   JobRecord rec = NewJob();
   JobStateMachine m(&rec, kNow);
   switch (s) {
-    case RUNNING: EXPECT_TRUE(m.Start(4, "placed").ok()); break;
+    case RUNNING:
+      EXPECT_TRUE(m.Start(4, "placed").ok());
+      break;
     case SUCCEEDED:
       EXPECT_TRUE(m.Start(4, "placed").ok());
       EXPECT_TRUE(m.Succeed("done").ok());
       break;
-    case FAILED: EXPECT_TRUE(m.Fail("broken").ok()); break;
-    case CANCELLED: EXPECT_TRUE(m.Cancel("user").ok()); break;
-    default: break;
+    case FAILED:
+      EXPECT_TRUE(m.Fail("broken").ok());
+      break;
+    case CANCELLED:
+      EXPECT_TRUE(m.Cancel("user").ok());
+      break;
+    default:
+      break;
   }
   EXPECT_EQ(rec.status().state(), s);
   return rec;
@@ -54,8 +61,8 @@ TEST(JobStateMachine, TransitionTableMatchesTheLifecycle) {
   for (JobState from : kAll) {
     for (JobState to : kAll) {
       const bool legal = (from == PENDING && (to == RUNNING || to == FAILED || to == CANCELLED)) ||
-                         (from == RUNNING && (to == PENDING || to == SUCCEEDED || to == FAILED ||
-                                              to == CANCELLED));
+                         (from == RUNNING &&
+                          (to == PENDING || to == SUCCEEDED || to == FAILED || to == CANCELLED));
       EXPECT_EQ(IsLegalTransition(from, to), legal)
           << JobState_Name(from) << " -> " << JobState_Name(to);
     }

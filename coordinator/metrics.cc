@@ -9,12 +9,23 @@ namespace shardline::coordinator {
 namespace {
 
 const char* CodeName(int code) {
-  static const char* const kNames[] = {
-      "OK",           "CANCELLED",         "UNKNOWN",          "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND",    "ALREADY_EXISTS",   "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",  "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",         "UNAVAILABLE",      "DATA_LOSS",
-      "UNAUTHENTICATED"};
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
   return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
 }
 
@@ -40,8 +51,7 @@ class MetricsInterceptor : public grpc::experimental::Interceptor {
   absl::Time start_;
 };
 
-class MetricsInterceptorFactory
-    : public grpc::experimental::ServerInterceptorFactoryInterface {
+class MetricsInterceptorFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   explicit MetricsInterceptorFactory(RpcMetrics* metrics) : metrics_(metrics) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
@@ -90,8 +100,8 @@ void RpcMetrics::Render(std::string* out) const {
                     "\",le=\"+Inf\"} ", h.count, "\n");
     absl::StrAppend(out, "shardline_rpc_latency_seconds_sum{method=\"", method, "\"} ",
                     absl::StrFormat("%.6f", h.sum), "\n");
-    absl::StrAppend(out, "shardline_rpc_latency_seconds_count{method=\"", method, "\"} ",
-                    h.count, "\n");
+    absl::StrAppend(out, "shardline_rpc_latency_seconds_count{method=\"", method, "\"} ", h.count,
+                    "\n");
   }
 }
 
@@ -129,8 +139,8 @@ std::string RenderMetrics(const CoordinatorCore& core, const RpcMetrics& rpcs) {
   absl::StrAppend(&out,
                   "# HELP shardline_workers Registered workers by liveness.\n"
                   "# TYPE shardline_workers gauge\n"
-                  "shardline_workers{state=\"ALIVE\"} ", alive, "\n",
-                  "shardline_workers{state=\"DEAD\"} ", dead, "\n");
+                  "shardline_workers{state=\"ALIVE\"} ",
+                  alive, "\n", "shardline_workers{state=\"DEAD\"} ", dead, "\n");
   absl::StrAppend(&out,
                   "# HELP shardline_worker_heartbeat_age_seconds Time since each live worker's "
                   "last heartbeat.\n"
@@ -144,13 +154,16 @@ std::string RenderMetrics(const CoordinatorCore& core, const RpcMetrics& rpcs) {
   absl::StrAppend(&out,
                   "# HELP shardline_attempts_started_total Job attempts placed.\n"
                   "# TYPE shardline_attempts_started_total counter\n"
-                  "shardline_attempts_started_total ", c.attempts_started, "\n",
+                  "shardline_attempts_started_total ",
+                  c.attempts_started, "\n",
                   "# HELP shardline_attempts_failed_total Job attempts that failed.\n"
                   "# TYPE shardline_attempts_failed_total counter\n"
-                  "shardline_attempts_failed_total ", c.attempts_failed, "\n",
+                  "shardline_attempts_failed_total ",
+                  c.attempts_failed, "\n",
                   "# HELP shardline_restarts_total Failed attempts that restarted.\n"
                   "# TYPE shardline_restarts_total counter\n"
-                  "shardline_restarts_total ", c.restarts, "\n");
+                  "shardline_restarts_total ",
+                  c.restarts, "\n");
   rpcs.Render(&out);
   return out;
 }

@@ -28,9 +28,8 @@ namespace shardline::coordinator {
 
 class RpcMetrics {
  public:
-  static constexpr std::array<double, 14> kBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                                      0.025,  0.05,  0.1,    0.25,  0.5,
-                                                      1,      2.5,   5,      10};
+  static constexpr std::array<double, 14> kBuckets = {
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
   // `method` is the last path component ("Heartbeat"); `code` a grpc::StatusCode.
   void Observe(absl::string_view method, int code, absl::Duration latency);
   void Render(std::string* out) const;

@@ -128,9 +128,8 @@ void MetricsHttpServer::Handle(int fd) {
   } else {
     body = render_();
   }
-  WriteAll(fd, absl::StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type,
-                            "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n",
-                            body));
+  WriteAll(fd, absl::StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type, "\r\nContent-Length: ",
+                            body.size(), "\r\nConnection: close\r\n\r\n", body));
 }
 
 }  // namespace shardline::coordinator

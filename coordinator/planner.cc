@@ -44,9 +44,8 @@ absl::StatusOr<Plan> PlanPlacement(int32_t world_size, int32_t shard_degree,
     return absl::InvalidArgumentError(absl::StrCat("world_size must be >= 1, got ", world_size));
   }
   if (shard_degree < 1 || world_size % shard_degree != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("shard degree ", shard_degree,
-                                                   " must be >= 1 and divide world_size ",
-                                                   world_size));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard degree ", shard_degree, " must be >= 1 and divide world_size ", world_size));
   }
   FreeSet free;
   int64_t total = 0;
@@ -57,8 +56,8 @@ absl::StatusOr<Plan> PlanPlacement(int32_t world_size, int32_t shard_degree,
     total += nodes[i].free_slots.size();
   }
   if (total < world_size) {
-    return absl::ResourceExhaustedError(absl::StrCat("needs ", world_size, " slots, ", total,
-                                                     " free on ", nodes.size(), " nodes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("needs ", world_size, " slots, ", total, " free on ", nodes.size(), " nodes"));
   }
   Plan plan;
   plan.world_size = world_size;
@@ -101,8 +100,7 @@ std::vector<int32_t> ShardGroupRanks(int32_t rank, int32_t shard_degree) {
   return out;
 }
 
-std::vector<int32_t> ReplicateGroupRanks(int32_t rank, int32_t shard_degree,
-                                         int32_t world_size) {
+std::vector<int32_t> ReplicateGroupRanks(int32_t rank, int32_t shard_degree, int32_t world_size) {
   std::vector<int32_t> out;
   out.reserve(world_size / shard_degree);
   for (int32_t k = rank % shard_degree; k < world_size; k += shard_degree) out.push_back(k);

@@ -23,10 +23,10 @@ absl::StatusOr<std::vector<std::string>> RendezvousKvStore::Get(
     auto values = client_->RendezvousGet(ns_, secret_, keys, std::min(left, kSlice));
     if (values.ok()) return values;
     const absl::StatusCode code = values.status().code();
-    const bool retry = code == absl::StatusCode::kDeadlineExceeded ||
-                       code == absl::StatusCode::kUnavailable;
+    const bool retry =
+        code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kUnavailable;
     if (!retry || absl::Now() + (code == absl::StatusCode::kUnavailable ? kRetryPause
-                                                                       : absl::ZeroDuration()) >=
+                                                                        : absl::ZeroDuration()) >=
                       deadline) {
       return values.status();
     }

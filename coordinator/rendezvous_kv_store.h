@@ -20,8 +20,7 @@ namespace shardline::coordinator {
 class RendezvousKvStore : public fsdp::KvStore {
  public:
   // `client` is shared with the caller (it may also report progress through it).
-  RendezvousKvStore(std::shared_ptr<CoordinatorClient> client, std::string ns,
-                    std::string secret)
+  RendezvousKvStore(std::shared_ptr<CoordinatorClient> client, std::string ns, std::string secret)
       : client_(std::move(client)), ns_(std::move(ns)), secret_(std::move(secret)) {}
 
   absl::Status Set(absl::string_view key, absl::string_view value) override;

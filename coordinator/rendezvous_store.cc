@@ -50,8 +50,7 @@ absl::StatusOr<std::shared_ptr<RendezvousStore::Namespace>> RendezvousStore::Fin
     return absl::NotFoundError(absl::StrCat("rendezvous namespace ", ns, " does not exist"));
   }
   if (!SecretEquals(it->second->secret, secret)) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("rendezvous namespace ", ns, ": wrong secret"));
+    return absl::PermissionDeniedError(absl::StrCat("rendezvous namespace ", ns, ": wrong secret"));
   }
   return it->second;
 }
@@ -60,8 +59,8 @@ absl::Status RendezvousStore::Set(absl::string_view ns, absl::string_view secret
                                   absl::string_view key, absl::string_view value) {
   if (key.empty()) return absl::InvalidArgumentError("rendezvous key must not be empty");
   if (key.size() > limits_.max_key_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("rendezvous key of ", key.size(),
-                                                     " bytes; limit ", limits_.max_key_bytes));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rendezvous key of ", key.size(), " bytes; limit ", limits_.max_key_bytes));
   }
   if (value.size() > limits_.max_value_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("rendezvous value for ", key, " has ",
@@ -80,14 +79,16 @@ absl::Status RendezvousStore::Set(absl::string_view ns, absl::string_view secret
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(
-    absl::string_view ns, absl::string_view secret, const std::vector<std::string>& keys,
-    absl::Duration timeout, absl::Duration reported_wait) {
+absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(absl::string_view ns,
+                                                              absl::string_view secret,
+                                                              const std::vector<std::string>& keys,
+                                                              absl::Duration timeout,
+                                                              absl::Duration reported_wait) {
   for (const std::string& k : keys) {
     if (k.empty()) return absl::InvalidArgumentError("rendezvous key must not be empty");
     if (k.size() > limits_.max_key_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat("rendezvous key of ", k.size(),
-                                                       " bytes; limit ", limits_.max_key_bytes));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("rendezvous key of ", k.size(), " bytes; limit ", limits_.max_key_bytes));
     }
   }
   absl::MutexLock lock(&mu_);
@@ -117,13 +118,9 @@ absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(
     }
   }
   if (!missing.empty()) {
-    return absl::DeadlineExceededError(absl::StrCat("rendezvous namespace ", ns, ": keys [",
-                                                    absl::StrJoin(missing, ", "),
-                                                    "] missing after ",
-                                                    absl::FormatDuration(
-                                                        reported_wait == absl::InfiniteDuration()
-                                                            ? timeout
-                                                            : reported_wait)));
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rendezvous namespace ", ns, ": keys [", absl::StrJoin(missing, ", "), "] missing after ",
+        absl::FormatDuration(reported_wait == absl::InfiniteDuration() ? timeout : reported_wait)));
   }
   return out;
 }

@@ -14,8 +14,8 @@ bool IsLoopbackListenAddress(absl::string_view listen) {
   if (absl::StartsWith(listen, "unix:")) return true;
   absl::string_view host = listen;
   if (absl::StartsWith(host, "[")) {
-    host = host.substr(1, host.find(']') == absl::string_view::npos ? host.size() - 1
-                                                                   : host.find(']') - 1);
+    host = host.substr(
+        1, host.find(']') == absl::string_view::npos ? host.size() - 1 : host.find(']') - 1);
   } else if (size_t colon = host.rfind(':'); colon != absl::string_view::npos) {
     host = host.substr(0, colon);
   }
@@ -89,9 +89,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   s->server_->GetHealthCheckService()->SetServingStatus(true);
   if (!options.metrics_listen.empty()) {
     CoordinatorServer* self = s.get();
-    auto m = MetricsHttpServer::Start(options.metrics_listen, [self] {
-      return RenderMetrics(*self->core_, self->rpc_metrics_);
-    });
+    auto m = MetricsHttpServer::Start(
+        options.metrics_listen, [self] { return RenderMetrics(*self->core_, self->rpc_metrics_); });
     if (!m.ok()) return m.status();
     s->metrics_ = std::move(*m);
   }

@@ -13,8 +13,8 @@
 #define SHARDLINE_COORDINATOR_SERVER_H_
 
 #include <memory>
-#include <string>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>

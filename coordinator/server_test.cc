@@ -47,15 +47,15 @@ TEST(CoordinatorServer, TlsNeedsCertificateAndKeyTogether) {
   EXPECT_EQ(CoordinatorServer::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
   ServerOptions ca_only;
   ca_only.tls_client_ca_pem = "-----BEGIN CERTIFICATE-----";
-  EXPECT_EQ(CoordinatorServer::Create(ca_only).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CoordinatorServer::Create(ca_only).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // A loopback TCP proxy that holds back the server's first bytes (its HTTP/2 SETTINGS frame) for
 // `delay`: what a coordinator on a loaded machine or a slow link looks like to a client.
 class SlowHandshakeProxy {
  public:
-  SlowHandshakeProxy(int target_port, absl::Duration delay) : target_port_(target_port), delay_(delay) {
+  SlowHandshakeProxy(int target_port, absl::Duration delay)
+      : target_port_(target_port), delay_(delay) {
     listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -151,7 +151,8 @@ TEST(CoordinatorServer, ServesInProcessAndShutsDownWithAnOpenWatch) {
   auto job = client->SubmitJob(spec);
   ASSERT_TRUE(job.ok()) << job.status();
   absl::Status watch;
-  std::thread watcher([&] { watch = client->WatchJob(*job, [](const JobStatus&) { return true; }); });
+  std::thread watcher(
+      [&] { watch = client->WatchJob(*job, [](const JobStatus&) { return true; }); });
   absl::SleepFor(absl::Milliseconds(200));
   (*server)->Shutdown();
   watcher.join();

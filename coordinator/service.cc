@@ -210,7 +210,11 @@ class PendingGet : public grpc::ServerUnaryReactor, public PumpedStreamBase {
  public:
   PendingGet(StreamHub* hub, CoordinatorCore* core, const RendezvousGetRequest& req,
              RendezvousGetResponse* resp, absl::Duration wait)
-      : hub_(hub), core_(core), req_(req), resp_(resp), start_(absl::Now()),
+      : hub_(hub),
+        core_(core),
+        req_(req),
+        resp_(resp),
+        start_(absl::Now()),
         deadline_(start_ + wait) {}
 
   void Start() {
@@ -308,9 +312,9 @@ grpc::Status CoordinatorService::Authorize(const grpc::ServerContextBase* ctx, R
     }
   }
   if (role == Role::kDaemon) role = Role::kWorker;
-  const std::string& expected =
-      role == Role::kWorker && !options_.worker_token.empty() ? options_.worker_token
-                                                              : options_.user_token;
+  const std::string& expected = role == Role::kWorker && !options_.worker_token.empty()
+                                    ? options_.worker_token
+                                    : options_.user_token;
   if (expected.empty()) return grpc::Status::OK;
   const auto& md = ctx->client_metadata();
   auto it = md.find("authorization");
@@ -320,8 +324,7 @@ grpc::Status CoordinatorService::Authorize(const grpc::ServerContextBase* ctx, R
   }
   const absl::string_view value(it->second.data(), it->second.size());
   constexpr absl::string_view kPrefix = "Bearer ";
-  if (!absl::StartsWith(value, kPrefix) ||
-      !SecretEquals(value.substr(kPrefix.size()), expected)) {
+  if (!absl::StartsWith(value, kPrefix) || !SecretEquals(value.substr(kPrefix.size()), expected)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         role == Role::kWorker ? "wrong worker join token" : "wrong user token");
   }
@@ -350,10 +353,10 @@ grpc::Status CoordinatorService::CheckWorker(const grpc::ServerContextBase* ctx,
   return CheckNode(ctx, info->node_name());
 }
 
-#define SL_AUTHORIZE(role)                                 \
-  do {                                                     \
-    grpc::Status auth_status_ = Authorize(ctx, role);      \
-    if (!auth_status_.ok()) return auth_status_;           \
+#define SL_AUTHORIZE(role)                            \
+  do {                                                \
+    grpc::Status auth_status_ = Authorize(ctx, role); \
+    if (!auth_status_.ok()) return auth_status_;      \
   } while (0)
 
 grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* ctx,
@@ -368,8 +371,8 @@ grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* ctx,
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* ctx,
-                                                         const HeartbeatRequest* req,
-                                                         HeartbeatResponse* resp) {
+                                                        const HeartbeatRequest* req,
+                                                        HeartbeatResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   grpc::Status status = Authorize(ctx, Role::kDaemon);
   if (status.ok()) status = CheckWorker(ctx, req->worker_id());
@@ -427,8 +430,8 @@ grpc::Status CoordinatorService::RendezvousSet(grpc::ServerContext* ctx,
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RendezvousGet(grpc::CallbackServerContext* ctx,
-                                                             const RendezvousGetRequest* req,
-                                                             RendezvousGetResponse* resp) {
+                                                            const RendezvousGetRequest* req,
+                                                            RendezvousGetResponse* resp) {
   grpc::Status auth = Authorize(ctx, Role::kWorker);
   if (auth.ok() && shutdown_) auth = Unavailable();
   if (auth.ok() && req->timeout_ms() < 0) {
@@ -445,8 +448,7 @@ grpc::ServerUnaryReactor* CoordinatorService::RendezvousGet(grpc::CallbackServer
   return pending;
 }
 
-grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext* ctx,
-                                                const ProgressReport* req,
+grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext* ctx, const ProgressReport* req,
                                                 ReportProgressResponse*) {
   SL_AUTHORIZE(Role::kWorker);
   return ToGrpcStatus(core_->ReportProgress(*req));
@@ -492,8 +494,8 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* ctx, const Cance
   return ToGrpcStatus(core_->CancelJob(req->job_id(), req->reason()));
 }
 
-grpc::ServerWriteReactor<JobStatus>* CoordinatorService::WatchJob(
-    grpc::CallbackServerContext* ctx, const WatchJobRequest* req) {
+grpc::ServerWriteReactor<JobStatus>* CoordinatorService::WatchJob(grpc::CallbackServerContext* ctx,
+                                                                  const WatchJobRequest* req) {
   if (grpc::Status auth = Authorize(ctx, Role::kUser); !auth.ok()) {
     return new RefusedStream<JobStatus>(auth);
   }

@@ -65,8 +65,7 @@ class CoordinatorService final : public CoordinatorServiceBase {
                               RegisterWorkerResponse* resp) override;
   // Callback API too: the hot path at scale (one call per worker per interval) runs on gRPC's
   // own threads without the synchronous server's thread handoff.
-  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
-                                      const HeartbeatRequest* req,
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const HeartbeatRequest* req,
                                       HeartbeatResponse* resp) override;
   grpc::ServerWriteReactor<Assignment>* StreamAssignments(
       grpc::CallbackServerContext* ctx, const StreamAssignmentsRequest* req) override;
@@ -83,8 +82,7 @@ class CoordinatorService final : public CoordinatorServiceBase {
                                 ReportCheckpointResponse* resp) override;
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const SubmitJobRequest* req,
                          SubmitJobResponse* resp) override;
-  grpc::Status GetJob(grpc::ServerContext* ctx, const GetJobRequest* req,
-                      JobStatus* resp) override;
+  grpc::Status GetJob(grpc::ServerContext* ctx, const GetJobRequest* req, JobStatus* resp) override;
   grpc::Status ListJobs(grpc::ServerContext* ctx, const ListJobsRequest* req,
                         ListJobsResponse* resp) override;
   grpc::Status CancelJob(grpc::ServerContext* ctx, const CancelJobRequest* req,

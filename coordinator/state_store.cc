@@ -37,10 +37,9 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
   }
   const std::string path = absl::StrCat(state_dir, "/coordinator.db");
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                                     SQLITE_OPEN_FULLMUTEX,
-                                 nullptr);
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close(db);
@@ -106,8 +105,8 @@ absl::Status StateStore::PutWorker(const WorkerInfo& w) {
 absl::Status StateStore::DeleteCheckpoint(absl::string_view job_id, int64_t step) {
   absl::MutexLock lock(&mu_);
   Stmt st;
-  if (sqlite3_prepare_v2(db_, "DELETE FROM checkpoints WHERE job_id = ?1 AND step = ?2", -1,
-                         &st.s, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, "DELETE FROM checkpoints WHERE job_id = ?1 AND step = ?2", -1, &st.s,
+                         nullptr) != SQLITE_OK) {
     return absl::InternalError(absl::StrCat("sqlite prepare: ", sqlite3_errmsg(db_)));
   }
   sqlite3_bind_text(st.s, 1, job_id.data(), static_cast<int>(job_id.size()), SQLITE_TRANSIENT);
@@ -145,8 +144,8 @@ absl::StatusOr<std::vector<T>> ParseAll(absl::StatusOr<std::vector<std::string>>
   std::vector<T> out(blobs->size());
   for (size_t i = 0; i < blobs->size(); ++i) {
     if (!out[i].ParseFromString((*blobs)[i])) {
-      return absl::DataLossError(absl::StrCat("state store: ", what, " row ", i,
-                                              " does not parse"));
+      return absl::DataLossError(
+          absl::StrCat("state store: ", what, " row ", i, " does not parse"));
     }
   }
   return out;

@@ -30,16 +30,15 @@ bool MakeCert(const std::string& name, const std::string& cn, const std::string&
   const std::string d = Dir();
   if (ca.empty()) {
     return Shell(absl::StrCat("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=", cn,
-                            " -keyout ", d, "/", name, ".key -out ", d, "/", name, ".pem"));
+                              " -keyout ", d, "/", name, ".key -out ", d, "/", name, ".pem"));
   }
   std::ofstream(absl::StrCat(d, "/", name, ".ext"))
-      << (san.empty() ? "basicConstraints=CA:FALSE\n"
-                      : absl::StrCat("subjectAltName=", san, "\n"));
+      << (san.empty() ? "basicConstraints=CA:FALSE\n" : absl::StrCat("subjectAltName=", san, "\n"));
   return Shell(absl::StrCat("openssl req -newkey rsa:2048 -nodes -subj /CN=", cn, " -keyout ", d,
-                          "/", name, ".key -out ", d, "/", name, ".csr")) &&
-         Shell(absl::StrCat("openssl x509 -req -days 1 -in ", d, "/", name, ".csr -CA ", d, "/",
-                          ca, ".pem -CAkey ", d, "/", ca, ".key -CAcreateserial -out ", d, "/",
-                          name, ".pem -extfile ", d, "/", name, ".ext"));
+                            "/", name, ".key -out ", d, "/", name, ".csr")) &&
+         Shell(absl::StrCat("openssl x509 -req -days 1 -in ", d, "/", name, ".csr -CA ", d, "/", ca,
+                            ".pem -CAkey ", d, "/", ca, ".key -CAcreateserial -out ", d, "/", name,
+                            ".pem -extfile ", d, "/", name, ".ext"));
 }
 
 class TlsTest : public ::testing::Test {
@@ -48,8 +47,7 @@ class TlsTest : public ::testing::Test {
     Shell("mkdir -p " + Dir());
     ok_ = MakeCert("ca", "shardline-test-ca", "", "") &&
           MakeCert("server", "127.0.0.1", "ca", "IP:127.0.0.1") &&
-          MakeCert("worker", "node-a", "ca", "") &&
-          MakeCert("worker_b", "node-b", "ca", "") &&
+          MakeCert("worker", "node-a", "ca", "") && MakeCert("worker_b", "node-b", "ca", "") &&
           MakeCert("other_ca", "someone-else", "", "") &&
           MakeCert("stranger", "node-x", "other_ca", "");
   }
@@ -58,8 +56,10 @@ class TlsTest : public ::testing::Test {
     const std::string d = Dir();
     CoordinatorProcess::Options o;
     o.binary = CoordinatorBinaryPath();
-    o.args = {"--listen=127.0.0.1:0",           "--token=user-token",
-              "--worker_token=join-token",      absl::StrCat("--tls_cert=", d, "/server.pem"),
+    o.args = {"--listen=127.0.0.1:0",
+              "--token=user-token",
+              "--worker_token=join-token",
+              absl::StrCat("--tls_cert=", d, "/server.pem"),
               absl::StrCat("--tls_key=", d, "/server.key"),
               absl::StrCat("--tls_client_ca=", d, "/ca.pem")};
     auto p = CoordinatorProcess::Start(o);

@@ -109,9 +109,8 @@ std::vector<NodeCapacity> WorkerRegistry::FreeCapacity(Slot::Kind kind) const {
     std::sort(cap.free_slots.begin(), cap.free_slots.end());
     out.push_back(std::move(cap));
   }
-  std::sort(out.begin(), out.end(), [](const NodeCapacity& a, const NodeCapacity& b) {
-    return a.node_name < b.node_name;
-  });
+  std::sort(out.begin(), out.end(),
+            [](const NodeCapacity& a, const NodeCapacity& b) { return a.node_name < b.node_name; });
   return out;
 }
 
@@ -131,8 +130,8 @@ absl::Status WorkerRegistry::Reserve(absl::string_view worker_id, int32_t slot_i
   }
   auto b = w.busy.find(slot_index);
   if (b != w.busy.end() && b->second != job_id) {
-    return absl::FailedPreconditionError(absl::StrCat("slot ", slot_index, " of worker ",
-                                                      worker_id, " is busy with ", b->second));
+    return absl::FailedPreconditionError(
+        absl::StrCat("slot ", slot_index, " of worker ", worker_id, " is busy with ", b->second));
   }
   w.busy[slot_index] = std::string(job_id);
   return absl::OkStatus();
@@ -158,9 +157,8 @@ std::vector<WorkerInfo> WorkerRegistry::List() const {
   std::vector<WorkerInfo> out;
   absl::MutexLock lock(&mu_);
   for (const auto& [id, w] : workers_) out.push_back(ToInfo(w));
-  std::sort(out.begin(), out.end(), [](const WorkerInfo& a, const WorkerInfo& b) {
-    return a.node_name() < b.node_name();
-  });
+  std::sort(out.begin(), out.end(),
+            [](const WorkerInfo& a, const WorkerInfo& b) { return a.node_name() < b.node_name(); });
   return out;
 }
 

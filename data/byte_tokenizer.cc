@@ -27,10 +27,17 @@ size_t ValidSequenceLength(const std::string& text, size_t i) {
   size_t n;
   uint32_t cp;
   if (b < 0x80) return 1;
-  if ((b & 0xE0) == 0xC0) { n = 2; cp = b & 0x1F; }
-  else if ((b & 0xF0) == 0xE0) { n = 3; cp = b & 0x0F; }
-  else if ((b & 0xF8) == 0xF0) { n = 4; cp = b & 0x07; }
-  else return 0;
+  if ((b & 0xE0) == 0xC0) {
+    n = 2;
+    cp = b & 0x1F;
+  } else if ((b & 0xF0) == 0xE0) {
+    n = 3;
+    cp = b & 0x0F;
+  } else if ((b & 0xF8) == 0xF0) {
+    n = 4;
+    cp = b & 0x07;
+  } else
+    return 0;
   if (i + n > text.size()) return 0;
   for (size_t k = 1; k < n; ++k) {
     if ((byte(i + k) & 0xC0) != 0x80) return 0;

@@ -35,10 +35,10 @@ absl::StatusOr<DistributedSampler> DistributedSampler::Create(const Options& o) 
   }
   if (o.micro_batch_size <= 0 || o.global_batch_size <= 0 ||
       o.global_batch_size % (static_cast<int64_t>(o.micro_batch_size) * o.world_size) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "train.global_batch_size: ", o.global_batch_size,
-        " is not divisible by micro_batch_size * world_size = ", o.micro_batch_size, " * ",
-        o.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("train.global_batch_size: ", o.global_batch_size,
+                     " is not divisible by micro_batch_size * world_size = ", o.micro_batch_size,
+                     " * ", o.world_size));
   }
   if (o.num_samples < o.global_batch_size) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -86,10 +86,10 @@ absl::Status DistributedSampler::Restore(const DataCursor& c) {
   const int64_t g = options_.global_batch_size;
   if (c.epoch < 0 || c.position < 0 || c.position % g != 0 ||
       c.position + g > options_.num_samples) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data cursor (epoch ", c.epoch, ", position ", c.position,
-        ") does not fit this data: position must be a multiple of global_batch_size ", g,
-        " with a full batch left among ", options_.num_samples, " sequences"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data cursor (epoch ", c.epoch, ", position ", c.position,
+                     ") does not fit this data: position must be a multiple of global_batch_size ",
+                     g, " with a full batch left among ", options_.num_samples, " sequences"));
   }
   cursor_ = c;
   return absl::OkStatus();

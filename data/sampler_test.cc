@@ -56,7 +56,8 @@ TEST(DistributedSampler, EachSampleExactlyOncePerEpochAcrossRanks) {
         }
         EXPECT_EQ(static_cast<int>(this_step.size()), g);
       }
-      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(seen[i], 1) << "W=" << w << " B=" << b << " i=" << i;
+      for (int64_t i = 0; i < n; ++i)
+        EXPECT_EQ(seen[i], 1) << "W=" << w << " B=" << b << " i=" << i;
       EXPECT_EQ(ranks[0].cursor(), (DataCursor{1, 0}));
     }
   }
@@ -118,12 +119,14 @@ TEST(DistributedSampler, ResumeAtAnotherWorldSizeKeepsGlobalBatches) {
 TEST(DistributedSampler, RejectsBadShapesAndCursors) {
   auto bad = DistributedSampler::Create({100, 10, 4, 2, 0, 0});
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(bad.status().message(),
-            "train.global_batch_size: 10 is not divisible by micro_batch_size * world_size = 4 * 2");
+  EXPECT_EQ(
+      bad.status().message(),
+      "train.global_batch_size: 10 is not divisible by micro_batch_size * world_size = 4 * 2");
   auto small = DistributedSampler::Create({5, 8, 4, 2, 0, 0});
   EXPECT_EQ(small.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(small.status().message().find("5 training sequences are fewer than one global batch of 8"),
-            absl::string_view::npos);
+  EXPECT_NE(
+      small.status().message().find("5 training sequences are fewer than one global batch of 8"),
+      absl::string_view::npos);
   auto rank = DistributedSampler::Create({100, 8, 4, 2, 2, 0});
   EXPECT_EQ(rank.status().message(), "rank 2 is not in [0, world_size 2)");
   auto s = MakeSampler(70, 8, 2, 2, 0);

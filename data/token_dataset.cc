@@ -16,17 +16,17 @@ int64_t SequencesIn(int64_t tokens, int seq_len) {
 
 absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const Options& o) {
   if (o.seq_len <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("data.seq_len: ", o.seq_len,
-                                                   " must be positive"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.seq_len: ", o.seq_len, " must be positive"));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<TokenFile> file, TokenFile::Open(o.path, o.format));
   const int64_t n = file->size();
   const int64_t val_tokens = static_cast<int64_t>(std::floor(n * o.val_fraction));
   const int64_t val_begin = n - val_tokens;
   if (SequencesIn(val_begin, o.seq_len) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data file \"", o.path, "\": its ", val_begin, " training tokens hold no sequence of ",
-        "data.seq_len ", o.seq_len, " + 1"));
+    return absl::InvalidArgumentError(absl::StrCat("data file \"", o.path, "\": its ", val_begin,
+                                                   " training tokens hold no sequence of ",
+                                                   "data.seq_len ", o.seq_len, " + 1"));
   }
   if (o.val_fraction > 0 && SequencesIn(val_tokens, o.seq_len) == 0) {
     return absl::InvalidArgumentError(absl::StrCat(

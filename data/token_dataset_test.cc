@@ -35,7 +35,8 @@ TEST(ByteTokenizer, DisplayDecodingIsValidUtf8WithoutControlCharacters) {
   ByteTokenizer tok;
   // "é" (valid 2-byte UTF-8), a lone continuation byte, ESC, a truncated 3-byte sequence.
   const std::vector<int64_t> ids = {'a', 0xC3, 0xA9, 0x80, 0x1B, '\n', 0xE2, 0x82};
-  EXPECT_EQ(tok.DecodeForDisplay(ids), "a\xC3\xA9\xEF\xBF\xBD\xEF\xBF\xBD\n\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(tok.DecodeForDisplay(ids),
+            "a\xC3\xA9\xEF\xBF\xBD\xEF\xBF\xBD\n\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(tok.DecodeForDisplay(tok.Encode("ROMEO:\tgood")), "ROMEO:\tgood");
 }
 
@@ -77,19 +78,22 @@ TEST(TokenDataset, RejectsBadFiles) {
   auto ragged = TokenDataset::Open({odd, TokenFormat::kU16, 0.0, 1, 65536});
   EXPECT_EQ(ragged.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(ragged.status().message().find("3 bytes is not a multiple of the token width 2"),
-            absl::string_view::npos) << ragged.status();
+            absl::string_view::npos)
+      << ragged.status();
 
   const std::string big = WriteFile("big.u16", std::string("\x00\x01\x02\x00\x03\x00", 6));
   auto vocab = TokenDataset::Open({big, TokenFormat::kU16, 0.0, 1, 100});
   EXPECT_EQ(vocab.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(vocab.status().message().find("token id 256 is >= model.vocab_size 100"),
-            absl::string_view::npos) << vocab.status();
+            absl::string_view::npos)
+      << vocab.status();
 
   const std::string tiny = WriteFile("tiny.txt", "hello world");
   auto short_seq = TokenDataset::Open({tiny, TokenFormat::kText, 0.0, 64, 256});
   EXPECT_EQ(short_seq.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(short_seq.status().message().find("hold no sequence of data.seq_len 64 + 1"),
-            absl::string_view::npos) << short_seq.status();
+            absl::string_view::npos)
+      << short_seq.status();
 }
 
 }  // namespace

@@ -14,9 +14,12 @@ namespace shardline::data {
 
 const char* TokenFormatName(TokenFormat format) {
   switch (format) {
-    case TokenFormat::kText: return "TEXT";
-    case TokenFormat::kU16: return "TOKENS_U16";
-    case TokenFormat::kU32: return "TOKENS_U32";
+    case TokenFormat::kText:
+      return "TEXT";
+    case TokenFormat::kU16:
+      return "TOKENS_U16";
+    case TokenFormat::kU32:
+      return "TOKENS_U32";
   }
   return "?";
 }
@@ -65,8 +68,10 @@ TokenFile::~TokenFile() { munmap(const_cast<unsigned char*>(base_), bytes_); }
 int64_t TokenFile::Get(int64_t i) const {
   const unsigned char* p = base_ + i * width_;
   switch (width_) {
-    case 1: return p[0];
-    case 2: return p[0] | (p[1] << 8);
+    case 1:
+      return p[0];
+    case 2:
+      return p[0] | (p[1] << 8);
     default:
       return static_cast<int64_t>(p[0]) | (static_cast<int64_t>(p[1]) << 8) |
              (static_cast<int64_t>(p[2]) << 16) | (static_cast<int64_t>(p[3]) << 24);

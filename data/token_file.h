@@ -33,7 +33,7 @@ class TokenFile {
   TokenFile& operator=(const TokenFile&) = delete;
 
   int64_t size() const { return num_tokens_; }  // Number of tokens.
-  int64_t Get(int64_t i) const;                  // Requires 0 <= i < size().
+  int64_t Get(int64_t i) const;                 // Requires 0 <= i < size().
   // Copies tokens [start, start + n) into out. Requires the range to be inside the file.
   void Copy(int64_t start, int64_t n, int64_t* out) const;
   // Largest id in the file (scans it once; cached).

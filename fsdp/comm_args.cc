@@ -59,12 +59,14 @@ absl::Status CheckAllGatherArgs(absl::string_view group, int size, at::DeviceTyp
   if (absl::Status s = CheckTensor(group, kOp, "input", device, in); !s.ok()) return s;
   if (absl::Status s = CheckTensor(group, kOp, "output", device, out); !s.ok()) return s;
   if (in.scalar_type() != out.scalar_type()) {
-    return Bad(group, kOp, absl::StrCat("input ", Describe(in), " and output ", Describe(out),
-                                        " differ in dtype"));
+    return Bad(
+        group, kOp,
+        absl::StrCat("input ", Describe(in), " and output ", Describe(out), " differ in dtype"));
   }
   if (out.numel() != in.numel() * size) {
-    return Bad(group, kOp, absl::StrCat("output ", Describe(out), " must hold ", size,
-                                        " x input ", Describe(in)));
+    return Bad(
+        group, kOp,
+        absl::StrCat("output ", Describe(out), " must hold ", size, " x input ", Describe(in)));
   }
   return absl::OkStatus();
 }
@@ -75,15 +77,17 @@ absl::Status CheckReduceScatterArgs(absl::string_view group, int size, at::Devic
   if (absl::Status s = CheckTensor(group, kOp, "input", device, in); !s.ok()) return s;
   if (absl::Status s = CheckTensor(group, kOp, "output", device, out); !s.ok()) return s;
   if (in.scalar_type() != out.scalar_type()) {
-    return Bad(group, kOp, absl::StrCat("input ", Describe(in), " and output ", Describe(out),
-                                        " differ in dtype"));
+    return Bad(
+        group, kOp,
+        absl::StrCat("input ", Describe(in), " and output ", Describe(out), " differ in dtype"));
   }
   if (in.scalar_type() == at::kLong) {
     return Bad(group, kOp, "int64 is not supported for reduce_scatter");
   }
   if (in.numel() != out.numel() * size) {
-    return Bad(group, kOp, absl::StrCat("input ", Describe(in), " must hold ", size,
-                                        " x output ", Describe(out)));
+    return Bad(
+        group, kOp,
+        absl::StrCat("input ", Describe(in), " must hold ", size, " x output ", Describe(out)));
   }
   if (in.numel() > std::numeric_limits<int>::max()) {
     return Bad(group, kOp, absl::StrCat("input ", Describe(in), " exceeds 2^31-1 elements"));
@@ -91,8 +95,8 @@ absl::Status CheckReduceScatterArgs(absl::string_view group, int size, at::Devic
   return absl::OkStatus();
 }
 
-absl::Status CheckAllReduceArgs(absl::string_view group, at::DeviceType device,
-                                const at::Tensor& t, bool average) {
+absl::Status CheckAllReduceArgs(absl::string_view group, at::DeviceType device, const at::Tensor& t,
+                                bool average) {
   constexpr absl::string_view kOp = "all_reduce";
   if (absl::Status s = CheckTensor(group, kOp, "in-place", device, t); !s.ok()) return s;
   if (average && t.scalar_type() == at::kLong) {

@@ -28,8 +28,8 @@ absl::Status CheckAllGatherArgs(absl::string_view group, int size, at::DeviceTyp
                                 const at::Tensor& in, const at::Tensor& out);
 absl::Status CheckReduceScatterArgs(absl::string_view group, int size, at::DeviceType device,
                                     const at::Tensor& in, const at::Tensor& out);
-absl::Status CheckAllReduceArgs(absl::string_view group, at::DeviceType device,
-                                const at::Tensor& t, bool average);
+absl::Status CheckAllReduceArgs(absl::string_view group, at::DeviceType device, const at::Tensor& t,
+                                bool average);
 absl::Status CheckBroadcastArgs(absl::string_view group, int size, at::DeviceType device,
                                 const at::Tensor& t, int root);
 

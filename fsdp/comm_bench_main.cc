@@ -21,8 +21,8 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
-#include <stdexcept>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -52,7 +52,8 @@ ABSL_FLAG(std::string, world_sizes, "2,4", "comma-separated world sizes");
 ABSL_FLAG(std::string, sizes_mib, "1,16", "comma-separated buffer sizes in MiB");
 ABSL_FLAG(int, iters, 5, "timed iterations per measurement (after one warm-up)");
 ABSL_FLAG(std::string, out, "comm_bench.tsv", "results file (TSV)");
-ABSL_FLAG(std::string, impls, "ours", "comma-separated: ours (GlooCommunicator), gloo (Gloo direct)");
+ABSL_FLAG(std::string, impls, "ours",
+          "comma-separated: ours (GlooCommunicator), gloo (Gloo direct)");
 // Child mode, set by the parent through RunRanks.
 ABSL_FLAG(bool, child, false, "internal: run as one rank");
 ABSL_FLAG(int, rank, 0, "internal");
@@ -150,8 +151,8 @@ int Child() {
       return false;
     }
     if (rank == 0) {
-      std::cout << "RESULT " << op.name << " " << impl << " " << world << " " << mib << " "
-                << ms << std::endl;
+      std::cout << "RESULT " << op.name << " " << impl << " " << world << " " << mib << " " << ms
+                << std::endl;
     }
     return true;
   };
@@ -237,12 +238,12 @@ int Parent(const char* self) {
   };
   std::vector<Row> rows;
   for (int world : ParseInts(absl::GetFlag(FLAGS_world_sizes))) {
-    testing::RunRanksResult run = testing::RunRanks(
-        self, world,
-        {"--child", absl::StrCat("--iters=", absl::GetFlag(FLAGS_iters)),
-         absl::StrCat("--impls=", absl::GetFlag(FLAGS_impls)),
-         absl::StrCat("--sizes_mib=", absl::GetFlag(FLAGS_sizes_mib))},
-        absl::Minutes(10));
+    testing::RunRanksResult run =
+        testing::RunRanks(self, world,
+                          {"--child", absl::StrCat("--iters=", absl::GetFlag(FLAGS_iters)),
+                           absl::StrCat("--impls=", absl::GetFlag(FLAGS_impls)),
+                           absl::StrCat("--sizes_mib=", absl::GetFlag(FLAGS_sizes_mib))},
+                          absl::Minutes(10));
     if (!run.AllSucceeded()) {
       std::cerr << "W=" << world << " failed:\n" << run.Summary();
       return 1;
@@ -260,14 +261,15 @@ int Parent(const char* self) {
   }
   std::ofstream out(absl::GetFlag(FLAGS_out));
   out << "op\timpl\tworld\tmib\tms\tbus_gbps\n";
-  std::cout << absl::StrFormat("%-15s %-5s %5s %6s %10s %9s\n", "op", "impl", "W", "MiB",
-                               "ms/iter", "bus GB/s");
+  std::cout << absl::StrFormat("%-15s %-5s %5s %6s %10s %9s\n", "op", "impl", "W", "MiB", "ms/iter",
+                               "bus GB/s");
   for (const Row& r : rows) {
     const double factor = (r.op == "all_reduce" ? 2.0 : 1.0) * (r.world - 1) / r.world;
     const double gbps = factor * r.mib * (1 << 20) / (r.ms / 1e3) / 1e9;
-    std::cout << absl::StrFormat("%-15s %-5s %5d %6d %10.2f %9.2f\n", r.op, r.impl, r.world,
-                                 r.mib, r.ms, gbps);
-    out << r.op << "\t" << r.impl << "\t" << r.world << "\t" << r.mib << "\t" << r.ms << "\t" << gbps << "\n";
+    std::cout << absl::StrFormat("%-15s %-5s %5d %6d %10.2f %9.2f\n", r.op, r.impl, r.world, r.mib,
+                                 r.ms, gbps);
+    out << r.op << "\t" << r.impl << "\t" << r.world << "\t" << r.mib << "\t" << r.ms << "\t"
+        << gbps << "\n";
   }
   std::cout << "wrote " << absl::GetFlag(FLAGS_out) << "\n";
   return 0;

@@ -43,9 +43,8 @@ void CommQueue::Loop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](CommQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) {
-            return q->stopping_ || !q->tasks_.empty();
-          },
+          +[](CommQueue* q)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) { return q->stopping_ || !q->tasks_.empty(); },
           this));
       if (tasks_.empty()) return;  // Stopping and drained.
       task = std::move(tasks_.front());

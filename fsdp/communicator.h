@@ -60,8 +60,7 @@ class Communicator {
 
   // out = chunk rank() of (reduction over ranks of in). Requires in.numel() == out.numel() *
   // size(). Never implemented as all-reduce + slice (that doubles the traffic).
-  virtual absl::Status ReduceScatter(const at::Tensor& in, const at::Tensor& out,
-                                     ReduceOp op) = 0;
+  virtual absl::Status ReduceScatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op) = 0;
   virtual std::unique_ptr<CommHandle> ReduceScatterAsync(const at::Tensor& in,
                                                          const at::Tensor& out, ReduceOp op) = 0;
 

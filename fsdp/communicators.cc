@@ -54,9 +54,11 @@ absl::StatusOr<GroupCommunicatorFactory> FactoryFor(CommBackend backend) {
 }
 
 // Creates the communicator of one group that contains `rank`.
-absl::StatusOr<std::unique_ptr<Communicator>> CreateGroup(
-    const std::string& name, const std::vector<int>& ranks, int rank, KvStore* store,
-    const CommOptions& options, const GroupCommunicatorFactory& factory) {
+absl::StatusOr<std::unique_ptr<Communicator>> CreateGroup(const std::string& name,
+                                                          const std::vector<int>& ranks, int rank,
+                                                          KvStore* store,
+                                                          const CommOptions& options,
+                                                          const GroupCommunicatorFactory& factory) {
   if (ranks.size() == 1) return std::unique_ptr<Communicator>(new LocalCommunicator(name));
   int group_rank = -1;
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -103,8 +105,7 @@ absl::Status CheckRanksAgree(int world_size, int shard_degree, int rank, KvStore
   if (!all.ok()) {
     return absl::Status(all.status().code(),
                         absl::StrCat(CommErrorPrefix("world", "connect", 0), "waiting for all ",
-                                     world_size, " ranks to join (", all.status().message(),
-                                     ")"));
+                                     world_size, " ranks to join (", all.status().message(), ")"));
   }
   for (int r = 0; r < world_size; ++r) {
     if ((*all)[r] != mine) {
@@ -140,8 +141,8 @@ void CommGroups::set_step(int64_t step) {
 absl::StatusOr<CommGroups> CreateCommunicators(int world_size, int shard_degree, int rank,
                                                KvStore* store, const CommOptions& options) {
   if (world_size < 1 || shard_degree < 1 || world_size % shard_degree != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("shard degree ", shard_degree,
-                                                   " does not divide world_size ", world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard degree ", shard_degree, " does not divide world_size ", world_size));
   }
   if (rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
@@ -167,15 +168,14 @@ absl::StatusOr<CommGroups> CreateCommunicators(int world_size, int shard_degree,
   const GroupCommunicatorFactory group_factory =
       options.fake_collectives ? FakeFactory(options.backend) : *factory;
 
-  absl::StatusOr<std::unique_ptr<Communicator>> shard =
-      CreateGroup(absl::StrCat("shard[", rank / s, "]"), shard_ranks, rank, store, options,
-                  group_factory);
+  absl::StatusOr<std::unique_ptr<Communicator>> shard = CreateGroup(
+      absl::StrCat("shard[", rank / s, "]"), shard_ranks, rank, store, options, group_factory);
   if (!shard.ok()) return shard.status();
   groups.shard = std::move(*shard);
 
   absl::StatusOr<std::unique_ptr<Communicator>> replicate =
-      CreateGroup(absl::StrCat("replicate[", rank % s, "]"), replicate_ranks, rank, store,
-                  options, group_factory);
+      CreateGroup(absl::StrCat("replicate[", rank % s, "]"), replicate_ranks, rank, store, options,
+                  group_factory);
   if (!replicate.ok()) return replicate.status();
   groups.replicate = std::move(*replicate);
   return groups;

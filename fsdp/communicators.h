@@ -75,8 +75,9 @@ struct CommGroups {
 //
 // Errors: INVALID_ARGUMENT for a shard_degree that does not divide world_size, a rank outside
 // the world, a null store, or ranks started with different layouts (naming both);
-// DEADLINE_EXCEEDED naming the missing ranks if not all join within the timeout; FAILED_PRECONDITION for a backend not linked in; the
-// communicators' bootstrap errors (DEADLINE_EXCEEDED / UNAVAILABLE, naming the group).
+// DEADLINE_EXCEEDED naming the missing ranks if not all join within the timeout;
+// FAILED_PRECONDITION for a backend not linked in; the communicators' bootstrap errors
+// (DEADLINE_EXCEEDED / UNAVAILABLE, naming the group).
 absl::StatusOr<CommGroups> CreateCommunicators(int world_size, int shard_degree, int rank,
                                                KvStore* store, const CommOptions& options);
 

@@ -151,7 +151,6 @@ TEST(CreateCommunicators, BuildsNamedGroupsOfTheLayout) {
   for (std::thread& t : threads) t.join();
 }
 
-
 TEST(FakeCollectiveCommunicator, SameShapesNoCommunicationCountsCalls) {
   FakeCollectiveCommunicator comm("shard[0]", 1, 4, at::kCPU);
   EXPECT_EQ(comm.rank(), 1);

@@ -30,8 +30,8 @@ std::unique_ptr<CommHandle> FakeCollectiveCommunicator::AllGatherAsync(const at:
   return std::make_unique<ReadyHandle>(AllGather(in, out));
 }
 
-absl::Status FakeCollectiveCommunicator::ReduceScatter(const at::Tensor& in,
-                                                       const at::Tensor& out, ReduceOp /*op*/) {
+absl::Status FakeCollectiveCommunicator::ReduceScatter(const at::Tensor& in, const at::Tensor& out,
+                                                       ReduceOp /*op*/) {
   absl::Status s = CheckReduceScatterArgs(name_, size_, device_, in, out);
   if (!s.ok()) return s;
   ++reduce_scatters_;

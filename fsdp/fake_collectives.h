@@ -33,8 +33,7 @@ namespace shardline::fsdp {
 // the communicator was asked to move, counting only calls whose arguments were valid.
 struct FakeCollectiveCounts {
   int64_t all_gathers = 0, reduce_scatters = 0, all_reduces = 0, broadcasts = 0, barriers = 0;
-  int64_t all_gather_bytes = 0, reduce_scatter_bytes = 0, all_reduce_bytes = 0,
-          broadcast_bytes = 0;
+  int64_t all_gather_bytes = 0, reduce_scatter_bytes = 0, all_reduce_bytes = 0, broadcast_bytes = 0;
 };
 
 class FakeCollectiveCommunicator : public Communicator {
@@ -49,8 +48,7 @@ class FakeCollectiveCommunicator : public Communicator {
   void set_step(int64_t step) override { step_ = step; }
 
   absl::Status AllGather(const at::Tensor& in, const at::Tensor& out) override;
-  std::unique_ptr<CommHandle> AllGatherAsync(const at::Tensor& in,
-                                             const at::Tensor& out) override;
+  std::unique_ptr<CommHandle> AllGatherAsync(const at::Tensor& in, const at::Tensor& out) override;
   absl::Status ReduceScatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op) override;
   std::unique_ptr<CommHandle> ReduceScatterAsync(const at::Tensor& in, const at::Tensor& out,
                                                  ReduceOp op) override;

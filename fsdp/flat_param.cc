@@ -4,8 +4,8 @@
 #include <utility>
 
 #include <ATen/ATen.h>
-#include <c10/core/StorageImpl.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/StorageImpl.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -21,8 +21,7 @@ absl::StatusOr<std::unique_ptr<FlatParam>> FlatParam::Create(std::string name,
                                                              int shard_rank, int shard_count,
                                                              at::ScalarType compute_dtype,
                                                              bool cpu_offload) {
-  if (compute_dtype != at::kFloat && compute_dtype != at::kBFloat16 &&
-      compute_dtype != at::kHalf) {
+  if (compute_dtype != at::kFloat && compute_dtype != at::kBFloat16 && compute_dtype != at::kHalf) {
     return absl::InvalidArgumentError(absl::StrCat("flat param ", name, ": compute dtype ",
                                                    c10::toString(compute_dtype),
                                                    " is not one of float32, bfloat16, float16"));
@@ -31,8 +30,8 @@ absl::StatusOr<std::unique_ptr<FlatParam>> FlatParam::Create(std::string name,
     return absl::InvalidArgumentError(absl::StrCat("flat param ", name, ": no parameters"));
   }
   if (shard_count < 1 || shard_rank < 0 || shard_rank >= shard_count) {
-    return absl::InvalidArgumentError(absl::StrCat("flat param ", name, ": shard_rank ",
-                                                   shard_rank, " not in [0, ", shard_count, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("flat param ", name, ": shard_rank ", shard_rank,
+                                                   " not in [0, ", shard_count, ")"));
   }
   const at::Device device = entries[0].param.device();
   int64_t offset = 0;

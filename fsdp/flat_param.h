@@ -134,7 +134,7 @@ class FlatParam {
   bool full_allocated_ = false;
   bool mixed_ = false;
   bool offloaded_ = false;
-  at::Tensor full_grad_;   // [padded_numel] or undefined.
+  at::Tensor full_grad_;  // [padded_numel] or undefined.
 };
 
 }  // namespace shardline::fsdp

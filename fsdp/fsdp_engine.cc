@@ -8,10 +8,10 @@
 #include <ATen/Context.h>
 #include <ATen/DeviceAccelerator.h>
 #include <ATen/core/Generator.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/function_hook.h>
-#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include "absl/strings/str_cat.h"
@@ -24,7 +24,7 @@ struct FsdpEngine::Unit {
   FlatParam* flat = nullptr;
   int hook_group = -1;  // -1: root-gathered.
   int grads_expected = 0;
-  int grads_ready = 0;     // This backward.
+  int grads_ready = 0;              // This backward.
   bool post_backward_done = false;  // This backward.
 };
 
@@ -33,8 +33,8 @@ namespace {
 // Identity on the unit's output whose backward runs before the unit's own backward: there the
 // engine re-gathers the unit's parameters (if freed) and prepares its flat gradient.
 struct PreBackwardFunction : public torch::autograd::Function<PreBackwardFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x,
-                            int64_t engine, int64_t group) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, int64_t engine,
+                            int64_t group) {
     ctx->saved_data["engine"] = engine;
     ctx->saved_data["group"] = group;
     return x.view_as(x);
@@ -62,10 +62,9 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto* engine = reinterpret_cast<FsdpEngine*>(ctx->saved_data["engine"].toInt());
-    at::Tensor dx = engine->CheckpointBackward(ctx->saved_data["call"].toInt(),
-                                               ctx->get_saved_variables()[0],
-                                               ctx->saved_data["input_requires_grad"].toBool(),
-                                               grads[0]);
+    at::Tensor dx =
+        engine->CheckpointBackward(ctx->saved_data["call"].toInt(), ctx->get_saved_variables()[0],
+                                   ctx->saved_data["input_requires_grad"].toBool(), grads[0]);
     return {dx, torch::autograd::Variable(), torch::autograd::Variable(),
             torch::autograd::Variable()};
   }
@@ -130,40 +129,39 @@ absl::StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(
   const int s = layout.shard_degree;
   const int r = layout.replicate_degree;
   if (s < 1 || r < 1 || s * r != layout.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "FsdpEngine: layout world_size ", layout.world_size, " != replicate degree ", r,
-        " x shard degree ", s));
+    return absl::InvalidArgumentError(absl::StrCat("FsdpEngine: layout world_size ",
+                                                   layout.world_size, " != replicate degree ", r,
+                                                   " x shard degree ", s));
   }
   if (options.rank < 0 || options.rank >= layout.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("FsdpEngine: rank ", options.rank,
-                                                   " outside world_size ",
-                                                   layout.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("FsdpEngine: rank ", options.rank, " outside world_size ", layout.world_size));
   }
   const int shard_size = shard == nullptr ? 1 : shard->size();
   const int replicate_size = replicate == nullptr ? 1 : replicate->size();
   if (shard_size != s) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "FsdpEngine: shard communicator has ", shard_size, " ranks but layout ",
-        layout.DebugString(), " needs shard degree S=", s));
+    return absl::InvalidArgumentError(
+        absl::StrCat("FsdpEngine: shard communicator has ", shard_size, " ranks but layout ",
+                     layout.DebugString(), " needs shard degree S=", s));
   }
   if (replicate_size != r) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "FsdpEngine: replicate communicator has ", replicate_size, " ranks but layout ",
-        layout.DebugString(), " needs replicate degree R=", r));
+    return absl::InvalidArgumentError(
+        absl::StrCat("FsdpEngine: replicate communicator has ", replicate_size,
+                     " ranks but layout ", layout.DebugString(), " needs replicate degree R=", r));
   }
   if (shard != nullptr && shard->rank() != layout.ShardIndex(options.rank)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "FsdpEngine: shard communicator rank ", shard->rank(), " but global rank ",
-        options.rank, " is shard index ", layout.ShardIndex(options.rank), " in ",
-        layout.DebugString()));
+        "FsdpEngine: shard communicator rank ", shard->rank(), " but global rank ", options.rank,
+        " is shard index ", layout.ShardIndex(options.rank), " in ", layout.DebugString()));
   }
   if (replicate != nullptr && replicate->rank() != layout.ReplicateIndex(options.rank)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "FsdpEngine: replicate communicator rank ", replicate->rank(), " but global rank ",
-        options.rank, " is replicate index ", layout.ReplicateIndex(options.rank), " in ",
-        layout.DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("FsdpEngine: replicate communicator rank ", replicate->rank(),
+                     " but global rank ", options.rank, " is replicate index ",
+                     layout.ReplicateIndex(options.rank), " in ", layout.DebugString()));
   }
-  auto engine = std::unique_ptr<FsdpEngine>(new FsdpEngine(model, layout, shard, replicate, options));
+  auto engine =
+      std::unique_ptr<FsdpEngine>(new FsdpEngine(model, layout, shard, replicate, options));
   RETURN_IF_ERROR(engine->Init());
   return engine;
 }
@@ -189,9 +187,9 @@ absl::Status FsdpEngine::Init() {
   if (options_.sync_module_states) RETURN_IF_ERROR(SyncModuleStates());
   for (at::ScalarType t : {options_.param_dtype, options_.reduce_dtype, options_.buffer_dtype}) {
     if (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("FsdpEngine: mixed precision dtype ", c10::toString(t),
-                       " is not one of float32, bfloat16, float16"));
+      return absl::InvalidArgumentError(absl::StrCat("FsdpEngine: mixed precision dtype ",
+                                                     c10::toString(t),
+                                                     " is not one of float32, bfloat16, float16"));
     }
   }
   if (options_.buffer_dtype != at::kFloat) {
@@ -515,9 +513,9 @@ void FsdpEngine::AccumulateShardGrad(int unit, const at::Tensor& reduced) {
   // Wait ordered before it); the host add must wait for it, so it happens in
   // DrainOffloadedGrads. The device tensor may be freed now: the caching allocator reuses its
   // memory only for work queued after the copy.
-  at::Tensor host = at::empty(
-      {reduced.numel()},
-      at::TensorOptions().dtype(reduced.scalar_type()).pinned_memory(reduced.is_cuda()));
+  at::Tensor host =
+      at::empty({reduced.numel()},
+                at::TensorOptions().dtype(reduced.scalar_type()).pinned_memory(reduced.is_cuda()));
   host.copy_(reduced.reshape({-1}), /*non_blocking=*/true);
   offloaded_grads_.push_back(OffloadedGrad{unit, std::move(host)});
 }
@@ -579,8 +577,8 @@ absl::Status FsdpEngine::PostBackward(int unit) {
   if (u.post_backward_done) return absl::OkStatus();
   u.post_backward_done = true;
   if (sync_ && u.flat->full_grad_allocated()) {
-    const bool async = options_.overlap_reduce &&
-                       (u.flat->shard_count() > 1 || Collective(replicate_));
+    const bool async =
+        options_.overlap_reduce && (u.flat->shard_count() > 1 || Collective(replicate_));
     if (async) {
       RETURN_IF_ERROR(StartReduce(unit));
     } else {
@@ -722,7 +720,7 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FsdpEngine::Full
 }
 
 absl::Status FsdpEngine::LoadFullParamState(const std::map<std::string, at::Tensor>& state) {
-  ReshardAll();  // Gathered copies would be stale.
+  ReshardAll();            // Gathered copies would be stale.
   WaitForOffloadCopies();  // A host->device copy may still read the host shards.
   at::NoGradGuard no_grad;
   for (const auto& f : flats_) {
@@ -738,8 +736,8 @@ absl::Status FsdpEngine::LoadFullParamState(const std::map<std::string, at::Tens
       }
       if (it->second.sizes().vec() != e.shape) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "LoadFullParamState: parameter ", e.name, " has shape ",
-            c10::str(it->second.sizes()), ", model has ", c10::str(at::IntArrayRef(e.shape))));
+            "LoadFullParamState: parameter ", e.name, " has shape ", c10::str(it->second.sizes()),
+            ", model has ", c10::str(at::IntArrayRef(e.shape))));
       }
       FlatParam::LocalRange r = f->LocalRangeOf(i);
       if (r.end == r.start) continue;
@@ -764,9 +762,9 @@ std::map<std::string, std::string> FsdpEngine::aliases() const {
 std::vector<std::pair<std::string, std::string>> FsdpEngine::UnitSummary() const {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& u : units_) {
-    out.emplace_back(u->flat->name(),
-                     u->hook_group < 0 ? std::string("<root-gathered>")
-                                       : absl::StrCat("hook group ", u->hook_group));
+    out.emplace_back(u->flat->name(), u->hook_group < 0
+                                          ? std::string("<root-gathered>")
+                                          : absl::StrCat("hook group ", u->hook_group));
   }
   return out;
 }

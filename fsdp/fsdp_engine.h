@@ -39,8 +39,8 @@
 
 #include <cstdint>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,8 +51,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "fsdp/communicator.h"
-#include "fsdp/flat_param.h"
 #include "fsdp/engine_layout.h"
+#include "fsdp/flat_param.h"
 #include "fsdp/unit_runner.h"
 #include "fsdp/wrap_policy.h"
 
@@ -118,14 +118,14 @@ struct FsdpEngineOptions {
 
 // Bytes this rank holds, by kind. Persistent state = param_shard + grad_shard (+ optimizer).
 struct MemoryStats {
-  int64_t param_shard_bytes = 0;       // fp32 master shards (padding included).
-  int64_t grad_shard_bytes = 0;        // Reduced gradient shards (padding included).
-  int64_t padding_bytes = 0;           // Padding elements in this rank's shards, x4 bytes.
-  int64_t gathered_param_bytes = 0;    // Full parameter buffers held now (S > 1 only).
+  int64_t param_shard_bytes = 0;     // fp32 master shards (padding included).
+  int64_t grad_shard_bytes = 0;      // Reduced gradient shards (padding included).
+  int64_t padding_bytes = 0;         // Padding elements in this rank's shards, x4 bytes.
+  int64_t gathered_param_bytes = 0;  // Full parameter buffers held now (S > 1 only).
   int64_t peak_gathered_param_bytes = 0;
-  int64_t unsharded_grad_bytes = 0;    // Full flat gradients held now.
+  int64_t unsharded_grad_bytes = 0;  // Full flat gradients held now.
   int64_t peak_unsharded_grad_bytes = 0;
-  int64_t num_params = 0;              // P: unique parameter elements of the model.
+  int64_t num_params = 0;  // P: unique parameter elements of the model.
   // Where the persistent shards (param_shard_bytes + grad_shard_bytes) live: on the compute
   // device, or in host memory with cpu_offload (then device_shard_bytes is 0). On a CPU job the
   // compute device is the CPU.
@@ -150,11 +150,9 @@ class FsdpEngine : public UnitRunner {
   // Errors: INVALID_ARGUMENT when a communicator's size or rank does not match the layout (the
   // message names both), or for a bad wrap policy; the status of a failed broadcast
   // (sync_module_states).
-  static absl::StatusOr<std::unique_ptr<FsdpEngine>> Create(std::shared_ptr<torch::nn::Module> model,
-                                                            const EngineLayout& layout,
-                                                            Communicator* shard,
-                                                            Communicator* replicate,
-                                                            const FsdpEngineOptions& options);
+  static absl::StatusOr<std::unique_ptr<FsdpEngine>> Create(
+      std::shared_ptr<torch::nn::Module> model, const EngineLayout& layout, Communicator* shard,
+      Communicator* replicate, const FsdpEngineOptions& options);
   ~FsdpEngine() override;
 
   // Sets the step quoted in collective error messages.
@@ -228,12 +226,12 @@ class FsdpEngine : public UnitRunner {
   absl::Status SyncModuleStates();
 
   // Each may throw nothing; they return statuses and record the first failure.
-  absl::Status Gather(int unit);          // Waits for a pending prefetch, or gathers now.
+  absl::Status Gather(int unit);  // Waits for a pending prefetch, or gathers now.
   // Allocates the unit's full buffer and gathers into it (cast to param_dtype first).
   absl::Status StartGather(int unit, bool async);
   // The unit's flat gradient in reduce_dtype (itself when the dtypes agree).
   at::Tensor ReduceSource(const FlatParam& flat) const;
-  void PrefetchGroup(int group);          // Starts async all-gathers of a hook group.
+  void PrefetchGroup(int group);                     // Starts async all-gathers of a hook group.
   void PrefetchNeighbour(int group, int direction);  // +1: next in forward order, -1: previous.
   absl::Status WaitPending(int unit);
   void Free(int unit);
@@ -260,7 +258,7 @@ class FsdpEngine : public UnitRunner {
   std::vector<std::unique_ptr<Unit>> units_;
   std::vector<std::vector<int>> hook_groups_;           // Hook group -> unit indices.
   std::map<const torch::nn::Module*, int> hook_index_;  // Hook module -> hook group.
-  std::vector<int> root_units_;                          // Root-gathered units.
+  std::vector<int> root_units_;                         // Root-gathered units.
   // Prefetch bookkeeping: the hook groups in the order the last complete forward ran them, the
   // order being recorded by the current forward, and in-flight all-gathers per unit.
   std::vector<int> forward_order_;

@@ -2,11 +2,11 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <exception>
-#include <algorithm>
 #include <functional>
 #include <list>
 #include <mutex>
@@ -33,9 +33,9 @@
 #include "gloo/reduce_scatter.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/store.h"
-#include "gloo/transport/tcp/device.h"
 #include "gloo/transport/buffer.h"
 #include "gloo/transport/pair.h"
+#include "gloo/transport/tcp/device.h"
 
 namespace shardline::fsdp {
 namespace {
@@ -121,8 +121,7 @@ absl::Status StatusFromCurrentException(const std::string& prefix, absl::Duratio
     return absl::Status(e.status().code(), absl::StrCat(prefix, e.status().message()));
   } catch (const gloo::IoException& e) {
     const std::string what = e.what();
-    if (what.find("Timed out") != std::string::npos ||
-        what.find("timeout") != std::string::npos) {
+    if (what.find("Timed out") != std::string::npos || what.find("timeout") != std::string::npos) {
       return absl::DeadlineExceededError(absl::StrCat(
           prefix, "timed out after ", absl::FormatDuration(timeout), " ", members, ": ", what));
     }
@@ -130,8 +129,7 @@ absl::Status StatusFromCurrentException(const std::string& prefix, absl::Duratio
   } catch (const gloo::EnforceNotMet& e) {
     // Gloo reports broken pairs (a peer that died while connecting or mid-operation) through
     // its enforce checks as well as through IoException.
-    return absl::UnavailableError(
-        absl::StrCat(prefix, "gloo failed ", members, ": ", e.what()));
+    return absl::UnavailableError(absl::StrCat(prefix, "gloo failed ", members, ": ", e.what()));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat(prefix, e.what()));
   } catch (...) {
@@ -140,8 +138,8 @@ absl::Status StatusFromCurrentException(const std::string& prefix, absl::Duratio
 }
 
 template <typename T>
-void GlooAllReduce(const std::shared_ptr<gloo::Context>& context, T* data, size_t n,
-                   uint32_t tag, std::chrono::milliseconds timeout) {
+void GlooAllReduce(const std::shared_ptr<gloo::Context>& context, T* data, size_t n, uint32_t tag,
+                   std::chrono::milliseconds timeout) {
   gloo::AllreduceOptions opts(context);
   opts.setOutput(data, n);  // No input: in place.
   opts.setReduceFunction(
@@ -197,8 +195,8 @@ class ReduceScatterAndFlush : public gloo::ReduceScatterHalvingDoubling<T> {
 // runtime dispatch). Not ATen's add_: on this thread it would start its own OpenMP team, which
 // competes with the ranks' compute threads for the cores.
 template <typename T>
-__attribute__((optimize("tree-vectorize"))) void AddInto(T* __restrict dst,
-                                                         const T* __restrict src, size_t n) {
+__attribute__((optimize("tree-vectorize"))) void AddInto(T* __restrict dst, const T* __restrict src,
+                                                         size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
@@ -246,8 +244,8 @@ class RecursiveHalving {
       Phase phase;
       phase.peer = peer;
       phase.recv_offset = offset;
-      phase.recv_data = pair->createRecvBuffer(Slot(k, peer, rank, 0), &recv_[offset],
-                                               half * sizeof(T));
+      phase.recv_data =
+          pair->createRecvBuffer(Slot(k, peer, rank, 0), &recv_[offset], half * sizeof(T));
       phase.send_notify = pair->createSendBuffer(Slot(k, peer, rank, 1), &dummy_, sizeof(dummy_));
       phase.recv_notify = pair->createRecvBuffer(Slot(k, rank, peer, 1), &dummy_, sizeof(dummy_));
       phases_.push_back(std::move(phase));
@@ -285,8 +283,8 @@ class RecursiveHalving {
       const bool upper = ((rank >> k) & 1) != 0;
       const size_t keep = upper ? begin + half : begin;
       const size_t give = upper ? begin : begin + half;
-      sends.push_back(context_->getPair(phase.peer)->createSendBuffer(
-          Slot(k, rank, phase.peer, 0), data, bytes));
+      sends.push_back(context_->getPair(phase.peer)
+                          ->createSendBuffer(Slot(k, rank, phase.peer, 0), data, bytes));
       sends.back()->send(give * sizeof(T), half * sizeof(T));
       phase.recv_data->waitRecv();
       AddInto(data + keep, &recv_[phase.recv_offset], half);
@@ -429,11 +427,10 @@ class ReduceScatterCache {
     return buffer->narrow(0, 0, numel);
   }
 
-  Entry& Find(const std::shared_ptr<gloo::Context>& context, at::ScalarType wide,
-              int64_t count, int64_t chunk, uint32_t tag, std::chrono::milliseconds timeout) {
-    auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
-      return e.wide == wide && e.count == count;
-    });
+  Entry& Find(const std::shared_ptr<gloo::Context>& context, at::ScalarType wide, int64_t count,
+              int64_t chunk, uint32_t tag, std::chrono::milliseconds timeout) {
+    auto it = std::find_if(entries_.begin(), entries_.end(),
+                           [&](const Entry& e) { return e.wide == wide && e.count == count; });
     if (it != entries_.end()) {
       entries_.splice(entries_.begin(), entries_, it);
       return entries_.front();
@@ -465,8 +462,7 @@ class ReduceScatterCache {
     e->work = at::empty({e->count}, at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value));
     std::vector<int> recv_counts(size, static_cast<int>(chunk));
     auto algorithm = std::make_shared<ReduceScatterAndFlush<T>>(
-        context, std::vector<T*>{e->work.data_ptr<T>()}, static_cast<int>(e->count),
-        recv_counts);
+        context, std::vector<T*>{e->work.data_ptr<T>()}, static_cast<int>(e->count), recv_counts);
     e->gloo = [a = algorithm.get()] { a->RunAndFlush(); };
     e->algorithm = std::move(algorithm);
   }
@@ -502,12 +498,15 @@ class GlooCommunicator::Impl {
       // Short: it only has to cover the tail of the last collective on the other ranks; a rank
       // that is still busy elsewhere has received everything already.
       const auto timeout = ToChrono(std::min(options_.timeout, absl::Seconds(2)));
-      Submit("close", absl::OkStatus(), [this, timeout](uint32_t tag) {
-        gloo::BarrierOptions opts(context_);
-        opts.setTag(tag);
-        opts.setTimeout(timeout);
-        gloo::barrier(opts);
-      })->Wait().IgnoreError();
+      Submit("close", absl::OkStatus(),
+             [this, timeout](uint32_t tag) {
+               gloo::BarrierOptions opts(context_);
+               opts.setTag(tag);
+               opts.setTimeout(timeout);
+               gloo::barrier(opts);
+             })
+          ->Wait()
+          .IgnoreError();
     }
     queue_.reset();  // Join the thread before the context goes.
   }
@@ -559,19 +558,16 @@ class GlooCommunicator::Impl {
   std::unique_ptr<CommQueue> queue_ = std::make_unique<CommQueue>();
 };
 
-absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
-    const Options& options) {
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(const Options& options) {
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
-    return absl::InvalidArgumentError(absl::StrCat("group ", options.name, ": rank ",
-                                                   options.rank, " is outside a group of size ",
-                                                   options.size));
+    return absl::InvalidArgumentError(absl::StrCat("group ", options.name, ": rank ", options.rank,
+                                                   " is outside a group of size ", options.size));
   }
   if (!options.global_ranks.empty() &&
       static_cast<int>(options.global_ranks.size()) != options.size) {
-    return absl::InvalidArgumentError(absl::StrCat("group ", options.name, ": ",
-                                                   options.global_ranks.size(),
-                                                   " global ranks for a group of size ",
-                                                   options.size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("group ", options.name, ": ", options.global_ranks.size(),
+                     " global ranks for a group of size ", options.size));
   }
   if (options.store == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("group ", options.name, ": no store"));
@@ -652,16 +648,14 @@ std::unique_ptr<CommHandle> GlooCommunicator::ReduceScatterConsumingAsync(const 
 
 std::unique_ptr<CommHandle> GlooCommunicator::SubmitReduceScatter(const at::Tensor& in,
                                                                   const at::Tensor& out,
-                                                                  ReduceOp op,
-                                                                  bool consume_input) {
+                                                                  ReduceOp op, bool consume_input) {
   Impl* impl = impl_.get();
-  return impl->Submit(
-      "reduce_scatter", CheckReduceScatterArgs(name(), size(), at::kCPU, in, out),
-      [impl, in, out, op, consume_input](uint32_t tag) {
-        if (out.numel() == 0) return;
-        impl->reduce_scatter().Run(impl->context(), in, out, op, consume_input, tag,
-                                   impl->timeout());
-      });
+  return impl->Submit("reduce_scatter", CheckReduceScatterArgs(name(), size(), at::kCPU, in, out),
+                      [impl, in, out, op, consume_input](uint32_t tag) {
+                        if (out.numel() == 0) return;
+                        impl->reduce_scatter().Run(impl->context(), in, out, op, consume_input, tag,
+                                                   impl->timeout());
+                      });
 }
 
 absl::Status GlooCommunicator::ReduceScatter(const at::Tensor& in, const at::Tensor& out,

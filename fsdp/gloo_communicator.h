@@ -26,8 +26,9 @@
 // message "group <name> op <op> step <step>: " followed by what happened and who is in the
 // group ("timed out after 10s (group ranks [0, 1], this is rank 0): <Gloo's text>"; without
 // Options::global_ranks, "(this is rank 0 of 2 in the group)"); the communicator is then broken
-// and every later call returns FAILED_PRECONDITION. Bad arguments (wrong sizes, dtypes, non-CPU tensors)
-// return INVALID_ARGUMENT at once and break nothing, but the other ranks will then time out.
+// and every later call returns FAILED_PRECONDITION. Bad arguments (wrong sizes, dtypes, non-CPU
+// tensors) return INVALID_ARGUMENT at once and break nothing, but the other ranks will then time
+// out.
 //
 // Process-wide effect: the first Create() sets SIGPIPE to SIG_IGN if it still has its default
 // action, because Gloo writes to sockets without MSG_NOSIGNAL and a dead peer would otherwise
@@ -88,8 +89,7 @@ class GlooCommunicator : public Communicator {
   void set_step(int64_t step) override;
 
   absl::Status AllGather(const at::Tensor& in, const at::Tensor& out) override;
-  std::unique_ptr<CommHandle> AllGatherAsync(const at::Tensor& in,
-                                             const at::Tensor& out) override;
+  std::unique_ptr<CommHandle> AllGatherAsync(const at::Tensor& in, const at::Tensor& out) override;
   absl::Status ReduceScatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op) override;
   std::unique_ptr<CommHandle> ReduceScatterAsync(const at::Tensor& in, const at::Tensor& out,
                                                  ReduceOp op) override;

@@ -248,9 +248,8 @@ TEST_P(GlooReduceScatterExact, BothFormsGiveGloosSumsBitForBit) {
       for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
           ++call;
-          SCOPED_TRACE(absl::StrCat("chunk ", chunk, " dtype ",
-                                    std::string(c10::toString(dtype)), " avg ",
-                                    op == ReduceOp::kAvg));
+          SCOPED_TRACE(absl::StrCat("chunk ", chunk, " dtype ", std::string(c10::toString(dtype)),
+                                    " avg ", op == ReduceOp::kAvg));
           const at::Tensor in = RandomRankInput(comm.rank(), call, chunk * world, dtype);
           at::Tensor kept = at::empty({chunk}, dtype);
           absl::Status status = comm.ReduceScatter(in, kept, op);
@@ -261,8 +260,8 @@ TEST_P(GlooReduceScatterExact, BothFormsGiveGloosSumsBitForBit) {
           ASSERT_TRUE(status.ok()) << status;
           EXPECT_TRUE(kept.equal(consumed));
           if ((world & (world - 1)) == 0) {
-            at::Tensor expected = TreeSum(world, call, chunk * world, dtype)
-                                      .narrow(0, comm.rank() * chunk, chunk);
+            at::Tensor expected =
+                TreeSum(world, call, chunk * world, dtype).narrow(0, comm.rank() * chunk, chunk);
             if (op == ReduceOp::kAvg) expected.div_(world);
             EXPECT_TRUE(kept.equal(expected.to(dtype)))
                 << "max diff " << (kept.to(at::kDouble) - expected.to(at::kDouble)).abs().max();
@@ -390,37 +389,37 @@ TEST(GlooCommunicator, RejectsBadArgumentsWithoutBreaking) {
 TEST(GlooCommunicator, StalledPeerTimesOutNamingGroupOpAndStepThenStaysBroken) {
   absl::Mutex mu;
   bool rank0_done = false;
-  RunGroup(
-      2,
-      [&](GlooCommunicator& comm) {
-        comm.set_step(17);
-        if (comm.rank() == 1) {
-          // Never joins the all-reduce; waits until rank 0 gave up, then leaves.
-          absl::MutexLock lock(&mu);
-          mu.Await(absl::Condition(&rank0_done));
-          return;
-        }
-        at::Tensor t = at::ones({1000}, at::kFloat);
-        const absl::Time start = absl::Now();
-        absl::Status s = comm.AllReduce(t, ReduceOp::kSum);
-        const absl::Duration took = absl::Now() - start;
-        EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-        EXPECT_EQ(s.message().rfind("group test op all_reduce step 17: timed out after 1s "
-                                    "(group ranks [1, 3], this is rank 1): ",
-                                    0),
-                  0u)
-            << s;
-        EXPECT_GE(took, absl::Milliseconds(900));
-        EXPECT_LT(took, absl::Seconds(10));
-        absl::Status later = comm.Barrier();
-        EXPECT_EQ(later.code(), absl::StatusCode::kFailedPrecondition) << later;
-        EXPECT_EQ(later.message().rfind("group test op barrier step 17: communicator is broken", 0),
-                  0u)
-            << later;
-        absl::MutexLock lock(&mu);
-        rank0_done = true;
-      },
-      absl::Seconds(1), /*global_ranks=*/{1, 3});
+  RunGroup(2,
+           [&](GlooCommunicator& comm) {
+             comm.set_step(17);
+             if (comm.rank() == 1) {
+               // Never joins the all-reduce; waits until rank 0 gave up, then leaves.
+               absl::MutexLock lock(&mu);
+               mu.Await(absl::Condition(&rank0_done));
+               return;
+             }
+             at::Tensor t = at::ones({1000}, at::kFloat);
+             const absl::Time start = absl::Now();
+             absl::Status s = comm.AllReduce(t, ReduceOp::kSum);
+             const absl::Duration took = absl::Now() - start;
+             EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+             EXPECT_EQ(s.message().rfind("group test op all_reduce step 17: timed out after 1s "
+                                         "(group ranks [1, 3], this is rank 1): ",
+                                         0),
+                       0u)
+                 << s;
+             EXPECT_GE(took, absl::Milliseconds(900));
+             EXPECT_LT(took, absl::Seconds(10));
+             absl::Status later = comm.Barrier();
+             EXPECT_EQ(later.code(), absl::StatusCode::kFailedPrecondition) << later;
+             EXPECT_EQ(
+                 later.message().rfind("group test op barrier step 17: communicator is broken", 0),
+                 0u)
+                 << later;
+             absl::MutexLock lock(&mu);
+             rank0_done = true;
+           },
+           absl::Seconds(1), /*global_ranks=*/{1, 3});
 }
 
 TEST(GlooCommunicator, StalledPeerTimeoutNamesGroupRankWithoutGlobalRanks) {

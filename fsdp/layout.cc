@@ -10,9 +10,9 @@
 namespace shardline::fsdp {
 namespace {
 
-constexpr ShardingStrategy kStrategies[] = {
-    FsdpSpec::FULL_SHARD, FsdpSpec::SHARD_GRAD_OP, FsdpSpec::NO_SHARD,
-    FsdpSpec::HYBRID_SHARD, FsdpSpec::HYBRID_SHARD_ZERO2};
+constexpr ShardingStrategy kStrategies[] = {FsdpSpec::FULL_SHARD, FsdpSpec::SHARD_GRAD_OP,
+                                            FsdpSpec::NO_SHARD, FsdpSpec::HYBRID_SHARD,
+                                            FsdpSpec::HYBRID_SHARD_ZERO2};
 
 std::string ValidStrategyNames() {
   std::vector<std::string> names;
@@ -24,13 +24,20 @@ std::string ValidStrategyNames() {
 
 std::string StrategyName(ShardingStrategy strategy) {
   switch (strategy) {
-    case FsdpSpec::SHARDING_STRATEGY_UNSPECIFIED: return "SHARDING_STRATEGY_UNSPECIFIED";
-    case FsdpSpec::FULL_SHARD: return "FULL_SHARD";
-    case FsdpSpec::SHARD_GRAD_OP: return "SHARD_GRAD_OP";
-    case FsdpSpec::NO_SHARD: return "NO_SHARD";
-    case FsdpSpec::HYBRID_SHARD: return "HYBRID_SHARD";
-    case FsdpSpec::HYBRID_SHARD_ZERO2: return "HYBRID_SHARD_ZERO2";
-    default: return absl::StrCat("UNKNOWN(", static_cast<int>(strategy), ")");
+    case FsdpSpec::SHARDING_STRATEGY_UNSPECIFIED:
+      return "SHARDING_STRATEGY_UNSPECIFIED";
+    case FsdpSpec::FULL_SHARD:
+      return "FULL_SHARD";
+    case FsdpSpec::SHARD_GRAD_OP:
+      return "SHARD_GRAD_OP";
+    case FsdpSpec::NO_SHARD:
+      return "NO_SHARD";
+    case FsdpSpec::HYBRID_SHARD:
+      return "HYBRID_SHARD";
+    case FsdpSpec::HYBRID_SHARD_ZERO2:
+      return "HYBRID_SHARD_ZERO2";
+    default:
+      return absl::StrCat("UNKNOWN(", static_cast<int>(strategy), ")");
   }
 }
 
@@ -51,10 +58,9 @@ absl::StatusOr<ParallelLayout> ParallelLayout::Create(int world_size, ShardingSt
   bool known = false;
   for (ShardingStrategy s : kStrategies) known = known || s == strategy;
   if (!known) {
-    return absl::InvalidArgumentError(absl::StrCat("fsdp.sharding_strategy: ",
-                                                   ::shardline::fsdp::StrategyName(strategy),
-                                                   " is not a strategy; valid: ",
-                                                   ValidStrategyNames()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("fsdp.sharding_strategy: ", ::shardline::fsdp::StrategyName(strategy),
+                     " is not a strategy; valid: ", ValidStrategyNames()));
   }
   if (hybrid_shard_degree < 0 || hybrid_shard_degree == 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -77,9 +83,9 @@ absl::StatusOr<ParallelLayout> ParallelLayout::Create(int world_size, ShardingSt
   }
   // degree >= 2: SageMaker forces hybrid sharding with this degree.
   if (world_size % hybrid_shard_degree != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("fsdp.hybrid_shard_degree: ",
-                                                   hybrid_shard_degree,
-                                                   " does not divide world_size ", world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("fsdp.hybrid_shard_degree: ", hybrid_shard_degree,
+                     " does not divide world_size ", world_size));
   }
   ShardingStrategy effective = strategy == FsdpSpec::HYBRID_SHARD_ZERO2
                                    ? FsdpSpec::HYBRID_SHARD_ZERO2

@@ -1,4 +1,5 @@
-// ParallelLayout: the validated shape of the world, W = R x S (R replicate groups of S shard ranks).
+// ParallelLayout: the validated shape of the world, W = R x S (R replicate groups of S shard
+// ranks).
 //
 //   shard group g      = ranks [g*S, (g+1)*S)          (parameters are sharded across it)
 //   replicate group j  = { j, j+S, j+2S, ... }          (shards are all-reduced across it)
@@ -42,7 +43,7 @@ class ParallelLayout {
                                                int hybrid_shard_degree);
 
   int world_size() const { return world_size_; }
-  int shard_degree() const { return shard_degree_; }          // S
+  int shard_degree() const { return shard_degree_; }                    // S
   int replicate_degree() const { return world_size_ / shard_degree_; }  // R
   // The effective strategy (after hybrid_shard_degree forced HYBRID_SHARD, if it did).
   ShardingStrategy strategy() const { return strategy_; }

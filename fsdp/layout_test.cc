@@ -73,9 +73,9 @@ TEST(ParallelLayout, DegreeForcesHybridForEveryDividingDegree) {
         absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(w, strategy, s);
         if (w % s != 0) {
           ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
-          EXPECT_EQ(layout.status().message(),
-                    "fsdp.hybrid_shard_degree: " + std::to_string(s) +
-                        " does not divide world_size " + std::to_string(w));
+          EXPECT_EQ(layout.status().message(), "fsdp.hybrid_shard_degree: " + std::to_string(s) +
+                                                   " does not divide world_size " +
+                                                   std::to_string(w));
           continue;
         }
         ASSERT_TRUE(layout.ok()) << layout.status();
@@ -93,8 +93,7 @@ TEST(ParallelLayout, DegreeForcesHybridForEveryDividingDegree) {
 }
 
 TEST(ParallelLayout, ExampleGroupsForFourRanksOfTwo) {
-  absl::StatusOr<ParallelLayout> layout =
-      ParallelLayout::Create(4, FsdpSpec::FULL_SHARD, 2);
+  absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(4, FsdpSpec::FULL_SHARD, 2);
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->ShardGroupRanks(3), (std::vector<int>{2, 3}));
   EXPECT_EQ(layout->ReplicateGroupRanks(3), (std::vector<int>{1, 3}));
@@ -104,19 +103,17 @@ TEST(ParallelLayout, ExampleGroupsForFourRanksOfTwo) {
 }
 
 TEST(ParallelLayout, RejectsDegreeNotDividingWorld) {
-  absl::StatusOr<ParallelLayout> layout =
-      ParallelLayout::Create(4, FsdpSpec::FULL_SHARD, 5);
+  absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(4, FsdpSpec::FULL_SHARD, 5);
   ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(layout.status().message(), "fsdp.hybrid_shard_degree: 5 does not divide world_size 4");
 }
 
 TEST(ParallelLayout, RejectsDegreeOneAndNegative) {
   for (int degree : {1, -1, -4}) {
-    absl::StatusOr<ParallelLayout> layout =
-        ParallelLayout::Create(4, FsdpSpec::FULL_SHARD, degree);
+    absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(4, FsdpSpec::FULL_SHARD, degree);
     ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(layout.status().message().find("fsdp.hybrid_shard_degree: " +
-                                             std::to_string(degree) + " is invalid"),
+    EXPECT_NE(layout.status().message().find("fsdp.hybrid_shard_degree: " + std::to_string(degree) +
+                                             " is invalid"),
               std::string::npos)
         << layout.status();
   }

@@ -25,8 +25,7 @@ class LocalCommunicator : public Communicator {
 
   // out = in (no copy when they share memory).
   absl::Status AllGather(const at::Tensor& in, const at::Tensor& out) override;
-  std::unique_ptr<CommHandle> AllGatherAsync(const at::Tensor& in,
-                                             const at::Tensor& out) override;
+  std::unique_ptr<CommHandle> AllGatherAsync(const at::Tensor& in, const at::Tensor& out) override;
   // out = in; the average over one rank is the value itself.
   absl::Status ReduceScatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op) override;
   std::unique_ptr<CommHandle> ReduceScatterAsync(const at::Tensor& in, const at::Tensor& out,

@@ -27,10 +27,9 @@ const std::string& Worker() {
 
 void ExpectCollectivesOk(int world, int shard_degree) {
   SCOPED_TRACE(absl::StrCat("W=", world, " shard_degree=", shard_degree));
-  RunRanksResult result =
-      RunRanks(Worker(), world,
-               {"--scenario=collectives", absl::StrCat("--shard_degree=", shard_degree)},
-               absl::Seconds(120));
+  RunRanksResult result = RunRanks(
+      Worker(), world, {"--scenario=collectives", absl::StrCat("--shard_degree=", shard_degree)},
+      absl::Seconds(120));
   ASSERT_TRUE(result.AllSucceeded()) << result.Summary();
   const int s = shard_degree == 0 ? world : shard_degree;
   for (const auto& rank : result.ranks) {
@@ -55,11 +54,10 @@ TEST(MultiProcessComm, BootstrapThroughAFileStore) {
   RunRanksOptions options;
   options.timeout = absl::Seconds(120);
   options.start_store = false;
-  RunRanksResult result =
-      RunRanks(Worker(), 3,
-               {"--scenario=collectives", "--shard_degree=0",
-                absl::StrCat("--file_store_dir=", dir)},
-               options);
+  RunRanksResult result = RunRanks(
+      Worker(), 3,
+      {"--scenario=collectives", "--shard_degree=0", absl::StrCat("--file_store_dir=", dir)},
+      options);
   ASSERT_TRUE(result.AllSucceeded()) << result.Summary();
   for (const auto& rank : result.ranks) {
     EXPECT_NE(rank.output.find("collectives ok world"), std::string::npos) << rank.output;
@@ -92,11 +90,10 @@ TEST(MultiProcessComm, PeerKilledMidCollectiveFailsOthersWithinTimeout) {
     SCOPED_TRACE(absl::StrCat("W=", world));
     constexpr int kTimeoutMs = 5000;
     const int victim = world - 1;
-    RunRanksResult result =
-        RunRanks(Worker(), world,
-                 {"--scenario=kill", absl::StrCat("--victim=", victim),
-                  absl::StrCat("--timeout_ms=", kTimeoutMs)},
-                 absl::Seconds(60));
+    RunRanksResult result = RunRanks(Worker(), world,
+                                     {"--scenario=kill", absl::StrCat("--victim=", victim),
+                                      absl::StrCat("--timeout_ms=", kTimeoutMs)},
+                                     absl::Seconds(60));
     for (const auto& rank : result.ranks) {
       if (rank.rank == victim) {
         EXPECT_EQ(rank.exit_code, -9) << result.Summary();
@@ -121,10 +118,10 @@ TEST(MultiProcessComm, PeerKilledMidCollectiveFailsOthersWithinTimeout) {
 TEST(MultiProcessComm, StalledPeerMakesOthersTimeOutNamingGroupOpAndStep) {
   constexpr int kWorld = 3;
   constexpr int kTimeoutMs = 2000;
-  RunRanksResult result = RunRanks(
-      Worker(), kWorld,
-      {"--scenario=stall", "--victim=1", absl::StrCat("--timeout_ms=", kTimeoutMs)},
-      absl::Seconds(60));
+  RunRanksResult result =
+      RunRanks(Worker(), kWorld,
+               {"--scenario=stall", "--victim=1", absl::StrCat("--timeout_ms=", kTimeoutMs)},
+               absl::Seconds(60));
   ASSERT_TRUE(result.AllSucceeded()) << result.Summary();
   int deadline_exceeded = 0;
   for (const auto& rank : result.ranks) {

@@ -31,12 +31,18 @@ constexpr absl::Duration kPoll = absl::Microseconds(50);
 
 ncclDataType_t NcclType(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return ncclFloat32;
-    case at::kBFloat16: return ncclBfloat16;
-    case at::kHalf: return ncclFloat16;
-    case at::kDouble: return ncclFloat64;
-    case at::kLong: return ncclInt64;
-    default: return ncclFloat32;  // Unreachable: comm_args rejects other dtypes first.
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kLong:
+      return ncclInt64;
+    default:
+      return ncclFloat32;  // Unreachable: comm_args rejects other dtypes first.
   }
 }
 
@@ -165,8 +171,8 @@ std::unique_ptr<CommHandle> NcclCommunicator::Impl::Launch(
   for (const at::Tensor& t : tensors) {
     if (t.device().index() != device_) {
       return std::make_unique<ReadyHandle>(absl::InvalidArgumentError(
-          absl::StrCat("group ", options_.name, " op ", op, ": tensor on cuda:",
-                       t.device().index(), " but the communicator uses cuda:", device_)));
+          absl::StrCat("group ", options_.name, " op ", op, ": tensor on cuda:", t.device().index(),
+                       " but the communicator uses cuda:", device_)));
     }
   }
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
@@ -219,8 +225,8 @@ absl::Status NcclCommunicator::Impl::WaitFor(const std::string& prefix, cudaEven
       return absl::OkStatus();
     }
     if (e != cudaErrorNotReady) {
-      return Fail(absl::UnavailableError(
-          absl::StrCat(prefix, "CUDA error: ", cudaGetErrorString(e))));
+      return Fail(
+          absl::UnavailableError(absl::StrCat(prefix, "CUDA error: ", cudaGetErrorString(e))));
     }
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(comm_, &async);
@@ -237,12 +243,10 @@ absl::Status NcclCommunicator::Impl::WaitFor(const std::string& prefix, cudaEven
   }
 }
 
-absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
-    const Options& options) {
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const Options& options) {
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
-    return absl::InvalidArgumentError(absl::StrCat("group ", options.name, ": rank ",
-                                                   options.rank, " is outside a group of size ",
-                                                   options.size));
+    return absl::InvalidArgumentError(absl::StrCat("group ", options.name, ": rank ", options.rank,
+                                                   " is outside a group of size ", options.size));
   }
   if (options.store == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("group ", options.name, ": no store"));
@@ -254,9 +258,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   }
   const int device = options.cuda_device >= 0 ? options.cuda_device : c10::cuda::current_device();
   if (device >= device_count) {
-    return absl::InvalidArgumentError(absl::StrCat("group ", options.name, ": cuda_device ",
-                                                   device, " but only ", device_count,
-                                                   " devices"));
+    return absl::InvalidArgumentError(absl::StrCat("group ", options.name, ": cuda_device ", device,
+                                                   " but only ", device_count, " devices"));
   }
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
 
@@ -264,8 +267,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   if (options.rank == 0) {
     ncclResult_t r = ncclGetUniqueId(&id);
     if (r != ncclSuccess) {
-      return absl::UnavailableError(absl::StrCat(prefix, "ncclGetUniqueId: ",
-                                                 NcclError(r, nullptr)));
+      return absl::UnavailableError(
+          absl::StrCat(prefix, "ncclGetUniqueId: ", NcclError(r, nullptr)));
     }
     absl::Status s = options.store->Set(
         kUniqueIdKey, absl::string_view(reinterpret_cast<const char*>(&id), sizeof(id)));
@@ -275,8 +278,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
         options.store->Get({kUniqueIdKey}, options.timeout);
     if (!v.ok()) return absl::Status(v.status().code(), absl::StrCat(prefix, v.status().message()));
     if ((*v)[0].size() != sizeof(id)) {
-      return absl::InternalError(absl::StrCat(prefix, "unique id of ", (*v)[0].size(),
-                                              " bytes, expected ", sizeof(id)));
+      return absl::InternalError(
+          absl::StrCat(prefix, "unique id of ", (*v)[0].size(), " bytes, expected ", sizeof(id)));
     }
     std::memcpy(&id, (*v)[0].data(), sizeof(id));
   }
@@ -321,12 +324,11 @@ void NcclCommunicator::set_step(int64_t step) { impl_->set_step(step); }
 
 std::unique_ptr<CommHandle> NcclCommunicator::AllGatherAsync(const at::Tensor& in,
                                                              const at::Tensor& out) {
-  return impl_->Launch(
-      "all_gather", CheckAllGatherArgs(name(), size(), at::kCUDA, in, out), {in, out},
-      [&](cudaStream_t stream) {
-        return ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(),
-                             NcclType(in.scalar_type()), impl_->comm(), stream);
-      });
+  return impl_->Launch("all_gather", CheckAllGatherArgs(name(), size(), at::kCUDA, in, out),
+                       {in, out}, [&](cudaStream_t stream) {
+                         return ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(),
+                                              NcclType(in.scalar_type()), impl_->comm(), stream);
+                       });
 }
 
 absl::Status NcclCommunicator::AllGather(const at::Tensor& in, const at::Tensor& out) {
@@ -336,12 +338,12 @@ absl::Status NcclCommunicator::AllGather(const at::Tensor& in, const at::Tensor&
 std::unique_ptr<CommHandle> NcclCommunicator::ReduceScatterAsync(const at::Tensor& in,
                                                                  const at::Tensor& out,
                                                                  ReduceOp op) {
-  return impl_->Launch(
-      "reduce_scatter", CheckReduceScatterArgs(name(), size(), at::kCUDA, in, out), {in, out},
-      [&](cudaStream_t stream) {
-        return ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(),
-                                 NcclType(in.scalar_type()), NcclOp(op), impl_->comm(), stream);
-      });
+  return impl_->Launch("reduce_scatter", CheckReduceScatterArgs(name(), size(), at::kCUDA, in, out),
+                       {in, out}, [&](cudaStream_t stream) {
+                         return ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(),
+                                                  NcclType(in.scalar_type()), NcclOp(op),
+                                                  impl_->comm(), stream);
+                       });
 }
 
 absl::Status NcclCommunicator::ReduceScatter(const at::Tensor& in, const at::Tensor& out,
@@ -356,9 +358,8 @@ std::unique_ptr<CommHandle> NcclCommunicator::ReduceScatterConsumingAsync(const 
 }
 
 std::unique_ptr<CommHandle> NcclCommunicator::AllReduceAsync(const at::Tensor& t, ReduceOp op) {
-  return impl_->Launch("all_reduce",
-                       CheckAllReduceArgs(name(), at::kCUDA, t, op == ReduceOp::kAvg), {t},
-                       [&](cudaStream_t stream) {
+  return impl_->Launch("all_reduce", CheckAllReduceArgs(name(), at::kCUDA, t, op == ReduceOp::kAvg),
+                       {t}, [&](cudaStream_t stream) {
                          return ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(),
                                               NcclType(t.scalar_type()), NcclOp(op), impl_->comm(),
                                               stream);
@@ -382,8 +383,10 @@ absl::Status NcclCommunicator::Broadcast(const at::Tensor& t, int root) {
 absl::Status NcclCommunicator::Barrier() {
   // NCCL has no barrier: a one-element all-reduce, waited for on the host.
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device()));
-  at::Tensor one = at::empty({1}, at::TensorOptions().dtype(at::kFloat).device(
-                                      at::kCUDA, static_cast<c10::DeviceIndex>(impl_->device())));
+  at::Tensor one =
+      at::empty({1}, at::TensorOptions()
+                         .dtype(at::kFloat)
+                         .device(at::kCUDA, static_cast<c10::DeviceIndex>(impl_->device())));
   return impl_
       ->Launch("barrier", absl::OkStatus(), {one},
                [&](cudaStream_t stream) {

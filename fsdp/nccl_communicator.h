@@ -62,8 +62,7 @@ class NcclCommunicator : public Communicator {
   void set_step(int64_t step) override;
 
   absl::Status AllGather(const at::Tensor& in, const at::Tensor& out) override;
-  std::unique_ptr<CommHandle> AllGatherAsync(const at::Tensor& in,
-                                             const at::Tensor& out) override;
+  std::unique_ptr<CommHandle> AllGatherAsync(const at::Tensor& in, const at::Tensor& out) override;
   absl::Status ReduceScatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op) override;
   std::unique_ptr<CommHandle> ReduceScatterAsync(const at::Tensor& in, const at::Tensor& out,
                                                  ReduceOp op) override;

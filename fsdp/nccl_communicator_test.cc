@@ -87,8 +87,7 @@ TEST_F(NcclTest, BootstrapTimesOutWhenAPeerNeverJoins) {
   const absl::Time start = absl::Now();
   auto comm = NcclCommunicator::Create(options);
   ASSERT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded) << comm.status();
-  EXPECT_EQ(comm.status().message().rfind("group replicate[1] op connect step 0: timed out", 0),
-            0u)
+  EXPECT_EQ(comm.status().message().rfind("group replicate[1] op connect step 0: timed out", 0), 0u)
       << comm.status();
   // Names who it waited on, as the Gloo backend's messages do.
   EXPECT_NE(comm.status().message().find("waiting for 2 ranks to join (group ranks [1, 3], this "

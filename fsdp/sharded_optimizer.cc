@@ -283,8 +283,7 @@ absl::Status ShardedOptimizer::LoadFullState(const std::map<std::string, at::Ten
         const std::string name = absl::StrCat(entry.name, ".", suffix);
         auto it = state.find(name);
         if (it == state.end()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("optimizer state: ", name, " missing"));
+          return absl::InvalidArgumentError(absl::StrCat("optimizer state: ", name, " missing"));
         }
         if (it->second.numel() != entry.numel) {
           return absl::InvalidArgumentError(absl::StrCat("optimizer state: ", name, " has ",

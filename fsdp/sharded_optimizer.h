@@ -43,8 +43,8 @@ struct ShardedOptimizerOptions {
   double lr = 1e-3;
   double weight_decay = 0.0;  // AdamW: decoupled; SGD: L2 added to the gradient.
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // AdamW.
-  double momentum = 0.0;                           // SGD.
-  double grad_clip = 0.0;                          // Max global L2 norm; 0 disables.
+  double momentum = 0.0;                          // SGD.
+  double grad_clip = 0.0;                         // Max global L2 norm; 0 disables.
   // AdamW only: one pass of LibTorch's fused kernel (at::_fused_adamw_, what
   // torch.optim.AdamW(fused=True) calls) over all shards per step, with the clipping coefficient
   // and the loss-scale unscaling folded into its grad_scale, and the norm's sum of squares taken
@@ -69,9 +69,9 @@ class ShardedOptimizer {
   double lr() const { return options_.lr; }
 
   // Clips (if grad_clip > 0), updates the local shards, zeroes the gradient shards. Returns the
-  // global gradient norm before clipping (after unscaling, see set_grad_scale). Errors: FAILED_PRECONDITION while no_sync gradients
-  // are pending (the last micro-batch must call Backward with sync_gradients=true); a
-  // collective's error.
+  // global gradient norm before clipping (after unscaling, see set_grad_scale). Errors:
+  // FAILED_PRECONDITION while no_sync gradients are pending (the last micro-batch must call
+  // Backward with sync_gradients=true); a collective's error.
   absl::StatusOr<double> Step();
 
   // Loss scaling (fsdp/loss_scaler.h): the gradients were computed from loss * scale; Step()

@@ -346,9 +346,9 @@ absl::StatusOr<int> TcpKvStore::Acquire() {
       last_error = std::string(addrs.status().message());
     }
     if (absl::Now() >= deadline) {
-      return absl::UnavailableError(absl::StrCat(
-          "kv store: cannot reach server ", options_.host, ":", port_, " within ",
-          absl::FormatDuration(options_.connect_timeout), ": ", last_error));
+      return absl::UnavailableError(
+          absl::StrCat("kv store: cannot reach server ", options_.host, ":", port_, " within ",
+                       absl::FormatDuration(options_.connect_timeout), ": ", last_error));
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
@@ -359,8 +359,8 @@ void TcpKvStore::Release(int fd) {
   idle_fds_.push_back(fd);
 }
 
-absl::StatusOr<std::vector<std::string>> TcpKvStore::Call(
-    const std::vector<std::string>& request, absl::Time deadline) {
+absl::StatusOr<std::vector<std::string>> TcpKvStore::Call(const std::vector<std::string>& request,
+                                                          absl::Time deadline) {
   absl::StatusOr<int> fd = Acquire();
   if (!fd.ok()) return fd.status();
   absl::Status sent = WriteAll(*fd, EncodeFrame(request), deadline, -1);
@@ -368,8 +368,8 @@ absl::StatusOr<std::vector<std::string>> TcpKvStore::Call(
       sent.ok() ? ReadFrame(*fd, deadline, -1) : absl::StatusOr<std::vector<std::string>>(sent);
   if (!reply.ok()) {
     close(*fd);  // The stream may hold half a frame: never reuse it.
-    return absl::UnavailableError(absl::StrCat("kv store: server ", options_.host, ":", port_,
-                                               ": ", reply.status().message()));
+    return absl::UnavailableError(absl::StrCat("kv store: server ", options_.host, ":", port_, ": ",
+                                               reply.status().message()));
   }
   Release(*fd);
   return reply;
@@ -381,8 +381,8 @@ absl::Status TcpKvStore::Set(absl::string_view key, absl::string_view value) {
            absl::Now() + options_.connect_timeout + absl::Seconds(60));
   if (!reply.ok()) return reply.status();
   if (reply->empty() || (*reply)[0] != "ok") {
-    return absl::UnavailableError(absl::StrCat("kv store: set ", key, " failed: ",
-                                               absl::StrJoin(*reply, " ")));
+    return absl::UnavailableError(
+        absl::StrCat("kv store: set ", key, " failed: ", absl::StrJoin(*reply, " ")));
   }
   return absl::OkStatus();
 }
@@ -401,11 +401,9 @@ absl::StatusOr<std::vector<std::string>> TcpKvStore::Get(const std::vector<std::
   if (!reply->empty() && (*reply)[0] == "timeout") {
     return absl::DeadlineExceededError(
         absl::StrCat("kv store: timed out after ", absl::FormatDuration(timeout),
-                     " waiting for keys: ",
-                     absl::StrJoin(reply->begin() + 1, reply->end(), ", ")));
+                     " waiting for keys: ", absl::StrJoin(reply->begin() + 1, reply->end(), ", ")));
   }
-  return absl::UnavailableError(
-      absl::StrCat("kv store: get failed: ", absl::StrJoin(*reply, " ")));
+  return absl::UnavailableError(absl::StrCat("kv store: get failed: ", absl::StrJoin(*reply, " ")));
 }
 
 }  // namespace shardline::fsdp

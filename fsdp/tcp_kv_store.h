@@ -54,7 +54,7 @@ class TcpKvServer {
   std::vector<std::string> Handle(const std::vector<std::string>& request);
 
   const int listen_fd_;
-  const int wake_read_;   // Readable once shutdown starts; wakes every poll().
+  const int wake_read_;  // Readable once shutdown starts; wakes every poll().
   const int wake_write_;
   const int port_;
 

@@ -44,10 +44,14 @@ absl::StatusOr<WrapPolicyKind> ParseWrapPolicy(absl::string_view name) {
 
 std::string WrapPolicyName(WrapPolicyKind kind) {
   switch (kind) {
-    case WrapPolicyKind::kTransformerBlock: return "TRANSFORMER_BLOCK";
-    case WrapPolicyKind::kPerLayer: return "PER_LAYER";
-    case WrapPolicyKind::kPerParameter: return "PER_PARAMETER";
-    case WrapPolicyKind::kSizeBased: return "SIZE_BASED";
+    case WrapPolicyKind::kTransformerBlock:
+      return "TRANSFORMER_BLOCK";
+    case WrapPolicyKind::kPerLayer:
+      return "PER_LAYER";
+    case WrapPolicyKind::kPerParameter:
+      return "PER_PARAMETER";
+    case WrapPolicyKind::kSizeBased:
+      return "SIZE_BASED";
   }
   return "UNKNOWN";
 }
@@ -60,8 +64,8 @@ absl::StatusOr<std::vector<UnitPlan>> PlanUnits(const torch::nn::Module& root,
                                                 const WrapPolicy& policy,
                                                 std::vector<std::string>* hook_paths_out) {
   if (policy.kind == WrapPolicyKind::kSizeBased && policy.min_num_params <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "fsdp.min_num_params: ", policy.min_num_params, " must be > 0 for SIZE_BASED wrapping"));
+    return absl::InvalidArgumentError(absl::StrCat("fsdp.min_num_params: ", policy.min_num_params,
+                                                   " must be > 0 for SIZE_BASED wrapping"));
   }
   // Modules in pre-order, with the root itself as path "".
   std::vector<std::pair<std::string, const torch::nn::Module*>> modules;
@@ -90,7 +94,9 @@ absl::StatusOr<std::vector<UnitPlan>> PlanUnits(const torch::nn::Module& root,
       }
     }
   }
-  auto is_shared = [&](size_t p) { return params[p].owners.size() > 1 || !params[p].aliases.empty(); };
+  auto is_shared = [&](size_t p) {
+    return params[p].owners.size() > 1 || !params[p].aliases.empty();
+  };
 
   const std::string hook_type = policy.hook_type.empty() ? policy.block_type : policy.hook_type;
   std::vector<std::string> hook_paths;
@@ -133,9 +139,9 @@ absl::StatusOr<std::vector<UnitPlan>> PlanUnits(const torch::nn::Module& root,
         if (!nested) blocks.push_back(path);
       }
       if (blocks.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "fsdp.auto_wrap_policy: TRANSFORMER_BLOCK found no module of type \"",
-            policy.block_type, "\"; module types: ", absl::StrJoin(types_seen, ", ")));
+        return absl::InvalidArgumentError(
+            absl::StrCat("fsdp.auto_wrap_policy: TRANSFORMER_BLOCK found no module of type \"",
+                         policy.block_type, "\"; module types: ", absl::StrJoin(types_seen, ", ")));
       }
       for (const std::string& b : blocks) add_unit(b, subtree_params(b));
       break;

@@ -65,8 +65,8 @@ struct UnitPlanParam {
 };
 
 struct UnitPlan {
-  std::string name;           // "root" or the module path ("blocks.0"), or the parameter name.
-  std::string hook_path;      // Path of the hook module it is gathered at; "" = root-gathered.
+  std::string name;       // "root" or the module path ("blocks.0"), or the parameter name.
+  std::string hook_path;  // Path of the hook module it is gathered at; "" = root-gathered.
   std::vector<UnitPlanParam> params;
 };
 

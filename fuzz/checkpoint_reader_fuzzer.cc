@@ -58,14 +58,13 @@ bool IsDocumentedCode(absl::StatusCode c) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 1024 * 1024) return 0;
-  const std::vector<absl::string_view> parts = absl::StrSplit(
-      absl::string_view(reinterpret_cast<const char*>(data), size), "\n@@@@@@@@\n");
+  const std::vector<absl::string_view> parts =
+      absl::StrSplit(absl::string_view(reinterpret_cast<const char*>(data), size), "\n@@@@@@@@\n");
   const std::string step_dir = shardline::checkpoint::StepDir(Root(), 7);
   ::mkdir(step_dir.c_str(), 0755);
   WriteFile(absl::StrCat(step_dir, "/", shardline::checkpoint::kManifestFile), parts[0]);
   for (int i = 0; i < kMaxDataFiles; ++i) {
-    const std::string path =
-        absl::StrCat(step_dir, "/", shardline::checkpoint::DataFileName(i));
+    const std::string path = absl::StrCat(step_dir, "/", shardline::checkpoint::DataFileName(i));
     if (i + 1 < static_cast<int>(parts.size())) {
       WriteFile(path, parts[i + 1]);
     } else {
@@ -110,8 +109,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(IsDocumentedCode(mapped.status().code()),
                  "MapElements: " + mapped.status().ToString());
       FUZZ_CHECK(!s.ok() || !files.ok(),
-                 "ReadElements read " + t.name() + " but MapElements failed: " +
-                     mapped.status().ToString());
+                 "ReadElements read " + t.name() +
+                     " but MapElements failed: " + mapped.status().ToString());
     }
     if (!s.ok()) {
       FUZZ_CHECK(IsDocumentedCode(s.code()), "ReadElements: " + s.ToString());
@@ -131,9 +130,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         covered += piece.count;
       }
-      FUZZ_CHECK(covered == end && (end == 0 || std::memcmp(via_map.data(), buf.data(),
-                                                             end * 4) == 0),
-                 "MapElements gave other values than ReadElements for " + t.name());
+      FUZZ_CHECK(
+          covered == end && (end == 0 || std::memcmp(via_map.data(), buf.data(), end * 4) == 0),
+          "MapElements gave other values than ReadElements for " + t.name());
     }
     // The values are the data file's bytes at the first range's offset.
     if (end > 0 && !t.ranges().empty()) {

@@ -8,13 +8,13 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define FUZZ_CHECK(cond, what)                                                         \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      std::fprintf(stderr, "%s:%d: FUZZ_CHECK(%s) failed: %s\n", __FILE__, __LINE__, \
-                   #cond, std::string(what).c_str());                                  \
-      std::abort();                                                                    \
-    }                                                                                  \
+#define FUZZ_CHECK(cond, what)                                                              \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
+      std::fprintf(stderr, "%s:%d: FUZZ_CHECK(%s) failed: %s\n", __FILE__, __LINE__, #cond, \
+                   std::string(what).c_str());                                              \
+      std::abort();                                                                         \
+    }                                                                                       \
   } while (0)
 
 #endif  // SHARDLINE_FUZZ_FUZZ_CHECK_H_

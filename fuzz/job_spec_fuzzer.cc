@@ -24,9 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::string_view rest = text;
   while (absl::StartsWith(rest, "#set ")) {
     const size_t eol = rest.find('\n');
-    const absl::string_view line = rest.substr(5, eol == absl::string_view::npos
-                                                       ? absl::string_view::npos
-                                                       : eol - 5);
+    const absl::string_view line =
+        rest.substr(5, eol == absl::string_view::npos ? absl::string_view::npos : eol - 5);
     options.overrides.emplace_back(line);
     if (eol == absl::string_view::npos) break;
     rest.remove_prefix(eol + 1);
@@ -35,8 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The parser alone (no defaults, no validation) must not crash either.
   (void)shardline::spec::ParseJobSpec(text, "fuzz");
 
-  absl::StatusOr<shardline::JobSpec> spec =
-      shardline::spec::LoadJobSpecText(text, "fuzz", options);
+  absl::StatusOr<shardline::JobSpec> spec = shardline::spec::LoadJobSpecText(text, "fuzz", options);
   if (!spec.ok()) {
     FUZZ_CHECK(!spec.status().message().empty(), "an error without a message");
     return 0;

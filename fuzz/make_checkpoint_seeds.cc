@@ -73,8 +73,8 @@ int main(int argc, char** argv) {
   meta.optimizer_step = 3;
   meta.job_id = "job-1";
   meta.aliases["lm_head.weight"] = "wte.weight";
-  const absl::Status c = shardline::checkpoint::CommitCheckpoint(step_dir, 2, "seed", meta,
-                                                                 absl::Seconds(10));
+  const absl::Status c =
+      shardline::checkpoint::CommitCheckpoint(step_dir, 2, "seed", meta, absl::Seconds(10));
   if (!c.ok()) {
     std::fprintf(stderr, "%s\n", c.ToString().c_str());
     return 1;

@@ -28,8 +28,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(json.ok(), "a parsed manifest does not serialize: " + json.status().ToString());
   absl::StatusOr<shardline::CheckpointManifest> again =
       shardline::checkpoint::ManifestFromJson(*json, "again");
-  FUZZ_CHECK(again.ok(), "serialized manifest does not parse: " + again.status().ToString() +
-                             "\n" + *json);
+  FUZZ_CHECK(again.ok(),
+             "serialized manifest does not parse: " + again.status().ToString() + "\n" + *json);
   FUZZ_CHECK(google::protobuf::util::MessageDifferencer::Equals(*m, *again),
              "JSON round trip changed the manifest:\n" + *json);
 

@@ -120,8 +120,7 @@ class ModelStore {
     FUZZ_CHECK(s.ok(), "Set refused a valid request: " + s.ToString());
     values[key] = value;
   }
-  void Get(const std::string& ns, const std::string& secret,
-           const std::vector<std::string>& keys) {
+  void Get(const std::string& ns, const std::string& secret, const std::vector<std::string>& keys) {
     auto got = store_.Get(ns, secret, keys, absl::ZeroDuration());
     // Keys are checked in order; the first empty or oversized one decides.
     for (const std::string& k : keys) {

@@ -21,8 +21,7 @@ at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x) {
   auto qkv = c_attn_->forward(x).split(c, /*dim=*/2);  // 3 x [B, T, C]
   auto heads = [&](const at::Tensor& y) { return y.view({b, t, n_head_, d}).transpose(1, 2); };
   at::Tensor y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
-                                                  /*attn_mask=*/{},
-                                                  is_training() ? dropout_ : 0.0,
+                                                  /*attn_mask=*/{}, is_training() ? dropout_ : 0.0,
                                                   /*is_causal=*/true);  // [B, H, T, D]
   y = y.transpose(1, 2).contiguous().view({b, t, c});
   return resid_drop_->forward(c_proj_->forward(y));
@@ -68,7 +67,8 @@ at::Tensor GptImpl::forward(const at::Tensor& tokens, fsdp::UnitRunner* runner) 
   for (size_t i = 0; i < blocks_->size(); ++i) {
     auto block = blocks_->ptr<BlockImpl>(i);
     // By value: with activation checkpointing the engine calls the body again in backward.
-    x = fsdp::RunUnit(runner, *block, x, [block](const at::Tensor& h) { return block->forward(h); });
+    x = fsdp::RunUnit(runner, *block, x,
+                      [block](const at::Tensor& h) { return block->forward(h); });
   }
   return at::linear(ln_f_->forward(x), wte_->weight);  // [B, T, V], tied head.
 }
@@ -76,14 +76,14 @@ at::Tensor GptImpl::forward(const at::Tensor& tokens, fsdp::UnitRunner* runner) 
 }  // namespace gpt
 
 absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const ModelConfig& spec) {
-  const gpt::Config c{spec.n_embd, spec.n_layer, spec.n_head,
+  const gpt::Config c{spec.n_embd,     spec.n_layer,    spec.n_head,
                       spec.vocab_size, spec.block_size, spec.dropout};
-  if (c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.vocab_size <= 0 ||
-      c.block_size <= 0 || c.n_embd % c.n_head != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model: GPT sizes n_embd ", c.n_embd, ", n_layer ", c.n_layer, ", n_head ", c.n_head,
-        ", vocab_size ", c.vocab_size, ", block_size ", c.block_size,
-        " must be positive with n_embd divisible by n_head"));
+  if (c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.vocab_size <= 0 || c.block_size <= 0 ||
+      c.n_embd % c.n_head != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model: GPT sizes n_embd ", c.n_embd, ", n_layer ", c.n_layer, ", n_head ",
+                     c.n_head, ", vocab_size ", c.vocab_size, ", block_size ", c.block_size,
+                     " must be positive with n_embd divisible by n_head"));
   }
   gpt::Gpt net(c);
   InitParameters(*net, spec.init_seed, {static_cast<int>(c.n_layer), {"c_proj.weight"}, {"ln_"}});

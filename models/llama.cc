@@ -93,8 +93,8 @@ at::Tensor LlamaImpl::forward(const at::Tensor& tokens, fsdp::UnitRunner* runner
               config_.block_size);
   if (!cos_.defined() || cos_.device() != tokens.device()) {
     const int64_t d = config_.n_embd / config_.n_head;
-    at::Tensor inv = at::pow(config_.rope_theta,
-                             -at::arange(0, d, 2, at::kDouble) / static_cast<double>(d));
+    at::Tensor inv =
+        at::pow(config_.rope_theta, -at::arange(0, d, 2, at::kDouble) / static_cast<double>(d));
     at::Tensor angles = at::outer(at::arange(config_.block_size, at::kDouble), inv);
     cos_ = angles.cos().to(tokens.device(), at::kFloat);
     sin_ = angles.sin().to(tokens.device(), at::kFloat);
@@ -103,8 +103,9 @@ at::Tensor LlamaImpl::forward(const at::Tensor& tokens, fsdp::UnitRunner* runner
   at::Tensor x = drop_->forward(tok_embeddings_->forward(tokens));
   for (size_t i = 0; i < layers_->size(); ++i) {
     auto block = layers_->ptr<BlockImpl>(i);
-    x = fsdp::RunUnit(runner, *block, x,
-                      [block, cos, sin](const at::Tensor& h) { return block->forward(h, cos, sin); });
+    x = fsdp::RunUnit(runner, *block, x, [block, cos, sin](const at::Tensor& h) {
+      return block->forward(h, cos, sin);
+    });
   }
   return output_->forward(norm_->forward(x));
 }
@@ -112,15 +113,14 @@ at::Tensor LlamaImpl::forward(const at::Tensor& tokens, fsdp::UnitRunner* runner
 }  // namespace llama
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig& spec) {
-  llama::Config c{spec.n_embd, spec.n_layer, spec.n_head, spec.vocab_size,
+  llama::Config c{spec.n_embd,     spec.n_layer,    spec.n_head, spec.vocab_size,
                   spec.block_size, spec.ffn_hidden, spec.dropout};
-  if (c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.vocab_size <= 0 ||
-      c.block_size <= 0 || c.ffn_hidden <= 0 || c.n_embd % c.n_head != 0 ||
-      (c.n_embd / c.n_head) % 2 != 0) {
+  if (c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.vocab_size <= 0 || c.block_size <= 0 ||
+      c.ffn_hidden <= 0 || c.n_embd % c.n_head != 0 || (c.n_embd / c.n_head) % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model: LLAMA sizes n_embd ", c.n_embd, ", n_layer ", c.n_layer, ", n_head ", c.n_head,
-        ", vocab_size ", c.vocab_size, ", block_size ", c.block_size, ", ffn_hidden ",
-        c.ffn_hidden, " must be positive with an even head size n_embd / n_head"));
+        ", vocab_size ", c.vocab_size, ", block_size ", c.block_size, ", ffn_hidden ", c.ffn_hidden,
+        " must be positive with an even head size n_embd / n_head"));
   }
   llama::Llama net(c);
   InitParameters(*net, spec.init_seed,

@@ -29,9 +29,15 @@ absl::StatusOr<ModelConfig> ModelConfigFromSpec(const ModelSpec& input) {
   RETURN_IF_ERROR(spec::ResolvePreset(&spec));
   ModelConfig c;
   switch (spec.architecture()) {
-    case ModelSpec::GPT: c.architecture = Architecture::kGpt; break;
-    case ModelSpec::LLAMA: c.architecture = Architecture::kLlama; break;
-    case ModelSpec::TORCHSCRIPT: c.architecture = Architecture::kTorchScript; break;
+    case ModelSpec::GPT:
+      c.architecture = Architecture::kGpt;
+      break;
+    case ModelSpec::LLAMA:
+      c.architecture = Architecture::kLlama;
+      break;
+    case ModelSpec::TORCHSCRIPT:
+      c.architecture = Architecture::kTorchScript;
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("model.architecture: ", ModelSpec::Architecture_Name(spec.architecture()),
@@ -56,8 +62,6 @@ absl::StatusOr<ModelConfig> PresetModelConfig(absl::string_view preset, uint64_t
   return ModelConfigFromSpec(spec);
 }
 
-int64_t CountParameters(const ModelConfig& config) {
-  return spec::CountParameters(ToSpec(config));
-}
+int64_t CountParameters(const ModelConfig& config) { return spec::CountParameters(ToSpec(config)); }
 
 }  // namespace shardline::models

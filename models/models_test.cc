@@ -57,7 +57,8 @@ TEST_P(BuiltinModelTest, ForwardShapeParameterCountAndHookCalls) {
 }
 
 TEST_P(BuiltinModelTest, InitIsDeterministicFromSeed) {
-  auto a = Make(Preset(GetParam(), 7)), b = Make(Preset(GetParam(), 7)), c = Make(Preset(GetParam(), 8));
+  auto a = Make(Preset(GetParam(), 7)), b = Make(Preset(GetParam(), 7)),
+       c = Make(Preset(GetParam(), 8));
   auto pa = a->module().named_parameters(), pb = b->module().named_parameters(),
        pc = c->module().named_parameters();
   bool any_differs = false;

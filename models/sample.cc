@@ -22,10 +22,10 @@ absl::StatusOr<std::vector<int64_t>> Generate(LanguageModel& model,
     const int64_t window = model.block_size() > 0 ? model.block_size() : 1024;
     for (int i = 0; i < options.num_tokens; ++i) {
       const int64_t start = std::max<int64_t>(0, static_cast<int64_t>(context.size()) - window);
-      at::Tensor ids = at::tensor(std::vector<int64_t>(context.begin() + start, context.end()),
-                                  at::kLong)
-                           .unsqueeze(0)
-                           .to(device);
+      at::Tensor ids =
+          at::tensor(std::vector<int64_t>(context.begin() + start, context.end()), at::kLong)
+              .unsqueeze(0)
+              .to(device);
       at::Tensor all_logits = options.forward ? options.forward(ids) : model.Forward(ids);
       at::Tensor logits = all_logits.select(1, -1).squeeze(0).to(at::kCPU, at::kFloat);
       logits = logits / std::max(options.temperature, 1e-6);

@@ -39,7 +39,8 @@ struct TorchScriptModel::Impl {
   int64_t num_params = 0;
 };
 
-absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(const ModelConfig& spec) {
+absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(
+    const ModelConfig& spec) {
   const std::string& path = spec.torchscript_path;
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
@@ -47,13 +48,11 @@ absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(const
         absl::StrCat("model.torchscript_path: \"", path, "\" does not exist"));
   }
   torch::jit::Module script;
-  absl::Status loaded = TorchCall("load TorchScript module", [&] {
-    script = torch::jit::load(path, at::Device(at::kCPU));
-  });
+  absl::Status loaded = TorchCall("load TorchScript module",
+                                  [&] { script = torch::jit::load(path, at::Device(at::kCPU)); });
   if (!loaded.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("model.torchscript_path: \"", path,
-                                                   "\" is not a TorchScript module: ",
-                                                   loaded.message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.torchscript_path: \"", path, "\" is not a TorchScript module: ", loaded.message()));
   }
   auto impl = std::make_unique<Impl>();
   impl->root = std::make_shared<ScriptRootImpl>(script);

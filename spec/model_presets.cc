@@ -19,8 +19,8 @@ constexpr Preset kPresets[] = {
     {"llama-tiny", ModelSpec::LLAMA, 64, 4, 4, 256, 64},
 };
 
-void FillIfZero(int32_t value, int32_t (ModelSpec::*get)() const,
-                void (ModelSpec::*set)(int32_t), ModelSpec* m) {
+void FillIfZero(int32_t value, int32_t (ModelSpec::*get)() const, void (ModelSpec::*set)(int32_t),
+                ModelSpec* m) {
   if ((m->*get)() == 0) (m->*set)(value);
 }
 
@@ -65,8 +65,8 @@ int64_t CountParameters(const ModelSpec& m) {
     case ModelSpec::GPT:
       // wte + wpe + per block (2 LayerNorms, qkv, proj, fc, fc proj, with biases) + ln_f;
       // the head is tied to wte.
-      return v * d + t * d + l * (4 * d + 3 * d * d + 3 * d + d * d + d + 4 * d * d + 4 * d +
-                                  4 * d * d + d) +
+      return v * d + t * d +
+             l * (4 * d + 3 * d * d + 3 * d + d * d + d + 4 * d * d + 4 * d + 4 * d * d + d) +
              2 * d;
     case ModelSpec::LLAMA: {
       const int64_t h = m.ffn_hidden();

@@ -109,8 +109,8 @@ absl::Status ParseInteger(const Context& ctx, const YAML::Node& node, const std:
     double d = 0;
     if (absl::SimpleAtod(s, &d) && std::isfinite(d) && d == std::floor(d)) {
       if (d < -9.2e18 || d > 1.8e19) {
-        return Error(ctx, node, absl::StrCat(path, ": \"", s, "\" is out of range for ",
-                                             type_name));
+        return Error(ctx, node,
+                     absl::StrCat(path, ": \"", s, "\" is out of range for ", type_name));
       }
       ok = true;
       negative = d < 0;
@@ -154,8 +154,9 @@ absl::Status ParseEnum(const Context& ctx, const YAML::Node& node, const std::st
       return absl::OkStatus();
     }
   }
-  return Error(ctx, node, absl::StrCat(path, ": ", Describe(node), " is not one of ",
-                                       absl::StrJoin(names, ", ")));
+  return Error(
+      ctx, node,
+      absl::StrCat(path, ": ", Describe(node), " is not one of ", absl::StrJoin(names, ", ")));
 }
 
 absl::Status MergeMessage(const Context& ctx, const YAML::Node& node, const std::string& path,
@@ -284,8 +285,9 @@ absl::Status MergeMessage(const Context& ctx, const YAML::Node& node, const std:
   const Descriptor& d = *message->GetDescriptor();
   if (!node.IsMap()) {
     const std::string what = path.empty() ? "the document" : path;
-    return Error(ctx, node, absl::StrCat(what, ": ", Describe(node),
-                                         " is not a mapping of field names to values"));
+    return Error(
+        ctx, node,
+        absl::StrCat(what, ": ", Describe(node), " is not a mapping of field names to values"));
   }
   std::set<std::string> seen;
   for (auto it = node.begin(); it != node.end(); ++it) {
@@ -293,25 +295,29 @@ absl::Status MergeMessage(const Context& ctx, const YAML::Node& node, const std:
     // reference to it->first dangles after this statement (found by //fuzz:job_spec_fuzzer).
     const YAML::Node key = it->first;
     if (!key.IsScalar()) {
-      return Error(ctx, key, absl::StrCat(path.empty() ? "the document" : path,
-                                          ": a key is not a plain name"));
+      return Error(
+          ctx, key,
+          absl::StrCat(path.empty() ? "the document" : path, ": a key is not a plain name"));
     }
     const std::string& name = key.Scalar();
     const std::string field_path = JoinPath(path, name);
     const FieldDescriptor* f = FindField(d, name);
     if (f == nullptr) {
       const std::string suggestion = SuggestFieldName(d, name);
-      return Error(ctx, key,
-                   absl::StrCat("unknown field \"", field_path, "\"",
-                                suggestion.empty()
-                                    ? absl::StrCat(" (known: ", [&] {
-                                        std::vector<std::string> names;
-                                        for (int i = 0; i < d.field_count(); ++i) {
-                                          names.push_back(d.field(i)->name());
-                                        }
-                                        return absl::StrJoin(names, ", ");
-                                      }(), ")")
-                                    : absl::StrCat(" (did you mean \"", suggestion, "\"?)")));
+      return Error(
+          ctx, key,
+          absl::StrCat("unknown field \"", field_path, "\"",
+                       suggestion.empty() ? absl::StrCat(
+                                                " (known: ",
+                                                [&] {
+                                                  std::vector<std::string> names;
+                                                  for (int i = 0; i < d.field_count(); ++i) {
+                                                    names.push_back(d.field(i)->name());
+                                                  }
+                                                  return absl::StrJoin(names, ", ");
+                                                }(),
+                                                ")")
+                                          : absl::StrCat(" (did you mean \"", suggestion, "\"?)")));
     }
     if (!seen.insert(f->name()).second) {
       return Error(ctx, key, absl::StrCat(JoinPath(path, f->name()), ": given twice"));
@@ -369,8 +375,7 @@ void EmitScalar(YAML::Emitter& out, const Message& m, const FieldDescriptor& f, 
       out << ((rep ? r.GetRepeatedBool(m, &f, index) : r.GetBool(m, &f)) ? "true" : "false");
       break;
     case FieldDescriptor::CPPTYPE_STRING:
-      out << YAML::DoubleQuoted
-          << (rep ? r.GetRepeatedString(m, &f, index) : r.GetString(m, &f));
+      out << YAML::DoubleQuoted << (rep ? r.GetRepeatedString(m, &f, index) : r.GetString(m, &f));
       break;
     case FieldDescriptor::CPPTYPE_ENUM:
       out << (rep ? r.GetRepeatedEnum(m, &f, index) : r.GetEnum(m, &f))->name();
@@ -448,8 +453,7 @@ absl::Status MergeYamlText(absl::string_view text, absl::string_view source, Mes
   }
 }
 
-absl::Status ApplyAssignment(absl::string_view assignment, Message* message,
-                             FieldPaths* written) {
+absl::Status ApplyAssignment(absl::string_view assignment, Message* message, FieldPaths* written) {
   const size_t eq = assignment.find('=');
   if (eq == absl::string_view::npos || eq == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -483,9 +487,8 @@ absl::Status ApplyAssignment(absl::string_view assignment, Message* message,
       try {
         node = value.empty() ? YAML::Node(std::string()) : YAML::Load(value);
       } catch (const YAML::Exception& e) {
-        return absl::InvalidArgumentError(absl::StrCat(field_path, ": \"", value,
-                                                       "\" is not a valid value: ", e.msg,
-                                                       ctx.suffix));
+        return absl::InvalidArgumentError(absl::StrCat(
+            field_path, ": \"", value, "\" is not a valid value: ", e.msg, ctx.suffix));
       }
       // A string field takes the text as written (so `name=007` stays "007").
       if (f->cpp_type() == FieldDescriptor::CPPTYPE_STRING && !f->is_repeated()) {
@@ -494,8 +497,8 @@ absl::Status ApplyAssignment(absl::string_view assignment, Message* message,
       return SetField(ctx, node, field_path, *f, current);
     }
     if (f->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE || f->is_repeated()) {
-      return absl::InvalidArgumentError(absl::StrCat(field_path, ": is not a section, so \"",
-                                                     path, "\" names nothing", ctx.suffix));
+      return absl::InvalidArgumentError(absl::StrCat(field_path, ": is not a section, so \"", path,
+                                                     "\" names nothing", ctx.suffix));
     }
     current = current->GetReflection()->MutableMessage(current, f);
     walked = field_path;

@@ -46,11 +46,11 @@ TEST(MergeYamlText, WrongTypeNamesPathValueAndLine) {
 
 TEST(MergeYamlText, UnknownFieldSuggestsClosestName) {
   JobSpec spec;
-  const absl::Status s =
-      MergeYamlText("fsdp:\n  shard_degre: 2\n", "job.yaml", &spec, nullptr);
+  const absl::Status s = MergeYamlText("fsdp:\n  shard_degre: 2\n", "job.yaml", &spec, nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(),
-            "job.yaml:2: unknown field \"fsdp.shard_degre\" (did you mean \"hybrid_shard_degree\"?)");
+  EXPECT_EQ(
+      s.message(),
+      "job.yaml:2: unknown field \"fsdp.shard_degre\" (did you mean \"hybrid_shard_degree\"?)");
   EXPECT_EQ(SuggestFieldName(*ModelSpec::descriptor(), "n_heads"), "n_head");
   EXPECT_EQ(SuggestFieldName(*ModelSpec::descriptor(), "zzzzzz"), "");
 }

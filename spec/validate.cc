@@ -25,8 +25,8 @@ class Problems {
   absl::Status ToStatus() const {
     if (list_.empty()) return absl::OkStatus();
     if (list_.size() == 1) return absl::InvalidArgumentError(list_[0]);
-    return absl::InvalidArgumentError(absl::StrCat("job spec has ", list_.size(), " errors:\n  ",
-                                                   absl::StrJoin(list_, "\n  ")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec has ", list_.size(), " errors:\n  ", absl::StrJoin(list_, "\n  ")));
   }
 
  private:
@@ -151,8 +151,10 @@ void ValidateOptimizer(const JobSpec& s, Problems* p) {
   if (!(o.weight_decay() >= 0)) {
     p->Add("optimizer.weight_decay: ", o.weight_decay(), " must be >= 0");
   }
-  if (!(o.beta1() >= 0 && o.beta1() < 1)) p->Add("optimizer.beta1: ", o.beta1(), " is not in [0, 1)");
-  if (!(o.beta2() >= 0 && o.beta2() < 1)) p->Add("optimizer.beta2: ", o.beta2(), " is not in [0, 1)");
+  if (!(o.beta1() >= 0 && o.beta1() < 1))
+    p->Add("optimizer.beta1: ", o.beta1(), " is not in [0, 1)");
+  if (!(o.beta2() >= 0 && o.beta2() < 1))
+    p->Add("optimizer.beta2: ", o.beta2(), " is not in [0, 1)");
   if (!(o.eps() > 0)) p->Add("optimizer.eps: ", o.eps(), " must be > 0");
   if (!(o.momentum() >= 0 && o.momentum() < 1)) {
     p->Add("optimizer.momentum: ", o.momentum(), " is not in [0, 1)");
@@ -180,8 +182,9 @@ void ValidateFsdp(const JobSpec& s, Problems* p) {
   }
   if (s.device().kind() == DeviceSpec::CPU) {
     if (f.cpu_offload()) {
-      p->Add("fsdp.cpu_offload: true needs device.kind CUDA; a CPU job keeps everything in host "
-             "memory already");
+      p->Add(
+          "fsdp.cpu_offload: true needs device.kind CUDA; a CPU job keeps everything in host "
+          "memory already");
     }
   }
 }
@@ -199,8 +202,8 @@ void ValidateTrain(const JobSpec& s, Problems* p) {
     const int64_t per_round = static_cast<int64_t>(t.micro_batch_size()) * s.world_size();
     if (t.global_batch_size() % per_round != 0) {
       p->Add("train.global_batch_size: ", t.global_batch_size(),
-             " is not divisible by micro_batch_size * world_size = ", t.micro_batch_size(),
-             " * ", s.world_size(), " = ", per_round);
+             " is not divisible by micro_batch_size * world_size = ", t.micro_batch_size(), " * ",
+             s.world_size(), " = ", per_round);
     }
   }
   if (t.eval_every() < 0) p->Add("train.eval_every: ", t.eval_every(), " must be >= 0");
@@ -209,8 +212,8 @@ void ValidateTrain(const JobSpec& s, Problems* p) {
   if (t.sample_tokens() < 0) p->Add("train.sample_tokens: ", t.sample_tokens(), " must be >= 0");
   if (s.model().architecture() != ModelSpec::TORCHSCRIPT && s.model().block_size() > 0 &&
       static_cast<int64_t>(t.sample_prompt().size()) >= s.model().block_size()) {
-    p->Add("train.sample_prompt: ", t.sample_prompt().size(),
-           " bytes do not fit model.block_size ", s.model().block_size());
+    p->Add("train.sample_prompt: ", t.sample_prompt().size(), " bytes do not fit model.block_size ",
+           s.model().block_size());
   }
 }
 
@@ -230,8 +233,9 @@ void ValidateRest(const JobSpec& s, const ValidateOptions& opt, Problems* p) {
     CheckReadableFile("checkpoint.init_from_safetensors", c.init_from_safetensors(), p);
   }
   if (c.dir().empty() && (c.every_steps() > 0 || c.save_final())) {
-    p->Add("checkpoint.dir: must be set when checkpoint.every_steps or save_final asks for "
-           "checkpoints");
+    p->Add(
+        "checkpoint.dir: must be set when checkpoint.every_steps or save_final asks for "
+        "checkpoints");
   }
   if (s.restart().max_restarts() < 0) {
     p->Add("restart.max_restarts: ", s.restart().max_restarts(), " must be >= 0");
@@ -241,8 +245,7 @@ void ValidateRest(const JobSpec& s, const ValidateOptions& opt, Problems* p) {
   }
   const int min_w = s.elastic().min_world_size();
   if (min_w < 0 || (s.world_size() > 0 && min_w > s.world_size())) {
-    p->Add("elastic.min_world_size: ", min_w, " is not in [0, world_size = ", s.world_size(),
-           "]");
+    p->Add("elastic.min_world_size: ", min_w, " is not in [0, world_size = ", s.world_size(), "]");
   }
   if (s.device().kind() == DeviceSpec::KIND_UNSPECIFIED) {
     p->Add("device.kind: must be CPU or CUDA");

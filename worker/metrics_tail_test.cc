@@ -14,7 +14,8 @@ TEST(MetricsTail, ReadsOnlyCompleteNewLines) {
   EXPECT_TRUE(tail.Poll().empty());  // No file yet.
 
   std::ofstream out(path);
-  out << R"({"step": 1, "loss": 5.5, "tokens_per_s": 100.5, "extra": [1,2]})" << "\n"
+  out << R"({"step": 1, "loss": 5.5, "tokens_per_s": 100.5, "extra": [1,2]})"
+      << "\n"
       << R"({"step": 2, "loss": 5.)";  // Half-written.
   out.flush();
   auto reports = tail.Poll();
@@ -23,7 +24,8 @@ TEST(MetricsTail, ReadsOnlyCompleteNewLines) {
   EXPECT_DOUBLE_EQ(reports[0].loss(), 5.5);
   EXPECT_DOUBLE_EQ(reports[0].tokens_per_s(), 100.5);
 
-  out << "25}\n" << "not json\n";
+  out << "25}\n"
+      << "not json\n";
   out.flush();
   reports = tail.Poll();
   ASSERT_EQ(reports.size(), 1u);

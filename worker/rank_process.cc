@@ -31,14 +31,13 @@ int ExitCodeFromWaitStatus(int wstatus) {
 absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(const Options& options) {
   if (options.argv.empty()) return absl::InvalidArgumentError("rank process: empty argv");
   if (access(options.argv[0].c_str(), X_OK) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank process: executable ", options.argv[0], " is not runnable: ",
-                     strerror(errno)));
+    return absl::InvalidArgumentError(absl::StrCat("rank process: executable ", options.argv[0],
+                                                   " is not runnable: ", strerror(errno)));
   }
   const int log_fd = open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log_fd < 0) {
-    return absl::InternalError(
-        absl::StrCat("rank process: cannot open log file ", options.log_path, ": ", strerror(errno)));
+    return absl::InternalError(absl::StrCat("rank process: cannot open log file ", options.log_path,
+                                            ": ", strerror(errno)));
   }
 
   // Build argv and envp before fork: the child may only call async-signal-safe functions.

@@ -26,10 +26,10 @@ namespace shardline::worker {
 class RankProcess {
  public:
   struct Options {
-    std::vector<std::string> argv;              // argv[0] is the executable path.
-    std::map<std::string, std::string> env;     // Added to (and overriding) the daemon's env.
-    std::string log_path;                       // stdout + stderr, created or truncated.
-    std::string working_dir;                    // Empty: the daemon's.
+    std::vector<std::string> argv;           // argv[0] is the executable path.
+    std::map<std::string, std::string> env;  // Added to (and overriding) the daemon's env.
+    std::string log_path;                    // stdout + stderr, created or truncated.
+    std::string working_dir;                 // Empty: the daemon's.
   };
 
   // Starts the process. Errors: INVALID_ARGUMENT for an empty argv or an executable that does

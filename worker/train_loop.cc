@@ -63,8 +63,8 @@ class Loop {
       }
       backend_.set_step(step + 1);
       const auto t0 = Clock::now();
-      const double lr = LearningRateAt(static_cast<int>(step), c_.lr, c_.min_lr, c_.warmup_steps,
-                                       c_.steps);
+      const double lr =
+          LearningRateAt(static_cast<int>(step), c_.lr, c_.min_lr, c_.warmup_steps, c_.steps);
       ASSIGN_OR_RETURN(double local_loss, TrainStep());
       ASSIGN_OR_RETURN(double grad_norm, backend_.Step(lr));
       ASSIGN_OR_RETURN(double loss, GlobalMean(backend_, local_loss, 1.0));
@@ -93,8 +93,8 @@ class Loop {
         m.grad_norm = grad_norm;
         m.step_time_s = seconds;
         m.tokens_per_s = tokens_per_step / seconds;
-        m.mfu = flops_per_token * tokens_per_step / seconds /
-                (o_.peak_flops_per_rank * o_.world_size);
+        m.mfu =
+            flops_per_token * tokens_per_step / seconds / (o_.peak_flops_per_rank * o_.world_size);
         m.rss_bytes = CurrentRssBytes();
         m.peak_memory_bytes = PeakRssBytes();
         FillDeviceMemory(device_, &m);
@@ -149,8 +149,7 @@ class Loop {
     double sum = 0;
     for (int b = 0; b < c_.eval_batches; ++b) {
       data::Batch batch = data::MakeBatch(
-          data_, split,
-          data::ValidationIndices(b, c_.micro_batch_size, o_.world_size, o_.rank, n));
+          data_, split, data::ValidationIndices(b, c_.micro_batch_size, o_.world_size, o_.rank, n));
       RETURN_IF_ERROR(backend_.BeginForward());
       ASSIGN_OR_RETURN(at::Tensor loss, Guarded("validation forward", [&] { return Loss(batch); }));
       backend_.EndForward();
@@ -198,8 +197,8 @@ class Loop {
     if (o_.rank == 0) {
       std::string line = absl::StrFormat(
           "step %d/%d loss %.4f lr %.3g grad_norm %.3f %.3fs %.0f tok/s mfu %.2f%% rss %.0fMiB",
-          m.step, c_.steps, m.loss, m.lr, m.grad_norm, m.step_time_s, m.tokens_per_s,
-          100 * m.mfu, m.rss_bytes / 1048576.0);
+          m.step, c_.steps, m.loss, m.lr, m.grad_norm, m.step_time_s, m.tokens_per_s, 100 * m.mfu,
+          m.rss_bytes / 1048576.0);
       if (m.val_loss.has_value()) absl::StrAppendFormat(&line, " val_loss %.4f", *m.val_loss);
       SL_LOG(INFO) << line;
     }
@@ -219,15 +218,15 @@ class Loop {
 
 }  // namespace
 
-absl::StatusOr<TrainSummary> RunTraining(const TrainerConfig& config,
-                                         models::LanguageModel& model, TrainingBackend& backend,
+absl::StatusOr<TrainSummary> RunTraining(const TrainerConfig& config, models::LanguageModel& model,
+                                         TrainingBackend& backend,
                                          const data::TokenDataset& dataset,
                                          const TrainLoopOptions& options) {
-  ASSIGN_OR_RETURN(data::DistributedSampler sampler,
-                   data::DistributedSampler::Create(
-                       {dataset.num_samples(data::Split::kTrain), config.global_batch_size,
-                        config.micro_batch_size, options.world_size, options.rank,
-                        config.shuffle_seed}));
+  ASSIGN_OR_RETURN(
+      data::DistributedSampler sampler,
+      data::DistributedSampler::Create({dataset.num_samples(data::Split::kTrain),
+                                        config.global_batch_size, config.micro_batch_size,
+                                        options.world_size, options.rank, config.shuffle_seed}));
   if (model.module().parameters().empty()) {
     return absl::InvalidArgumentError("the model has no parameters");
   }

@@ -41,9 +41,9 @@ namespace shardline::worker {
 struct TrainLoopOptions {
   int rank = 0;
   int world_size = 1;
-  MetricsWriter* metrics = nullptr;                 // Optional; borrowed.
+  MetricsWriter* metrics = nullptr;                // Optional; borrowed.
   std::function<void(const StepMetrics&)> on_log;  // Optional; each logged line (tests).
-  std::function<bool()> should_stop;                // Optional; polled between steps.
+  std::function<bool()> should_stop;               // Optional; polled between steps.
   // Peak FLOP/s of one rank's device, for the MFU estimate.
   double peak_flops_per_rank = 1e11;
   // Where training starts (a restored checkpoint's cursor and step).
@@ -56,18 +56,18 @@ struct TrainLoopOptions {
 };
 
 struct TrainSummary {
-  int64_t steps = 0;                   // Optimizer steps completed in total.
-  std::vector<double> train_losses;    // Per step (this run's steps), averaged over ranks.
+  int64_t steps = 0;                 // Optimizer steps completed in total.
+  std::vector<double> train_losses;  // Per step (this run's steps), averaged over ranks.
   std::optional<double> final_val_loss;
   std::vector<std::pair<int64_t, double>> val_losses;  // (step, loss).
-  std::string sample;                  // Decoded sample text (or ids), "" when none.
-  data::DataCursor cursor;             // Where the next step would read.
+  std::string sample;       // Decoded sample text (or ids), "" when none.
+  data::DataCursor cursor;  // Where the next step would read.
 };
 
 // Runs config.steps optimizer steps. `model` must already be on the training device and wrapped
 // by `backend`.
-absl::StatusOr<TrainSummary> RunTraining(const TrainerConfig& config,
-                                         models::LanguageModel& model, TrainingBackend& backend,
+absl::StatusOr<TrainSummary> RunTraining(const TrainerConfig& config, models::LanguageModel& model,
+                                         TrainingBackend& backend,
                                          const data::TokenDataset& dataset,
                                          const TrainLoopOptions& options);
 

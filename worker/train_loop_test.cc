@@ -63,9 +63,9 @@ std::unique_ptr<Run> MakeRun(const TrainerConfig& config, bool fsdp) {
     auto groups = fsdp::CreateCommunicators(1, 1, 0, run->store.get(), {});
     EXPECT_TRUE(groups.ok()) << groups.status();
     run->groups = std::move(*groups);
-    auto b = FsdpBackend::Create(*run->model, config, 0,
-                                 {run->groups.world.get(), run->groups.shard.get(),
-                                  run->groups.replicate.get()});
+    auto b = FsdpBackend::Create(
+        *run->model, config, 0,
+        {run->groups.world.get(), run->groups.shard.get(), run->groups.replicate.get()});
     EXPECT_TRUE(b.ok()) << b.status();
     run->backend = std::move(*b);
   } else {
@@ -80,10 +80,10 @@ std::unique_ptr<Run> MakeRun(const TrainerConfig& config, bool fsdp) {
 // a model ignoring context cannot reach (unigram: 3.35 nats/byte on this split; using only the
 // current byte, a bigram model: 2.49), within a fixed number of steps.
 TEST(TrainLoop, TinyGptReachesValidationLossThresholdOnShakespeare) {
-  const TrainerConfig c = Config(OneProcess(
-      {"train.steps=300", "train.global_batch_size=32", "train.micro_batch_size=32",
-       "optimizer.lr=3e-3", "optimizer.min_lr=3e-4", "optimizer.warmup_steps=20",
-       "train.eval_every=100", "train.eval_batches=16"}));
+  const TrainerConfig c = Config(
+      OneProcess({"train.steps=300", "train.global_batch_size=32", "train.micro_batch_size=32",
+                  "optimizer.lr=3e-3", "optimizer.min_lr=3e-4", "optimizer.warmup_steps=20",
+                  "train.eval_every=100", "train.eval_batches=16"}));
   auto run = MakeRun(c, /*fsdp=*/false);
   auto summary = run->Train();
   ASSERT_TRUE(summary.ok()) << summary.status();
@@ -126,8 +126,8 @@ TEST(TrainLoop, FsdpBackendMatchesLocalBackendAtOneRank) {
 TEST(TrainLoop, LlamaAndTorchScriptModelsTrainUnderFsdp) {
   const std::vector<std::vector<std::string>> models = {
       {"model.architecture=LLAMA", "model.preset=llama-tiny"},
-      {"model.architecture=TORCHSCRIPT", "model.preset=",
-       "model.torchscript_path=../models/testdata/tiny_lm.pt"},
+      {"model.architecture=TORCHSCRIPT",
+       "model.preset=", "model.torchscript_path=../models/testdata/tiny_lm.pt"},
   };
   for (const auto& sets : models) {
     std::vector<std::string> all = {"train.steps=3", "train.sample_tokens=5"};
@@ -146,8 +146,8 @@ TEST(TrainLoop, LlamaAndTorchScriptModelsTrainUnderFsdp) {
 }
 
 TEST(TrainLoop, LogsMetricsAndSamplesText) {
-  const TrainerConfig c = Config(OneProcess({"train.steps=3", "train.log_every=1",
-                                             "train.sample_tokens=12", "train.eval_every=2"}));
+  const TrainerConfig c = Config(OneProcess(
+      {"train.steps=3", "train.log_every=1", "train.sample_tokens=12", "train.eval_every=2"}));
   auto run = MakeRun(c, false);
   std::vector<StepMetrics> logged;
   TrainLoopOptions o;
@@ -186,9 +186,9 @@ TEST(TrainLoop, StopsBetweenStepsWhenAsked) {
 }
 
 TEST(TrainLoop, DivergenceIsReportedWithTheStep) {
-  const TrainerConfig c = Config(OneProcess(
-      {"train.steps=20", "optimizer.kind=SGD", "optimizer.lr=1e30", "optimizer.min_lr=1e30",
-       "optimizer.grad_clip=0", "optimizer.momentum=0"}));
+  const TrainerConfig c = Config(
+      OneProcess({"train.steps=20", "optimizer.kind=SGD", "optimizer.lr=1e30",
+                  "optimizer.min_lr=1e30", "optimizer.grad_clip=0", "optimizer.momentum=0"}));
   auto summary = MakeRun(c, false)->Train();
   EXPECT_EQ(summary.status().code(), absl::StatusCode::kAborted);
   EXPECT_NE(summary.status().message().find("training loss became"), std::string::npos)

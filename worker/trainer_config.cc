@@ -21,8 +21,8 @@ absl::Status ReadInt(const std::function<const char*(const char*)>& getenv, cons
   *present = v != nullptr && *v != '\0';
   if (!*present) return absl::OkStatus();
   if (!absl::SimpleAtoi(v, out)) {
-    return absl::InvalidArgumentError(absl::StrCat("environment ", name, "=\"", v,
-                                                   "\" is not an integer"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment ", name, "=\"", v, "\" is not an integer"));
   }
   return absl::OkStatus();
 }
@@ -53,9 +53,8 @@ absl::StatusOr<RankEnv> ReadRankEnv(const std::function<const char*(const char*)
         absl::StrCat("environment WORLD_SIZE=", e.world_size, " must be >= 1"));
   }
   if (e.rank < 0 || e.rank >= e.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("environment RANK=", e.rank,
-                                                   " is not in [0, WORLD_SIZE=", e.world_size,
-                                                   ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment RANK=", e.rank, " is not in [0, WORLD_SIZE=", e.world_size, ")"));
   }
   e.master_addr = ReadStr(getenv, "MASTER_ADDR");
   e.coordinator = ReadStr(getenv, "SHARDLINE_COORDINATOR");
@@ -135,18 +134,17 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
   c.warmup_steps = o.warmup_steps();
 
   const FsdpSpec& f = s.fsdp();
-  ASSIGN_OR_RETURN(fsdp::ParallelLayout layout,
-                   fsdp::ParallelLayout::Create(s.world_size(), f.sharding_strategy(),
-                                                f.hybrid_shard_degree()));
+  ASSIGN_OR_RETURN(
+      fsdp::ParallelLayout layout,
+      fsdp::ParallelLayout::Create(s.world_size(), f.sharding_strategy(), f.hybrid_shard_degree()));
   c.layout = fsdp::MakeEngineLayout(layout);
   c.wrap_policy = FsdpSpec::WrapPolicy_Name(f.auto_wrap_policy());
   c.min_num_params = f.min_num_params();
   c.forward_prefetch = f.forward_prefetch();
-  c.backward_prefetch = f.backward_prefetch() == FsdpSpec::BACKWARD_PRE
-                            ? TrainerConfig::BackwardPrefetch::kPre
-                        : f.backward_prefetch() == FsdpSpec::BACKWARD_POST
-                            ? TrainerConfig::BackwardPrefetch::kPost
-                            : TrainerConfig::BackwardPrefetch::kNone;
+  c.backward_prefetch =
+      f.backward_prefetch() == FsdpSpec::BACKWARD_PRE    ? TrainerConfig::BackwardPrefetch::kPre
+      : f.backward_prefetch() == FsdpSpec::BACKWARD_POST ? TrainerConfig::BackwardPrefetch::kPost
+                                                         : TrainerConfig::BackwardPrefetch::kNone;
   c.limit_all_gathers = f.limit_all_gathers();
   c.activation_checkpointing = f.activation_checkpointing();
   c.cpu_offload = f.cpu_offload();

@@ -29,8 +29,11 @@ TEST(ReadRankEnv, NothingSetIsOneProcess) {
 }
 
 TEST(ReadRankEnv, ReadsTorchrunVariables) {
-  auto env = ReadRankEnv(FakeEnv({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
-                                  {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}}));
+  auto env = ReadRankEnv(FakeEnv({{"RANK", "3"},
+                                  {"WORLD_SIZE", "4"},
+                                  {"LOCAL_RANK", "1"},
+                                  {"MASTER_ADDR", "127.0.0.1"},
+                                  {"MASTER_PORT", "29500"}}));
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->rank, 3);
   EXPECT_EQ(env->world_size, 4);
@@ -41,11 +44,12 @@ TEST(ReadRankEnv, ReadsTorchrunVariables) {
 TEST(ReadRankEnv, RejectsBadValuesNamingTheVariable) {
   EXPECT_EQ(ReadRankEnv(FakeEnv({{"RANK", "x"}, {"WORLD_SIZE", "2"}})).status().message(),
             "environment RANK=\"x\" is not an integer");
-  EXPECT_EQ(ReadRankEnv(FakeEnv({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"},
-                                 {"MASTER_PORT", "1"}}))
-                .status()
-                .message(),
-            "environment RANK=4 is not in [0, WORLD_SIZE=4)");
+  EXPECT_EQ(
+      ReadRankEnv(
+          FakeEnv({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}))
+          .status()
+          .message(),
+      "environment RANK=4 is not in [0, WORLD_SIZE=4)");
   auto no_master = ReadRankEnv(FakeEnv({{"RANK", "0"}, {"WORLD_SIZE", "2"}}));
   EXPECT_EQ(no_master.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(no_master.status().message().find("needs MASTER_ADDR and MASTER_PORT"),
@@ -53,7 +57,8 @@ TEST(ReadRankEnv, RejectsBadValuesNamingTheVariable) {
   EXPECT_EQ(ReadRankEnv(FakeEnv({{"RANK", "0"}})).status().code(),
             absl::StatusCode::kInvalidArgument);
   // Under the worker daemon the coordinator's rendezvous replaces MASTER_PORT.
-  EXPECT_TRUE(ReadRankEnv(FakeEnv({{"RANK", "1"}, {"WORLD_SIZE", "2"},
+  EXPECT_TRUE(ReadRankEnv(FakeEnv({{"RANK", "1"},
+                                   {"WORLD_SIZE", "2"},
                                    {"SHARDLINE_COORDINATOR", "h:1"},
                                    {"SHARDLINE_RDZV_NAMESPACE", "job/1"}}))
                   .ok());
@@ -62,8 +67,8 @@ TEST(ReadRankEnv, RejectsBadValuesNamingTheVariable) {
 TEST(LoadTrainerConfig, EnvironmentWorldSizeSetsLayoutAndAccumulation) {
   RankEnv env;
   env.world_size = 2;
-  auto c = LoadTrainerConfig("examples/tiny_gpt_shakespeare.yaml", {"fsdp.hybrid_shard_degree=2"},
-                             env);
+  auto c =
+      LoadTrainerConfig("examples/tiny_gpt_shakespeare.yaml", {"fsdp.hybrid_shard_degree=2"}, env);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->layout.world_size, 2);
   EXPECT_EQ(c->layout.shard_degree, 2);
@@ -85,8 +90,8 @@ TEST(LoadTrainerConfig, EnvironmentWorldSizeSetsLayoutAndAccumulation) {
 TEST(LoadTrainerConfig, EngineOptionsAreConverted) {
   RankEnv env;
   env.world_size = 2;
-  auto d = LoadTrainerConfig("examples/tiny_gpt_shakespeare.yaml", {"fsdp.hybrid_shard_degree=2"},
-                             env);
+  auto d =
+      LoadTrainerConfig("examples/tiny_gpt_shakespeare.yaml", {"fsdp.hybrid_shard_degree=2"}, env);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_TRUE(d->limit_all_gathers);
   EXPECT_FALSE(d->activation_checkpointing);

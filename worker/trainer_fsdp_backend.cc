@@ -32,11 +32,10 @@ absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(models::Languag
   // Prefetching changes only timing (the parity tests run it both ways).
   options.forward_prefetch = c.forward_prefetch;
   using Prefetch = fsdp::FsdpEngineOptions::BackwardPrefetch;
-  options.backward_prefetch = c.backward_prefetch == TrainerConfig::BackwardPrefetch::kPre
-                                  ? Prefetch::kPre
-                              : c.backward_prefetch == TrainerConfig::BackwardPrefetch::kPost
-                                  ? Prefetch::kPost
-                                  : Prefetch::kNone;
+  options.backward_prefetch =
+      c.backward_prefetch == TrainerConfig::BackwardPrefetch::kPre    ? Prefetch::kPre
+      : c.backward_prefetch == TrainerConfig::BackwardPrefetch::kPost ? Prefetch::kPost
+                                                                      : Prefetch::kNone;
   options.limit_all_gathers = c.limit_all_gathers;
   options.activation_checkpointing = c.activation_checkpointing;
   options.cpu_offload = c.cpu_offload;
@@ -78,17 +77,16 @@ absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(models::Languag
 FsdpBackend::~FsdpBackend() { model_.set_unit_runner(nullptr); }
 
 std::string FsdpBackend::Describe() const {
-  return absl::StrCat("FSDP ", engine_->layout().DebugString(), ", ",
-                      engine_->flat_params().size(), " units, sharded ",
-                      config_.optimizer == OptimizerKind::kAdamW ? "AdamW" : "SGD",
-                      config_.activation_checkpointing ? ", activation checkpointing" : "",
-                      config_.cpu_offload
-                          ? absl::StrCat(", CPU offload (",
-                                         fsdp::DevicePersistentStateBytes(*engine_, *optimizer_) /
-                                             1048576.0,
-                                         " MiB of the persistent state on the device)")
-                          : "",
-                      config_.fake_collectives ? ", fake collectives" : "");
+  return absl::StrCat(
+      "FSDP ", engine_->layout().DebugString(), ", ", engine_->flat_params().size(),
+      " units, sharded ", config_.optimizer == OptimizerKind::kAdamW ? "AdamW" : "SGD",
+      config_.activation_checkpointing ? ", activation checkpointing" : "",
+      config_.cpu_offload
+          ? absl::StrCat(", CPU offload (",
+                         fsdp::DevicePersistentStateBytes(*engine_, *optimizer_) / 1048576.0,
+                         " MiB of the persistent state on the device)")
+          : "",
+      config_.fake_collectives ? ", fake collectives" : "");
 }
 
 void FsdpBackend::set_step(int64_t step) {

@@ -37,8 +37,8 @@ class FsdpBackend : public TrainingBackend {
   // Errors: INVALID_ARGUMENT for a bad wrap policy or communicator shapes; the broadcast's
   // error. (Options the engine lacks are refused earlier, by spec validation.)
   static absl::StatusOr<std::unique_ptr<FsdpBackend>> Create(models::LanguageModel& model,
-                                                             const TrainerConfig& config,
-                                                             int rank, const Comms& comms);
+                                                             const TrainerConfig& config, int rank,
+                                                             const Comms& comms);
   ~FsdpBackend() override;
 
   std::string Describe() const override;

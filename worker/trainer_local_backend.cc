@@ -16,16 +16,16 @@ namespace shardline::worker {
 absl::StatusOr<std::unique_ptr<LocalBackend>> LocalBackend::Create(torch::nn::Module& module,
                                                                    const TrainerConfig& c) {
   if (c.layout.world_size != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the local backend runs one process; world_size is ", c.layout.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the local backend runs one process; world_size is ", c.layout.world_size));
   }
   std::unique_ptr<torch::optim::Optimizer> opt;
   if (c.optimizer == OptimizerKind::kAdamW) {
-    opt = std::make_unique<torch::optim::AdamW>(
-        module.parameters(), torch::optim::AdamWOptions(c.lr)
-                                 .betas({c.beta1, c.beta2})
-                                 .eps(c.eps)
-                                 .weight_decay(c.weight_decay));
+    opt = std::make_unique<torch::optim::AdamW>(module.parameters(),
+                                                torch::optim::AdamWOptions(c.lr)
+                                                    .betas({c.beta1, c.beta2})
+                                                    .eps(c.eps)
+                                                    .weight_decay(c.weight_decay));
   } else {
     opt = std::make_unique<torch::optim::SGD>(
         module.parameters(),

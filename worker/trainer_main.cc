@@ -5,8 +5,9 @@
 // Environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (see trainer_config.h);
 // SHARDLINE_PEAK_FLOPS (FLOP/s of one rank's device, for the MFU estimate; default 1e11 on
 // CPU, 989e12 on CUDA, the dense bf16 peak of an H100/H200); SHARDLINE_RESUME_STEP (from the
-// worker daemon: when > 0, resume from that checkpoint step instead of checkpoint.resume_step). Exit codes: trainer_exit_codes.h.
-// The spec's paths are relative to the spec file. Logs go to stderr; the sample to stdout.
+// worker daemon: when > 0, resume from that checkpoint step instead of checkpoint.resume_step).
+// Exit codes: trainer_exit_codes.h. The spec's paths are relative to the spec file. Logs go to
+// stderr; the sample to stdout.
 #include <signal.h>
 #include <unistd.h>
 
@@ -90,7 +91,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     if (name == "--metrics_out") a.metrics_out = value;
     if (name == "--backend") a.backend = value;
   }
-  if (a.spec.empty()) return absl::InvalidArgumentError(absl::StrCat("--spec is required\n", kUsage));
+  if (a.spec.empty())
+    return absl::InvalidArgumentError(absl::StrCat("--spec is required\n", kUsage));
   if (a.backend != "auto" && a.backend != "fsdp" && a.backend != "local") {
     return absl::InvalidArgumentError(
         absl::StrCat("--backend \"", a.backend, "\" is not one of auto, fsdp, local"));
@@ -99,8 +101,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
 }
 
 int Fail(int code, absl::string_view phase, const absl::Status& status) {
-  SL_LOG(ERROR) << phase << ": " << status.message() << " [" << absl::StatusCodeToString(status.code())
-                << "; exit " << code << "]";
+  SL_LOG(ERROR) << phase << ": " << status.message() << " ["
+                << absl::StatusCodeToString(status.code()) << "; exit " << code << "]";
   return code;
 }
 
@@ -125,12 +127,14 @@ int Main(int argc, char** argv) {
   SetLogPrefix(absl::StrCat("rank ", env->rank));
 
   auto config = LoadTrainerConfig(args->spec, args->sets, *env);
-  if (!config.ok()) return Fail(kExitBadSpec, absl::StrCat("job spec ", args->spec), config.status());
+  if (!config.ok())
+    return Fail(kExitBadSpec, absl::StrCat("job spec ", args->spec), config.status());
   const TrainerConfig& c = *config;
   if (env->rank == 0) {
     SL_LOG(INFO) << "job " << c.job_name << ": " << c.layout.DebugString() << ", "
                  << c.accumulation_steps << " micro-batch(es) of " << c.micro_batch_size
-                 << " per rank per step; resolved spec:\n" << c.spec_yaml;
+                 << " per rank per step; resolved spec:\n"
+                 << c.spec_yaml;
   }
 
   signal(SIGTERM, OnSignal);
@@ -191,7 +195,8 @@ int Main(int argc, char** argv) {
     comm.timeout = timeout;
     if (c.cuda) comm.cuda_device = device.index();
     comm.fake_collectives = c.fake_collectives;  // Shard/replicate groups only; world stays real.
-    comm.key_prefix = env->job_id.empty() ? "comm" : absl::StrCat("comm/", env->job_id, "/", env->attempt);
+    comm.key_prefix =
+        env->job_id.empty() ? "comm" : absl::StrCat("comm/", env->job_id, "/", env->attempt);
     auto g = fsdp::CreateCommunicators(c.layout.world_size, c.layout.shard_degree, env->rank,
                                        store.get(), comm);
     if (!g.ok()) return Fail(kExitCommFailure, "communicators", g.status());
@@ -249,8 +254,8 @@ int Main(int argc, char** argv) {
       if (!reporter.ok()) return Fail(kExitBadSpec, "checkpoint reports", reporter.status());
       policy.on_saved = *std::move(reporter);
     }
-    auto created = checkpoint::TrainerCheckpointing::Create(policy, fb->engine(),
-                                                            fb->optimizer(), fb->world());
+    auto created = checkpoint::TrainerCheckpointing::Create(policy, fb->engine(), fb->optimizer(),
+                                                            fb->world());
     if (!created.ok()) return Fail(kExitBadSpec, "checkpoint", created.status());
     ckpt = std::move(*created);
     auto restored = ckpt->Restore();

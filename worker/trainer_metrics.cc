@@ -29,11 +29,21 @@ std::string JsonString(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         // Bytes >= 0x80 pass through: strings here are valid UTF-8 (samples are decoded for
         // display), and escaping each byte as \u00XX would turn them into other characters.
@@ -79,8 +89,8 @@ std::string MetricsToJson(const StepMetrics& m) {
     absl::StrAppend(&out, ", \"cuda_max_allocated_bytes\": ", *m.cuda_max_allocated_bytes);
   }
   if (m.loss_scale.has_value()) {
-    absl::StrAppend(&out, ", \"loss_scale\": ", Num(*m.loss_scale), ", \"skipped_steps\": ",
-                    m.skipped_steps);
+    absl::StrAppend(&out, ", \"loss_scale\": ", Num(*m.loss_scale),
+                    ", \"skipped_steps\": ", m.skipped_steps);
   }
   absl::StrAppend(&out, ", \"rank\": ", m.rank, ", \"world_size\": ", m.world_size, "}");
   return out;
@@ -89,8 +99,8 @@ std::string MetricsToJson(const StepMetrics& m) {
 absl::StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::string& path) {
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::PermissionDeniedError(absl::StrCat("--metrics_out \"", path,
-                                                    "\" cannot be opened: ", std::strerror(errno)));
+    return absl::PermissionDeniedError(
+        absl::StrCat("--metrics_out \"", path, "\" cannot be opened: ", std::strerror(errno)));
   }
   return std::unique_ptr<MetricsWriter>(new MetricsWriter(path, fd));
 }
@@ -100,8 +110,8 @@ MetricsWriter::~MetricsWriter() { close(fd_); }
 absl::Status MetricsWriter::Write(const StepMetrics& m) {
   const std::string line = MetricsToJson(m) + "\n";
   if (write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-    return absl::InternalError(absl::StrCat("writing metrics to \"", path_, "\" failed: ",
-                                            std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("writing metrics to \"", path_, "\" failed: ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }

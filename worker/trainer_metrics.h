@@ -33,11 +33,11 @@ struct StepMetrics {
   double lr = 0;
   double grad_norm = 0;  // Global L2 norm before clipping.
   double step_time_s = 0;
-  double tokens_per_s = 0;  // Global: all ranks' tokens of the step / step time.
-  double mfu = 0;           // Model FLOPs utilisation against the peak of the rank's device.
-  int64_t rss_bytes = 0;    // Current resident set of this process.
+  double tokens_per_s = 0;        // Global: all ranks' tokens of the step / step time.
+  double mfu = 0;                 // Model FLOPs utilisation against the peak of the rank's device.
+  int64_t rss_bytes = 0;          // Current resident set of this process.
   int64_t peak_memory_bytes = 0;  // Peak resident set (host) of this process.
-  std::optional<int64_t> cuda_allocated_bytes;      // CUDA jobs: see above.
+  std::optional<int64_t> cuda_allocated_bytes;  // CUDA jobs: see above.
   std::optional<int64_t> cuda_max_allocated_bytes;
   std::optional<double> val_loss;
   std::optional<std::string> sample;

@@ -213,8 +213,8 @@ void WorkerDaemon::HandleAssignment(const Assignment& a) {
 }
 
 absl::Status WorkerDaemon::StartRank(const Assignment& a) {
-  const std::string dir = absl::StrCat(options_.work_dir, "/jobs/", a.job_id(), "/attempt-",
-                                       a.attempt());
+  const std::string dir =
+      absl::StrCat(options_.work_dir, "/jobs/", a.job_id(), "/attempt-", a.attempt());
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));

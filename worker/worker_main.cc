@@ -17,7 +17,8 @@
 #include "common/logging.h"
 #include "worker/worker_daemon.h"
 
-ABSL_FLAG(std::string, coordinator, "", "Coordinator address host:port (or $SHARDLINE_COORDINATOR).");
+ABSL_FLAG(std::string, coordinator, "",
+          "Coordinator address host:port (or $SHARDLINE_COORDINATOR).");
 ABSL_FLAG(std::string, join_token, "", "Worker join token (or $SHARDLINE_JOIN_TOKEN).");
 ABSL_FLAG(std::string, node_name, "", "Unique node name; default: the host name.");
 ABSL_FLAG(std::string, address, "127.0.0.1", "Address other nodes reach this node at.");
@@ -25,7 +26,9 @@ ABSL_FLAG(int, slots, 0, "CPU slots to offer when the node has no GPU.");
 ABSL_FLAG(std::string, work_dir, "", "Directory for job files and rank logs.");
 ABSL_FLAG(std::string, trainer, "", "Path of the trainer binary; default: beside this binary.");
 ABSL_FLAG(int, grace_period_s, 10, "Seconds between SIGTERM and SIGKILL when stopping ranks.");
-ABSL_FLAG(bool, check_flags, false, "Parse and check the flags (not this machine's GPUs or paths), then exit (deploy tests).");
+ABSL_FLAG(
+    bool, check_flags, false,
+    "Parse and check the flags (not this machine's GPUs or paths), then exit (deploy tests).");
 
 namespace {
 
@@ -55,7 +58,8 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  absl::SetProgramUsageMessage("Shardline worker daemon: runs trainer processes for the coordinator.");
+  absl::SetProgramUsageMessage(
+      "Shardline worker daemon: runs trainer processes for the coordinator.");
   absl::ParseCommandLine(argc, argv);
   shardline::SetLogPrefix("worker");
 
@@ -71,8 +75,8 @@ int main(int argc, char** argv) {
   o.advertise_address = absl::GetFlag(FLAGS_address);
   o.cpu_slots = absl::GetFlag(FLAGS_slots);
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
-  o.trainer_path = absl::GetFlag(FLAGS_trainer).empty() ? TrainerBesideSelf()
-                                                        : absl::GetFlag(FLAGS_trainer);
+  o.trainer_path =
+      absl::GetFlag(FLAGS_trainer).empty() ? TrainerBesideSelf() : absl::GetFlag(FLAGS_trainer);
   o.grace_period = absl::Seconds(absl::GetFlag(FLAGS_grace_period_s));
 
   if (absl::GetFlag(FLAGS_check_flags)) {

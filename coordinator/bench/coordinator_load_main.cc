@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <deque>
 #include <atomic>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
@@ -30,14 +31,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include <grpcpp/grpcpp.h>
 
 #include "coordinator/client.h"
-#include "proto/coordinator.grpc.pb.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator_core.h"
 #include "coordinator/planner.h"
 #include "coordinator/testing/coordinator_process.h"
+#include "proto/coordinator.grpc.pb.h"
 
 ABSL_FLAG(std::string, workers, "1000,10000", "simulated worker counts, comma separated");
 ABSL_FLAG(int32_t, duration_s, 20, "heartbeat phase length per worker count");
@@ -80,17 +80,16 @@ double Percentile(std::vector<double>& v, double p) {
 }
 
 std::string DefaultCoordinatorPath(const char* argv0) {
-  for (const std::string& p :
-       {absl::StrCat(argv0, ".runfiles/shardline/coordinator/coordinator"),
-        std::string("coordinator/coordinator")}) {
+  for (const std::string& p : {absl::StrCat(argv0, ".runfiles/shardline/coordinator/coordinator"),
+                               std::string("coordinator/coordinator")}) {
     if (access(p.c_str(), X_OK) == 0) return p;
   }
   return sc::CoordinatorBinaryPath();
 }
 
 std::string PlanningTable(int ranks) {
-  std::string out = absl::StrFormat("planning %d ranks on %d nodes x 8 slots (median of 5)\n",
-                                    ranks, ranks / 8);
+  std::string out =
+      absl::StrFormat("planning %d ranks on %d nodes x 8 slots (median of 5)\n", ranks, ranks / 8);
   absl::StrAppend(&out, absl::StrFormat("  %-14s %10s\n", "shard degree", "time ms"));
   std::vector<sc::NodeCapacity> nodes(ranks / 8);
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -347,19 +346,19 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   std::string binary = absl::GetFlag(FLAGS_coordinator);
   if (binary.empty()) binary = DefaultCoordinatorPath(argv[0]);
-  std::string report = absl::StrCat(
-      "coordinator load test on ", std::thread::hardware_concurrency(), " cores; ",
-      absl::FormatTime(absl::Now()), "; load average at start ", LoadAverage(),
-      " (the coordinator, this tool and anything else running share the cores)\n\n");
+  std::string report =
+      absl::StrCat("coordinator load test on ", std::thread::hardware_concurrency(), " cores; ",
+                   absl::FormatTime(absl::Now()), "; load average at start ", LoadAverage(),
+                   " (the coordinator, this tool and anything else running share the cores)\n\n");
   absl::StrAppend(&report, PlanningTable(absl::GetFlag(FLAGS_plan_ranks)), "\n");
   absl::StrAppend(&report, ScheduleTable(absl::GetFlag(FLAGS_plan_ranks)), "\n");
   std::cout << report << std::flush;
   std::string table = absl::StrFormat(
       "heartbeats at 1/s per worker, %ds, %d client threads, %d channels\n"
       "  %8s %8s %9s %8s %8s %8s %8s %7s %12s %10s\n",
-      absl::GetFlag(FLAGS_duration_s), absl::GetFlag(FLAGS_threads),
-      absl::GetFlag(FLAGS_channels), "workers", "streams", "beats", "rate/s", "p50 ms", "p99 ms", "max ms",
-      "errors", "coord cores", "tool cores");
+      absl::GetFlag(FLAGS_duration_s), absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_channels),
+      "workers", "streams", "beats", "rate/s", "p50 ms", "p99 ms", "max ms", "errors",
+      "coord cores", "tool cores");
   std::cout << table << std::flush;
   for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
     int n = 0;
@@ -368,8 +367,8 @@ int main(int argc, char** argv) {
     std::string line =
         r.error.empty()
             ? absl::StrFormat("  %8d %8d %9d %8.0f %8.2f %8.2f %8.2f %7d %12.2f %10.2f\n",
-                              r.workers, r.streams, r.beats, r.rate, r.p50_ms, r.p99_ms, r.max_ms, r.errors,
-                              r.coordinator_cpu, r.tool_cpu)
+                              r.workers, r.streams, r.beats, r.rate, r.p50_ms, r.p99_ms, r.max_ms,
+                              r.errors, r.coordinator_cpu, r.tool_cpu)
             : absl::StrFormat("  %8d error: %s\n", r.workers, r.error);
     std::cout << line << std::flush;
     absl::StrAppend(&table, line);

@@ -115,11 +115,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorProcess>> CoordinatorProcess::Start(
     // EOF: the child exited (or closed stdout) before serving.
     const int status = WaitUntil(pid, absl::Now() + absl::Seconds(10));
     p->pid_ = -1;
-    return absl::UnavailableError(absl::StrCat(
-        options.binary, " exited before serving (",
-        status >= 0 && WIFEXITED(status) ? absl::StrCat("exit code ", WEXITSTATUS(status))
-                                         : absl::StrCat("wait status ", status),
-        "); stderr: ", Tail(options.stderr_path)));
+    return absl::UnavailableError(absl::StrCat(options.binary, " exited before serving (",
+                                               status >= 0 && WIFEXITED(status)
+                                                   ? absl::StrCat("exit code ", WEXITSTATUS(status))
+                                                   : absl::StrCat("wait status ", status),
+                                               "); stderr: ", Tail(options.stderr_path)));
   }
 }
 
@@ -128,9 +128,8 @@ absl::StatusOr<int> CoordinatorProcess::Signal(int sig, absl::Duration timeout) 
   kill(pid_, sig);
   const int status = WaitUntil(pid_, absl::Now() + timeout);
   if (status < 0) {
-    return absl::DeadlineExceededError(absl::StrCat("coordinator pid ", pid_,
-                                                    " did not exit within ",
-                                                    absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(absl::StrCat(
+        "coordinator pid ", pid_, " did not exit within ", absl::FormatDuration(timeout)));
   }
   pid_ = -1;
   return status;

@@ -20,9 +20,9 @@ namespace shardline::coordinator {
 class CoordinatorProcess {
  public:
   struct Options {
-    std::string binary;              // path of the coordinator binary
-    std::vector<std::string> args;   // flags
-    std::string stderr_path;         // empty: inherit the test's stderr
+    std::string binary;             // path of the coordinator binary
+    std::vector<std::string> args;  // flags
+    std::string stderr_path;        // empty: inherit the test's stderr
     absl::Duration start_timeout = absl::Seconds(30);
   };
   // Starts the binary and waits for its address line. Errors: UNAVAILABLE when it exits first

@@ -51,11 +51,13 @@ absl::Status FakeCommGroup::Exchange(
   return absl::OkStatus();
 }
 
-std::vector<std::unique_ptr<FakeCommunicator>> FakeCommunicator::MakeGroup(
-    const std::string& name, int size, absl::Duration timeout) {
+std::vector<std::unique_ptr<FakeCommunicator>> FakeCommunicator::MakeGroup(const std::string& name,
+                                                                           int size,
+                                                                           absl::Duration timeout) {
   auto group = std::make_shared<FakeCommGroup>(name, size);
   std::vector<std::unique_ptr<FakeCommunicator>> out;
-  for (int r = 0; r < size; ++r) out.push_back(std::make_unique<FakeCommunicator>(group, r, timeout));
+  for (int r = 0; r < size; ++r)
+    out.push_back(std::make_unique<FakeCommunicator>(group, r, timeout));
   return out;
 }
 
@@ -68,8 +70,8 @@ absl::Status FakeCommunicator::Run(const char* op, const at::Tensor& t,
   }
   absl::Status s = group_->Exchange(rank_, t, timeout_, fn);
   if (!s.ok()) {
-    broken_ = absl::Status(s.code(), absl::StrCat("group ", name(), " op ", op, " step ", step_,
-                                                  ": ", s.message()));
+    broken_ = absl::Status(
+        s.code(), absl::StrCat("group ", name(), " op ", op, " step ", step_, ": ", s.message()));
     return broken_;
   }
   return absl::OkStatus();
@@ -136,9 +138,8 @@ std::unique_ptr<CommHandle> FakeCommunicator::AllReduceAsync(const at::Tensor& t
 
 absl::Status FakeCommunicator::Broadcast(const at::Tensor& t, int root) {
   at::Tensor result;
-  absl::Status s = Run("broadcast", t, [&](const std::vector<at::Tensor>& all) {
-    result = all[root].clone();
-  });
+  absl::Status s =
+      Run("broadcast", t, [&](const std::vector<at::Tensor>& all) { result = all[root].clone(); });
   if (s.ok()) t.copy_(result);
   return s;
 }

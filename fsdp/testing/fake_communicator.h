@@ -45,7 +45,7 @@ class FakeCommGroup {
   const int size_;
   absl::Mutex mu_;
   std::vector<at::Tensor> posted_ ABSL_GUARDED_BY(mu_);
-  int64_t arrived_ ABSL_GUARDED_BY(mu_) = 0;   // Arrivals, counted across all phases.
+  int64_t arrived_ ABSL_GUARDED_BY(mu_) = 0;  // Arrivals, counted across all phases.
 };
 
 class FakeCommunicator : public Communicator {

@@ -38,9 +38,8 @@ std::string RunRanksResult::Summary() const {
   std::string out;
   for (const RankResult& r : ranks) {
     constexpr size_t kTail = 4096;
-    const std::string tail = r.output.size() > kTail
-                                 ? "..." + r.output.substr(r.output.size() - kTail)
-                                 : r.output;
+    const std::string tail =
+        r.output.size() > kTail ? "..." + r.output.substr(r.output.size() - kTail) : r.output;
     absl::StrAppend(&out, "---- rank ", r.rank, ": exit ", r.exit_code,
                     r.timed_out ? " (killed at timeout)" : "", "\n", tail, "\n");
   }
@@ -51,8 +50,7 @@ std::string RunfilePath(const std::string& relative) {
   const char* srcdir = getenv("TEST_SRCDIR");
   const char* workspace = getenv("TEST_WORKSPACE");
   if (srcdir == nullptr) return relative;
-  return absl::StrCat(srcdir, "/", workspace != nullptr ? workspace : "shardline", "/",
-                      relative);
+  return absl::StrCat(srcdir, "/", workspace != nullptr ? workspace : "shardline", "/", relative);
 }
 
 RunRanksResult RunRanks(const std::string& binary, int world_size,
@@ -154,8 +152,7 @@ RunRanksResult RunRanks(const std::string& binary, int world_size,
       pid_t done = waitpid(c.pid, &status, WNOHANG);
       if (done == c.pid) {
         c.exited = true;
-        result.ranks[r].exit_code =
-            WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+        result.ranks[r].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
       } else {
         all_exited = false;
       }

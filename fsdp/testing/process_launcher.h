@@ -53,8 +53,7 @@ struct RunRanksOptions {
 RunRanksResult RunRanks(const std::string& binary, int world_size,
                         const std::vector<std::string>& extra_args, absl::Duration timeout);
 RunRanksResult RunRanks(const std::string& binary, int world_size,
-                        const std::vector<std::string>& extra_args,
-                        const RunRanksOptions& options);
+                        const std::vector<std::string>& extra_args, const RunRanksOptions& options);
 
 // The path of a data dependency of the running Bazel test (e.g. "fsdp/testing/comm_worker"),
 // found under $TEST_SRCDIR/$TEST_WORKSPACE; the relative path itself outside Bazel.

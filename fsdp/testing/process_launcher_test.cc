@@ -42,8 +42,7 @@ TEST(RunRanks, PassesTheStoreAddress) {
   // $3 is --store_host=..., $4 --store_port=... (the multi-process tests connect to it).
   RunRanksResult result = RunScript(1, "echo \"$3 $4\"");
   ASSERT_TRUE(result.AllSucceeded()) << result.Summary();
-  EXPECT_NE(result.ranks[0].output.find("--store_host=127.0.0.1 --store_port="),
-            std::string::npos)
+  EXPECT_NE(result.ranks[0].output.find("--store_host=127.0.0.1 --store_port="), std::string::npos)
       << result.ranks[0].output;
 }
 

@@ -26,7 +26,8 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& mask) {
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, n_head, hd}).transpose(1, 2); };
   at::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
   at::Tensor att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  att = att.masked_fill(mask.narrow(0, 0, T).narrow(1, 0, T), -std::numeric_limits<double>::infinity());  // -inf: fits fp16 too.
+  att = att.masked_fill(mask.narrow(0, 0, T).narrow(1, 0, T),
+                        -std::numeric_limits<double>::infinity());  // -inf: fits fp16 too.
   att = at::softmax(att, -1);
   at::Tensor y = at::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
   at::Tensor out = x + proj->forward(y);
@@ -46,8 +47,8 @@ TinyGptImpl::TinyGptImpl(const TinyGptConfig& c) : torch::nn::Module("TinyGpt"),
   for (int64_t i = 0; i < c.n_layer; ++i) blocks->push_back(Block(c));
   ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
   head = register_module("head", TiedHead(wte->weight));
-  mask = register_buffer(
-      "mask", at::ones({c.block_size, c.block_size}, at::kBool).triu(/*diagonal=*/1));
+  mask = register_buffer("mask",
+                         at::ones({c.block_size, c.block_size}, at::kBool).triu(/*diagonal=*/1));
 }
 
 at::Tensor TinyGptImpl::forward(const at::Tensor& idx, UnitRunner* runner) {
@@ -56,15 +57,13 @@ at::Tensor TinyGptImpl::forward(const at::Tensor& idx, UnitRunner* runner) {
   at::Tensor x = wte->forward(idx) + wpe->forward(pos).unsqueeze(0);
   for (size_t i = 0; i < blocks->size(); ++i) {
     auto block = blocks->ptr<BlockImpl>(i);
-    x = RunUnit(runner, *block, x, [block, mask = mask](const at::Tensor& h) {
-      return block->forward(h, mask);
-    });
+    x = RunUnit(runner, *block, x,
+                [block, mask = mask](const at::Tensor& h) { return block->forward(h, mask); });
   }
   return head->forward(ln_f->forward(x));
 }
 
-at::Tensor TinyGptImpl::loss(const at::Tensor& idx, const at::Tensor& targets,
-                             UnitRunner* runner) {
+at::Tensor TinyGptImpl::loss(const at::Tensor& idx, const at::Tensor& targets, UnitRunner* runner) {
   at::Tensor logits = forward(idx, runner).to(at::kFloat);  // The loss in fp32 (mixed precision).
   return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
 }

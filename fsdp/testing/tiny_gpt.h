@@ -65,7 +65,7 @@ class TinyGptImpl : public torch::nn::Module {
   torch::nn::ModuleList blocks;
   torch::nn::LayerNorm ln_f{nullptr};
   TiedHead head{nullptr};
-  at::Tensor mask;                  // [T,T] bool buffer, true above the diagonal.
+  at::Tensor mask;  // [T,T] bool buffer, true above the diagonal.
 };
 TORCH_MODULE(TinyGpt);
 

@@ -109,10 +109,10 @@ TEST_F(CpuOffloadGpuTest, SingleRankNcclMatchesTheRunWithoutOffload) {
     at::ScalarType param_dtype;
     bool fused;  // With offload only, as the trainer does.
   };
-  for (const Case& k : {Case{"NO_SHARD", false, at::kFloat, false},
-                        Case{"NO_SHARD", false, at::kFloat, true},
-                        Case{"FULL_SHARD", true, at::kFloat, false},
-                        Case{"FULL_SHARD", false, at::kBFloat16, true}}) {
+  for (const Case& k :
+       {Case{"NO_SHARD", false, at::kFloat, false}, Case{"NO_SHARD", false, at::kFloat, true},
+        Case{"FULL_SHARD", true, at::kFloat, false},
+        Case{"FULL_SHARD", false, at::kBFloat16, true}}) {
     ParityConfig c;
     c.strategy = k.strategy;
     c.world_size = 1;

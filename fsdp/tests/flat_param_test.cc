@@ -29,8 +29,8 @@ TEST(FlatParam, ShardsArePaddedEqualSlicesOfTheConcatenation) {
     EXPECT_EQ((*fp)->padded_numel(), 12);
     EXPECT_EQ((*fp)->shard_numel(), 3);
     EXPECT_EQ((*fp)->valid_shard_numel(), r == 3 ? 2 : 3);
-    at::Tensor flat = at::cat({at::arange(6, at::kFloat), at::arange(5, at::kFloat) + 100,
-                               at::zeros({1})});
+    at::Tensor flat =
+        at::cat({at::arange(6, at::kFloat), at::arange(5, at::kFloat) + 100, at::zeros({1})});
     EXPECT_TRUE(at::equal((*fp)->shard(), flat.narrow(0, 3 * r, 3))) << r;
     EXPECT_FALSE((*fp)->full_allocated());
     EXPECT_EQ((*fp)->full_bytes(), 0);

@@ -277,9 +277,9 @@ TEST(FsdpEngine, StrategiesIssueTheirScheduleOfCollectives) {
     const char* strategy;
     int world, degree;
     bool prefetch;
-    int64_t gathers_per_step;         // Shard group: root (1) + blocks.
-    int64_t reduce_scatters_per_step; // Shard group: one per unit.
-    int64_t all_reduces_per_step;     // Replicate group: one per unit.
+    int64_t gathers_per_step;          // Shard group: root (1) + blocks.
+    int64_t reduce_scatters_per_step;  // Shard group: one per unit.
+    int64_t all_reduces_per_step;      // Replicate group: one per unit.
   };
   for (const Case& k : {Case{"FULL_SHARD", 2, 0, false, 1 + 2 * 2, 3, 0},
                         Case{"SHARD_GRAD_OP", 2, 0, false, 1 + 2, 3, 0},
@@ -558,7 +558,6 @@ TEST(FsdpEngine, LocalStateCoversEveryElementOnce) {
   EXPECT_EQ(opt_slices[1][3].end, slices[1][3].end);
 }
 
-
 // Every rank's per-step losses and gradient norms are bit-identical in the two runs.
 void ExpectBitIdenticalLosses(const std::vector<ParityResult>& a,
                               const std::vector<ParityResult>& b, int steps) {
@@ -603,7 +602,6 @@ TEST(FsdpEngine, ActivationCheckpointingIsBitIdentical) {
     }
   }
 }
-
 
 // CPU offload on a CPU model: the shards are separate host tensors (never the device buffer,
 // even with S = 1), every gather goes through a staging copy and every reduced shard is added
@@ -661,8 +659,9 @@ TEST(ShardedOptimizer, FusedAdamWMatchesOpByOpWithinFloatRounding) {
     double loss_scale;
     bool offload;
   };
-  for (const Case& k : {Case{"FULL_SHARD", 2, 0, 0, false}, Case{"HYBRID_SHARD", 4, 2, 0, true},
-                        Case{"NO_SHARD", 1, 0, 1024, false}, Case{"FULL_SHARD", 2, 0, 1024, true}}) {
+  for (const Case& k :
+       {Case{"FULL_SHARD", 2, 0, 0, false}, Case{"HYBRID_SHARD", 4, 2, 0, true},
+        Case{"NO_SHARD", 1, 0, 1024, false}, Case{"FULL_SHARD", 2, 0, 1024, true}}) {
     ParityConfig c;
     c.strategy = k.strategy;
     c.world_size = k.world;
@@ -777,9 +776,10 @@ double MaxRelLossDiff(const ParityResult& a, const ParityResult& b) {
 
 // Mixed precision against float32, per dtype. Tolerances on the per-step loss, relative: bf16
 // keeps 8 significant bits (rounding 2^-9 ~ 2e-3 per operation; measured 1.9e-3 over 5 steps),
-// so 1e-2; fp16 keeps 11 bits (2^-12 ~ 2.4e-4, 8x finer; measured 2.2e-4), so 2e-3. Sharded runs must match the single-rank run of the same precision within the
-// same tolerance (they differ only in reduction order and the reduce dtype's rounding of the
-// average). The losses must not be bit-equal to fp32: the low precision really computes.
+// so 1e-2; fp16 keeps 11 bits (2^-12 ~ 2.4e-4, 8x finer; measured 2.2e-4), so 2e-3. Sharded runs
+// must match the single-rank run of the same precision within the same tolerance (they differ only
+// in reduction order and the reduce dtype's rounding of the average). The losses must not be
+// bit-equal to fp32: the low precision really computes.
 TEST(FsdpEngine, MixedPrecisionMatchesFloat32WithinTheDtypesTolerance) {
   ParityConfig c;
   c.strategy = "NO_SHARD";
@@ -790,11 +790,11 @@ TEST(FsdpEngine, MixedPrecisionMatchesFloat32WithinTheDtypesTolerance) {
     at::ScalarType param, reduce;
     double tolerance;
   };
-  for (const Case& k : {Case{at::kBFloat16, at::kBFloat16, 1e-2},
-                        Case{at::kBFloat16, at::kFloat, 1e-2}, Case{at::kHalf, at::kFloat, 2e-3},
-                        Case{at::kHalf, at::kHalf, 2e-3}}) {
-    SCOPED_TRACE(absl::StrCat("param ", c10::toString(k.param), " reduce ",
-                              c10::toString(k.reduce)));
+  for (const Case& k :
+       {Case{at::kBFloat16, at::kBFloat16, 1e-2}, Case{at::kBFloat16, at::kFloat, 1e-2},
+        Case{at::kHalf, at::kFloat, 2e-3}, Case{at::kHalf, at::kHalf, 2e-3}}) {
+    SCOPED_TRACE(
+        absl::StrCat("param ", c10::toString(k.param), " reduce ", c10::toString(k.reduce)));
     ParityConfig m = c;
     m.param_dtype = k.param;
     m.reduce_dtype = k.reduce;
@@ -822,13 +822,13 @@ TEST(FsdpEngine, MixedPrecisionMatchesFloat32WithinTheDtypesTolerance) {
       }
       const double vs_single = MaxRelLossDiff(mean, one[0]);
       EXPECT_LE(vs_single, k.tolerance) << strategy;
-      std::printf("param %s reduce %s: max relative loss difference %.2e vs fp32, %.2e %s W=4 "
-                  "vs W=1\n",
-                  c10::toString(k.param), c10::toString(k.reduce), vs_fp32, vs_single, strategy);
+      std::printf(
+          "param %s reduce %s: max relative loss difference %.2e vs fp32, %.2e %s W=4 "
+          "vs W=1\n",
+          c10::toString(k.param), c10::toString(k.reduce), vs_fp32, vs_single, strategy);
     }
   }
 }
-
 
 TEST(DynamicLossScaler, BacksOffOnOverflowAndGrowsAfterGoodSteps) {
   LossScalerOptions o;
@@ -987,10 +987,11 @@ TEST(FsdpEngine, ActivationCheckpointingKeepsOnlyBlockInputs) {
     }
   }
   const int64_t activation_bytes = batch * config.block_size * config.n_embd * 4;
-  std::printf("activation memory held after forward: %.2f MiB without checkpointing, %.2f MiB "
-              "with (%.1f%%); one block input is %.2f MiB\n",
-              held[0] / 1048576.0, held[1] / 1048576.0, 100.0 * held[1] / held[0],
-              activation_bytes / 1048576.0);
+  std::printf(
+      "activation memory held after forward: %.2f MiB without checkpointing, %.2f MiB "
+      "with (%.1f%%); one block input is %.2f MiB\n",
+      held[0] / 1048576.0, held[1] / 1048576.0, 100.0 * held[1] / held[0],
+      activation_bytes / 1048576.0);
   at::set_num_threads(threads);
   EXPECT_EQ(losses[0], losses[1]);
   EXPECT_GT(held[0], 4 * held[1]);
@@ -1001,12 +1002,12 @@ TEST(FsdpEngine, ActivationCheckpointingKeepsOnlyBlockInputs) {
 // limit_all_gathers: with forward and backward prefetch over six blocks, at most two blocks are
 // gathered at any time; parameters and losses are the same as without prefetch.
 TEST(FsdpEngine, LimitAllGathersBoundsGatheredBlocksToTwo) {
-  for (auto prefetch : {FsdpEngineOptions::BackwardPrefetch::kPre,
-                        FsdpEngineOptions::BackwardPrefetch::kPost}) {
+  for (auto prefetch :
+       {FsdpEngineOptions::BackwardPrefetch::kPre, FsdpEngineOptions::BackwardPrefetch::kPost}) {
     for (bool ac : {false, true}) {
-      SCOPED_TRACE(absl::StrCat(prefetch == FsdpEngineOptions::BackwardPrefetch::kPre ? "pre"
-                                                                                      : "post",
-                                ac ? " checkpointed" : ""));
+      SCOPED_TRACE(
+          absl::StrCat(prefetch == FsdpEngineOptions::BackwardPrefetch::kPre ? "pre" : "post",
+                       ac ? " checkpointed" : ""));
       auto layout = MakeEngineLayout(2, "FULL_SHARD", 0);
       ASSERT_TRUE(layout.ok()) << layout.status();
       FakeWorld world(2, 2);

@@ -58,22 +58,31 @@ bool ParseWorkerArgs(int argc, char** argv, WorkerArgs* a) {
     if (kv.size() != 2) continue;
     const std::string& k = kv[0];
     const std::string& v = kv[1];
-    if (k == "--parity_config") { a->config = v; worker = true; }
-    else if (k == "--rank") (void)absl::SimpleAtoi(v, &a->rank);
-    else if (k == "--world_size") (void)absl::SimpleAtoi(v, &a->world_size);
-    else if (k == "--store_host") a->store_host = v;
-    else if (k == "--store_port") (void)absl::SimpleAtoi(v, &a->store_port);
-    else if (k == "--out") a->out = v;
-    else if (k == "--die_at_step") (void)absl::SimpleAtoi(v, &a->die_at_step);
-    else if (k == "--die_rank") (void)absl::SimpleAtoi(v, &a->die_rank);
-    else if (k == "--timeout_ms") (void)absl::SimpleAtoi(v, &a->timeout_ms);
+    if (k == "--parity_config") {
+      a->config = v;
+      worker = true;
+    } else if (k == "--rank")
+      (void)absl::SimpleAtoi(v, &a->rank);
+    else if (k == "--world_size")
+      (void)absl::SimpleAtoi(v, &a->world_size);
+    else if (k == "--store_host")
+      a->store_host = v;
+    else if (k == "--store_port")
+      (void)absl::SimpleAtoi(v, &a->store_port);
+    else if (k == "--out")
+      a->out = v;
+    else if (k == "--die_at_step")
+      (void)absl::SimpleAtoi(v, &a->die_at_step);
+    else if (k == "--die_rank")
+      (void)absl::SimpleAtoi(v, &a->die_rank);
+    else if (k == "--timeout_ms")
+      (void)absl::SimpleAtoi(v, &a->timeout_ms);
   }
   return worker;
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> Connect(KvStore* base, const std::string& name,
-                                                      int rank, int size,
-                                                      absl::Duration timeout) {
+                                                      int rank, int size, absl::Duration timeout) {
   if (size == 1) return std::unique_ptr<Communicator>();
   PrefixKvStore store(base, name);
   GlooCommunicator::Options o;
@@ -89,8 +98,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> Connect(KvStore* base, const std::
 absl::Status RunWorker(const WorkerArgs& a) {
   ASSIGN_OR_RETURN(ParityConfig config, ParityConfig::Decode(a.config));
   if (a.rank == a.die_rank) config.die_at_step = a.die_at_step;
-  ASSIGN_OR_RETURN(EngineLayout layout, MakeEngineLayout(a.world_size, config.strategy,
-                                                         config.hybrid_shard_degree));
+  ASSIGN_OR_RETURN(EngineLayout layout,
+                   MakeEngineLayout(a.world_size, config.strategy, config.hybrid_shard_degree));
   TcpKvStore::Options so;
   so.host = a.store_host;
   so.port = a.store_port;
@@ -103,8 +112,7 @@ absl::Status RunWorker(const WorkerArgs& a) {
   ASSIGN_OR_RETURN(std::unique_ptr<Communicator> replicate,
                    Connect(store.get(), absl::StrCat("replicate[", layout.ShardIndex(a.rank), "]"),
                            layout.ReplicateIndex(a.rank), r, timeout));
-  ASSIGN_OR_RETURN(ParityResult result,
-                   RunFsdpRank(config, a.rank, shard.get(), replicate.get()));
+  ASSIGN_OR_RETURN(ParityResult result, RunFsdpRank(config, a.rank, shard.get(), replicate.get()));
   for (size_t i = 0; i < result.losses.size(); ++i) {
     char buf[64];
     std::snprintf(buf, sizeof(buf), "LOSS %zu %.12g", i, result.losses[i]);
@@ -178,9 +186,9 @@ TEST_P(FsdpParity, MatchesSingleProcessTraining) {
   const std::string out = absl::StrCat(TempDir(), "/params_", c.Name(), ".txt");
   RunRanksOptions opts;
   opts.timeout = absl::Seconds(240);
-  RunRanksResult run = RunRanks(
-      SelfPath(), c.world_size, {absl::StrCat("--parity_config=", c.Encode()), "--out=" + out},
-      opts);
+  RunRanksResult run =
+      RunRanks(SelfPath(), c.world_size,
+               {absl::StrCat("--parity_config=", c.Encode()), "--out=" + out}, opts);
   ASSERT_TRUE(run.AllSucceeded()) << run.Summary();
 
   // Global loss per step = mean of the ranks' losses (equal shares of the global batch).
@@ -206,8 +214,7 @@ TEST_P(FsdpParity, MatchesSingleProcessTraining) {
     ASSERT_EQ(seen, c.steps) << "rank " << r.rank << ":\n" << r.output;
   }
   for (int step = 0; step < c.steps; ++step) {
-    EXPECT_NEAR(mean[step], ref.losses[step], 1e-5 * std::abs(ref.losses[step]))
-        << "step " << step;
+    EXPECT_NEAR(mean[step], ref.losses[step], 1e-5 * std::abs(ref.losses[step])) << "step " << step;
   }
   auto params = ReadParams(out);
   ASSERT_EQ(params.size(), 26u);  // Every unique parameter (head.weight is wte.weight).
@@ -290,9 +297,9 @@ TEST(FsdpParityCheckpointing, MultiProcessRunIsBitIdenticalToWithout) {
     const std::string out = absl::StrCat(TempDir(), "/params_", c.Name(), ".txt");
     RunRanksOptions opts;
     opts.timeout = absl::Seconds(240);
-    RunRanksResult run = RunRanks(
-        SelfPath(), c.world_size, {absl::StrCat("--parity_config=", c.Encode()), "--out=" + out},
-        opts);
+    RunRanksResult run =
+        RunRanks(SelfPath(), c.world_size,
+                 {absl::StrCat("--parity_config=", c.Encode()), "--out=" + out}, opts);
     ASSERT_TRUE(run.AllSucceeded()) << run.Summary();
     for (const RankResult& r : run.ranks) {
       for (absl::string_view line : absl::StrSplit(r.output, '\n')) {
@@ -321,9 +328,9 @@ TEST(FsdpParityGolden, UnshardedRunMatchesGoldenLosses) {
         << FormatGoldenLosses(ref.losses);
   }
   const char* srcdir = std::getenv("TEST_SRCDIR");
-  const std::string path =
-      srcdir != nullptr ? RunfilePath("fsdp/tests/testdata/golden_losses_adamw.txt")
-                        : "fsdp/tests/testdata/golden_losses_adamw.txt";
+  const std::string path = srcdir != nullptr
+                               ? RunfilePath("fsdp/tests/testdata/golden_losses_adamw.txt")
+                               : "fsdp/tests/testdata/golden_losses_adamw.txt";
   absl::StatusOr<std::vector<double>> golden = ReadGoldenLosses(path);
   ASSERT_TRUE(golden.ok()) << golden.status();
   ASSERT_EQ(golden->size(), ref.losses.size());

@@ -1,6 +1,5 @@
 #include "fsdp/tests/parity.h"
 
-#include <optional>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -111,11 +110,10 @@ ParityResult RunReference(const ParityConfig& config) {
     opt = std::make_unique<torch::optim::SGD>(
         unique, torch::optim::SGDOptions(kSgdLr).momentum(kMomentum).weight_decay(kSgdWeightDecay));
   } else {
-    opt = std::make_unique<torch::optim::AdamW>(
-        unique, torch::optim::AdamWOptions(kLr)
-                    .betas({kBeta1, kBeta2})
-                    .eps(kEps)
-                    .weight_decay(kWeightDecay));
+    opt = std::make_unique<torch::optim::AdamW>(unique, torch::optim::AdamWOptions(kLr)
+                                                            .betas({kBeta1, kBeta2})
+                                                            .eps(kEps)
+                                                            .weight_decay(kWeightDecay));
   }
   ParityResult result;
   for (int step = 0; step < config.steps; ++step) {
@@ -137,8 +135,8 @@ ParityResult RunReference(const ParityConfig& config) {
   return result;
 }
 
-absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
-                                         Communicator* shard, Communicator* replicate,
+absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank, Communicator* shard,
+                                         Communicator* replicate,
                                          const std::map<std::string, at::Tensor>* resume) {
   ASSIGN_OR_RETURN(EngineLayout layout, MakeEngineLayout(config.world_size, config.strategy,
                                                          config.hybrid_shard_degree));

@@ -44,12 +44,12 @@ struct ParityConfig {
   // ShardedOptimizerOptions::fused (AdamW only; in-process runs only, not part of Encode()).
   bool fused_optimizer = false;
   int steps = 20;
-  int global_batch = 12;          // Sequences per step over all ranks.
-  int die_at_step = -1;           // Failure tests: this rank SIGKILLs itself at that step.
-  int start_step = 0;             // Resume tests: first step's index (data and lr follow it).
-  bool save_state = false;        // Fill ParityResult::state (params + optimizer, every rank).
+  int global_batch = 12;    // Sequences per step over all ranks.
+  int die_at_step = -1;     // Failure tests: this rank SIGKILLs itself at that step.
+  int start_step = 0;       // Resume tests: first step's index (data and lr follow it).
+  bool save_state = false;  // Fill ParityResult::state (params + optimizer, every rank).
 
-  std::string Name() const;       // "FULL_SHARD_W4_S0_TRANSFORMER_BLOCK_mb1_adamw"
+  std::string Name() const;  // "FULL_SHARD_W4_S0_TRANSFORMER_BLOCK_mb1_adamw"
   // Round trip through one command-line token: "FULL_SHARD:4:0:TRANSFORMER_BLOCK:1:adamw:0".
   std::string Encode() const;
   static absl::StatusOr<ParityConfig> Decode(const std::string& s);
@@ -59,11 +59,11 @@ struct ParityConfig {
 inline void PrintTo(const ParityConfig& c, std::ostream* os) { *os << c.Name(); }
 
 struct ParityResult {
-  std::vector<double> losses;                 // Global mean loss per step.
+  std::vector<double> losses;  // Global mean loss per step.
   // Global gradient norm per step, before clipping (catches gradient scaling mistakes that
   // AdamW, being scale-invariant, would hide).
   std::vector<double> grad_norms;
-  std::map<std::string, at::Tensor> params;   // Final parameters (canonical names).
+  std::map<std::string, at::Tensor> params;  // Final parameters (canonical names).
   // With save_state: full parameters, optimizer state ("<name>.exp_avg", ...) and "step".
   std::map<std::string, at::Tensor> state;
   int64_t skipped_steps = 0;  // Loss scaling: steps skipped for non-finite gradients.
@@ -77,8 +77,8 @@ ParityResult RunReference(const ParityConfig& config);
 // over ranks); `params` are filled on rank 0 only. Communicators may be nullptr for groups of
 // one rank.
 // `resume` (optional): a ParityResult::state to load before the first step.
-absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank,
-                                         Communicator* shard, Communicator* replicate,
+absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank, Communicator* shard,
+                                         Communicator* replicate,
                                          const std::map<std::string, at::Tensor>* resume = nullptr);
 
 // Golden file: one loss per line ("<step> <loss>"), '#' comments.

@@ -24,9 +24,9 @@
 #include <cmath>
 #include <functional>
 #include <iostream>
-#include <ostream>
 #include <limits>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -214,8 +214,7 @@ class FakeGpuWorker : public ::testing::Environment {
  public:
   void SetUp() override {
     RegisterWorkerResponse reg;
-    grpc::Status s =
-        stub->RegisterWorker(Worker().get(), FakeNode("bad-input-fake-gpu", 2), &reg);
+    grpc::Status s = stub->RegisterWorker(Worker().get(), FakeNode("bad-input-fake-gpu", 2), &reg);
     ASSERT_TRUE(s.ok()) << "register fake worker: " << s.error_message();
     fake_worker_id = reg.worker_id();
     heartbeat_ = std::thread([this] { HeartbeatLoop(); });
@@ -335,9 +334,8 @@ std::vector<Row> Rows() {
                "missing \"authorization: Bearer <token>\""});
   r.push_back({"SubmitWithWrongToken", [] { return Submit(ValidSpec(), "not-the-token"); },
                C::UNAUTHENTICATED, "wrong user token"});
-  r.push_back({"SubmitWithWorkerJoinToken",
-               [] { return Submit(ValidSpec(), flags.worker_token); }, C::UNAUTHENTICATED,
-               "wrong user token"});
+  r.push_back({"SubmitWithWorkerJoinToken", [] { return Submit(ValidSpec(), flags.worker_token); },
+               C::UNAUTHENTICATED, "wrong user token"});
   r.push_back({"RegisterWorkerWithUserToken",
                [] { return Register(FakeNode("intruder", 1), flags.user_token); },
                C::UNAUTHENTICATED, "wrong worker join token"});
@@ -355,7 +353,8 @@ std::vector<Row> Rows() {
   // ---- job specs that bypass shardctl's local validation
   r.push_back({"SubmitEmptySpec", [] { return Submit(JobSpec(), flags.user_token); },
                C::INVALID_ARGUMENT, "name: must be 1 to 64 characters"});
-  r.push_back({"SubmitWorldSizeZero", [] { return SubmitWith([](JobSpec* s) { s->set_world_size(0); }); },
+  r.push_back({"SubmitWorldSizeZero",
+               [] { return SubmitWith([](JobSpec* s) { s->set_world_size(0); }); },
                C::INVALID_ARGUMENT, "world_size: must be >= 1, got 0"});
   r.push_back({"SubmitWorldSizeNegative",
                [] { return SubmitWith([](JobSpec* s) { s->set_world_size(-4); }); },
@@ -366,32 +365,38 @@ std::vector<Row> Rows() {
   r.push_back({"SubmitName65Chars",
                [] { return SubmitWith([](JobSpec* s) { s->set_name(Big(65, 'n')); }); },
                C::INVALID_ARGUMENT, "name: must be 1 to 64 characters"});
-  r.push_back({"SubmitShardDegreeNotDividingWorld",
-               [] { return SubmitWith([](JobSpec* s) { s->mutable_fsdp()->set_hybrid_shard_degree(3); }); },
-               C::INVALID_ARGUMENT, "hybrid_shard_degree: 3 does not divide world_size 4"});
-  r.push_back({"SubmitShardDegreeAboveWorld",
-               [] { return SubmitWith([](JobSpec* s) { s->mutable_fsdp()->set_hybrid_shard_degree(8); }); },
-               C::INVALID_ARGUMENT, "hybrid_shard_degree: 8"});
+  r.push_back(
+      {"SubmitShardDegreeNotDividingWorld",
+       [] { return SubmitWith([](JobSpec* s) { s->mutable_fsdp()->set_hybrid_shard_degree(3); }); },
+       C::INVALID_ARGUMENT, "hybrid_shard_degree: 3 does not divide world_size 4"});
+  r.push_back(
+      {"SubmitShardDegreeAboveWorld",
+       [] { return SubmitWith([](JobSpec* s) { s->mutable_fsdp()->set_hybrid_shard_degree(8); }); },
+       C::INVALID_ARGUMENT, "hybrid_shard_degree: 8"});
   r.push_back({"SubmitUnknownShardingStrategyNumber",
                [] {
                  return SubmitWith([](JobSpec* s) {
                    s->mutable_fsdp()->set_hybrid_shard_degree(0);
-                   s->mutable_fsdp()->set_sharding_strategy(static_cast<FsdpSpec::ShardingStrategy>(99));
+                   s->mutable_fsdp()->set_sharding_strategy(
+                       static_cast<FsdpSpec::ShardingStrategy>(99));
                  });
                },
                C::INVALID_ARGUMENT, "99"});
-  r.push_back({"SubmitMinWorldAboveWorld",
-               [] { return SubmitWith([](JobSpec* s) { s->mutable_elastic()->set_min_world_size(5); }); },
-               C::INVALID_ARGUMENT, "elastic.min_world_size: 5"});
-  r.push_back({"SubmitNegativeMaxRestarts",
-               [] { return SubmitWith([](JobSpec* s) { s->mutable_restart()->set_max_restarts(-1); }); },
-               C::INVALID_ARGUMENT, "restart.max_restarts"});
+  r.push_back(
+      {"SubmitMinWorldAboveWorld",
+       [] { return SubmitWith([](JobSpec* s) { s->mutable_elastic()->set_min_world_size(5); }); },
+       C::INVALID_ARGUMENT, "elastic.min_world_size: 5"});
+  r.push_back(
+      {"SubmitNegativeMaxRestarts",
+       [] { return SubmitWith([](JobSpec* s) { s->mutable_restart()->set_max_restarts(-1); }); },
+       C::INVALID_ARGUMENT, "restart.max_restarts"});
   r.push_back({"SubmitNoDeviceKind",
                [] { return SubmitWith([](JobSpec* s) { s->mutable_device()->clear_kind(); }); },
                C::INVALID_ARGUMENT, "device.kind: must be CPU or CUDA"});
-  r.push_back({"SubmitNaNLearningRate",
-               [] { return SubmitWith([](JobSpec* s) { s->mutable_optimizer()->set_lr(std::nan("")); }); },
-               C::INVALID_ARGUMENT, "optimizer.lr: nan must be > 0"});
+  r.push_back(
+      {"SubmitNaNLearningRate",
+       [] { return SubmitWith([](JobSpec* s) { s->mutable_optimizer()->set_lr(std::nan("")); }); },
+       C::INVALID_ARGUMENT, "optimizer.lr: nan must be > 0"});
   r.push_back({"SubmitDropoutOutOfRange",
                [] { return SubmitWith([](JobSpec* s) { s->mutable_model()->set_dropout(1.5f); }); },
                C::INVALID_ARGUMENT, "model.dropout: 1.5 is not in [0, 1)"});
@@ -399,19 +404,32 @@ std::vector<Row> Rows() {
                [] { return SubmitWith([](JobSpec* s) { s->mutable_train()->set_steps(0); }); },
                C::INVALID_ARGUMENT, "train.steps: 0 must be positive"});
   r.push_back({"SubmitHugeWorldSize",
-               [] { return SubmitWith([](JobSpec* s) { s->set_world_size(std::numeric_limits<int32_t>::max()); }); },
+               [] {
+                 return SubmitWith(
+                     [](JobSpec* s) { s->set_world_size(std::numeric_limits<int32_t>::max()); });
+               },
                C::INVALID_ARGUMENT, "world_size"});
   r.push_back({"SubmitTorchscriptPathOnGpt",
-               [] { return SubmitWith([](JobSpec* s) { s->mutable_model()->set_torchscript_path("/tmp/m.pt"); }); },
+               [] {
+                 return SubmitWith(
+                     [](JobSpec* s) { s->mutable_model()->set_torchscript_path("/tmp/m.pt"); });
+               },
                C::INVALID_ARGUMENT, "model.torchscript_path: \"/tmp/m.pt\" is only used with"});
   r.push_back({"SubmitMegabyteName",
                [] { return SubmitWith([](JobSpec* s) { s->set_name(Big(1 << 20, 'n')); }); },
                C::INVALID_ARGUMENT, "name: must be 1 to 64 characters"});
   r.push_back({"SubmitMegabyteTorchscriptPath",
-               [] { return SubmitWith([](JobSpec* s) { s->mutable_model()->set_torchscript_path("/" + Big(1 << 20)); }); },
+               [] {
+                 return SubmitWith([](JobSpec* s) {
+                   s->mutable_model()->set_torchscript_path("/" + Big(1 << 20));
+                 });
+               },
                C::INVALID_ARGUMENT, "model.torchscript_path"});
   r.push_back({"SubmitSpecOverMessageLimit",
-               [] { return SubmitWith([](JobSpec* s) { s->mutable_train()->set_sample_prompt(Big(5 << 20)); }); },
+               [] {
+                 return SubmitWith(
+                     [](JobSpec* s) { s->mutable_train()->set_sample_prompt(Big(5 << 20)); });
+               },
                C::RESOURCE_EXHAUSTED, "Received message larger than max"});
   // ---- worker calls
   r.push_back({"RegisterWorkerEmptyNodeName",
@@ -531,45 +549,53 @@ std::vector<Row> Rows() {
   r.push_back({"CheckpointUnknownJob",
                [] { return SendCkpt(CkptReport("job-999999", 1, 0, 2, "/tmp/x/step_2")); },
                C::NOT_FOUND, "unknown job job-999999"});
-  r.push_back({"CheckpointNegativeStep",
-               [] { return SendCkpt(CkptReport(fake_job_id, fake_attempt, 0, -3, "/tmp/fake/step_-3")); },
-               C::INVALID_ARGUMENT, "step must be >= 0, got -3"});
+  r.push_back(
+      {"CheckpointNegativeStep",
+       [] { return SendCkpt(CkptReport(fake_job_id, fake_attempt, 0, -3, "/tmp/fake/step_-3")); },
+       C::INVALID_ARGUMENT, "step must be >= 0, got -3"});
   r.push_back({"CheckpointEmptyPath",
                [] { return SendCkpt(CkptReport(fake_job_id, fake_attempt, 0, 4, "")); },
                C::INVALID_ARGUMENT, "path must not be empty"});
-  r.push_back({"CheckpointRelativePath",
-               [] { return SendCkpt(CkptReport(fake_job_id, fake_attempt, 0, 4, "../ckpt/step_4")); },
-               C::INVALID_ARGUMENT, "path must be absolute, got \"../ckpt/step_4\""});
-  r.push_back({"CheckpointFileNameEscapesTheStepDir",
-               [] {
-                 CheckpointReport c = CkptReport(fake_job_id, fake_attempt, 0, 4, "/tmp/fake/step_4");
-                 c.set_files(0, "../../etc/passwd");
-                 return SendCkpt(c);
-               },
-               C::INVALID_ARGUMENT, "file \"../../etc/passwd\" is not a file name in the step directory"});
+  r.push_back(
+      {"CheckpointRelativePath",
+       [] { return SendCkpt(CkptReport(fake_job_id, fake_attempt, 0, 4, "../ckpt/step_4")); },
+       C::INVALID_ARGUMENT, "path must be absolute, got \"../ckpt/step_4\""});
+  r.push_back(
+      {"CheckpointFileNameEscapesTheStepDir",
+       [] {
+         CheckpointReport c = CkptReport(fake_job_id, fake_attempt, 0, 4, "/tmp/fake/step_4");
+         c.set_files(0, "../../etc/passwd");
+         return SendCkpt(c);
+       },
+       C::INVALID_ARGUMENT, "file \"../../etc/passwd\" is not a file name in the step directory"});
   r.push_back({"CheckpointNegativeExpectedFiles",
                [] {
-                 CheckpointReport c = CkptReport(fake_job_id, fake_attempt, 0, 4, "/tmp/fake/step_4");
+                 CheckpointReport c =
+                     CkptReport(fake_job_id, fake_attempt, 0, 4, "/tmp/fake/step_4");
                  c.set_expected_files(-2);
                  return SendCkpt(c);
                },
                C::INVALID_ARGUMENT, "expected_files must be >= 0, got -2"});
   r.push_back({"CheckpointPathChangesBetweenReports",
                [] {
-                 grpc::Status first = SendCkpt(CkptReport(fake_job_id, fake_attempt, 0, 6, "/tmp/fake/step_6"));
+                 grpc::Status first =
+                     SendCkpt(CkptReport(fake_job_id, fake_attempt, 0, 6, "/tmp/fake/step_6"));
                  if (!first.ok()) return first;
-                 return SendCkpt(CkptReport(fake_job_id, fake_attempt, 1, 6, "/tmp/elsewhere/step_6"));
+                 return SendCkpt(
+                     CkptReport(fake_job_id, fake_attempt, 1, 6, "/tmp/elsewhere/step_6"));
                },
                C::INVALID_ARGUMENT, "path /tmp/elsewhere/step_6 differs from /tmp/fake/step_6"});
   r.push_back({"CheckpointNewFileAfterCommit",
                [] {
-                 CheckpointReport a = CkptReport(fake_job_id, fake_attempt, 0, 8, "/tmp/fake/step_8");
+                 CheckpointReport a =
+                     CkptReport(fake_job_id, fake_attempt, 0, 8, "/tmp/fake/step_8");
                  a.add_files("shard_1.bin");
                  a.add_files("MANIFEST.json");
                  a.set_manifest_committed(true);
                  grpc::Status s = SendCkpt(a);
                  if (!s.ok()) return s;
-                 CheckpointReport b = CkptReport(fake_job_id, fake_attempt, 1, 8, "/tmp/fake/step_8");
+                 CheckpointReport b =
+                     CkptReport(fake_job_id, fake_attempt, 1, 8, "/tmp/fake/step_8");
                  b.set_files(0, "sneaked_in.bin");
                  return SendCkpt(b);
                },
@@ -579,8 +605,8 @@ std::vector<Row> Rows() {
                [] { return RvSet(fake_namespace, "wrong-secret", "k", "v", flags.worker_token); },
                C::PERMISSION_DENIED, "wrong secret"});
   r.push_back({"RendezvousGetWrongSecret",
-               [] { return RvGet(fake_namespace, "wrong-secret", {"k"}, 0); },
-               C::PERMISSION_DENIED, "wrong secret"});
+               [] { return RvGet(fake_namespace, "wrong-secret", {"k"}, 0); }, C::PERMISSION_DENIED,
+               "wrong secret"});
   r.push_back({"RendezvousSetUnknownNamespace",
                [] { return RvSet("job-999999/1", fake_secret, "k", "v", flags.worker_token); },
                C::NOT_FOUND, "rendezvous namespace job-999999/1 does not exist"});
@@ -593,15 +619,20 @@ std::vector<Row> Rows() {
   r.push_back({"RendezvousGetNegativeTimeout",
                [] { return RvGet(fake_namespace, fake_secret, {"k"}, -1); }, C::INVALID_ARGUMENT,
                "timeout_ms: must be >= 0, got -1"});
-  r.push_back({"RendezvousSetValueOverStoreLimit",
-               [] { return RvSet(fake_namespace, fake_secret, "big", Big(2 << 20), flags.worker_token); },
-               C::RESOURCE_EXHAUSTED, "rendezvous value for big has 2097152 bytes; limit"});
+  r.push_back(
+      {"RendezvousSetValueOverStoreLimit",
+       [] { return RvSet(fake_namespace, fake_secret, "big", Big(2 << 20), flags.worker_token); },
+       C::RESOURCE_EXHAUSTED, "rendezvous value for big has 2097152 bytes; limit"});
   r.push_back({"RendezvousSetKeyOverLimit",
-               [] { return RvSet(fake_namespace, fake_secret, Big(64 << 10, 'k'), "v", flags.worker_token); },
+               [] {
+                 return RvSet(fake_namespace, fake_secret, Big(64 << 10, 'k'), "v",
+                              flags.worker_token);
+               },
                C::RESOURCE_EXHAUSTED, "rendezvous key of 65536 bytes; limit 4096"});
-  r.push_back({"RendezvousSetOverMessageLimit",
-               [] { return RvSet(fake_namespace, fake_secret, "huge", Big(5 << 20), flags.worker_token); },
-               C::RESOURCE_EXHAUSTED, "Received message larger than max"});
+  r.push_back(
+      {"RendezvousSetOverMessageLimit",
+       [] { return RvSet(fake_namespace, fake_secret, "huge", Big(5 << 20), flags.worker_token); },
+       C::RESOURCE_EXHAUSTED, "Received message larger than max"});
   r.push_back({"RendezvousGetMissingKeyTimesOut",
                [] { return RvGet(fake_namespace, fake_secret, {"never-set"}, 200); },
                C::DEADLINE_EXCEEDED, "keys [never-set] missing after"});
@@ -663,8 +694,8 @@ class RawBadInput : public ::testing::TestWithParam<Row> {
 TEST_P(RawBadInput, GetsItsStatusAndMessage) {
   const Row& row = GetParam();
   const grpc::Status s = row.call();
-  EXPECT_EQ(s.error_code(), row.code) << row.name << ": got code " << s.error_code() << " \""
-                                      << s.error_message() << "\"";
+  EXPECT_EQ(s.error_code(), row.code)
+      << row.name << ": got code " << s.error_code() << " \"" << s.error_message() << "\"";
   EXPECT_TRUE(absl::StrContains(s.error_message(), row.message))
       << row.name << ": message \"" << s.error_message().substr(0, 500) << "\" lacks \""
       << row.message << "\"";
@@ -702,8 +733,7 @@ int main(int argc, char** argv) {
                  "--worker_token=W --done_job=JOB (run by bad_input_test.py)\n";
     return 2;
   }
-  shardline::channel =
-      grpc::CreateChannel(flags.coordinator, grpc::InsecureChannelCredentials());
+  shardline::channel = grpc::CreateChannel(flags.coordinator, grpc::InsecureChannelCredentials());
   shardline::stub = shardline::Coordinator::NewStub(shardline::channel);
   shardline::done_job_snapshot = shardline::DoneJobNow();
   shardline::done_checkpoints_snapshot = shardline::DoneCheckpointsNow();

@@ -36,8 +36,8 @@ TEST(GrpcSmoke, ClientAndServerRoundTripOnLoopback) {
   ASSERT_NE(server, nullptr);
   ASSERT_GT(port, 0);
 
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
   auto stub = shardline::Coordinator::NewStub(channel);
 
   grpc::ClientContext ctx;

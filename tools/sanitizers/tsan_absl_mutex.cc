@@ -64,8 +64,8 @@ struct AcquireThenEval {
 // Also the waiter's own state (the wrapper, what the condition reads) must be visible to the
 // thread that evaluates it -- the library may do that in the thread that unlocks -- so the waiter
 // releases (publishes) before it waits, whether or not it holds the lock yet.
-#define SHARDLINE_WRAP_COND(mu, cond)                        \
-  AcquireThenEval wrap_ctx{&(cond), (mu)};                  \
+#define SHARDLINE_WRAP_COND(mu, cond)                         \
+  AcquireThenEval wrap_ctx{&(cond), (mu)};                    \
   const Condition wrapped(&AcquireThenEval::Eval, &wrap_ctx); \
   __tsan_release(mu)
 
@@ -111,7 +111,8 @@ void Mutex::ReaderUnlock() {
 }
 
 void Mutex::LockWhen(const Condition& cond) {
-  static auto real = RealFn<void (*)(Mutex*, const Condition&)>("5Mutex8LockWhenERKNS0_9ConditionE");
+  static auto real =
+      RealFn<void (*)(Mutex*, const Condition&)>("5Mutex8LockWhenERKNS0_9ConditionE");
   SHARDLINE_WRAP_COND(this, cond);
   real(this, wrapped);
   __tsan_acquire(this);
