@@ -79,7 +79,7 @@ TEST(LoadJobSpec, EnginePerformanceOptionsAreAccepted) {
 }
 
 // FP16 runs on CPU jobs too (LibTorch's CPU fp16 kernels give the fp32 losses within 3e-5 on
-// the tiny GPT, ~4x slower than fp32: worker/trainer_engine_options_test.sh), in any of the
+// the tiny GPT, ~4x slower than fp32: trainer/engine_options_test.sh), in any of the
 // three fields, with the dynamic loss scaler.
 TEST(LoadJobSpec, Fp16IsAcceptedOnCpuJobs) {
   auto spec = Load(

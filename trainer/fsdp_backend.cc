@@ -1,11 +1,11 @@
-#include "worker/trainer_fsdp_backend.h"
+#include "trainer/fsdp_backend.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "fsdp/wrap_policy.h"
 
-namespace shardline::worker {
+namespace shardline::trainer {
 
 absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(models::LanguageModel& model,
                                                                  const TrainerConfig& c, int rank,
@@ -137,4 +137,4 @@ int64_t FsdpBackend::StateBytes() const {
   return fsdp::PersistentStateBytes(*engine_, *optimizer_);
 }
 
-}  // namespace shardline::worker
+}  // namespace shardline::trainer

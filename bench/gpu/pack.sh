@@ -13,7 +13,7 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
-TARGETS=(//worker:trainer //worker:worker //coordinator:coordinator //cli:shardctl
+TARGETS=(//trainer:trainer //worker:worker //coordinator:coordinator //cli:shardctl
          //fsdp:nccl_communicator_test //tests/smoke:nccl_smoke "$@")
 bazel build --jobs=2 "${TARGETS[@]}"
 BIN=$(bazel info bazel-bin 2>/dev/null)

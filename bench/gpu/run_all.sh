@@ -95,14 +95,14 @@ else
   log "CUDA_HOME=$CUDA_HOME (nccl.h: $([ -f "$CUDA_HOME/include/nccl.h" ] && echo yes || echo NO)); SHARDLINE_TORCH_DIR=$TORCH_DIR"
   command -v bazel >/dev/null || { log "no .gpu/bin and no bazel: run bench/gpu/pack.sh on a build machine and carry .gpu"; echo "FAILED: no binaries" >> "$RESULTS"; finish 2; }
   BZ=(bazel --output_base="$WORK/bazel-ob")
-  log "building //worker:trainer and the GPU tests"
-  if ! timeout 480 "${BZ[@]}" build --jobs="$(nproc)" //worker:trainer //fsdp:nccl_communicator_test \
+  log "building //trainer:trainer and the GPU tests"
+  if ! timeout 480 "${BZ[@]}" build --jobs="$(nproc)" //trainer:trainer //fsdp:nccl_communicator_test \
       > "$WORK/build.log" 2>&1; then
     log "build failed; tail of $WORK/build.log:"; tail -30 "$WORK/build.log" >&2
     echo "FAILED: build (see build.log)" >> "$RESULTS"; finish 1
   fi
   BIN=$("${BZ[@]}" info bazel-bin 2>/dev/null)
-  trainer_bin=$BIN/worker/trainer
+  trainer_bin=$BIN/trainer/trainer
   if [ -n "${RUN_ALL_BUILD_ONLY:-}" ]; then  # For checking the build on a machine without a GPU.
     log "built $trainer_bin; stopping (RUN_ALL_BUILD_ONLY)"; finish 0
   fi
@@ -129,7 +129,7 @@ if [ "$BIN" = "$REPO/.gpu/bin" ]; then
   for t in "$BIN"/*_test; do
     gpu_test "$(basename "$t")" "$t"
   done
-  for s in worker/trainer_gpu_test.sh $(ls worker/*_gpu_test.sh fsdp/*_gpu_test.sh 2>/dev/null | grep -v '^worker/trainer_gpu_test.sh$'); do
+  for s in trainer/gpu_test.sh $(ls worker/*_gpu_test.sh fsdp/*_gpu_test.sh 2>/dev/null); do
     gpu_test "$s" bash "$s" "$trainer_bin"
   done
   echo "gpu tests: $pass passed, $fail failed" >> "$RESULTS"
