@@ -2,7 +2,7 @@
 # Installs everything Shardline needs to build and test, and nothing that is already there.
 # Idempotent: a second run on a set-up machine only checks and returns.
 #   - Debian packages: Bazel (bazel-bootstrap), gRPC, protobuf, Abseil, GoogleTest, Gloo, SQLite,
-#     yaml-cpp, OpenSSL, Google Benchmark; clang 14 with libFuzzer for tools/fuzz.sh.
+#     yaml-cpp, OpenSSL, Google Benchmark; clang 14 with libFuzzer for tools/fuzz.sh; clang-format.
 #   - A project-local virtual environment at .venv holding torch==2.11.0 from the Python registry;
 #     LibTorch (headers + shared libraries) is taken from that wheel by third_party/torch/torch.bzl.
 #   - .bazelrc.user with this machine's absolute paths (disk cache shared by all checkouts).
@@ -17,6 +17,7 @@ DEBIAN_PACKAGES=(
   libabsl-dev libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev
   libsqlite3-dev libyaml-cpp-dev libssl-dev iproute2 procps
   clang libclang-rt-14-dev  # tools/fuzz.sh: clang 14 with libFuzzer and its sanitizer runtimes
+  clang-format  # tests/style:clang_format_test and tools/format.sh (Debian 12: clang-format 14)
 )
 
 log() { echo "[setup] $*" >&2; }

@@ -2,7 +2,8 @@
 # The README's test command: installs what is missing (tools/setup.sh), builds everything, runs
 # every test that needs no GPU, and ends with one line "N passed, N failed" counting test cases
 # (GoogleTest cases from each target's test.xml; a target that failed to build or crashed before
-# writing its XML counts as one failed case).
+# writing its XML counts as one failed case; on a whole-tree run each rule of tools/check_deps.sh,
+# the layers' dependency rule, counts as one case).
 #
 #   tools/test.sh            all default tests
 #   tools/test.sh //fsdp/... only these targets
@@ -20,7 +21,8 @@ for arg in "$@"; do
     *) targets+=("$arg") ;;
   esac
 done
-((${#targets[@]})) || targets=("//...")
+whole_tree=0
+((${#targets[@]})) || { targets=("//..."); whole_tree=1; }
 
 # Test results are never taken from the cache: a run must run its tests.
 bazel test --nocache_test_results --test_tag_filters="$tag_filter" --keep_going \
@@ -32,12 +34,26 @@ query="tests(set(${targets[*]}))"
 [[ -n "$tag_filter" ]] && query="$query except attr(tags, 'gpu', $query)"
 bazel query "$query" 2>/dev/null > /tmp/shardline_tests_$$.txt
 
-python3 - /tmp/shardline_tests_$$.txt "$(bazel info bazel-testlogs 2>/dev/null)" <<'PY'
+# The dependency rule of docs/design.md, checked on the build graph: one case per rule.
+: > /tmp/shardline_deps_$$.txt
+if ((whole_tree)); then
+  echo "== dependency rule (tools/check_deps.sh)"
+  bash tools/check_deps.sh | tee /tmp/shardline_deps_$$.txt
+fi
+
+python3 - /tmp/shardline_tests_$$.txt "$(bazel info bazel-testlogs 2>/dev/null)" \
+  /tmp/shardline_deps_$$.txt <<'PY'
 import glob, os, sys, xml.etree.ElementTree as ET
 targets = [t.strip() for t in open(sys.argv[1]) if t.strip()]
 logs = sys.argv[2]
 passed = failed = 0
 bad, skipped = [], []
+for line in open(sys.argv[3]):
+    if line.startswith("PASS: "):
+        passed += 1
+    elif line.startswith("FAIL: "):
+        failed += 1
+        bad.append("tools/check_deps.sh " + line[6:].strip()[:300])
 for t in targets:
     pkg, name = t.lstrip("/").split(":")
     base = os.path.join(logs, pkg, name)
