@@ -1,7 +1,6 @@
 #include "coordinator/coordinator_core.h"
 
 #include <algorithm>
-#include <cmath>
 #include <set>
 #include <utility>
 
@@ -11,25 +10,18 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/job_state_machine.h"
+#include "coordinator/rank_reports.h"
 #include "coordinator/scheduler.h"
 #include "spec/validate.h"
 
 namespace shardline::coordinator {
-namespace {
 
-absl::StatusOr<RendezvousGetResponse> ToResponse(absl::StatusOr<std::vector<std::string>> values) {
-  if (!values.ok()) return values.status();
-  RendezvousGetResponse resp;
-  for (std::string& v : *values) resp.add_values(std::move(v));
-  return resp;
-}
-
-}  // namespace
-
-CoordinatorCore::CoordinatorCore(const CoreOptions& options)
+CoordinatorCore::CoordinatorCore(const CoreOptions& options, std::unique_ptr<StateStore> store)
     : options_(options),
       clock_(options.clock),
+      store_(std::move(store)),
       registry_(options.clock, options.heartbeat_timeout),
+      jobs_(store_.get(), &feed_),
       outbox_(&feed_, options.stop_grace_period_s) {}
 
 CoordinatorCore::~CoordinatorCore() { Shutdown(); }
@@ -42,11 +34,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
         "heartbeat timeout ", absl::FormatDuration(options.heartbeat_timeout),
         " must exceed the heartbeat interval ", absl::FormatDuration(options.heartbeat_interval)));
   }
-  std::unique_ptr<CoordinatorCore> core(new CoordinatorCore(options));
+  std::unique_ptr<StateStore> store;
   if (!options.state_dir.empty()) {
-    ASSIGN_OR_RETURN(core->store_, StateStore::Open(options.state_dir));
-    RETURN_IF_ERROR(core->Load());
+    ASSIGN_OR_RETURN(store, StateStore::Open(options.state_dir));
   }
+  std::unique_ptr<CoordinatorCore> core(new CoordinatorCore(options, std::move(store)));
+  if (core->store_) RETURN_IF_ERROR(core->Load());
   return core;
 }
 
@@ -64,9 +57,7 @@ absl::Status CoordinatorCore::Load() {
   int running = 0;
   for (const JobRecord& rec : jobs) {
     const std::string& id = rec.status().job_id();
-    JobRecord& job = jobs_[id] = rec;
-    feed_.AddJob(id);
-    next_seq_ = std::max(next_seq_, rec.seq() + 1);
+    JobRecord& job = jobs_.Restore(rec);
     if (rec.status().state() != RUNNING) continue;
     ++running;
     // The attempt goes on where its workers come back: keep its slots and rendezvous secret.
@@ -83,27 +74,13 @@ absl::Status CoordinatorCore::Load() {
       FailAttemptLocked(job, "WORKER_LOST",
                         "a worker of this attempt was already dead when the coordinator restarted");
     } else {
-      ChangedLocked(job);
+      jobs_.Changed(job);
     }
   }
-  SL_LOG(INFO) << "loaded state from " << options_.state_dir << ": " << jobs_.size() << " jobs ("
+  SL_LOG(INFO) << "loaded state from " << options_.state_dir << ": " << jobs.size() << " jobs ("
                << running << " running), " << workers.size() << " workers, " << checkpoints.size()
                << " checkpoint records";
   return absl::OkStatus();
-}
-
-JobRecord* CoordinatorCore::FindJobLocked(const std::string& job_id) {
-  auto it = jobs_.find(job_id);
-  return it == jobs_.end() ? nullptr : &it->second;
-}
-
-void CoordinatorCore::ChangedLocked(const JobRecord& job) {
-  feed_.JobChanged(job.status().job_id());
-  if (store_) {
-    if (absl::Status s = store_->PutJob(job); !s.ok()) {
-      SL_LOG(ERROR) << "cannot persist job " << job.status().job_id() << ": " << s;
-    }
-  }
 }
 
 void CoordinatorCore::PersistWorker(const std::string& worker_id) {
@@ -149,7 +126,9 @@ absl::StatusOr<HeartbeatResponse> CoordinatorCore::Heartbeat(const HeartbeatRequ
     const RankTracker::Observation seen = tracker_.Observe(worker, rs);
     changed |= rs.state() == RankStatus::EXITED;
     if (seen.current) reported.insert({rs.job_id(), rs.rank()});
-    if (seen.exited_ok) RankSucceededLocked(*FindJobLocked(rs.job_id()), rs.rank());
+    if (auto job = jobs_.Find(rs.job_id()); seen.exited_ok && job.ok()) {
+      RankSucceededLocked(**job, rs.rank());
+    }
     if (seen.failed) ApplyFailuresLocked({*seen.failed});
     if (seen.stop) {
       outbox_.PushStop(worker, rs.job_id(), rs.attempt());
@@ -175,7 +154,7 @@ void CoordinatorCore::RankSucceededLocked(JobRecord& job, int32_t rank) {
                               " exited with code 0"));
     SL_LOG(INFO) << "job " << st.job_id() << " succeeded";
   }
-  ChangedLocked(job);
+  jobs_.Changed(job);
 }
 
 absl::StatusOr<int64_t> CoordinatorCore::OpenAssignmentStream(const std::string& worker_id) {
@@ -188,7 +167,7 @@ absl::StatusOr<int64_t> CoordinatorCore::OpenAssignmentStream(const std::string&
   tracker_.StreamOpened(worker_id);
   // Only the STARTs of running attempts the worker has not acknowledged (see the header).
   std::vector<Assignment> resend;
-  for (const auto& [id, job] : jobs_) {
+  for (const auto& [id, job] : jobs_.records()) {
     if (job.status().state() != RUNNING) continue;
     for (auto& [worker, start] : outbox_.Starts(job, StartInfoLocked(job), worker_id)) {
       if (!tracker_.IsAcked(id, start.rank())) resend.push_back(std::move(start));
@@ -202,12 +181,10 @@ absl::StatusOr<bool> CoordinatorCore::NextAssignment(const std::string& worker_i
                                                      Assignment* out) {
   absl::MutexLock lock(&mu_);
   const RankTracker& tracker = tracker_;  // read only under mu_, which NextLocked holds
-  return outbox_.NextLocked(
-      &mu_, worker_id, generation, wait,
-      [&tracker](const std::string& job_id, int32_t attempt) {
-        return tracker.IsRunning(job_id, attempt);
-      },
-      out);
+  auto running = [&tracker](const std::string& job, int32_t a) {
+    return tracker.IsRunning(job, a);
+  };
+  return outbox_.NextLocked(&mu_, worker_id, generation, wait, running, out);
 }
 
 std::vector<WorkerInfo> CoordinatorCore::ListWorkers() const { return registry_.List(); }
@@ -218,7 +195,7 @@ void CoordinatorCore::ScheduleLocked() {
   if (feed_.shut_down()) return;
   std::vector<QueuedJob> queue;
   std::map<Slot::Kind, std::vector<NodeCapacity>> free;
-  for (const auto& [id, job] : jobs_) {
+  for (const auto& [id, job] : jobs_.records()) {
     const JobStatus& st = job.status();
     if (st.state() != PENDING) continue;
     queue.push_back({id, &st.spec(), st.attempt(), job.seq(), job.restart_not_before_unix_ms()});
@@ -229,11 +206,11 @@ void CoordinatorCore::ScheduleLocked() {
   for (const Decision& d :
        Schedule(std::move(queue), std::move(free), absl::ToUnixMillis(clock_->Now()))) {
     if (failed.count(d.kind)) continue;
-    JobRecord& job = jobs_.at(d.job_id);
+    JobRecord& job = jobs_.records().at(d.job_id);
     if (d.action == Decision::kWait) {
       if (job.status().message() != d.message) {
         job.mutable_status()->set_message(d.message);
-        ChangedLocked(job);
+        jobs_.Changed(job);
       }
     } else if (d.action == Decision::kUnplaced) {
       SL_LOG(WARNING) << "cannot place job " << d.job_id << ": " << d.error;
@@ -252,15 +229,8 @@ absl::Status CoordinatorCore::StartAttemptLocked(JobRecord& job, const Plan& pla
       return s;
     }
   }
-  std::set<std::string> nodes;
-  for (const RankPlan& r : plan.ranks) nodes.insert(r.node_name);
   const JobSpec& spec = job.status().spec();
-  std::string reason =
-      absl::StrCat(plan.world_size, " ranks on ", nodes.size(), " node(s), ",
-                   plan.world_size / plan.shard_degree, " shard group(s) of ", plan.shard_degree);
-  if (plan.world_size < spec.world_size()) {
-    absl::StrAppend(&reason, "; elastic: world shrunk from ", spec.world_size());
-  }
+  std::string reason = DescribePlan(plan, spec.world_size());
   const int64_t resume = checkpoints_.LatestCommitted(job_id);
   if (resume > 0) absl::StrAppend(&reason, "; resuming from checkpoint step ", resume);
   if (absl::Status s = JobStateMachine(&job, clock_->Now()).Start(plan.world_size, reason);
@@ -271,26 +241,16 @@ absl::Status CoordinatorCore::StartAttemptLocked(JobRecord& job, const Plan& pla
   JobStatus& st = *job.mutable_status();
   job.set_shard_degree(plan.shard_degree);
   job.set_rendezvous_secret(RandomSecret());
-  st.clear_placement();
+  RecordPlacement(plan, &st);
   st.clear_per_rank_peak_memory_bytes();
+  st.mutable_per_rank_peak_memory_bytes()->Resize(plan.world_size, 0);
   st.set_total_steps(spec.train().steps());
-  for (const RankPlan& r : plan.ranks) {
-    RankPlacement* p = st.add_placement();
-    p->set_rank(r.rank);
-    p->set_worker_id(r.worker_id);
-    p->set_node_name(r.node_name);
-    p->set_slot_index(r.slot_index);
-    p->set_local_rank(r.local_rank);
-    p->set_shard_group(r.shard_group);
-    p->set_replicate_group(r.replicate_group);
-    st.add_per_rank_peak_memory_bytes(0);
-  }
   rendezvous_.Open(Namespace(job), job.rendezvous_secret());
   tracker_.StartAttempt(st);
   outbox_.PushStarts(job, StartInfoLocked(job));
   SL_LOG(INFO) << "job " << job_id << " attempt " << st.attempt() << ": " << reason;
   counters_.attempts_started++;
-  ChangedLocked(job);
+  jobs_.Changed(job);
   return absl::OkStatus();
 }
 
@@ -302,12 +262,7 @@ AttemptStartInfo CoordinatorCore::StartInfoLocked(const JobRecord& job) const {
     auto rank0 = registry_.Get(st.placement(0).worker_id());
     if (rank0.ok()) info.master_addr = rank0->address();
   }
-  // A restarted attempt resumes from the newest committed step; a first attempt from the step
-  // its spec names (the trainer resolves resume_step -1 itself when no step is committed here).
-  info.resume_step = checkpoints_.LatestCommitted(st.job_id());
-  if (st.attempt() == 1 && info.resume_step == 0 && st.spec().checkpoint().resume_step() > 0) {
-    info.resume_step = st.spec().checkpoint().resume_step();
-  }
+  info.resume_step = checkpoints_.ResumeStep(st);
   return info;
 }
 
@@ -337,15 +292,13 @@ void CoordinatorCore::FailAttemptLocked(JobRecord& job, const std::string& kind,
   SL_LOG(WARNING) << "job " << job.status().job_id() << " attempt " << job.status().attempt()
                   << " failed (" << kind << "): " << reason
                   << (*restarting ? "; restarting" : "; no restarts left");
-  ChangedLocked(job);
+  jobs_.Changed(job);
 }
 
 void CoordinatorCore::ApplyFailuresLocked(const std::vector<RankFailure>& failures) {
   for (const RankFailure& f : failures) {
-    JobRecord* job = FindJobLocked(f.job_id);
-    if (job != nullptr && job->status().state() == RUNNING) {
-      FailAttemptLocked(*job, f.kind, f.reason);
-    }
+    auto job = jobs_.Find(f.job_id);
+    if (job.ok() && (*job)->status().state() == RUNNING) FailAttemptLocked(**job, f.kind, f.reason);
   }
 }
 
@@ -369,7 +322,7 @@ void CoordinatorCore::Tick() {
 CoordinatorCore::Counters CoordinatorCore::counters() const {
   absl::MutexLock lock(&mu_);
   Counters c = counters_;
-  for (const auto& [id, job] : jobs_) c.jobs_by_state[job.status().state()]++;
+  c.jobs_by_state = jobs_.CountByState();
   return c;
 }
 
@@ -386,91 +339,35 @@ void CoordinatorCore::Shutdown() {
 // ------------------------------------------------------------------------------- rendezvous
 
 absl::Status CoordinatorCore::RendezvousSet(const RendezvousSetRequest& req) {
-  absl::Status s = rendezvous_.Set(req.namespace_(), req.secret(), req.key(), req.value());
-  if (s.ok()) {
-    absl::MutexLock lock(&mu_);
-    feed_.NamespaceChanged(req.namespace_());
-  }
-  return s;
-}
-
-absl::Duration CoordinatorCore::RendezvousWait(const RendezvousGetRequest& req) const {
-  return std::min(absl::Milliseconds(std::max(0, req.timeout_ms())), options_.max_rendezvous_wait);
-}
-
-absl::StatusOr<RendezvousGetResponse> CoordinatorCore::RendezvousPoll(
-    const RendezvousGetRequest& req, absl::Duration waited) {
-  std::vector<std::string> keys(req.keys().begin(), req.keys().end());
-  return ToResponse(
-      rendezvous_.Get(req.namespace_(), req.secret(), keys, absl::ZeroDuration(), waited));
-}
-
-absl::StatusOr<RendezvousGetResponse> CoordinatorCore::RendezvousGet(
-    const RendezvousGetRequest& req) {
-  if (req.timeout_ms() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("timeout_ms: must be >= 0, got ", req.timeout_ms()));
-  }
-  std::vector<std::string> keys(req.keys().begin(), req.keys().end());
-  return ToResponse(rendezvous_.Get(req.namespace_(), req.secret(), keys, RendezvousWait(req)));
+  RETURN_IF_ERROR(ServeRendezvousSet(&rendezvous_, req));
+  absl::MutexLock lock(&mu_);
+  feed_.NamespaceChanged(req.namespace_());
+  return absl::OkStatus();
 }
 
 // ------------------------------------------------------------------------------- reports
 
-absl::StatusOr<JobRecord*> CoordinatorCore::FindRunningRankLocked(const std::string& job_id,
-                                                                  int32_t attempt, int32_t rank) {
-  JobRecord* job = FindJobLocked(job_id);
-  if (job == nullptr) return absl::NotFoundError(absl::StrCat("unknown job ", job_id));
-  const JobStatus& st = job->status();
-  if (st.state() != RUNNING || attempt != st.attempt()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", job_id, " attempt ", attempt, " is not running (job is ",
-                     JobState_Name(st.state()), " at attempt ", st.attempt(), ")"));
-  }
-  if (rank < 0 || rank >= st.world_size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank: ", rank, " outside world of ", st.world_size()));
-  }
-  return job;
-}
-
 absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(JobRecord * job, FindRunningRankLocked(r.job_id(), r.attempt(), r.rank()));
-  if (r.step() < 0 || r.peak_memory_bytes() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("progress report: step and peak_memory_bytes must be >= 0, got step ",
-                     r.step(), ", peak_memory_bytes ", r.peak_memory_bytes()));
-  }
-  JobStatus& st = *job->mutable_status();
-  if (st.per_rank_peak_memory_bytes_size() != st.world_size()) {
-    st.mutable_per_rank_peak_memory_bytes()->Resize(st.world_size(), 0);
-  }
-  const bool memory_grew = r.peak_memory_bytes() > st.per_rank_peak_memory_bytes(r.rank());
-  if (memory_grew) st.set_per_rank_peak_memory_bytes(r.rank(), r.peak_memory_bytes());
-  if (r.rank() == 0) {
-    st.set_step(r.step());
-    st.set_loss(r.loss());
-    st.set_tokens_per_s(r.tokens_per_s());
-    const int64_t left = std::max<int64_t>(0, st.total_steps() - r.step());
-    st.set_eta_s(r.step_time_s() * static_cast<double>(left));
-    if (!std::isnan(r.val_loss()) && r.val_loss() != 0) st.set_val_loss(r.val_loss());
-    if (!r.sample().empty()) st.set_sample(r.sample());
-    ChangedLocked(*job);  // persisted: rank 0 reports only every log_every steps
-  } else if (memory_grew) {
-    feed_.JobChanged(r.job_id());  // other ranks only contribute memory; watchers hear of it
+  ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(r.job_id()));
+  RETURN_IF_ERROR(CheckReportSource(job->status(), r.attempt(), r.rank()));
+  ASSIGN_OR_RETURN(const ProgressChange change, ApplyProgress(r, job->mutable_status()));
+  if (change == ProgressChange::kProgress) {
+    jobs_.Changed(*job);  // persisted: rank 0 reports only every log_every steps
+  } else if (change == ProgressChange::kPeakMemory) {
+    feed_.JobChanged(r.job_id());  // watchers hear of it; not persisted
   }
   return absl::OkStatus();
 }
 
 absl::Status CoordinatorCore::ReportCheckpoint(const CheckpointReport& r) {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(JobRecord * job, FindRunningRankLocked(r.job_id(), r.attempt(), r.rank()));
+  ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(r.job_id()));
+  RETURN_IF_ERROR(CheckReportSource(job->status(), r.attempt(), r.rank()));
   JobStatus& st = *job->mutable_status();
-  CheckpointRegistry::Layout layout;
-  layout.world_size = st.world_size();
-  layout.shard_degree = job->shard_degree();
-  layout.sharding_strategy = FsdpSpec::ShardingStrategy_Name(st.spec().fsdp().sharding_strategy());
+  const CheckpointRegistry::Layout layout{
+      st.world_size(), FsdpSpec::ShardingStrategy_Name(st.spec().fsdp().sharding_strategy()),
+      job->shard_degree()};
   bool committed = false;
   ASSIGN_OR_RETURN(const CheckpointRecord rec,
                    checkpoints_.Report(r, layout, clock_->Now(), &committed));
@@ -484,7 +381,7 @@ absl::Status CoordinatorCore::ReportCheckpoint(const CheckpointReport& r) {
          checkpoints_.ApplyRetention(r.job_id(), st.spec().checkpoint().keep_last())) {
       if (store_) (void)store_->DeleteCheckpoint(jid, step);
     }
-    ChangedLocked(*job);
+    jobs_.Changed(*job);
   }
   return absl::OkStatus();
 }
@@ -496,19 +393,8 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(const JobSpec& spec) {
   if (options_.validate_spec) RETURN_IF_ERROR(options_.validate_spec(spec));
   absl::MutexLock lock(&mu_);
   if (feed_.shut_down()) return absl::UnavailableError("coordinator is shutting down");
-  const std::string id = absl::StrCat("job-", next_seq_);
-  JobRecord job;
-  job.set_seq(next_seq_);
-  JobStatus& st = *job.mutable_status();
-  st.set_job_id(id);
-  *st.mutable_spec() = spec;
-  st.set_world_size(spec.world_size());
-  st.set_total_steps(spec.train().steps());
-  RETURN_IF_ERROR(JobStateMachine(&job, clock_->Now()).Submit());
-  if (store_) RETURN_IF_ERROR(store_->PutJob(job));
-  next_seq_++;
-  jobs_[id] = std::move(job);
-  feed_.JobChanged(id);
+  ASSIGN_OR_RETURN(const JobRecord* job, jobs_.Submit(spec, clock_->Now()));
+  const std::string id = job->status().job_id();
   SL_LOG(INFO) << "job " << id << " (" << spec.name() << ", W=" << spec.world_size()
                << ") submitted";
   ScheduleLocked();
@@ -517,38 +403,25 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(const JobSpec& spec) {
 
 absl::StatusOr<JobStatus> CoordinatorCore::GetJob(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("unknown job ", job_id));
-  return it->second.status();
+  ASSIGN_OR_RETURN(const JobRecord* job, jobs_.Find(job_id));
+  return job->status();
 }
 
 std::vector<JobStatus> CoordinatorCore::ListJobs(const std::vector<JobState>& states) const {
   absl::MutexLock lock(&mu_);
-  std::vector<const JobRecord*> sel;
-  for (const auto& [id, job] : jobs_) {
-    if (states.empty() ||
-        std::find(states.begin(), states.end(), job.status().state()) != states.end()) {
-      sel.push_back(&job);
-    }
-  }
-  std::sort(sel.begin(), sel.end(),
-            [](const JobRecord* a, const JobRecord* b) { return a->seq() < b->seq(); });
-  std::vector<JobStatus> out;
-  for (const JobRecord* j : sel) out.push_back(j->status());
-  return out;
+  return jobs_.List(states);
 }
 
 absl::Status CoordinatorCore::CancelJob(const std::string& job_id, const std::string& reason) {
   absl::MutexLock lock(&mu_);
-  JobRecord* job = FindJobLocked(job_id);
-  if (job == nullptr) return absl::NotFoundError(absl::StrCat("unknown job ", job_id));
+  ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(job_id));
   const std::string why = reason.empty() ? "cancelled by a user" : reason;
   JobStateMachine sm(job, clock_->Now());
   if (!IsLegalTransition(job->status().state(), CANCELLED)) return sm.Cancel(why);
   if (job->status().state() == RUNNING) EndAttemptLocked(*job, /*send_stop=*/true);
   RETURN_IF_ERROR(sm.Cancel(why));
   SL_LOG(INFO) << "job " << job_id << " cancelled: " << why;
-  ChangedLocked(*job);
+  jobs_.Changed(*job);
   ScheduleLocked();
   return absl::OkStatus();
 }
@@ -557,17 +430,16 @@ absl::StatusOr<JobStatus> CoordinatorCore::WaitJob(const std::string& job_id, in
                                                    absl::Duration wait, int64_t* version) const {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(feed_.WaitForJobLocked(&mu_, job_id, after_version, absl::Now() + wait, version));
-  return jobs_.at(job_id).status();
+  return jobs_.records().at(job_id).status();
 }
 
 absl::StatusOr<std::optional<JobStatus>> CoordinatorCore::JobIfNewer(const std::string& job_id,
                                                                      int64_t after_version,
                                                                      int64_t* version) const {
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("unknown job ", job_id));
+  ASSIGN_OR_RETURN(const JobRecord* job, jobs_.Find(job_id));
   *version = feed_.Version(job_id);
-  if (*version > after_version) return std::optional<JobStatus>(it->second.status());
+  if (*version > after_version) return std::optional<JobStatus>(job->status());
   if (feed_.shut_down()) return absl::UnavailableError("coordinator is shutting down");
   return std::optional<JobStatus>();
 }
@@ -577,7 +449,7 @@ absl::StatusOr<std::optional<JobStatus>> CoordinatorCore::JobIfNewer(const std::
 absl::StatusOr<std::vector<CheckpointInfo>> CoordinatorCore::ListCheckpoints(
     const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
-  if (!jobs_.count(job_id)) return absl::NotFoundError(absl::StrCat("unknown job ", job_id));
+  RETURN_IF_ERROR(jobs_.Find(job_id).status());
   return checkpoints_.List(job_id);
 }
 

@@ -9,10 +9,11 @@
 //   rank_tracker.h         rank liveness (acked / running / stale / lost / start timeout); it
 //                          returns the failures and STOPs, the core applies them
 //   change_feed.h          job versions, WaitJob / WaitDirty, wake-ups
+//   job_table.h            the job records: ids, lookup, listing, persistence of changes
 //   checkpoint_registry.h  committed checkpoints, retention
 //   rendezvous_store.h     per-attempt KV namespaces                         (own lock)
-// Outbox, tracker, feed and checkpoint registry have no lock of their own: the core calls them
-// only under its mutex.
+// Job table, outbox, tracker, feed and checkpoint registry have no lock of their own: the core
+// calls them only under its mutex.
 //
 // Restart of the coordinator: every job, event, checkpoint record and worker is reloaded.
 // Workers known ALIVE get one heartbeat timeout to heartbeat again (their ids stay valid); a
@@ -42,8 +43,10 @@
 #include "coordinator/change_feed.h"
 #include "coordinator/checkpoint_registry.h"
 #include "coordinator/clock.h"
+#include "coordinator/job_table.h"
 #include "coordinator/planner.h"
 #include "coordinator/rank_tracker.h"
+#include "coordinator/rendezvous_rpc.h"
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/state.pb.h"
 #include "coordinator/state_store.h"
@@ -99,15 +102,21 @@ class CoordinatorCore {
     return registry_.Get(worker_id);
   }
 
-  // ---- rendezvous (see rendezvous_store.h for the errors)
+  // ---- rendezvous (see rendezvous_rpc.h for the errors)
   absl::Status RendezvousSet(const RendezvousSetRequest& req);
-  absl::StatusOr<RendezvousGetResponse> RendezvousGet(const RendezvousGetRequest& req);
+  absl::StatusOr<RendezvousGetResponse> RendezvousGet(const RendezvousGetRequest& req) {
+    return ServeRendezvousGet(&rendezvous_, req, options_.max_rendezvous_wait);
+  }
   // One non-blocking look (for the event-driven server path): DEADLINE_EXCEEDED while keys are
   // missing, its message naming them and `waited`.
   absl::StatusOr<RendezvousGetResponse> RendezvousPoll(const RendezvousGetRequest& req,
-                                                       absl::Duration waited);
+                                                       absl::Duration waited) {
+    return ServeRendezvousPoll(&rendezvous_, req, waited);
+  }
   // The wait a RendezvousGet request gets: timeout_ms capped by max_rendezvous_wait.
-  absl::Duration RendezvousWait(const RendezvousGetRequest& req) const;
+  absl::Duration RendezvousWait(const RendezvousGetRequest& req) const {
+    return RendezvousWaitFor(req, options_.max_rendezvous_wait);
+  }
 
   // ---- reports from ranks. Errors: NOT_FOUND (job), FAILED_PRECONDITION for a report of an
   // attempt that is not the job's running one, INVALID_ARGUMENT for a rank outside the world
@@ -166,17 +175,9 @@ class CoordinatorCore {
   Counters counters() const;
 
  private:
-  explicit CoordinatorCore(const CoreOptions& options);
+  CoordinatorCore(const CoreOptions& options, std::unique_ptr<StateStore> store);
   absl::Status Load();
 
-  JobRecord* FindJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job whose current attempt `attempt` is RUNNING with `rank` in its world, for reports
-  // from ranks. Errors: NOT_FOUND (no such job), FAILED_PRECONDITION (not running, or another
-  // attempt), INVALID_ARGUMENT (rank outside the world).
-  absl::StatusOr<JobRecord*> FindRunningRankLocked(const std::string& job_id, int32_t attempt,
-                                                   int32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Persists and publishes a changed job (new version, watchers woken).
-  void ChangedLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts what the scheduler places.
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status StartAttemptLocked(JobRecord& job, const Plan& plan)
@@ -201,12 +202,11 @@ class CoordinatorCore {
   RendezvousStore rendezvous_;         // own lock
 
   mutable absl::Mutex mu_;
-  std::map<std::string, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);  // by job id
   ChangeFeed feed_ ABSL_GUARDED_BY(mu_);
+  JobTable jobs_ ABSL_GUARDED_BY(mu_);            // stores to store_, reports to feed_
   AssignmentOutbox outbox_ ABSL_GUARDED_BY(mu_);  // reports to feed_
   RankTracker tracker_ ABSL_GUARDED_BY(mu_);
   CheckpointRegistry checkpoints_ ABSL_GUARDED_BY(mu_);
-  int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   Counters counters_ ABSL_GUARDED_BY(mu_);  // jobs_by_state filled on read
 };
 

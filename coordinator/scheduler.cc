@@ -78,4 +78,30 @@ std::vector<Decision> Schedule(std::vector<QueuedJob> queue,
   return out;
 }
 
+void RecordPlacement(const Plan& plan, JobStatus* status) {
+  status->clear_placement();
+  for (const RankPlan& r : plan.ranks) {
+    RankPlacement* p = status->add_placement();
+    p->set_rank(r.rank);
+    p->set_worker_id(r.worker_id);
+    p->set_node_name(r.node_name);
+    p->set_slot_index(r.slot_index);
+    p->set_local_rank(r.local_rank);
+    p->set_shard_group(r.shard_group);
+    p->set_replicate_group(r.replicate_group);
+  }
+}
+
+std::string DescribePlan(const Plan& plan, int32_t requested_world_size) {
+  std::set<std::string> nodes;
+  for (const RankPlan& r : plan.ranks) nodes.insert(r.node_name);
+  std::string out =
+      absl::StrCat(plan.world_size, " ranks on ", nodes.size(), " node(s), ",
+                   plan.world_size / plan.shard_degree, " shard group(s) of ", plan.shard_degree);
+  if (plan.world_size < requested_world_size) {
+    absl::StrAppend(&out, "; elastic: world shrunk from ", requested_world_size);
+  }
+  return out;
+}
+
 }  // namespace shardline::coordinator

@@ -59,6 +59,13 @@ std::vector<Decision> Schedule(std::vector<QueuedJob> queue,
                                std::map<Slot::Kind, std::vector<NodeCapacity>> free,
                                int64_t now_unix_ms);
 
+// A started plan as the job's status shows it: replaces `status`'s placement with one entry per
+// rank (worker, node, slot, local rank, shard and replicate group).
+void RecordPlacement(const Plan& plan, JobStatus* status);
+// "4 ranks on 2 node(s), 2 shard group(s) of 2", plus "; elastic: world shrunk from 8" when the
+// plan is smaller than the `requested_world_size`: the reason of the job's SCHEDULED event.
+std::string DescribePlan(const Plan& plan, int32_t requested_world_size);
+
 }  // namespace shardline::coordinator
 
 #endif  // SHARDLINE_COORDINATOR_SCHEDULER_H_

@@ -126,5 +126,27 @@ TEST(Scheduler, SpecWithoutAValidLayoutIsUnplacedAndBlocksItsKind) {
   EXPECT_EQ(d[0].error.message(), "fsdp.hybrid_shard_degree: 3 does not divide world_size 4");
 }
 
+TEST(Scheduler, StartedPlanIsRecordedAndDescribedForTheJob) {
+  auto plan = PlanPlacement(4, 2, Nodes({2, 3}));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  JobStatus st;
+  st.add_placement()->set_rank(7);  // an earlier attempt's placement is replaced
+  RecordPlacement(*plan, &st);
+  ASSERT_EQ(st.placement_size(), 4);
+  for (int r = 0; r < 4; ++r) {
+    const RankPlacement& p = st.placement(r);
+    EXPECT_EQ(p.rank(), r);
+    EXPECT_EQ(p.worker_id(), plan->ranks[r].worker_id);
+    EXPECT_EQ(p.node_name(), plan->ranks[r].node_name);
+    EXPECT_EQ(p.slot_index(), plan->ranks[r].slot_index);
+    EXPECT_EQ(p.local_rank(), plan->ranks[r].local_rank);
+    EXPECT_EQ(p.shard_group(), r / 2);
+    EXPECT_EQ(p.replicate_group(), r % 2);
+  }
+  EXPECT_EQ(DescribePlan(*plan, 4), "4 ranks on 2 node(s), 2 shard group(s) of 2");
+  EXPECT_EQ(DescribePlan(*plan, 6),
+            "4 ranks on 2 node(s), 2 shard group(s) of 2; elastic: world shrunk from 6");
+}
+
 }  // namespace
 }  // namespace shardline::coordinator
