@@ -180,9 +180,9 @@ absl::StatusOr<bool> CoordinatorCore::NextAssignment(const std::string& worker_i
                                                      int64_t generation, absl::Duration wait,
                                                      Assignment* out) {
   absl::MutexLock lock(&mu_);
-  const RankTracker& tracker = tracker_;  // read only under mu_, which NextLocked holds
-  auto running = [&tracker](const std::string& job, int32_t a) {
-    return tracker.IsRunning(job, a);
+  auto running = [this](const std::string& job, int32_t attempt) {
+    mu_.AssertHeld();  // NextLocked calls it with mu_ held (it releases mu_ only to wait)
+    return tracker_.IsRunning(job, attempt);
   };
   return outbox_.NextLocked(&mu_, worker_id, generation, wait, running, out);
 }
