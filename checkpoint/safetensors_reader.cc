@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <utility>
+#include <vector>
 
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
@@ -138,19 +140,29 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json,
   const auto ps = google::protobuf::util::JsonStringToMessage(
       google::protobuf::StringPiece(json.data(), json.size()), &header);
   if (!ps.ok()) return Bad(path, absl::StrCat("header is not JSON: ", ps.ToString()));
+  // In name order: protobuf's map iterates in an order that differs between parses, and with
+  // several defects the error must not depend on it (found by //fuzz:safetensors_fuzzer).
+  std::vector<std::pair<const std::string*, const google::protobuf::Value*>> fields;
+  for (const auto& [name, value] : header.fields()) fields.emplace_back(&name, &value);
+  std::sort(fields.begin(), fields.end(),
+            [](const auto& a, const auto& b) { return *a.first < *b.first; });
   SafetensorsHeader out;
-  for (const auto& [name, value] : header.fields()) {
+  for (const auto& [name_ptr, value_ptr] : fields) {
+    const std::string& name = *name_ptr;
+    const google::protobuf::Value& value = *value_ptr;
     if (name == "__metadata__") {
       if (!value.has_struct_value()) {
         return Bad(path,
                    absl::StrCat("field __metadata__ is ", Describe(value), ", not an object"));
       }
-      for (const auto& [k, v] : value.struct_value().fields()) {
-        if (v.kind_case() != google::protobuf::Value::kStringValue) {
-          return Bad(path,
-                     absl::StrCat("field __metadata__.", k, " is ", Describe(v), ", not a string"));
+      std::map<std::string, const google::protobuf::Value*> meta;  // In key order, as above.
+      for (const auto& [k, v] : value.struct_value().fields()) meta[k] = &v;
+      for (const auto& [k, v] : meta) {
+        if (v->kind_case() != google::protobuf::Value::kStringValue) {
+          return Bad(
+              path, absl::StrCat("field __metadata__.", k, " is ", Describe(*v), ", not a string"));
         }
-        out.metadata[k] = v.string_value();
+        out.metadata[k] = v->string_value();
       }
       continue;
     }
@@ -177,9 +189,7 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json,
                               ") overlap tensor ", a.name, "'s [", a.begin, ", ", a.end, ")"));
     }
   }
-  std::sort(out.tensors.begin(), out.tensors.end(),
-            [](const SafetensorsEntry& a, const SafetensorsEntry& b) { return a.name < b.name; });
-  return out;
+  return out;  // Already by name.
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(
