@@ -96,9 +96,26 @@ TEST(CheckpointReader, ReadElementsOfAFileTruncatedAfterOpenIsDataLoss) {
   ExpectTruncatedNaming((*r)->VerifyFiles(), file, "a");
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+#else
+constexpr bool kAsan = false;
+#endif
+
 // The handler only catches faults inside a guarded range: any other SIGBUS still ends the
 // process as before.
 TEST(GuardMappedReadDeathTest, ASigbusOutsideAGuardedReadStillKillsTheProcess) {
+  if (kAsan) {
+    // ASan's SIGBUS handler, installed before ours, would report the deliberate fault, and
+    // tools/sanitize.sh counts every report as a failure.
+    GTEST_SKIP() << "the deliberate SIGBUS would be an ASan report";
+  }
   const std::string root = TempDir("reader_trunc_unguarded");
   const std::string file = WriteTwoTensors(root);
   EXPECT_EXIT(
