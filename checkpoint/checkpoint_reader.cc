@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/crc32c.h"
 #include "checkpoint/manifest_io.h"
+#include "checkpoint/mapped_read_guard.h"
 
 namespace shardline::checkpoint {
 namespace {
@@ -299,8 +300,13 @@ absl::StatusOr<std::vector<CheckpointReader::MappedPiece>> CheckpointReader::Map
       (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_READ);
 #endif
       // The whole range is checked even when only part of it is wanted (resharding): the
-      // checksum covers the range.
-      if (Crc32c(range, static_cast<size_t>(r.numel()) * sizeof(float)) != r.crc32c()) {
+      // checksum covers the range. Guarded: the file may have shrunk since it was mapped.
+      const size_t bytes = static_cast<size_t>(r.numel()) * sizeof(float);
+      uint32_t crc = 0;
+      if (!GuardMappedRead(range, bytes, [&] { crc = Crc32c(range, bytes); })) {
+        return TruncatedWhileMapped(ti, j);
+      }
+      if (crc != r.crc32c()) {
         return absl::DataLossError(absl::StrCat(
             "checksum mismatch in checkpoint data file ", dir_, "/", r.file(), ": tensor ",
             t.name(), " elements [", r.global_offset(), ", ", r.global_offset() + r.numel(), ")"));
@@ -308,9 +314,27 @@ absl::StatusOr<std::vector<CheckpointReader::MappedPiece>> CheckpointReader::Map
       absl::MutexLock lock(&mu_);
       checked_[{ti, j}] = true;
     }
-    pieces.push_back(MappedPiece{lo - start, hi - lo, range + (lo - r.global_offset())});
+    pieces.push_back(MappedPiece{lo - start, hi - lo, range + (lo - r.global_offset()), ti, j});
   }
   return pieces;
+}
+
+absl::Status CheckpointReader::TruncatedWhileMapped(int tensor, int range) const {
+  const TensorEntry& t = manifest_->tensors(tensor);
+  const TensorRange& r = t.ranges(range);
+  return absl::DataLossError(absl::StrCat(
+      "checkpoint data file ", dir_, "/", r.file(), " was truncated after it was mapped: tensor ",
+      t.name(), " elements [", r.global_offset(), ", ", r.global_offset() + r.numel(), ") at byte ",
+      r.file_offset(), " are no longer in the file"));
+}
+
+absl::Status CheckpointReader::CopyMapped(const MappedPiece& piece, float* dst) const {
+  if (piece.count <= 0) return absl::OkStatus();
+  const size_t bytes = static_cast<size_t>(piece.count) * sizeof(float);
+  if (!GuardMappedRead(piece.src, bytes, [&] { std::memcpy(dst, piece.src, bytes); })) {
+    return TruncatedWhileMapped(piece.tensor, piece.range);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace shardline::checkpoint

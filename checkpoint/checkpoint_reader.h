@@ -9,8 +9,8 @@
 // ranges that lie inside listed files. Errors name the file and the tensor:
 //   NOT_FOUND            no committed checkpoint; a data file missing (ReadElements/VerifyFiles)
 //   FAILED_PRECONDITION  unknown format_version
-//   DATA_LOSS            unparsable manifest, inconsistent ranges, a truncated file, a checksum
-//                        mismatch
+//   DATA_LOSS            unparsable manifest, inconsistent ranges, a truncated file (also one
+//                        truncated after Open or after it was mapped), a checksum mismatch
 // Torch-free. Thread safety: const methods may run concurrently.
 #ifndef SHARDLINE_CHECKPOINT_CHECKPOINT_READER_H_
 #define SHARDLINE_CHECKPOINT_CHECKPOINT_READER_H_
@@ -62,21 +62,30 @@ class CheckpointReader {
     int64_t offset = 0;
     int64_t count = 0;
     const float* src = nullptr;
+    int tensor = -1;  // Index into manifest().tensors() and into its ranges (for messages).
+    int range = -1;
   };
   // Like ReadElements, without copying: maps the data files read-only (the page cache itself,
   // so a load reads each byte once for the checksum and once for the copy into the model, and
   // allocates nothing), checks the checksum of every range overlapping [start, end) (each range
   // once per reader), and returns the pieces. The pointers stay valid while the reader lives.
   // A data file whose size differs from the manifest is refused before it is mapped; one that is
-  // truncated while mapped would fault (SIGBUS): committed checkpoints are not rewritten.
+  // truncated after it was mapped gives DATA_LOSS naming the file and tensor, not a SIGBUS (the
+  // checksum pass reads under GuardMappedRead, mapped_read_guard.h).
   absl::StatusOr<std::vector<MappedPiece>> MapElements(const std::string& name, int64_t start,
                                                        int64_t end) const;
+  // Copies a piece's count floats into dst (plain memory, not a mapping). Read the pieces only
+  // through this: a data file truncated since MapElements gives DATA_LOSS naming the file and
+  // the tensor instead of killing the process with SIGBUS.
+  absl::Status CopyMapped(const MappedPiece& piece, float* dst) const;
 
  private:
   CheckpointReader() = default;
   // Reads range `range` of tensor `tensor` whole into dst (numel * 4 bytes) and checks it.
   absl::Status ReadRange(int tensor, int range, char* dst) const;
 
+  // DATA_LOSS for range `range` of tensor `tensor` whose mapped bytes faulted.
+  absl::Status TruncatedWhileMapped(int tensor, int range) const;
   // The mapping of one data file (created on first use).
   absl::StatusOr<const char*> MapFile(const std::string& file, const std::string& tensor) const;
 

@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <random>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -47,55 +46,6 @@ bool ParseStepDirName(absl::string_view name, int64_t* step) {
     if (c < '0' || c > '9') return false;
   }
   return absl::SimpleAtoi(name, step);
-}
-
-absl::Status FsyncDir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return Errno("open directory", dir);
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return Errno("fsync directory", dir);
-  return absl::OkStatus();
-}
-
-absl::Status MakeDirs(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("create directory ", dir, ": ", ec.message()));
-  return absl::OkStatus();
-}
-
-absl::Status WriteFileAtomic(const std::string& path, absl::string_view data) {
-  static thread_local std::mt19937_64 rng(std::random_device{}());
-  const std::string tmp = absl::StrFormat("%s.tmp.%016x", path, rng());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return Errno("create", tmp);
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      absl::Status s = Errno("write", tmp);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return s;
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    absl::Status s = Errno("fsync", tmp);
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    absl::Status s = Errno("rename to", path);
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  return FsyncDir(dir.empty() ? "." : dir);
 }
 
 namespace {

@@ -20,6 +20,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+// WriteFileAtomic, FsyncDir and MakeDirsDurable, which used to be declared here.
+#include "checkpoint/durable_file.h"
 
 namespace shardline::checkpoint {
 
@@ -33,13 +35,6 @@ std::string DataFileName(int shard_index);                   // "shard_00003.bin
 std::string ShardIndexFileName(int shard_index);             // "shard_00003.index.json"
 // "step_<N>" -> N; false for anything else.
 bool ParseStepDirName(absl::string_view name, int64_t* step);
-
-// Writes `data` to `path` so that a reader sees either the old file or the whole new one, and
-// the new one survives a power cut: temp file, fsync, rename, fsync of the directory.
-// Errors: INTERNAL naming the path and errno text.
-absl::Status WriteFileAtomic(const std::string& path, absl::string_view data);
-absl::Status FsyncDir(const std::string& dir);
-absl::Status MakeDirs(const std::string& dir);
 
 // Steps of the committed checkpoints under `root`, ascending. A missing root is empty.
 absl::StatusOr<std::vector<int64_t>> ListCommittedSteps(const std::string& root);

@@ -5,17 +5,13 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <random>
-#include <sstream>
-
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/durable_file.h"
 #include "checkpoint/format.h"
 
 namespace shardline::checkpoint {
@@ -93,8 +89,10 @@ class AtomicWriter {
     if (::fsync(fd_) != 0) return Errno("fsync");
     ::close(fd_);
     fd_ = -1;
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0) return Errno("rename");
-    return absl::OkStatus();
+    // The rename and a sync of the target's directory: the exported name survives a crash.
+    absl::Status s = RenameDurable(tmp_, path_);
+    if (!s.ok()) ::unlink(tmp_.c_str());
+    return s;
   }
 
  private:
@@ -115,14 +113,6 @@ absl::Status WriteHeader(AtomicWriter& w, const std::string& header) {
 }
 
 }  // namespace
-
-int SafetensorsDtypeSize(const std::string& dtype) {
-  if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
-  if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
-  if (dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16") return 2;
-  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL") return 1;
-  return 0;
-}
 
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<SafetensorsTensor>& tensors,
@@ -199,51 +189,17 @@ absl::Status ExportSafetensorsFromStepDir(const std::string& step_dir,
 }
 
 absl::StatusOr<std::vector<SafetensorsTensor>> ReadSafetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("missing safetensors file ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string file = ss.str();
-  auto bad = [&](absl::string_view why) {
-    return absl::DataLossError(absl::StrCat("safetensors file ", path, ": ", why));
-  };
-  if (file.size() < 8) return bad("shorter than its 8-byte header length");
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= uint64_t{static_cast<unsigned char>(file[i])} << (8 * i);
-  if (n > file.size() - 8) return bad("header length past the end of the file");
-  google::protobuf::Struct header;
-  auto ps = google::protobuf::util::JsonStringToMessage(file.substr(8, n), &header);
-  if (!ps.ok()) return bad(absl::StrCat("header is not JSON: ", ps.ToString()));
-  const size_t data_start = 8 + n;
+  absl::StatusOr<std::unique_ptr<SafetensorsReader>> reader = SafetensorsReader::Open(path);
+  if (!reader.ok()) return reader.status();
   std::vector<SafetensorsTensor> out;
-  for (const auto& [name, value] : header.fields()) {
-    if (name == "__metadata__") continue;
-    if (!value.has_struct_value()) return bad(absl::StrCat("entry ", name, " is not an object"));
-    const auto& f = value.struct_value().fields();
-    auto dt = f.find("dtype"), sh = f.find("shape"), off = f.find("data_offsets");
-    if (dt == f.end() || sh == f.end() || off == f.end() || !off->second.has_list_value() ||
-        off->second.list_value().values_size() != 2 || !sh->second.has_list_value()) {
-      return bad(absl::StrCat("entry ", name, " lacks dtype, shape or data_offsets"));
-    }
+  for (const SafetensorsEntry& e : (*reader)->tensors()) {
     SafetensorsTensor t;
-    t.name = name;
-    t.dtype = dt->second.string_value();
-    int64_t numel = 1;
-    for (const auto& d : sh->second.list_value().values()) {
-      t.shape.push_back(static_cast<int64_t>(d.number_value()));
-      numel *= t.shape.back();
-    }
-    const auto b = static_cast<uint64_t>(off->second.list_value().values(0).number_value());
-    const auto e = static_cast<uint64_t>(off->second.list_value().values(1).number_value());
-    const int size = SafetensorsDtypeSize(t.dtype);
-    if (size == 0) return bad(absl::StrCat("tensor ", name, " has unknown dtype ", t.dtype));
-    if (e < b || data_start + e > file.size() ||
-        e - b != static_cast<uint64_t>(numel) * static_cast<uint64_t>(size)) {
-      return bad(absl::StrCat("tensor ", name,
-                              " has data_offsets outside the file or not "
-                              "matching its shape"));
-    }
-    t.data = file.substr(data_start + b, e - b);
+    t.name = e.name;
+    t.dtype = e.dtype;
+    t.shape = e.shape;
+    t.data.resize(static_cast<size_t>(e.bytes()));
+    absl::Status s = (*reader)->Read(e, t.data.data());
+    if (!s.ok()) return s;
     out.push_back(std::move(t));
   }
   return out;

@@ -8,7 +8,8 @@
 //
 // ExportSafetensors works from a checkpoint directory alone (no processes, no LibTorch), so
 // `shardctl export JOB --step N --out F` can call it. Tied parameters are written under every
-// name (the alias as a copy), as a PyTorch state_dict names them.
+// name (the alias as a copy), as a PyTorch state_dict names them. Written files are durable
+// (temp file, fsync, rename, fsync of the target directory).
 //
 // Thread safety: pure functions.
 #ifndef SHARDLINE_CHECKPOINT_SAFETENSORS_H_
@@ -21,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "checkpoint/safetensors_reader.h"
 
 namespace shardline::checkpoint {
 
@@ -45,12 +47,12 @@ absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<SafetensorsTensor>& tensors,
                               const std::map<std::string, std::string>& metadata);
 
-// Errors: NOT_FOUND for a missing file; DATA_LOSS naming the path for a malformed header or
-// offsets outside the file.
+// Every tensor of a file, by name, through SafetensorsReader (safetensors_reader.h: the header
+// is checked, the file is read once, tensor by tensor). Use SafetensorsReader directly to read
+// only some tensors. Errors: NOT_FOUND for a missing file; DATA_LOSS naming the file and the
+// tensor or field for a malformed header, offsets outside the data section, a size that does
+// not match shape and dtype, overlapping tensors, a file that shrinks while being read.
 absl::StatusOr<std::vector<SafetensorsTensor>> ReadSafetensors(const std::string& path);
-
-// Bytes per element of a safetensors dtype name; 0 when unknown.
-int SafetensorsDtypeSize(const std::string& dtype);
 
 }  // namespace shardline::checkpoint
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "checkpoint/crc32c.h"
+#include "checkpoint/durable_file.h"
 #include "checkpoint/manifest_io.h"
 
 namespace shardline::checkpoint {
@@ -41,7 +42,8 @@ absl::Status WriteAll(int fd, const void* data, size_t n, const std::string& pat
 absl::StatusOr<ShardWriteResult> WriteShard(const std::string& step_dir, int shard_index,
                                             const std::string& save_id,
                                             const std::vector<SliceData>& slices) {
-  absl::Status s = MakeDirs(step_dir);
+  // Creates step_N/ (and the root) durably: the root is fsynced after step_N/ appears.
+  absl::Status s = MakeDirsDurable(step_dir);
   if (!s.ok()) return s;
   ShardWriteResult result;
   result.data_file = DataFileName(shard_index);
@@ -93,13 +95,17 @@ absl::StatusOr<ShardWriteResult> WriteShard(const std::string& step_dir, int sha
     return s;
   }
   ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("rename to", path);
+  // The data file's name is durable (step directory fsynced) before its index names it.
+  s = RenameDurable(tmp, path);
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
   DataFile* f = index.add_files();
   f->set_name(result.data_file);
   f->set_size_bytes(offset);
   f->set_shard_index(shard_index);
   result.bytes = offset;
-  // The index's rename (and its directory fsync) also makes the data file's rename durable.
   s = WriteManifestFile(absl::StrCat(step_dir, "/", result.index_file), index);
   if (!s.ok()) return s;
   return result;
@@ -185,7 +191,10 @@ absl::Status CommitCheckpoint(const std::string& step_dir, int shard_count,
   for (int i = 0; i < shard_count; ++i) {
     ::unlink(absl::StrCat(step_dir, "/", ShardIndexFileName(i)).c_str());
   }
-  return absl::OkStatus();
+  // WriteFileAtomic synced the step directory (the manifest's name); the step directory's own
+  // entry in the root must be durable too, or a power cut could lose a committed checkpoint
+  // whose writer created step_N/ without syncing the root (or on another node).
+  return FsyncDir(ParentDir(step_dir));
 }
 
 }  // namespace shardline::checkpoint

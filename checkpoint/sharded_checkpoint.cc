@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 #include <utility>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_reader.h"
 #include "checkpoint/shard_writer.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
@@ -343,14 +345,33 @@ absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
   std::atomic<size_t> next_copy{0};
   auto copy = [&] {
     for (size_t i = next_copy++; i < slices.size(); i = next_copy++) {
+      // Out of the mapping only through CopyMapped: a data file truncated since it was checked
+      // is DATA_LOSS naming it, not a SIGBUS (the model may be partly loaded then; the caller
+      // stops on the error).
+      absl::Status read;
       copied[i] = TorchCall("load checkpoint shards", [&] {
         at::NoGradGuard no_grad;
         for (const CheckpointReader::MappedPiece& p : staged[i]) {
-          // from_blob borrows the mapping (only read from); copy_ handles a GPU shard.
-          const at::Tensor src = at::from_blob(const_cast<float*>(p.src), {p.count}, at::kFloat);
-          slices[i].local.narrow(0, p.offset, p.count).copy_(src);
+          at::Tensor dst = slices[i].local.narrow(0, p.offset, p.count);
+          if (dst.device().is_cpu() && dst.scalar_type() == at::kFloat && dst.is_contiguous()) {
+            read = reader->CopyMapped(p, dst.data_ptr<float>());
+            if (!read.ok()) return;
+            continue;
+          }
+          // A GPU shard: through a host buffer, a chunk at a time.
+          constexpr int64_t kChunk = int64_t{1} << 20;
+          at::Tensor host = at::empty({std::min(kChunk, p.count)}, at::kFloat);
+          for (int64_t done = 0; done < p.count; done += kChunk) {
+            CheckpointReader::MappedPiece part = p;
+            part.src += done;
+            part.count = std::min(kChunk, p.count - done);
+            read = reader->CopyMapped(part, host.data_ptr<float>());
+            if (!read.ok()) return;
+            dst.narrow(0, done, part.count).copy_(host.narrow(0, 0, part.count));
+          }
         }
       });
+      if (copied[i].ok()) copied[i] = read;
     }
   };
   RunOnThreads(options_.load_threads, copy);
@@ -368,40 +389,47 @@ absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
 }
 
 absl::Status LoadSafetensorsIntoEngine(const std::string& path, fsdp::FsdpEngine* engine) {
-  ASSIGN_OR_RETURN(std::vector<SafetensorsTensor> tensors, ReadSafetensors(path));
-  std::map<std::string, at::Tensor> state;
-  for (SafetensorsTensor& t : tensors) {
-    at::ScalarType type;
-    if (t.dtype == "F32") {
-      type = at::kFloat;
-    } else if (t.dtype == "F16") {
-      type = at::kHalf;
-    } else if (t.dtype == "BF16") {
-      type = at::kBFloat16;
-    } else {
-      continue;  // Not a parameter this engine could hold; a missing one is reported below.
-    }
-    at::Tensor raw = at::empty(t.shape, type);
-    std::memcpy(raw.data_ptr(), t.data.data(), t.data.size());
-    state[t.name] = raw.to(at::kFloat);
-  }
-  // Check everything first: LoadFullParamState stops at the first problem after copying the
-  // parameters before it.
+  // Only the header first: every parameter is looked up and checked before any tensor is read,
+  // and then each is read (pread) straight into a tensor of its dtype: the file is never held
+  // whole, and a hostile header is refused by the reader before LibTorch sees a shape.
+  ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsReader> reader, SafetensorsReader::Open(path));
+  std::vector<std::pair<const SafetensorsEntry*, at::ScalarType>> wanted;
   for (const auto& f : engine->flat_params()) {
     for (const fsdp::FlatParamEntry& e : f->entries()) {
-      auto it = state.find(e.name);
-      for (size_t a = 0; it == state.end() && a < e.aliases.size(); ++a) {
-        it = state.find(e.aliases[a]);
+      const SafetensorsEntry* t = nullptr;
+      std::optional<at::ScalarType> type;
+      // The first of the name and its aliases that the file holds in a dtype we convert.
+      for (size_t a = 0; !type.has_value() && a <= e.aliases.size(); ++a) {
+        t = reader->Find(a == 0 ? e.name : e.aliases[a - 1]);
+        if (t == nullptr) continue;
+        if (t->dtype == "F32") {
+          type = at::kFloat;
+        } else if (t->dtype == "F16") {
+          type = at::kHalf;
+        } else if (t->dtype == "BF16") {
+          type = at::kBFloat16;
+        }
       }
-      if (it == state.end()) {
+      if (!type.has_value()) {
         return absl::InvalidArgumentError(
             absl::StrCat(path, ": parameter ", e.name, " is missing (or not F32/F16/BF16)"));
       }
-      if (it->second.sizes().vec() != e.shape) {
+      if (t->shape != e.shape) {
         return absl::InvalidArgumentError(
             absl::StrCat(path, ": parameter ", e.name, " has another shape than the model's"));
       }
+      wanted.emplace_back(t, *type);
     }
+  }
+  std::map<std::string, at::Tensor> state;
+  for (const auto& [t, type] : wanted) {
+    if (state.count(t->name) > 0) continue;
+    at::Tensor raw;
+    RETURN_IF_ERROR(TorchCall("allocate a safetensors tensor",
+                              [&, t = t, type = type] { raw = at::empty(t->shape, type); }));
+    RETURN_IF_ERROR(reader->Read(*t, raw.data_ptr()));
+    RETURN_IF_ERROR(TorchCall("convert a safetensors tensor to float32",
+                              [&, t = t] { state[t->name] = raw.to(at::kFloat); }));
   }
   absl::Status s;
   RETURN_IF_ERROR(TorchCall("load safetensors", [&] { s = engine->LoadFullParamState(state); }));

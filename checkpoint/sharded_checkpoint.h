@@ -25,7 +25,8 @@
 //
 // Errors: Load: NOT_FOUND (no committed checkpoint / missing file), FAILED_PRECONDITION (unknown
 // format version, another model: names the manifest and the first differing tensor, another
-// optimizer), DATA_LOSS (checksum mismatch, truncated file: names file and tensor), ABORTED on
+// optimizer), DATA_LOSS (checksum mismatch, truncated file, also one truncated after it was
+// mapped: names file and tensor), ABORTED on
 // the ranks whose own reads succeeded when another rank's failed. Save: INTERNAL for I/O,
 // DEADLINE_EXCEEDED when shard writers do not finish within commit_timeout; collective errors.
 //
@@ -125,8 +126,10 @@ class Checkpointer {
 // Loads parameters from a safetensors file (checkpoint.init_from_safetensors: start from given
 // weights; the optimizer stays fresh). Names are the model's parameter names (aliases of tied
 // parameters accepted); F32, F16 and BF16 are converted to fp32. Each rank keeps its shard; no
-// collective. Errors: ReadSafetensors's; INVALID_ARGUMENT naming a missing parameter or a shape
-// mismatch (nothing is loaded then).
+// collective. The header is checked (SafetensorsReader) and every parameter looked up before
+// any tensor is read; then only the needed tensors are read, one at a time. Errors:
+// SafetensorsReader's (NOT_FOUND, DATA_LOSS naming the file and the tensor or field);
+// INVALID_ARGUMENT naming a missing parameter or a shape mismatch (nothing is loaded then).
 absl::Status LoadSafetensorsIntoEngine(const std::string& path, fsdp::FsdpEngine* engine);
 
 }  // namespace shardline::checkpoint

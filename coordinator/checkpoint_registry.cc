@@ -106,6 +106,12 @@ int64_t CheckpointRegistry::LatestCommitted(absl::string_view job_id) const {
   return latest;
 }
 
+int64_t CheckpointRegistry::ResumeStep(const JobStatus& st) const {
+  const int64_t latest = LatestCommitted(st.job_id());
+  const int64_t from_spec = st.spec().checkpoint().resume_step();
+  return st.attempt() == 1 && latest == 0 && from_spec > 0 ? from_spec : latest;
+}
+
 std::vector<std::pair<std::string, int64_t>> CheckpointRegistry::ApplyRetention(
     absl::string_view job_id, int32_t keep_last) {
   std::vector<std::pair<std::string, int64_t>> removed;

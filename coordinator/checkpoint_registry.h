@@ -49,6 +49,10 @@ class CheckpointRegistry {
   absl::StatusOr<CheckpointInfo> Get(absl::string_view job_id, int64_t step) const;
   // Newest committed step of `job_id`, 0 when none.
   int64_t LatestCommitted(absl::string_view job_id) const;
+  // The step the current attempt of `status`'s job resumes from: its newest committed step; for
+  // a first attempt with none committed, the spec's checkpoint.resume_step when > 0 (-1, the
+  // latest, the trainer resolves itself). 0: start fresh.
+  int64_t ResumeStep(const JobStatus& status) const;
 
   // Forgets committed steps of `job_id` beyond the newest `keep_last` (0 keeps all) and
   // uncommitted steps older than the oldest kept one. Returns the (job, step) pairs removed.

@@ -110,5 +110,27 @@ TEST(CheckpointRegistry, ListGetAndRetention) {
   EXPECT_EQ(reg.LatestCommitted("job-1"), 40);
 }
 
+TEST(CheckpointRegistry, ResumeStepIsTheNewestCommittedElseTheSpecsForAFirstAttempt) {
+  CheckpointRegistry reg;
+  JobStatus st;
+  st.set_job_id("job-1");
+  st.set_attempt(1);
+  EXPECT_EQ(reg.ResumeStep(st), 0);  // fresh
+  st.mutable_spec()->mutable_checkpoint()->set_resume_step(-1);
+  EXPECT_EQ(reg.ResumeStep(st), 0);  // "latest": the trainer resolves it
+  st.mutable_spec()->mutable_checkpoint()->set_resume_step(40);
+  EXPECT_EQ(reg.ResumeStep(st), 40);
+  st.set_attempt(2);
+  EXPECT_EQ(reg.ResumeStep(st), 0);  // a restart resumes only from what this job committed
+  bool committed = false;
+  ASSERT_TRUE(reg.Report(Rep(10, {"shard_00000.bin", "shard_00001.bin", "MANIFEST.json"}, true),
+                         kLayout, kNow, &committed)
+                  .ok());
+  ASSERT_TRUE(committed);
+  EXPECT_EQ(reg.ResumeStep(st), 10);
+  st.set_attempt(1);
+  EXPECT_EQ(reg.ResumeStep(st), 10);
+}
+
 }  // namespace
 }  // namespace shardline::coordinator

@@ -1,20 +1,19 @@
 // CoordinatorCore: the coordinator's whole behaviour without gRPC. The service (service.h) is a
 // thin adapter over it; tests drive it directly with a fake clock.
 //
-// What it ties together: the worker registry (liveness), the job queue and its gang scheduler
-// (priority, then submission order; all W ranks placed at once or none), the planner, the job
-// state machine (attempts, restarts from the latest committed checkpoint, elastic shrinking), the
-// checkpoint registry, the rendezvous store, progress, and durable state (state_store.h).
-//
-// Scheduling is strict per device kind: when the first eligible job of a kind does not fit,
-// later jobs of that kind wait too, so a large job is not starved by a stream of small ones.
-//
-// Assignment streams: each worker has an outbox. Opening a stream (OpenAssignmentStream)
-// supersedes any older stream of that worker and first re-queues a START for every rank placed
-// on it that the worker has not yet acknowledged (a heartbeat listing the rank in any state
-// acknowledges it), so a START lost with a broken stream is delivered again. A daemon should
-// still ignore a START for a (job, attempt, rank) it already runs: a START delivered just before
-// the stream broke, and not yet acknowledged, is sent again.
+// The core owns the job lifecycle (submit, start an attempt, fail / restart it, succeed, cancel;
+// the rules are job_state_machine.h's) and the durable state (state_store.h), and delegates:
+//   worker_registry.h      workers, heartbeat liveness, slot reservations   (own lock)
+//   scheduler.h            queue + free slots -> placements (pure; planner.h places ranks)
+//   assignment_outbox.h    per-worker START / STOP queues and stream delivery
+//   rank_tracker.h         rank liveness (acked / running / stale / lost / start timeout); it
+//                          returns the failures and STOPs, the core applies them
+//   change_feed.h          job versions, WaitJob / WaitDirty, wake-ups
+//   job_table.h            the job records: ids, lookup, listing, persistence of changes
+//   checkpoint_registry.h  committed checkpoints, retention
+//   rendezvous_store.h     per-attempt KV namespaces                         (own lock)
+// Job table, outbox, tracker, feed and checkpoint registry have no lock of their own: the core
+// calls them only under its mutex.
 //
 // Restart of the coordinator: every job, event, checkpoint record and worker is reloaded.
 // Workers known ALIVE get one heartbeat timeout to heartbeat again (their ids stay valid); a
@@ -23,37 +22,31 @@
 // latest committed checkpoint (or fails when no restarts are left). Rendezvous values are not
 // persisted (ranks read them only while bootstrapping).
 //
-// Stale ranks: a heartbeat listing a running rank of an attempt that is over (the worker was cut
-// off while the attempt failed, so its STOP never arrived) gets a STOP for that attempt pushed to
-// the worker's stream, once per stream.
-//
-// Lost ranks: once a worker's heartbeat has listed a rank of a running attempt, every later
-// heartbeat of that worker must list it until it exits; a heartbeat without it fails the attempt
-// as RANK_LOST (a restarted daemon no longer knows the ranks its predecessor ran).
-//
 // Thread safety: every method may be called from any thread. Blocking calls (NextAssignment,
 // WaitJob, RendezvousGet) block only their caller, up to the given wait.
 #ifndef SHARDLINE_COORDINATOR_COORDINATOR_CORE_H_
 #define SHARDLINE_COORDINATOR_COORDINATOR_CORE_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/assignment_outbox.h"
+#include "coordinator/change_feed.h"
 #include "coordinator/checkpoint_registry.h"
 #include "coordinator/clock.h"
+#include "coordinator/job_table.h"
 #include "coordinator/planner.h"
+#include "coordinator/rank_tracker.h"
+#include "coordinator/rendezvous_rpc.h"
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/state.pb.h"
 #include "coordinator/state_store.h"
@@ -76,8 +69,8 @@ struct CoreOptions {
   int32_t stop_grace_period_s = 10;
   // Longest wait a RendezvousGet may ask for (longer requests are capped; clients loop).
   absl::Duration max_rendezvous_wait = absl::Seconds(60);
-  // Full job spec validation (spec::Validate); the core always checks name and world_size
-  // itself. Null: only those basic checks.
+  // Full job spec validation (spec::Validate); the core always applies
+  // spec::ValidateForScheduling itself first. Null: only those checks.
   std::function<absl::Status(const JobSpec&)> validate_spec;
 };
 
@@ -93,7 +86,9 @@ class CoordinatorCore {
   // Unknown or dead workers get reregister = true (not an error). Rank statuses of the current
   // attempts are applied: exit 0 counts towards success, any other exit fails the attempt.
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& req);
-  // Starts a new assignment stream for `worker_id`; returns its generation.
+  // Starts a new assignment stream for `worker_id`; returns its generation. It supersedes any
+  // older stream of the worker and first re-sends START for every rank placed on the worker that
+  // no heartbeat has acknowledged yet (the daemon ignores a START it already runs).
   // Errors: NOT_FOUND for an unknown worker, FAILED_PRECONDITION for a dead one.
   absl::StatusOr<int64_t> OpenAssignmentStream(const std::string& worker_id);
   // Waits up to `wait` for the stream's next assignment. true: *out holds it; false: nothing
@@ -107,15 +102,21 @@ class CoordinatorCore {
     return registry_.Get(worker_id);
   }
 
-  // ---- rendezvous (see rendezvous_store.h for the errors)
+  // ---- rendezvous (see rendezvous_rpc.h for the errors)
   absl::Status RendezvousSet(const RendezvousSetRequest& req);
-  absl::StatusOr<RendezvousGetResponse> RendezvousGet(const RendezvousGetRequest& req);
+  absl::StatusOr<RendezvousGetResponse> RendezvousGet(const RendezvousGetRequest& req) {
+    return ServeRendezvousGet(&rendezvous_, req, options_.max_rendezvous_wait);
+  }
   // One non-blocking look (for the event-driven server path): DEADLINE_EXCEEDED while keys are
   // missing, its message naming them and `waited`.
   absl::StatusOr<RendezvousGetResponse> RendezvousPoll(const RendezvousGetRequest& req,
-                                                       absl::Duration waited);
+                                                       absl::Duration waited) {
+    return ServeRendezvousPoll(&rendezvous_, req, waited);
+  }
   // The wait a RendezvousGet request gets: timeout_ms capped by max_rendezvous_wait.
-  absl::Duration RendezvousWait(const RendezvousGetRequest& req) const;
+  absl::Duration RendezvousWait(const RendezvousGetRequest& req) const {
+    return RendezvousWaitFor(req, options_.max_rendezvous_wait);
+  }
 
   // ---- reports from ranks. Errors: NOT_FOUND (job), FAILED_PRECONDITION for a report of an
   // attempt that is not the job's running one, INVALID_ARGUMENT for a rank outside the world
@@ -159,11 +160,7 @@ class CoordinatorCore {
   // For event-driven streams: waits up to `wait` until some worker's outbox, job or rendezvous
   // namespace changed since the last call, and returns which (each change is reported once, to
   // one caller). Returns false once the core shuts down.
-  struct Dirty {
-    std::vector<std::string> workers;
-    std::vector<std::string> jobs;
-    std::vector<std::string> namespaces;
-  };
+  using Dirty = ChangeFeed::Dirty;
   bool WaitDirty(absl::Duration wait, Dirty* dirty);
 
   int alive_workers() const { return registry_.alive_count(); }
@@ -178,46 +175,23 @@ class CoordinatorCore {
   Counters counters() const;
 
  private:
-  struct Job {
-    JobRecord rec;
-    int64_t version = 0;
-    // Ranks of the current attempt whose worker has reported them in a heartbeat (so the
-    // daemon has the START). Not persisted: after a coordinator restart all count as acked.
-    std::set<int32_t> acked;
-  };
-  struct Outbox {
-    std::deque<Assignment> queue;
-    int64_t generation = 0;
-  };
-
-  explicit CoordinatorCore(const CoreOptions& options);
+  CoordinatorCore(const CoreOptions& options, std::unique_ptr<StateStore> store);
   absl::Status Load();
 
-  Job* FindJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job whose current attempt `attempt` is RUNNING with `rank` in its world, for reports
-  // from ranks. Errors: NOT_FOUND (no such job), FAILED_PRECONDITION (not running, or another
-  // attempt), INVALID_ARGUMENT (rank outside the world).
-  absl::StatusOr<Job*> FindRunningRankLocked(const std::string& job_id, int32_t attempt,
-                                             int32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Persists and publishes a changed job (bumps its version, wakes watchers).
-  void Changed(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts what the scheduler places.
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status StartAttemptLocked(Job& job, const Plan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status StartAttemptLocked(JobRecord& job, const Plan& plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the STARTs of the job's current attempt share (rank 0's address, resume step...).
+  AttemptStartInfo StartInfoLocked(const JobRecord& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stops the running attempt's ranks, frees its slots and closes its rendezvous namespace.
-  void EndAttemptLocked(Job& job, bool send_stop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailAttemptLocked(Job& job, const std::string& kind, const std::string& reason)
+  void EndAttemptLocked(JobRecord& job, bool send_stop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailAttemptLocked(JobRecord& job, const std::string& kind, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplyRankStatusLocked(const std::string& worker_id, const RankStatus& rs)
+  void ApplyFailuresLocked(const std::vector<RankFailure>& failures)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `local_world` is the number of this attempt's ranks on p's worker; `master_addr` rank 0's
-  // node address (both shared by all ranks, so callers compute them once).
-  Assignment StartAssignment(const Job& job, const RankPlacement& p, int32_t local_world,
-                             const std::string& master_addr) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Pushes START for the ranks of `job` placed on `worker_id` (all workers when empty).
-  void PushStartsLocked(const Job& job, const std::string& worker_id, Outbox* only)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Push(const std::string& worker_id, Assignment a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rank `rank` of the job's running attempt exited 0; the job succeeds with its last rank.
+  void RankSucceededLocked(JobRecord& job, int32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistWorker(const std::string& worker_id);
   static std::string Namespace(const JobRecord& rec);
 
@@ -228,24 +202,12 @@ class CoordinatorCore {
   RendezvousStore rendezvous_;         // own lock
 
   mutable absl::Mutex mu_;
-  // Signalled on every job change and outbox push (waiters re-check their own condition).
-  mutable absl::CondVar changed_;
-  std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Outbox> outboxes_ ABSL_GUARDED_BY(mu_);
-  // Per worker: (job, rank) of running attempts it has acknowledged and not finished; a
-  // heartbeat that omits one of them means the rank is gone.
-  std::map<std::string, std::set<std::pair<std::string, int32_t>>> running_ranks_
-      ABSL_GUARDED_BY(mu_);
+  ChangeFeed feed_ ABSL_GUARDED_BY(mu_);
+  JobTable jobs_ ABSL_GUARDED_BY(mu_);            // stores to store_, reports to feed_
+  AssignmentOutbox outbox_ ABSL_GUARDED_BY(mu_);  // reports to feed_
+  RankTracker tracker_ ABSL_GUARDED_BY(mu_);
   CheckpointRegistry checkpoints_ ABSL_GUARDED_BY(mu_);
-  int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
-  int64_t next_version_ ABSL_GUARDED_BY(mu_) = 1;
-  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   Counters counters_ ABSL_GUARDED_BY(mu_);  // jobs_by_state filled on read
-  std::set<std::string> dirty_workers_ ABSL_GUARDED_BY(mu_);
-  // (worker, job, attempt) told to STOP because it reported ranks of an attempt that is over.
-  std::set<std::tuple<std::string, std::string, int32_t>> stops_sent_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> dirty_jobs_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> dirty_namespaces_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shardline::coordinator

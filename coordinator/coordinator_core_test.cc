@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/testing/fake_clock.h"
+#include "fsdp/layout.h"
 #include "gtest/gtest.h"
 
 namespace shardline::coordinator {
@@ -150,8 +151,15 @@ TEST_F(CoreTest, GangSchedulesAllRanksOrNone) {
     for (const Assignment& x : *list) {
       EXPECT_EQ(x.action(), Assignment::START);
       EXPECT_EQ(x.world_size(), 3);
-      EXPECT_EQ(x.shard_group_ranks_size(), 3);
-      EXPECT_EQ(x.replicate_group_ranks_size(), 1);
+      // The trainer's groups, from the assignment's world size and spec (fsdp/layout.h).
+      auto layout =
+          fsdp::ParallelLayout::Create(x.world_size(), x.spec().fsdp().sharding_strategy(),
+                                       x.spec().fsdp().hybrid_shard_degree());
+      ASSERT_TRUE(layout.ok()) << layout.status();
+      EXPECT_EQ(layout->ShardGroupRanks(x.rank()).size(), 3u);
+      EXPECT_EQ(layout->ReplicateGroupRanks(x.rank()).size(), 1u);
+      EXPECT_EQ(st->placement(x.rank()).shard_group(), 0);
+      EXPECT_EQ(st->placement(x.rank()).replicate_group(), x.rank());
       EXPECT_EQ(x.local_world_size(), static_cast<int>(list->size()));
       EXPECT_EQ(x.rendezvous_namespace(), *job + "/1");
       EXPECT_EQ(x.rendezvous_secret().size(), 64u);

@@ -22,6 +22,7 @@
 #include "coordinator/client.h"
 #include "coordinator/rendezvous_kv_store.h"
 #include "coordinator/testing/coordinator_process.h"
+#include "fsdp/layout.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
 
@@ -283,8 +284,12 @@ TEST_F(CoordinatorIntegrationTest, RegisterSubmitStreamAssignmentsAndWatchToSucc
     EXPECT_EQ(a.local_rank(), r);
     EXPECT_EQ(a.local_world_size(), 2);
     EXPECT_EQ(a.slot_index(), r);
-    EXPECT_EQ(a.shard_group_ranks_size(), 2);
-    EXPECT_EQ(a.replicate_group_ranks_size(), 1);
+    // The trainer's groups, from the assignment's world size and spec (fsdp/layout.h).
+    auto layout = fsdp::ParallelLayout::Create(a.world_size(), a.spec().fsdp().sharding_strategy(),
+                                               a.spec().fsdp().hybrid_shard_degree());
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    EXPECT_EQ(layout->ShardGroupRanks(a.rank()).size(), 2u);
+    EXPECT_EQ(layout->ReplicateGroupRanks(a.rank()).size(), 1u);
     EXPECT_EQ(a.rendezvous_namespace(), *job + "/1");
     EXPECT_FALSE(a.rendezvous_secret().empty());
     EXPECT_EQ(a.master_addr(), "127.0.0.1");

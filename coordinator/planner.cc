@@ -38,15 +38,9 @@ std::vector<std::pair<size_t, int32_t>> PickNodes(FreeSet& free, int32_t need) {
 
 }  // namespace
 
-absl::StatusOr<Plan> PlanPlacement(int32_t world_size, int32_t shard_degree,
+absl::StatusOr<Plan> PlanPlacement(const fsdp::ParallelLayout& layout,
                                    const std::vector<NodeCapacity>& nodes) {
-  if (world_size < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("world_size must be >= 1, got ", world_size));
-  }
-  if (shard_degree < 1 || world_size % shard_degree != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shard degree ", shard_degree, " must be >= 1 and divide world_size ", world_size));
-  }
+  const int32_t world_size = layout.world_size();
   FreeSet free;
   int64_t total = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -61,15 +55,17 @@ absl::StatusOr<Plan> PlanPlacement(int32_t world_size, int32_t shard_degree,
   }
   Plan plan;
   plan.world_size = world_size;
-  plan.shard_degree = shard_degree;
+  plan.shard_degree = layout.shard_degree();
   plan.ranks.resize(world_size);
   std::vector<size_t> used(nodes.size(), 0);  // slots handed out per node
   std::vector<size_t> node_of(world_size);
-  const int32_t groups = world_size / shard_degree;
-  int32_t rank = 0;
-  for (int32_t g = 0; g < groups; ++g) {
-    for (const auto& [node, count] : PickNodes(free, shard_degree)) {
-      for (int32_t k = 0; k < count; ++k, ++rank) {
+  for (int32_t first = 0; first < world_size; ++first) {
+    if (layout.ShardIndex(first) != 0) continue;  // each shard group once, from its first rank
+    const std::vector<int> group = layout.ShardGroupRanks(first);
+    size_t next = 0;
+    for (const auto& [node, count] : PickNodes(free, static_cast<int32_t>(group.size()))) {
+      for (int32_t k = 0; k < count; ++k) {
+        const int32_t rank = group[next++];
         RankPlan& r = plan.ranks[rank];
         node_of[rank] = node;
         r.rank = rank;
@@ -87,30 +83,39 @@ absl::StatusOr<Plan> PlanPlacement(int32_t world_size, int32_t shard_degree,
   }
   for (RankPlan& r : plan.ranks) {
     r.local_world_size = local_count[node_of[r.rank]];
-    r.shard_group = r.rank / shard_degree;
-    r.replicate_group = r.rank % shard_degree;
+    r.shard_group = layout.ReplicateIndex(r.rank);
+    r.replicate_group = layout.ShardIndex(r.rank);
   }
   return plan;
 }
 
-std::vector<int32_t> ShardGroupRanks(int32_t rank, int32_t shard_degree) {
-  std::vector<int32_t> out(shard_degree);
-  const int32_t first = rank / shard_degree * shard_degree;
-  for (int32_t k = 0; k < shard_degree; ++k) out[k] = first + k;
-  return out;
+absl::StatusOr<Plan> PlanPlacement(int32_t world_size, int32_t shard_degree,
+                                   const std::vector<NodeCapacity>& nodes) {
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("world_size must be >= 1, got ", world_size));
+  }
+  if (shard_degree < 1 || world_size % shard_degree != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard degree ", shard_degree, " must be >= 1 and divide world_size ", world_size));
+  }
+  const FsdpSpec::ShardingStrategy strategy =
+      shard_degree == 1
+          ? FsdpSpec::NO_SHARD
+          : (shard_degree == world_size ? FsdpSpec::FULL_SHARD : FsdpSpec::HYBRID_SHARD);
+  auto layout = fsdp::ParallelLayout::Create(world_size, strategy,
+                                             strategy == FsdpSpec::HYBRID_SHARD ? shard_degree : 0);
+  if (!layout.ok()) return layout.status();
+  return PlanPlacement(*layout, nodes);
 }
 
-std::vector<int32_t> ReplicateGroupRanks(int32_t rank, int32_t shard_degree, int32_t world_size) {
-  std::vector<int32_t> out;
-  out.reserve(world_size / shard_degree);
-  for (int32_t k = rank % shard_degree; k < world_size; k += shard_degree) out.push_back(k);
-  return out;
+absl::StatusOr<fsdp::ParallelLayout> LayoutFor(const JobSpec& spec, int32_t world_size) {
+  // One definition of the layout rules for the whole project (fsdp/layout.h).
+  return fsdp::ParallelLayout::Create(world_size, spec.fsdp().sharding_strategy(),
+                                      spec.fsdp().hybrid_shard_degree());
 }
 
 absl::StatusOr<int32_t> ShardDegreeFor(const JobSpec& spec, int32_t world_size) {
-  // One definition of the layout rules for the whole project (fsdp/layout.h).
-  auto layout = fsdp::ParallelLayout::Create(world_size, spec.fsdp().sharding_strategy(),
-                                             spec.fsdp().hybrid_shard_degree());
+  auto layout = LayoutFor(spec, world_size);
   if (!layout.ok()) return layout.status();
   return layout->shard_degree();
 }

@@ -1,14 +1,12 @@
-// Planner: places the W ranks of one job attempt on free slots (all or none) and computes each
-// rank's groups.
+// Planner: places the W ranks of one job attempt on free slots (all or none).
 //
-// Layout (SMP v2 semantics, W = R x S, S = shard degree):
-//   shard group g     = ranks [g*S, (g+1)*S)
-//   replicate group j = { j, j+S, j+2S, ... }
-// Placement packs each shard group onto as few nodes as possible (intra-node links are the
-// fastest, and the shard group carries the all-gather / reduce-scatter traffic): a group goes to
-// the node with the fewest free slots that still holds all S of it (best fit); a group no node
-// holds takes the largest nodes first and best-fits its remainder (ties: the earlier node).
-// Ranks of one node take its free slots in ascending index order. O(W log N) for N nodes.
+// Which ranks form a shard group and a replicate group is fsdp::ParallelLayout's (fsdp/layout.h,
+// the one definition the trainers use too); the planner only asks it. Placement packs each shard
+// group onto as few nodes as possible (intra-node links are the fastest, and the shard group
+// carries the all-gather / reduce-scatter traffic): a group goes to the node with the fewest free
+// slots that still holds all S of it (best fit); a group no node holds takes the largest nodes
+// first and best-fits its remainder (ties: the earlier node). Ranks of one node take its free
+// slots in ascending index order. O(W log N) for N nodes.
 //
 // Thread safety: pure functions.
 #ifndef SHARDLINE_COORDINATOR_PLANNER_H_
@@ -19,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "fsdp/layout.h"
 #include "proto/job_spec.pb.h"
 
 namespace shardline::coordinator {
@@ -40,14 +39,9 @@ struct RankPlan {
   // Rank among this job's ranks on the same node (ordered by global rank), and their number.
   int32_t local_rank = 0;
   int32_t local_world_size = 0;
-  int32_t shard_group = 0;      // rank / S
-  int32_t replicate_group = 0;  // rank % S
+  int32_t shard_group = 0;      // which shard group: ParallelLayout::ReplicateIndex(rank)
+  int32_t replicate_group = 0;  // which replicate group: ParallelLayout::ShardIndex(rank)
 };
-
-// Global ranks of the shard group and the replicate group of `rank`, in group order. Computed on
-// demand: stored per rank they would take W * (S + W/S) integers (1 GiB at W = 16384, S = 1).
-std::vector<int32_t> ShardGroupRanks(int32_t rank, int32_t shard_degree);
-std::vector<int32_t> ReplicateGroupRanks(int32_t rank, int32_t shard_degree, int32_t world_size);
 
 struct Plan {
   int32_t world_size = 0;
@@ -55,16 +49,22 @@ struct Plan {
   std::vector<RankPlan> ranks;  // indexed by rank
 };
 
-// Places `world_size` ranks with shard degree `shard_degree` on `nodes`.
-// Errors: INVALID_ARGUMENT when world_size < 1, shard_degree < 1 or shard_degree does not divide
-// world_size; RESOURCE_EXHAUSTED when fewer than world_size slots are free (message gives both
+// Places the ranks of `layout` on `nodes`, each shard group packed as above.
+// Errors: RESOURCE_EXHAUSTED when fewer than world_size slots are free (message gives both
 // numbers).
+absl::StatusOr<Plan> PlanPlacement(const fsdp::ParallelLayout& layout,
+                                   const std::vector<NodeCapacity>& nodes);
+// The same for a bare shape (tests, the benchmark): the layout with S = shard_degree (NO_SHARD
+// for 1, FULL_SHARD for world_size, HYBRID_SHARD otherwise). Errors: INVALID_ARGUMENT when
+// world_size < 1, shard_degree < 1 or shard_degree does not divide world_size; as above.
 absl::StatusOr<Plan> PlanPlacement(int32_t world_size, int32_t shard_degree,
                                    const std::vector<NodeCapacity>& nodes);
 
-// Shard degree S of `spec` run at world size `world_size`, by fsdp::ParallelLayout's rules
-// (hybrid_shard_degree when >= 2, else W for FULL_SHARD / SHARD_GRAD_OP, 1 for NO_SHARD).
-// Errors: INVALID_ARGUMENT from ParallelLayout::Create naming the values.
+// The layout of `spec` run at world size `world_size` (ParallelLayout::Create with the spec's
+// sharding strategy and hybrid_shard_degree). Errors: INVALID_ARGUMENT naming the values.
+absl::StatusOr<fsdp::ParallelLayout> LayoutFor(const JobSpec& spec, int32_t world_size);
+// Its shard degree S (hybrid_shard_degree when >= 2, else W for FULL_SHARD / SHARD_GRAD_OP, 1 for
+// NO_SHARD). Errors: as LayoutFor.
 absl::StatusOr<int32_t> ShardDegreeFor(const JobSpec& spec, int32_t world_size);
 
 // Whether `spec` can run at world size `w`: a valid shard degree, and train.global_batch_size

@@ -24,8 +24,20 @@ std::vector<NodeCapacity> Nodes(const std::vector<int>& sizes) {
   return nodes;
 }
 
+// The layout PlanPlacement(w, s, nodes) places: shard degree s.
+fsdp::ParallelLayout ShapeLayout(int w, int s) {
+  const bool hybrid = s != 1 && s != w;
+  auto layout = fsdp::ParallelLayout::Create(
+      w, s == 1 ? FsdpSpec::NO_SHARD : (hybrid ? FsdpSpec::HYBRID_SHARD : FsdpSpec::FULL_SHARD),
+      hybrid ? s : 0);
+  EXPECT_TRUE(layout.ok()) << layout.status();
+  return *layout;
+}
+
 // Every invariant a valid plan has, whatever the placement heuristic chose.
 void CheckValid(const Plan& plan, int w, int s, const std::vector<NodeCapacity>& nodes) {
+  const fsdp::ParallelLayout layout = ShapeLayout(w, s);
+  ASSERT_EQ(layout.shard_degree(), s);
   ASSERT_EQ(plan.world_size, w);
   ASSERT_EQ(static_cast<int>(plan.ranks.size()), w);
   std::set<std::pair<std::string, int>> used;
@@ -46,12 +58,15 @@ void CheckValid(const Plan& plan, int w, int s, const std::vector<NodeCapacity>&
     by_node[p.worker_id].push_back(r);
     EXPECT_EQ(p.shard_group, r / s);
     EXPECT_EQ(p.replicate_group, r % s);
-    const std::vector<int32_t> shard = ShardGroupRanks(r, s);
+    // The groups are the layout's (fsdp/layout.h), the ones the trainers build.
+    const std::vector<int> shard = layout.ShardGroupRanks(r);
     ASSERT_EQ(static_cast<int>(shard.size()), s);
     for (int k = 0; k < s; ++k) EXPECT_EQ(shard[k], (r / s) * s + k);
-    const std::vector<int32_t> rep = ReplicateGroupRanks(r, s, w);
+    for (int q : shard) EXPECT_EQ(plan.ranks[q].shard_group, p.shard_group);
+    const std::vector<int> rep = layout.ReplicateGroupRanks(r);
     ASSERT_EQ(static_cast<int>(rep.size()), w / s);
     for (int k = 0; k < w / s; ++k) EXPECT_EQ(rep[k], r % s + k * s);
+    for (int q : rep) EXPECT_EQ(plan.ranks[q].replicate_group, p.replicate_group);
   }
   for (const auto& [node, ranks] : by_node) {
     for (size_t i = 0; i < ranks.size(); ++i) {
@@ -151,6 +166,23 @@ TEST(Planner, ShardDegreeMustDivideWorld) {
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(plan.status().message().find("shard degree 4"), std::string::npos);
   EXPECT_EQ(PlanPlacement(0, 1, Nodes({8})).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Planner, PlacesTheLayoutOfTheSpec) {
+  JobSpec spec;
+  spec.mutable_fsdp()->set_sharding_strategy(FsdpSpec::HYBRID_SHARD);
+  spec.mutable_fsdp()->set_hybrid_shard_degree(4);
+  auto layout = LayoutFor(spec, 8);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->shard_degree(), 4);
+  const auto nodes = Nodes({6, 2, 4});
+  auto plan = PlanPlacement(*layout, nodes);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  CheckValid(*plan, 8, 4, nodes);
+  EXPECT_EQ(plan->shard_degree, 4);
+  auto bad = LayoutFor(spec, 6);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "fsdp.hybrid_shard_degree: 4 does not divide world_size 6");
 }
 
 TEST(Planner, ShardDegreeFollowsStrategy) {

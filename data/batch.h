@@ -9,6 +9,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "absl/status/statusor.h"
+
 #include "data/token_dataset.h"
 
 namespace shardline::data {
@@ -19,6 +21,11 @@ struct Batch {
 };
 
 // Reads sequences `indices` of `split` into a CPU batch (move it to the device afterwards).
+// Errors: TokenDataset::Read's (DATA_LOSS naming the file when it was truncated after Open).
+absl::StatusOr<Batch> ReadBatch(const TokenDataset& dataset, Split split,
+                                const std::vector<int64_t>& indices);
+// ReadBatch for callers that cannot return a status yet: an error is printed (naming the file)
+// and the process aborts (TokenDataset::Copy). Prefer ReadBatch.
 Batch MakeBatch(const TokenDataset& dataset, Split split, const std::vector<int64_t>& indices);
 
 }  // namespace shardline::data

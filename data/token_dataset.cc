@@ -1,6 +1,9 @@
 #include "data/token_dataset.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -35,7 +38,7 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const Options& 
   }
   // Text is bytes (< 256); token files are checked once against the model's vocabulary.
   if (o.format != TokenFormat::kText || o.vocab_size < 256) {
-    const int64_t max_id = file->MaxToken();
+    ASSIGN_OR_RETURN(const int64_t max_id, file->MaxToken());
     if (max_id >= o.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat("data file \"", o.path, "\": token id ",
                                                      max_id, " is >= model.vocab_size ",
@@ -53,9 +56,20 @@ int64_t TokenDataset::num_samples(Split split) const {
                                 : SequencesIn(file_->size() - val_begin_, seq_len_);
 }
 
-void TokenDataset::Copy(Split split, int64_t index, int64_t* out) const {
+absl::Status TokenDataset::Read(Split split, int64_t index, int64_t* out) const {
   const int64_t begin = (split == Split::kTrain ? 0 : val_begin_) + index * seq_len_;
-  file_->Copy(begin, seq_len_ + 1, out);
+  return file_->Read(begin, seq_len_ + 1, out);
+}
+
+void TokenDataset::Copy(Split split, int64_t index, int64_t* out) const {
+  const absl::Status s = Read(split, index, out);
+  if (!s.ok()) {
+    // A named error instead of the SIGBUS a mapped file gave; callers that can return a status
+    // use Read.
+    const std::string line = absl::StrCat("fatal: ", s.ToString(), "\n");
+    (void)!::write(2, line.data(), line.size());
+    std::abort();
+  }
 }
 
 }  // namespace shardline::data

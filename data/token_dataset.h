@@ -5,7 +5,7 @@
 // seq_len): T inputs and the T next-token targets shifted by one, so consecutive sequences
 // share one boundary token.
 //
-// Thread safety: immutable after Open; Copy may be called from any thread.
+// Thread safety: immutable after Open; Read and Copy may be called from any thread.
 #ifndef SHARDLINE_DATA_TOKEN_DATASET_H_
 #define SHARDLINE_DATA_TOKEN_DATASET_H_
 
@@ -35,7 +35,11 @@ class TokenDataset {
 
   int seq_len() const { return seq_len_; }
   int64_t num_samples(Split split) const;
-  // Copies sequence `index` of `split` (seq_len + 1 tokens) into `out`.
+  // Copies sequence `index` of `split` (seq_len + 1 tokens) into `out`. Errors: those of
+  // TokenFile::Read (DATA_LOSS naming the file when it was truncated after Open).
+  absl::Status Read(Split split, int64_t index, int64_t* out) const;
+  // Read for callers that cannot return a status yet: an error is printed (naming the file)
+  // and the process aborts. Prefer Read.
   void Copy(Split split, int64_t index, int64_t* out) const;
   int64_t num_tokens() const { return file_->size(); }
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -94,6 +96,48 @@ TEST(TokenDataset, RejectsBadFiles) {
   EXPECT_NE(short_seq.status().message().find("hold no sequence of data.seq_len 64 + 1"),
             absl::string_view::npos)
       << short_seq.status();
+}
+
+// A data file truncated (or rewritten shorter) while a run reads it: the reads that reach past
+// the new end fail naming the file, instead of the SIGBUS a mapping of it gave.
+TEST(TokenFile, TruncatedAfterOpenIsDataLossNamingTheFile) {
+  std::string bytes;
+  for (int i = 0; i < 1000; ++i) bytes += std::string{static_cast<char>(i), '\0'};
+  const std::string path = WriteFile("shrinks.u16", bytes);
+  auto file = TokenFile::Open(path, TokenFormat::kU16);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<int64_t> out(10);
+  ASSERT_TRUE((*file)->Read(990, 10, out.data()).ok());
+  EXPECT_EQ(out[9], 999 % 256);
+  ASSERT_EQ(::truncate(path.c_str(), 1000), 0);          // 500 tokens left.
+  ASSERT_TRUE((*file)->Read(490, 10, out.data()).ok());  // Still inside.
+  absl::Status s = (*file)->Read(495, 10, out.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("data file \"" + path +
+                             "\": truncated while in use: tokens [495, "
+                             "505) end past its end at byte 1000 (it had 2000 bytes when opened)"),
+            absl::string_view::npos)
+      << s;
+  auto max = (*file)->MaxToken();
+  EXPECT_EQ(max.status().code(), absl::StatusCode::kDataLoss) << max.status();
+  EXPECT_NE(max.status().message().find(path), absl::string_view::npos) << max.status();
+}
+
+TEST(TokenDataset, SequenceReadAfterTheFileWasTruncatedIsDataLossNamingTheFile) {
+  const std::string path = WriteFile("shrinks.txt", std::string(4096, 'a'));
+  auto ds = TokenDataset::Open({path, TokenFormat::kText, 0.0, 64, 256});
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  std::vector<int64_t> seq(65);
+  ASSERT_TRUE((*ds)->Read(Split::kTrain, 62, seq.data()).ok());
+  ASSERT_EQ(::truncate(path.c_str(), 100), 0);
+  absl::Status s = (*ds)->Read(Split::kTrain, 62, seq.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("data file \"" + path + "\": truncated while in use"),
+            absl::string_view::npos)
+      << s;
+  // Callers without a status (TokenDataset::Copy, MakeBatch) stop with the same named error.
+  EXPECT_DEATH((*ds)->Copy(Split::kTrain, 62, seq.data()),
+               "fatal: DATA_LOSS: data file \".*shrinks.txt\": truncated while in use");
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 #include "data/token_file.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -46,49 +46,78 @@ absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& pa
         bytes == 0 ? "empty" : absl::StrCat("not a multiple of the token width ", width),
         " (data.format ", TokenFormatName(format), ")"));
   }
-  void* base = mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);  // The mapping stays valid.
-  if (base == MAP_FAILED) {
-    return absl::InternalError(
-        absl::StrCat("data file \"", path, "\": mmap failed: ", std::strerror(errno)));
-  }
-  return std::unique_ptr<TokenFile>(
-      new TokenFile(path, static_cast<const unsigned char*>(base), bytes, width));
+  return std::unique_ptr<TokenFile>(new TokenFile(path, fd, bytes, width));
 }
 
-TokenFile::TokenFile(std::string path, const unsigned char* base, size_t bytes, int width)
+TokenFile::TokenFile(std::string path, int fd, size_t bytes, int width)
     : path_(std::move(path)),
-      base_(base),
+      fd_(fd),
       bytes_(bytes),
       width_(width),
       num_tokens_(static_cast<int64_t>(bytes / width)) {}
 
-TokenFile::~TokenFile() { munmap(const_cast<unsigned char*>(base_), bytes_); }
+TokenFile::~TokenFile() { close(fd_); }
 
-int64_t TokenFile::Get(int64_t i) const {
-  const unsigned char* p = base_ + i * width_;
-  switch (width_) {
-    case 1:
-      return p[0];
-    case 2:
-      return p[0] | (p[1] << 8);
-    default:
-      return static_cast<int64_t>(p[0]) | (static_cast<int64_t>(p[1]) << 8) |
-             (static_cast<int64_t>(p[2]) << 16) | (static_cast<int64_t>(p[3]) << 24);
+absl::Status TokenFile::Read(int64_t start, int64_t n, int64_t* out) const {
+  // In chunks through a buffer on the stack: a sequence is one pread, a scan a few per MiB.
+  constexpr int64_t kChunkBytes = 64 * 1024;
+  unsigned char buf[kChunkBytes];
+  const int64_t per_chunk = kChunkBytes / width_;
+  for (int64_t done = 0; done < n;) {
+    const int64_t count = std::min(per_chunk, n - done);
+    const size_t want = static_cast<size_t>(count * width_);
+    const off_t at = static_cast<off_t>((start + done) * width_);
+    size_t got = 0;
+    while (got < want) {
+      const ssize_t r = pread(fd_, buf + got, want - got, at + static_cast<off_t>(got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) {
+        return absl::InternalError(absl::StrCat("data file \"", path_, "\": read of tokens [",
+                                                start, ", ", start + n,
+                                                ") failed: ", std::strerror(errno)));
+      }
+      if (r == 0) {
+        return absl::DataLossError(
+            absl::StrCat("data file \"", path_, "\": truncated while in use: tokens [", start, ", ",
+                         start + n, ") end past its end at byte ", at + static_cast<off_t>(got),
+                         " (it had ", bytes_, " bytes when opened)"));
+      }
+      got += static_cast<size_t>(r);
+    }
+    const unsigned char* p = buf;
+    int64_t* o = out + done;
+    switch (width_) {
+      case 1:
+        for (int64_t i = 0; i < count; ++i) o[i] = p[i];
+        break;
+      case 2:
+        for (int64_t i = 0; i < count; ++i, p += 2) o[i] = p[0] | (p[1] << 8);
+        break;
+      default:
+        for (int64_t i = 0; i < count; ++i, p += 4) {
+          o[i] = static_cast<int64_t>(p[0]) | (static_cast<int64_t>(p[1]) << 8) |
+                 (static_cast<int64_t>(p[2]) << 16) | (static_cast<int64_t>(p[3]) << 24);
+        }
+    }
+    done += count;
   }
+  return absl::OkStatus();
 }
 
-void TokenFile::Copy(int64_t start, int64_t n, int64_t* out) const {
-  for (int64_t i = 0; i < n; ++i) out[i] = Get(start + i);
-}
-
-int64_t TokenFile::MaxToken() const {
-  if (max_token_ < 0) {
-    int64_t m = 0;
-    for (int64_t i = 0; i < num_tokens_; ++i) m = std::max(m, Get(i));
-    max_token_ = m;
+absl::StatusOr<int64_t> TokenFile::MaxToken() const {
+  int64_t m = max_token_.load();
+  if (m >= 0) return m;
+  m = 0;
+  constexpr int64_t kTokens = 8 * 1024;
+  int64_t ids[kTokens];
+  for (int64_t start = 0; start < num_tokens_; start += kTokens) {
+    const int64_t n = std::min(kTokens, num_tokens_ - start);
+    absl::Status s = Read(start, n, ids);
+    if (!s.ok()) return s;
+    for (int64_t i = 0; i < n; ++i) m = std::max(m, ids[i]);
   }
-  return max_token_;
+  max_token_.store(m);
+  return m;
 }
 
 }  // namespace shardline::data

@@ -4,10 +4,12 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "spec/model_presets.h"
+#include "spec/validate.h"
 
 namespace shardline::spec {
 namespace {
@@ -231,6 +233,48 @@ TEST(LoadJobSpec, ReportsEveryProblemAtOnce) {
   ASSERT_FALSE(spec.ok());
   EXPECT_NE(spec.status().message().find("job spec has 2 errors:"), absl::string_view::npos)
       << spec.status().message();
+}
+
+// The coordinator's checks: only the fields it schedules by, with Validate's messages.
+TEST(ValidateForScheduling, ChecksOnlyTheSchedulingFieldsWithValidatesMessages) {
+  JobSpec spec;  // no model, data or train: only spec::Validate would object
+  spec.set_name("job");
+  spec.set_world_size(4);
+  spec.mutable_fsdp()->set_sharding_strategy(FsdpSpec::FULL_SHARD);
+  EXPECT_TRUE(ValidateForScheduling(spec).ok()) << ValidateForScheduling(spec);
+  EXPECT_FALSE(Validate(spec, ValidateOptions{/*check_files=*/false}).ok());
+  struct Case {
+    std::string label;
+    std::function<void(JobSpec*)> change;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"name", [](JobSpec* s) { s->set_name("bad name!"); },
+       "name: \"bad name!\" must be 1-64 characters of [a-zA-Z0-9._-]"},
+      {"world_size", [](JobSpec* s) { s->set_world_size(0); }, "world_size: 0 must be positive"},
+      {"max_restarts", [](JobSpec* s) { s->mutable_restart()->set_max_restarts(-1); },
+       "restart.max_restarts: -1 must be >= 0"},
+      {"min_world_size", [](JobSpec* s) { s->mutable_elastic()->set_min_world_size(5); },
+       "elastic.min_world_size: 5 is not in [0, world_size = 4]"},
+      {"layout", [](JobSpec* s) { s->mutable_fsdp()->set_hybrid_shard_degree(3); },
+       "fsdp.hybrid_shard_degree: 3 does not divide world_size 4"},
+  };
+  for (const Case& c : cases) {
+    JobSpec bad = spec;
+    c.change(&bad);
+    const absl::Status s = ValidateForScheduling(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.label;
+    EXPECT_EQ(s.message(), c.expected) << c.label;
+    // Validate reports the same problem in the same words.
+    EXPECT_NE(Validate(bad, ValidateOptions{false}).message().find(c.expected), std::string::npos)
+        << c.label;
+  }
+  JobSpec two = spec;
+  two.set_name("");
+  two.mutable_restart()->set_max_restarts(-2);
+  EXPECT_EQ(ValidateForScheduling(two).message(),
+            "job spec has 2 errors:\n  name: \"\" must be 1-64 characters of [a-zA-Z0-9._-]\n  "
+            "restart.max_restarts: -2 must be >= 0");
 }
 
 // The foundation's smoke test: a full spec survives YAML -> proto -> YAML -> proto, and JSON.

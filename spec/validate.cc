@@ -51,6 +51,36 @@ bool ValidName(const std::string& name) {
   return true;
 }
 
+// The checks ValidateForScheduling shares with Validate (one copy of each message).
+void CheckNameAndWorldSize(const JobSpec& s, Problems* p) {
+  if (!ValidName(s.name())) {
+    p->Add("name: \"", Shown(s.name()), "\" must be 1-64 characters of [a-zA-Z0-9._-]");
+  }
+  if (s.world_size() <= 0) p->Add("world_size: ", s.world_size(), " must be positive");
+}
+
+void CheckMaxRestarts(const JobSpec& s, Problems* p) {
+  if (s.restart().max_restarts() < 0) {
+    p->Add("restart.max_restarts: ", s.restart().max_restarts(), " must be >= 0");
+  }
+}
+
+void CheckMinWorldSize(const JobSpec& s, Problems* p) {
+  const int min_w = s.elastic().min_world_size();
+  if (min_w < 0 || (s.world_size() > 0 && min_w > s.world_size())) {
+    p->Add("elastic.min_world_size: ", min_w, " is not in [0, world_size = ", s.world_size(), "]");
+  }
+}
+
+void CheckLayout(const JobSpec& s, Problems* p) {
+  if (s.world_size() >= 1) {
+    // The same rules the engine and coordinator apply (fsdp/layout.h), so the messages agree.
+    auto layout = fsdp::ParallelLayout::Create(s.world_size(), s.fsdp().sharding_strategy(),
+                                               s.fsdp().hybrid_shard_degree());
+    if (!layout.ok()) p->Add(layout.status().message());
+  }
+}
+
 void CheckReadableFile(const std::string& path_field, const std::string& path, Problems* p) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
@@ -168,12 +198,7 @@ void ValidateOptimizer(const JobSpec& s, Problems* p) {
 
 void ValidateFsdp(const JobSpec& s, Problems* p) {
   const FsdpSpec& f = s.fsdp();
-  if (s.world_size() >= 1) {
-    // The same rules the engine and coordinator apply (fsdp/layout.h), so the messages agree.
-    auto layout = fsdp::ParallelLayout::Create(s.world_size(), f.sharding_strategy(),
-                                               f.hybrid_shard_degree());
-    if (!layout.ok()) p->Add(layout.status().message());
-  }
+  CheckLayout(s, p);
   if (f.auto_wrap_policy() == FsdpSpec::SIZE_BASED && f.min_num_params() <= 0) {
     p->Add("fsdp.min_num_params: ", f.min_num_params(), " must be positive for SIZE_BASED");
   }
@@ -218,10 +243,7 @@ void ValidateTrain(const JobSpec& s, Problems* p) {
 }
 
 void ValidateRest(const JobSpec& s, const ValidateOptions& opt, Problems* p) {
-  if (!ValidName(s.name())) {
-    p->Add("name: \"", Shown(s.name()), "\" must be 1-64 characters of [a-zA-Z0-9._-]");
-  }
-  if (s.world_size() <= 0) p->Add("world_size: ", s.world_size(), " must be positive");
+  CheckNameAndWorldSize(s, p);
   const CheckpointSpec& c = s.checkpoint();
   if (c.every_steps() < 0) p->Add("checkpoint.every_steps: ", c.every_steps(), " must be >= 0");
   if (c.keep_last() < 0) p->Add("checkpoint.keep_last: ", c.keep_last(), " must be >= 0");
@@ -237,16 +259,11 @@ void ValidateRest(const JobSpec& s, const ValidateOptions& opt, Problems* p) {
         "checkpoint.dir: must be set when checkpoint.every_steps or save_final asks for "
         "checkpoints");
   }
-  if (s.restart().max_restarts() < 0) {
-    p->Add("restart.max_restarts: ", s.restart().max_restarts(), " must be >= 0");
-  }
+  CheckMaxRestarts(s, p);
   if (s.restart().backoff_s() < 0) {
     p->Add("restart.backoff_s: ", s.restart().backoff_s(), " must be >= 0");
   }
-  const int min_w = s.elastic().min_world_size();
-  if (min_w < 0 || (s.world_size() > 0 && min_w > s.world_size())) {
-    p->Add("elastic.min_world_size: ", min_w, " is not in [0, world_size = ", s.world_size(), "]");
-  }
+  CheckMinWorldSize(s, p);
   if (s.device().kind() == DeviceSpec::KIND_UNSPECIFIED) {
     p->Add("device.kind: must be CPU or CUDA");
   }
@@ -265,6 +282,15 @@ absl::Status Validate(const JobSpec& spec, const ValidateOptions& options) {
   ValidateOptimizer(spec, &p);
   ValidateFsdp(spec, &p);
   ValidateTrain(spec, &p);
+  return p.ToStatus();
+}
+
+absl::Status ValidateForScheduling(const JobSpec& spec) {
+  Problems p;
+  CheckNameAndWorldSize(spec, &p);
+  CheckMaxRestarts(spec, &p);
+  CheckMinWorldSize(spec, &p);
+  CheckLayout(spec, &p);
   return p.ToStatus();
 }
 

@@ -24,6 +24,12 @@ struct ValidateOptions {
 // Returns OK or INVALID_ARGUMENT listing every problem (one per line after the first).
 absl::Status Validate(const JobSpec& spec, const ValidateOptions& options = {});
 
+// The subset of Validate the coordinator applies to every submitted spec, whatever else it
+// checks: the fields it schedules by (name, world_size, restart.max_restarts,
+// elastic.min_world_size, and the parallel layout: sharding_strategy with hybrid_shard_degree).
+// Same messages as Validate; OK or INVALID_ARGUMENT listing every problem.
+absl::Status ValidateForScheduling(const JobSpec& spec);
+
 }  // namespace shardline::spec
 
 #endif  // SHARDLINE_SPEC_VALIDATE_H_

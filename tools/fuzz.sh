@@ -27,7 +27,7 @@ for arg in "$@"; do
     *) seconds="$arg" ;;
   esac
 done
-((${#targets[@]})) || targets=(job_spec manifest checkpoint_reader rendezvous)
+((${#targets[@]})) || targets=(job_spec manifest checkpoint_reader safetensors rendezvous)
 
 command -v clang >/dev/null || { echo "clang not found (tools/setup.sh installs clang-14)"; exit 1; }
 output_base="${FUZZ_OUTPUT_BASE:-$HOME/.cache/bazel-ob/fuzz}"

@@ -352,19 +352,20 @@ std::vector<Row> Rows() {
                C::UNAUTHENTICATED, "wrong worker join token"});
   // ---- job specs that bypass shardctl's local validation
   r.push_back({"SubmitEmptySpec", [] { return Submit(JobSpec(), flags.user_token); },
-               C::INVALID_ARGUMENT, "name: must be 1 to 64 characters"});
+               C::INVALID_ARGUMENT, "name: \"\" must be 1-64 characters of [a-zA-Z0-9._-]"});
   r.push_back({"SubmitWorldSizeZero",
                [] { return SubmitWith([](JobSpec* s) { s->set_world_size(0); }); },
-               C::INVALID_ARGUMENT, "world_size: must be >= 1, got 0"});
+               C::INVALID_ARGUMENT, "world_size: 0 must be positive"});
   r.push_back({"SubmitWorldSizeNegative",
                [] { return SubmitWith([](JobSpec* s) { s->set_world_size(-4); }); },
-               C::INVALID_ARGUMENT, "world_size: must be >= 1, got -4"});
+               C::INVALID_ARGUMENT, "world_size: -4 must be positive"});
   r.push_back({"SubmitNameWithSlash",
                [] { return SubmitWith([](JobSpec* s) { s->set_name("../../etc"); }); },
-               C::INVALID_ARGUMENT, "name: \"../../etc\" may only hold"});
+               C::INVALID_ARGUMENT,
+               "name: \"../../etc\" must be 1-64 characters of [a-zA-Z0-9._-]"});
   r.push_back({"SubmitName65Chars",
                [] { return SubmitWith([](JobSpec* s) { s->set_name(Big(65, 'n')); }); },
-               C::INVALID_ARGUMENT, "name: must be 1 to 64 characters"});
+               C::INVALID_ARGUMENT, "name: \"" + Big(65, 'n') + "\" must be 1-64 characters"});
   r.push_back(
       {"SubmitShardDegreeNotDividingWorld",
        [] { return SubmitWith([](JobSpec* s) { s->mutable_fsdp()->set_hybrid_shard_degree(3); }); },
@@ -417,7 +418,9 @@ std::vector<Row> Rows() {
                C::INVALID_ARGUMENT, "model.torchscript_path: \"/tmp/m.pt\" is only used with"});
   r.push_back({"SubmitMegabyteName",
                [] { return SubmitWith([](JobSpec* s) { s->set_name(Big(1 << 20, 'n')); }); },
-               C::INVALID_ARGUMENT, "name: must be 1 to 64 characters"});
+               // The message shows the first 512 bytes of the name, not a megabyte.
+               C::INVALID_ARGUMENT,
+               "name: \"" + Big(512, 'n') + "... (1048576 bytes)\" must be 1-64 characters"});
   r.push_back({"SubmitMegabyteTorchscriptPath",
                [] {
                  return SubmitWith([](JobSpec* s) {

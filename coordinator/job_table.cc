@@ -1,0 +1,78 @@
+#include "coordinator/job_table.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "coordinator/job_state_machine.h"
+
+namespace shardline::coordinator {
+
+absl::StatusOr<JobRecord*> JobTable::Submit(const JobSpec& spec, absl::Time now) {
+  const std::string id = absl::StrCat("job-", next_seq_);
+  JobRecord job;
+  job.set_seq(next_seq_);
+  JobStatus& st = *job.mutable_status();
+  st.set_job_id(id);
+  *st.mutable_spec() = spec;
+  st.set_world_size(spec.world_size());
+  st.set_total_steps(spec.train().steps());
+  if (absl::Status s = JobStateMachine(&job, now).Submit(); !s.ok()) return s;
+  if (store_ != nullptr) {
+    if (absl::Status s = store_->PutJob(job); !s.ok()) return s;
+  }
+  next_seq_++;
+  JobRecord& added = jobs_[id] = std::move(job);
+  feed_->JobChanged(id);
+  return &added;
+}
+
+JobRecord& JobTable::Restore(const JobRecord& rec) {
+  JobRecord& job = jobs_[rec.status().job_id()] = rec;
+  feed_->AddJob(rec.status().job_id());
+  next_seq_ = std::max(next_seq_, rec.seq() + 1);
+  return job;
+}
+
+absl::StatusOr<JobRecord*> JobTable::Find(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("unknown job ", job_id));
+  return &it->second;
+}
+
+absl::StatusOr<const JobRecord*> JobTable::Find(const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("unknown job ", job_id));
+  return &it->second;
+}
+
+void JobTable::Changed(const JobRecord& job) {
+  feed_->JobChanged(job.status().job_id());
+  if (store_ == nullptr) return;
+  if (absl::Status s = store_->PutJob(job); !s.ok()) {
+    SL_LOG(ERROR) << "cannot persist job " << job.status().job_id() << ": " << s;
+  }
+}
+
+std::vector<JobStatus> JobTable::List(const std::vector<JobState>& states) const {
+  std::vector<const JobRecord*> sel;
+  for (const auto& [id, job] : jobs_) {
+    if (states.empty() ||
+        std::find(states.begin(), states.end(), job.status().state()) != states.end()) {
+      sel.push_back(&job);
+    }
+  }
+  std::sort(sel.begin(), sel.end(),
+            [](const JobRecord* a, const JobRecord* b) { return a->seq() < b->seq(); });
+  std::vector<JobStatus> out;
+  for (const JobRecord* j : sel) out.push_back(j->status());
+  return out;
+}
+
+std::map<JobState, int> JobTable::CountByState() const {
+  std::map<JobState, int> out;
+  for (const auto& [id, job] : jobs_) out[job.status().state()]++;
+  return out;
+}
+
+}  // namespace shardline::coordinator

@@ -1,0 +1,58 @@
+// JobTable: the job records by id. It gives new jobs their ids ("job-<seq>", seq in submission
+// order), finds and lists them, and makes every change durable (StateStore, when there is one)
+// and visible (ChangeFeed). Which changes a record may undergo is JobStateMachine's; the core
+// drives them.
+//
+// Thread safety: none of its own. CoordinatorCore owns one and calls it only under its mutex.
+#ifndef SHARDLINE_COORDINATOR_JOB_TABLE_H_
+#define SHARDLINE_COORDINATOR_JOB_TABLE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "coordinator/change_feed.h"
+#include "coordinator/state.pb.h"
+#include "coordinator/state_store.h"
+#include "proto/coordinator.pb.h"
+
+namespace shardline::coordinator {
+
+class JobTable {
+ public:
+  using Records = std::map<std::string, JobRecord>;  // by job id
+
+  // `store` (null: in memory only) and `feed` must outlive the table.
+  JobTable(StateStore* store, ChangeFeed* feed) : store_(store), feed_(feed) {}
+
+  // A new PENDING job running `spec` (event SUBMITTED at `now`), stored before it is added.
+  // Errors: the store's (nothing is added then).
+  absl::StatusOr<JobRecord*> Submit(const JobSpec& spec, absl::Time now);
+  // A record reloaded from the store: added as it is, neither stored again nor reported changed.
+  JobRecord& Restore(const JobRecord& rec);
+
+  // Errors: NOT_FOUND "unknown job <id>".
+  absl::StatusOr<JobRecord*> Find(const std::string& job_id);
+  absl::StatusOr<const JobRecord*> Find(const std::string& job_id) const;
+  // Stores `job` (a store error is logged; the change stands) and reports it to the feed.
+  void Changed(const JobRecord& job);
+
+  // Statuses of the jobs in any of `states` (empty: all), in submission order.
+  std::vector<JobStatus> List(const std::vector<JobState>& states) const;
+  std::map<JobState, int> CountByState() const;
+  Records& records() { return jobs_; }
+  const Records& records() const { return jobs_; }
+
+ private:
+  StateStore* const store_;
+  ChangeFeed* const feed_;
+  Records jobs_;
+  int64_t next_seq_ = 1;
+};
+
+}  // namespace shardline::coordinator
+
+#endif  // SHARDLINE_COORDINATOR_JOB_TABLE_H_

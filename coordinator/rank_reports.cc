@@ -1,0 +1,45 @@
+#include "coordinator/rank_reports.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace shardline::coordinator {
+
+absl::Status CheckReportSource(const JobStatus& st, int32_t attempt, int32_t rank) {
+  if (st.state() != RUNNING || attempt != st.attempt()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", st.job_id(), " attempt ", attempt, " is not running (job is ",
+                     JobState_Name(st.state()), " at attempt ", st.attempt(), ")"));
+  }
+  if (rank < 0 || rank >= st.world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank: ", rank, " outside world of ", st.world_size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& r, JobStatus* st) {
+  if (r.step() < 0 || r.peak_memory_bytes() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("progress report: step and peak_memory_bytes must be >= 0, got step ",
+                     r.step(), ", peak_memory_bytes ", r.peak_memory_bytes()));
+  }
+  if (st->per_rank_peak_memory_bytes_size() != st->world_size()) {
+    st->mutable_per_rank_peak_memory_bytes()->Resize(st->world_size(), 0);
+  }
+  const bool memory_grew = r.peak_memory_bytes() > st->per_rank_peak_memory_bytes(r.rank());
+  if (memory_grew) st->set_per_rank_peak_memory_bytes(r.rank(), r.peak_memory_bytes());
+  if (r.rank() != 0) return memory_grew ? ProgressChange::kPeakMemory : ProgressChange::kNone;
+  st->set_step(r.step());
+  st->set_loss(r.loss());
+  st->set_tokens_per_s(r.tokens_per_s());
+  const int64_t left = std::max<int64_t>(0, st->total_steps() - r.step());
+  st->set_eta_s(r.step_time_s() * static_cast<double>(left));
+  if (!std::isnan(r.val_loss()) && r.val_loss() != 0) st->set_val_loss(r.val_loss());
+  if (!r.sample().empty()) st->set_sample(r.sample());
+  return ProgressChange::kProgress;
+}
+
+}  // namespace shardline::coordinator

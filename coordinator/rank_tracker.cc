@@ -1,0 +1,161 @@
+#include "coordinator/rank_tracker.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace shardline::coordinator {
+namespace {
+
+std::string LastLine(const std::string& text) {
+  std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipWhitespace());
+  return lines.empty() ? "" : lines.back();
+}
+
+}  // namespace
+
+void RankTracker::StartAttempt(const JobStatus& status) { Track(status, /*restored=*/false); }
+
+void RankTracker::RestoreAttempt(const JobStatus& status) { Track(status, /*restored=*/true); }
+
+void RankTracker::Track(const JobStatus& status, bool restored) {
+  Attempt& a = attempts_[status.job_id()];
+  a.attempt = status.attempt();
+  a.started_unix_ms = status.started_unix_ms();
+  a.placement.clear();
+  a.acked.clear();
+  for (const RankPlacement& p : status.placement()) {
+    a.placement.emplace_back(p.worker_id(), p.node_name());
+    if (restored) {
+      a.acked.insert(p.rank());
+      running_[p.worker_id()].insert({status.job_id(), p.rank()});
+    }
+  }
+}
+
+void RankTracker::EndAttempt(const std::string& job_id) {
+  auto it = attempts_.find(job_id);
+  if (it == attempts_.end()) return;
+  for (int32_t rank = 0; rank < static_cast<int32_t>(it->second.placement.size()); ++rank) {
+    auto w = running_.find(it->second.placement[rank].first);
+    if (w != running_.end()) w->second.erase({job_id, rank});
+  }
+  attempts_.erase(it);
+}
+
+bool RankTracker::IsRunning(const std::string& job_id, int32_t attempt) const {
+  auto it = attempts_.find(job_id);
+  return it != attempts_.end() && it->second.attempt == attempt;
+}
+
+bool RankTracker::IsAcked(const std::string& job_id, int32_t rank) const {
+  auto it = attempts_.find(job_id);
+  return it != attempts_.end() && it->second.acked.count(rank) > 0;
+}
+
+bool RankTracker::HasRunningRanks(const std::string& worker_id) const {
+  auto it = running_.find(worker_id);
+  return it != running_.end() && !it->second.empty();
+}
+
+RankTracker::Observation RankTracker::Observe(const std::string& worker_id, const RankStatus& rs) {
+  Observation seen;
+  const bool exited = rs.state() == RankStatus::EXITED;
+  auto it = attempts_.find(rs.job_id());
+  if (it == attempts_.end() || it->second.attempt != rs.attempt()) {
+    // A rank of an attempt that is over (e.g. failed while this worker was cut off) still runs
+    // here: stop it, once per stream of the worker.
+    seen.stop = !exited && stops_sent_.insert({worker_id, rs.job_id(), rs.attempt()}).second;
+    return seen;
+  }
+  Attempt& a = it->second;
+  const int32_t rank = rs.rank();
+  // A worker speaks only for its own ranks.
+  if (rank < 0 || rank >= static_cast<int32_t>(a.placement.size()) ||
+      a.placement[rank].first != worker_id) {
+    return seen;
+  }
+  seen.current = true;
+  if (a.acked.insert(rank).second && !exited) running_[worker_id].insert({rs.job_id(), rank});
+  if (!exited) return seen;
+  running_[worker_id].erase({rs.job_id(), rank});
+  if (rs.exit_code() == 0) {
+    seen.exited_ok = true;
+    return seen;
+  }
+  std::string reason =
+      absl::StrCat("rank ", rank, " on node ", a.placement[rank].second,
+                   rs.exit_code() < 0 ? " was killed by signal " : " exited with code ",
+                   std::abs(rs.exit_code()));
+  const std::string last = LastLine(rs.log_tail());
+  if (!last.empty()) absl::StrAppend(&reason, ": ", last);
+  seen.failed = RankFailure{rs.job_id(), "RANK_FAILED", std::move(reason)};
+  return seen;
+}
+
+std::vector<RankFailure> RankTracker::LostRanks(const std::string& worker_id,
+                                                const RankKeys& reported) const {
+  std::vector<RankFailure> out;
+  auto w = running_.find(worker_id);
+  if (w == running_.end()) return out;
+  // A rank the worker acknowledged earlier and no longer lists is gone (e.g. its daemon
+  // restarted and the kernel killed its trainers): fail the attempt rather than wait forever.
+  for (const auto& [job_id, rank] : w->second) {
+    if (reported.count({job_id, rank}) || (!out.empty() && out.back().job_id == job_id)) continue;
+    auto a = attempts_.find(job_id);
+    if (a == attempts_.end()) continue;  // not reached: running ranks belong to tracked attempts
+    const std::string& node = a->second.placement[rank].second;
+    out.push_back({job_id, "RANK_LOST",
+                   absl::StrCat("rank ", rank, " on node ", node,
+                                " is no longer reported by its worker (daemon restarted?)")});
+  }
+  return out;
+}
+
+std::vector<RankFailure> RankTracker::StartTimeouts(absl::Time now, absl::Duration limit) const {
+  std::vector<RankFailure> out;
+  const int64_t now_ms = absl::ToUnixMillis(now);
+  const int64_t limit_ms = absl::ToInt64Milliseconds(limit);
+  for (const auto& [job_id, a] : attempts_) {
+    if (now_ms - a.started_unix_ms <= limit_ms || a.acked.size() >= a.placement.size()) continue;
+    std::vector<std::string> missing;
+    for (int32_t rank = 0; rank < static_cast<int32_t>(a.placement.size()); ++rank) {
+      if (!a.acked.count(rank))
+        missing.push_back(absl::StrCat(rank, " (", a.placement[rank].second, ")"));
+    }
+    out.push_back({job_id, "RANK_START_TIMEOUT",
+                   absl::StrCat("ranks [", absl::StrJoin(missing, ", "),
+                                "] were not reported by their workers within ",
+                                absl::FormatDuration(limit), " of the attempt's start")});
+  }
+  return out;
+}
+
+std::vector<RankFailure> RankTracker::WorkerDied(const std::string& worker_id,
+                                                 const std::string& node, absl::Duration timeout) {
+  running_.erase(worker_id);
+  std::vector<RankFailure> out;
+  for (const auto& [job_id, a] : attempts_) {
+    std::vector<int32_t> lost;
+    for (int32_t rank = 0; rank < static_cast<int32_t>(a.placement.size()); ++rank) {
+      if (a.placement[rank].first == worker_id) lost.push_back(rank);
+    }
+    if (lost.empty()) continue;
+    out.push_back({job_id, "WORKER_LOST",
+                   absl::StrCat("worker ", worker_id, " (node ", node, ") missed heartbeats for ",
+                                absl::FormatDuration(timeout), "; ranks [",
+                                absl::StrJoin(lost, ", "), "] lost")});
+  }
+  return out;
+}
+
+void RankTracker::StreamOpened(const std::string& worker_id) {
+  for (auto it = stops_sent_.lower_bound({worker_id, "", INT32_MIN});
+       it != stops_sent_.end() && std::get<0>(*it) == worker_id;) {
+    it = stops_sent_.erase(it);
+  }
+}
+
+}  // namespace shardline::coordinator

@@ -1,0 +1,102 @@
+// RankTracker: liveness of the ranks of running attempts, as the workers' heartbeats report them.
+//
+//   acked       a rank its worker has listed in a heartbeat (in any state): the daemon has its
+//               START. A new stream re-sends only the STARTs not acked.
+//   running     an acked rank that has not exited. Every later heartbeat of its worker must
+//               list it; one that does not means the rank is gone (RANK_LOST: e.g. the daemon
+//               restarted and its trainers died).
+//   stale       a live rank of an attempt that is over (the worker was cut off while it ended):
+//               the worker gets a STOP for that attempt, once per stream.
+//   start timeout  a rank not acked within the start timeout of its attempt's start
+//               (RANK_START_TIMEOUT: its START was lost or never acted on).
+//   worker lost a dead worker's attempts fail (WORKER_LOST).
+//
+// The tracker decides; it changes no job. It RETURNS the failures (and STOPs) for the core to
+// apply, and the core tells it when an attempt starts and ends (an attempt is tracked exactly
+// while its job is RUNNING).
+//
+// Thread safety: none of its own. CoordinatorCore owns one and calls it only under its mutex.
+#ifndef SHARDLINE_COORDINATOR_RANK_TRACKER_H_
+#define SHARDLINE_COORDINATOR_RANK_TRACKER_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "coordinator/state.pb.h"
+#include "proto/coordinator.pb.h"
+
+namespace shardline::coordinator {
+
+// An attempt the core must fail: JobStateMachine::FailAttempt(kind, reason).
+struct RankFailure {
+  std::string job_id;
+  std::string kind;  // RANK_FAILED, RANK_LOST, RANK_START_TIMEOUT or WORKER_LOST
+  std::string reason;
+};
+
+class RankTracker {
+ public:
+  // (job id, rank) pairs.
+  using RankKeys = std::set<std::pair<std::string, int32_t>>;
+
+  // The job's new attempt is RUNNING (status: job_id, attempt, placement, started_unix_ms); no
+  // rank acked yet.
+  void StartAttempt(const JobStatus& status);
+  // The coordinator restarted with this attempt RUNNING: every rank counts as acked and running
+  // (which ranks the daemons had acked was not persisted).
+  void RestoreAttempt(const JobStatus& status);
+  // The job's attempt ended (success, failure or cancel): its ranks are no longer expected.
+  void EndAttempt(const std::string& job_id);
+
+  bool IsRunning(const std::string& job_id, int32_t attempt) const;
+  bool IsAcked(const std::string& job_id, int32_t rank) const;
+  // Whether `worker_id` runs ranks it must keep listing.
+  bool HasRunningRanks(const std::string& worker_id) const;
+
+  // What one rank status of `worker_id`'s heartbeat means. Records the acknowledgement.
+  struct Observation {
+    bool current = false;    // a rank of the running attempt placed on this worker
+    bool stop = false;       // a live rank of an attempt that is over: push a STOP of that attempt
+    bool exited_ok = false;  // current, EXITED with code 0
+    std::optional<RankFailure> failed;  // current, EXITED otherwise: RANK_FAILED
+  };
+  Observation Observe(const std::string& worker_id, const RankStatus& rs);
+  // After a heartbeat of `worker_id` that listed the `reported` current ranks: one RANK_LOST
+  // failure per job with a running rank on the worker that the heartbeat left out.
+  std::vector<RankFailure> LostRanks(const std::string& worker_id, const RankKeys& reported) const;
+
+  // RANK_START_TIMEOUT for every attempt started more than `limit` before `now` with ranks not
+  // yet acked.
+  std::vector<RankFailure> StartTimeouts(absl::Time now, absl::Duration limit) const;
+  // `worker_id` (on `node`) missed heartbeats for `timeout` and is dead: forgets its running
+  // ranks and returns WORKER_LOST for every attempt with ranks on it.
+  std::vector<RankFailure> WorkerDied(const std::string& worker_id, const std::string& node,
+                                      absl::Duration timeout);
+  // A new stream of `worker_id` (maybe a new daemon): stale ranks get a STOP again.
+  void StreamOpened(const std::string& worker_id);
+
+ private:
+  struct Attempt {
+    int32_t attempt = 0;
+    int64_t started_unix_ms = 0;
+    std::vector<std::pair<std::string, std::string>> placement;  // by rank: (worker id, node)
+    std::set<int32_t> acked;
+  };
+  void Track(const JobStatus& status, bool restored);
+
+  std::map<std::string, Attempt> attempts_;  // running attempts by job id
+  std::map<std::string, RankKeys> running_;  // by worker id
+  // (worker, job, attempt) told to STOP on this worker's current stream.
+  std::set<std::tuple<std::string, std::string, int32_t>> stops_sent_;
+};
+
+}  // namespace shardline::coordinator
+
+#endif  // SHARDLINE_COORDINATOR_RANK_TRACKER_H_

@@ -1,0 +1,168 @@
+#include "coordinator/rank_tracker.h"
+
+#include "gtest/gtest.h"
+
+namespace shardline::coordinator {
+namespace {
+
+const absl::Time kStart = absl::FromUnixSeconds(1700000000);
+
+// job-1 attempt 1: ranks 0 and 1 on worker w-a (node a), rank 2 on w-b (node b).
+JobStatus Attempt() {
+  JobStatus st;
+  st.set_job_id("job-1");
+  st.set_attempt(1);
+  st.set_started_unix_ms(absl::ToUnixMillis(kStart));
+  for (int r = 0; r < 3; ++r) {
+    RankPlacement* p = st.add_placement();
+    p->set_rank(r);
+    p->set_worker_id(r < 2 ? "w-a" : "w-b");
+    p->set_node_name(r < 2 ? "a" : "b");
+  }
+  return st;
+}
+
+RankStatus Rank(int rank, RankStatus::State state, int attempt = 1, int exit_code = 0,
+                const std::string& tail = "") {
+  RankStatus rs;
+  rs.set_job_id("job-1");
+  rs.set_attempt(attempt);
+  rs.set_rank(rank);
+  rs.set_state(state);
+  rs.set_exit_code(exit_code);
+  rs.set_log_tail(tail);
+  return rs;
+}
+
+TEST(RankTracker, AckedRankLeftOutOfALaterHeartbeatIsLost) {
+  RankTracker t;
+  t.StartAttempt(Attempt());
+  EXPECT_TRUE(t.IsRunning("job-1", 1));
+  EXPECT_FALSE(t.IsRunning("job-1", 2));
+  EXPECT_FALSE(t.HasRunningRanks("w-a"));
+  const RankTracker::Observation seen = t.Observe("w-a", Rank(0, RankStatus::RUNNING));
+  EXPECT_TRUE(seen.current);
+  EXPECT_FALSE(seen.stop);
+  EXPECT_TRUE(t.IsAcked("job-1", 0));
+  EXPECT_FALSE(t.IsAcked("job-1", 1));
+  EXPECT_TRUE(t.HasRunningRanks("w-a"));
+  EXPECT_TRUE(t.LostRanks("w-a", {{"job-1", 0}}).empty());
+  const std::vector<RankFailure> lost = t.LostRanks("w-a", {});
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].job_id, "job-1");
+  EXPECT_EQ(lost[0].kind, "RANK_LOST");
+  EXPECT_EQ(lost[0].reason,
+            "rank 0 on node a is no longer reported by its worker (daemon restarted?)");
+}
+
+TEST(RankTracker, LostRanksNamesTheFirstMissingRankOncePerJob) {
+  RankTracker t;
+  t.StartAttempt(Attempt());
+  t.Observe("w-a", Rank(0, RankStatus::RUNNING));
+  t.Observe("w-a", Rank(1, RankStatus::STARTING));
+  const std::vector<RankFailure> lost = t.LostRanks("w-a", {});
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].reason,
+            "rank 0 on node a is no longer reported by its worker (daemon restarted?)");
+}
+
+TEST(RankTracker, WorkerSpeaksOnlyForItsOwnRanks) {
+  RankTracker t;
+  t.StartAttempt(Attempt());
+  for (int rank : {2, 3, -1}) {
+    const RankTracker::Observation seen = t.Observe("w-a", Rank(rank, RankStatus::RUNNING));
+    EXPECT_FALSE(seen.current) << rank;
+    EXPECT_FALSE(seen.stop) << rank;  // the attempt runs: nothing to stop
+  }
+  EXPECT_FALSE(t.IsAcked("job-1", 2));
+  EXPECT_FALSE(t.HasRunningRanks("w-a"));
+}
+
+TEST(RankTracker, LiveRankOfAnAttemptThatIsOverGetsOneStopPerStream) {
+  RankTracker t;
+  t.StartAttempt(Attempt());
+  EXPECT_TRUE(t.Observe("w-a", Rank(0, RankStatus::RUNNING, /*attempt=*/0)).stop);
+  EXPECT_FALSE(t.Observe("w-a", Rank(1, RankStatus::RUNNING, /*attempt=*/0)).stop);
+  EXPECT_TRUE(t.Observe("w-b", Rank(2, RankStatus::RUNNING, /*attempt=*/0)).stop);
+  t.StreamOpened("w-a");
+  EXPECT_TRUE(t.Observe("w-a", Rank(0, RankStatus::RUNNING, /*attempt=*/0)).stop);
+  // An exited rank needs no STOP; a job that no longer runs at all is over too.
+  EXPECT_FALSE(t.Observe("w-b", Rank(2, RankStatus::EXITED, /*attempt=*/5)).stop);
+  t.EndAttempt("job-1");
+  EXPECT_FALSE(t.IsRunning("job-1", 1));
+  EXPECT_TRUE(t.Observe("w-b", Rank(2, RankStatus::RUNNING, /*attempt=*/1)).stop);
+}
+
+TEST(RankTracker, ExitCodesAreSuccessOrRankFailedWithTheLastLogLine) {
+  RankTracker t;
+  t.StartAttempt(Attempt());
+  t.Observe("w-a", Rank(0, RankStatus::RUNNING));
+  const RankTracker::Observation ok = t.Observe("w-a", Rank(0, RankStatus::EXITED));
+  EXPECT_TRUE(ok.current);
+  EXPECT_TRUE(ok.exited_ok);
+  EXPECT_FALSE(ok.failed.has_value());
+  EXPECT_FALSE(t.HasRunningRanks("w-a"));  // an exited rank is no longer expected
+  const RankTracker::Observation bad =
+      t.Observe("w-a", Rank(1, RankStatus::EXITED, 1, 3, "line one\nRuntimeError: boom\n"));
+  EXPECT_FALSE(bad.exited_ok);
+  ASSERT_TRUE(bad.failed.has_value());
+  EXPECT_EQ(bad.failed->job_id, "job-1");
+  EXPECT_EQ(bad.failed->kind, "RANK_FAILED");
+  EXPECT_EQ(bad.failed->reason, "rank 1 on node a exited with code 3: RuntimeError: boom");
+  const RankTracker::Observation killed = t.Observe("w-b", Rank(2, RankStatus::EXITED, 1, -9));
+  ASSERT_TRUE(killed.failed.has_value());
+  EXPECT_EQ(killed.failed->reason, "rank 2 on node b was killed by signal 9");
+}
+
+TEST(RankTracker, RanksNotAckedWithinTheStartTimeoutFailTheAttempt) {
+  RankTracker t;
+  t.StartAttempt(Attempt());
+  t.Observe("w-a", Rank(0, RankStatus::STARTING));
+  EXPECT_TRUE(t.StartTimeouts(kStart + absl::Seconds(30), absl::Seconds(30)).empty());
+  const std::vector<RankFailure> late =
+      t.StartTimeouts(kStart + absl::Seconds(31), absl::Seconds(30));
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_EQ(late[0].job_id, "job-1");
+  EXPECT_EQ(late[0].kind, "RANK_START_TIMEOUT");
+  EXPECT_EQ(late[0].reason,
+            "ranks [1 (a), 2 (b)] were not reported by their workers within 30s of the "
+            "attempt's start");
+  t.Observe("w-a", Rank(1, RankStatus::RUNNING));
+  t.Observe("w-b", Rank(2, RankStatus::EXITED));
+  EXPECT_TRUE(t.StartTimeouts(kStart + absl::Hours(1), absl::Seconds(30)).empty());
+}
+
+TEST(RankTracker, DeadWorkerFailsEveryAttemptWithRanksOnIt) {
+  RankTracker t;
+  t.StartAttempt(Attempt());
+  JobStatus other = Attempt();
+  other.set_job_id("job-2");
+  for (RankPlacement& p : *other.mutable_placement()) p.set_worker_id("w-b");
+  t.StartAttempt(other);
+  t.Observe("w-a", Rank(0, RankStatus::RUNNING));
+  const std::vector<RankFailure> lost = t.WorkerDied("w-a", "a", absl::Seconds(5));
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].job_id, "job-1");
+  EXPECT_EQ(lost[0].kind, "WORKER_LOST");
+  EXPECT_EQ(lost[0].reason, "worker w-a (node a) missed heartbeats for 5s; ranks [0, 1] lost");
+  EXPECT_FALSE(t.HasRunningRanks("w-a"));
+  EXPECT_EQ(t.WorkerDied("w-b", "b", absl::Seconds(5)).size(), 2u);
+}
+
+TEST(RankTracker, RestoredAttemptCountsEveryRankAsAckedAndRunning) {
+  RankTracker t;
+  t.RestoreAttempt(Attempt());
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(t.IsAcked("job-1", r)) << r;
+  EXPECT_TRUE(t.HasRunningRanks("w-a"));
+  EXPECT_TRUE(t.HasRunningRanks("w-b"));
+  EXPECT_TRUE(t.StartTimeouts(kStart + absl::Hours(1), absl::Seconds(30)).empty());
+  EXPECT_EQ(t.LostRanks("w-b", {}).size(), 1u);
+  t.EndAttempt("job-1");
+  EXPECT_FALSE(t.HasRunningRanks("w-a"));
+  EXPECT_FALSE(t.HasRunningRanks("w-b"));
+  EXPECT_FALSE(t.IsAcked("job-1", 0));
+  EXPECT_TRUE(t.LostRanks("w-b", {}).empty());
+}
+
+}  // namespace
+}  // namespace shardline::coordinator
