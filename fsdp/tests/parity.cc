@@ -160,6 +160,7 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank, C
   eo.param_dtype = EngineDtype(config.param_dtype);
   eo.reduce_dtype = EngineDtype(config.reduce_dtype);
   eo.cpu_offload = config.cpu_offload;
+  eo.overlap_reduce = config.overlap_reduce;
   ASSIGN_OR_RETURN(std::unique_ptr<FsdpEngine> engine,
                    FsdpEngine::Create(model.ptr(), layout, shard, replicate, eo));
   ShardedOptimizerOptions oo;
