@@ -43,7 +43,7 @@
 #include "common/logging.h"
 #include "common/torch_status.h"
 #include "data/token_dataset.h"
-#include "fsdp/communicators.h"
+#include "fsdp/comm_groups.h"
 #include "models/model_factory.h"
 #include "trainer/checkpointing.h"
 #include "trainer/config.h"
@@ -218,8 +218,7 @@ absl::StatusOr<fsdp::CommGroups> CreateCommunicators(const TrainerConfig& c, con
   comm.fake_collectives = c.fake_collectives;  // Shard/replicate groups only; world stays real.
   comm.key_prefix =
       env.job_id.empty() ? "comm" : absl::StrCat("comm/", env.job_id, "/", env.attempt);
-  return fsdp::CreateCommunicators(c.layout.world_size, c.layout.shard_degree, env.rank, store,
-                                   comm);
+  return fsdp::CreateCommGroups(c.layout, env.rank, store, comm);
 }
 
 // The FSDP engine and its sharded optimizer around `model`.
