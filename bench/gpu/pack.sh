@@ -32,5 +32,7 @@ for f in .gpu/bin/*; do
 done | sort -u | while read -r name path; do
   if ! [[ $name =~ $keep_out ]]; then cp -L "$path" .gpu/lib/; fi
 done
+# The GPU machine gets the working tree without .git: the results name the commit from here.
+git rev-parse --short HEAD > .gpu/COMMIT 2>/dev/null || true
 du -sh .gpu/bin .gpu/lib
 echo "packed $(ls .gpu/bin | wc -l) binaries and $(ls .gpu/lib | wc -l) libraries into .gpu/"

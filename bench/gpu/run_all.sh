@@ -19,7 +19,9 @@
 #      SHARDLINE_PEAK_FLOPS) and the GPU memory peak;
 #   4. with prebuilt binaries: starts a local cluster (coordinator + one worker daemon, which
 #      finds the GPU) and runs a CUDA job through shardctl with checkpoints.
-# RUN_ALL_TESTS_ONLY=1 stops after the tests (phase 2).
+# RUN_ALL_TESTS_ONLY=1 stops after the tests (phase 2). RUN_ALL_THROUGHPUT=1 runs
+# bench/gpu/throughput.sh after the tests instead of phases 3 and 4, in what is left of ten minutes
+# (THROUGHPUT_BUDGET_S overrides), and appends its table to the results.
 # Writes bench/gpu/results_gpu.txt (and copies it and an archive of the logs to $OUT when that is
 # set, as the device runner provides). Each phase has its own time limit.
 set -uo pipefail
@@ -145,6 +147,15 @@ else
 fi
 
 if [ -n "${RUN_ALL_TESTS_ONLY:-}" ]; then  # Just the GPU tests (a short re-check after a change).
+  cat "$RESULTS"; finish 0
+fi
+
+if [ -n "${RUN_ALL_THROUGHPUT:-}" ]; then  # The throughput benchmark instead of phases 3 and 4.
+  budget=${THROUGHPUT_BUDGET_S:-$((540 - SECONDS))}
+  log "throughput benchmark (bench/gpu/throughput.sh), budget ${budget}s"
+  THROUGHPUT_BUDGET_S=$budget TRAINER=$trainer_bin TORCH_VENV=$TORCH_VENV WORK=$WORK/throughput \
+    SHARDLINE_PEAK_FLOPS=$PEAK OUT= bash bench/gpu/throughput.sh > "$WORK/throughput.log" 2>&1
+  { echo; cat "${THROUGHPUT_RESULTS:-$REPO/bench/gpu/results_throughput.txt}"; } >> "$RESULTS"
   cat "$RESULTS"; finish 0
 fi
 
