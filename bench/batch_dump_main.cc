@@ -58,7 +58,11 @@ int main(int argc, char** argv) {
   for (int s = 0; s < absl::GetFlag(FLAGS_steps); ++s) {
     const std::vector<std::vector<int64_t>> micro = sampler->Next();  // One micro-batch of G.
     for (int64_t index : micro[0]) {
-      (*dataset)->Copy(Split::kTrain, index, buf.data());
+      if (absl::Status r = (*dataset)->Read(Split::kTrain, index, buf.data()); !r.ok()) {
+        std::fprintf(stderr, "%s\n", r.ToString().c_str());
+        std::fclose(out);
+        return 1;
+      }
       if (std::fwrite(buf.data(), sizeof(int64_t), row, out) != static_cast<size_t>(row)) {
         std::perror(out_path.c_str());
         std::fclose(out);

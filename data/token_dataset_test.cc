@@ -50,7 +50,7 @@ TEST(TokenDataset, ShakespeareSplitsIntoTrainAndValidation) {
   EXPECT_EQ((*ds)->num_samples(Split::kTrain), (1115394 - val_tokens - 1) / 64);
   EXPECT_EQ((*ds)->num_samples(Split::kVal), (val_tokens - 1) / 64);
   std::vector<int64_t> seq(65);
-  (*ds)->Copy(Split::kTrain, 0, seq.data());
+  ASSERT_TRUE((*ds)->Read(Split::kTrain, 0, seq.data()).ok());
   EXPECT_EQ(ByteTokenizer().Decode(seq).substr(0, 14), "First Citizen:");
 }
 
@@ -59,14 +59,14 @@ TEST(TokenDataset, ReadsLittleEndianU16AndU32) {
   auto ds16 = TokenDataset::Open({u16, TokenFormat::kU16, 0.0, 2, 65536});
   ASSERT_TRUE(ds16.ok()) << ds16.status();
   std::vector<int64_t> seq(3);
-  (*ds16)->Copy(Split::kTrain, 0, seq.data());
+  ASSERT_TRUE((*ds16)->Read(Split::kTrain, 0, seq.data()).ok());
   EXPECT_EQ(seq, (std::vector<int64_t>{1, 256, 5}));
   EXPECT_EQ((*ds16)->num_samples(Split::kTrain), 1);  // 4 tokens: one sequence of 2 + 1.
 
   const std::string u32 = WriteFile("t.u32", std::string("\x01\x00\x01\x00\x02\x00\x00\x00", 8));
   auto ds32 = TokenDataset::Open({u32, TokenFormat::kU32, 0.0, 1, 70000});
   ASSERT_TRUE(ds32.ok()) << ds32.status();
-  (*ds32)->Copy(Split::kTrain, 0, seq.data());
+  ASSERT_TRUE((*ds32)->Read(Split::kTrain, 0, seq.data()).ok());
   EXPECT_EQ(seq[0], 65537);
   EXPECT_EQ(seq[1], 2);
 }
