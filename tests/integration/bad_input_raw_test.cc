@@ -367,7 +367,7 @@ std::vector<Row> Rows() {
                C::INVALID_ARGUMENT, "base_dir: \"rel/dir\" is not an absolute path"});
   r.push_back({"SpecTextBadOverride",
                [] { return SubmitText(kTextSpec, {"model.n_head=5"}, "/data"); },
-               C::INVALID_ARGUMENT, "model.n_head: 5"});
+               C::INVALID_ARGUMENT, "model.n_embd: 64 is not divisible by model.n_head 5"});
   r.push_back({"SpecTextUnknownField",
                [] { return SubmitText(kTextSpec, {"fsdp.shard_degre=2"}, "/data"); },
                C::INVALID_ARGUMENT, "fsdp.shard_degre"});

@@ -125,7 +125,7 @@ class PythonClientTest(unittest.TestCase):
         with self.assertRaises(shardline.InvalidSpecError) as cm:
             self.client.submit(spec)
         self.assertEqual(cm.exception.code.name, "INVALID_ARGUMENT")
-        self.assertIn("model.n_head: 5", cm.exception.message)
+        self.assertIn("model.n_embd: 64 is not divisible by model.n_head 5", cm.exception.message)
 
         with self.assertRaises(shardline.InvalidSpecError) as cm:
             self.client.submit(small_job("py-bad", 2, "ckpt"), overrides=["optimizer.lr=-1"])
@@ -146,9 +146,15 @@ class PythonClientTest(unittest.TestCase):
         self.assertIn('data.path: relative path "corpus.txt"', cm.exception.message)
 
     def test_resolved_jobspec_message_is_sent_as_is_and_gets_no_defaults(self):
-        # The old SubmitJob form: a JobSpec is taken as resolved, so a bare one fails validation.
+        # The old SubmitJob form: a JobSpec is taken as resolved, so a bare one fails validation
+        # (first by the scheduling checks: no sharding strategy was defaulted).
         spec = shardline.JobSpec(name="py-old", world_size=1)
         spec.model.preset = "tiny"
+        with self.assertRaises(shardline.InvalidSpecError) as cm:
+            self.client.submit(spec)
+        self.assertIn("fsdp.sharding_strategy: SHARDING_STRATEGY_UNSPECIFIED is not a strategy",
+                      cm.exception.message)
+        spec.fsdp.sharding_strategy = spec.fsdp.FULL_SHARD
         with self.assertRaises(shardline.InvalidSpecError) as cm:
             self.client.submit(spec)
         self.assertIn("model.n_embd: 0 must be positive", cm.exception.message)
