@@ -5,6 +5,7 @@ Runs with the project venv's python (run_venv_python.sh: it has grpcio and grpci
 package is imported from python/ in the runfiles, with its gRPC stubs generated from proto/ into
 a temporary copy first, exactly as `pip install ./python` generates them.
 """
+import json
 import math
 import os
 import shutil
@@ -105,6 +106,32 @@ class PythonClientTest(unittest.TestCase):
         with self.assertRaises(shardline.NotFoundError) as cm:
             self.client.export(job, 3, out)  # only even steps were saved
         self.assertIn("no committed checkpoint at step 3", cm.exception.message)
+
+    def test_coordinator_resolves_a_spec_file_exactly_as_shardctl_dry_run(self):
+        # One implementation (spec::LoadJobSpecText) behind both: the same file and overrides give
+        # the same resolved spec, relative paths taken against the file's directory by both.
+        spec_dir = tempfile.mkdtemp(dir=self.cluster.dir)
+        os.symlink(CORPUS, os.path.join(spec_dir, "corpus.txt"))
+        path = os.path.join(spec_dir, "job.yaml")
+        with open(path, "w") as f:
+            f.write("name: py-file\nworld_size: 2\nmodel: {preset: tiny}\n"
+                    "data: {path: corpus.txt, seq_len: 32}\n"
+                    "train: {steps: 2, micro_batch_size: 2, eval_batches: 1}\n"
+                    "device: {cpu_threads: 1}\ncheckpoint: {dir: ckpt}\n")
+        overrides = ["optimizer.lr=1e-3", "optimizer.grad_clip=0"]
+        jobs_before = len(self.client.list())
+        dry = self.cluster.shardctl("submit", path, "--dry_run", "--json",
+                                    *["--set=" + o for o in overrides])
+        self.assertEqual(len(self.client.list()), jobs_before, "--dry_run submitted a job")
+        job = self.client.submit(path, overrides=overrides)
+        from google.protobuf import json_format
+        resolved = json_format.MessageToDict(self.client.get(job).spec,
+                                             preserving_proto_field_name=True)
+        self.assertEqual(resolved, json.loads(dry.stdout))
+        self.assertEqual(resolved["data"]["path"], os.path.join(spec_dir, "corpus.txt"))
+        self.assertEqual(resolved["checkpoint"]["dir"], os.path.join(spec_dir, "ckpt"))
+        self.assertNotIn("grad_clip", resolved["optimizer"])  # the explicit 0 was kept
+        self.assertEqual(shardline.state_name(self.client.wait(job, timeout=300)), "SUCCEEDED")
 
     def test_cancel_ends_a_running_job_cancelled(self):
         job = self.client.submit(small_job("py-cancel", 100000,
