@@ -1,4 +1,4 @@
-#include "worker/trainer_config.h"
+#include "trainer/config.h"
 
 #include <gtest/gtest.h>
 
@@ -6,10 +6,10 @@
 #include <map>
 #include <string>
 
-#include "worker/trainer_lr_schedule.h"
-#include "worker/trainer_metrics.h"
+#include "trainer/lr_schedule.h"
+#include "trainer/metrics.h"
 
-namespace shardline::worker {
+namespace shardline::trainer {
 namespace {
 
 std::function<const char*(const char*)> FakeEnv(std::map<std::string, std::string> vars) {
@@ -169,4 +169,4 @@ TEST(MetricsWriter, WritesOneLinePerCall) {
 }
 
 }  // namespace
-}  // namespace shardline::worker
+}  // namespace shardline::trainer

@@ -1,8 +1,8 @@
-// TrainerCheckpointing: the trainer's checkpoint policy around a Checkpointer
-// (sharded_checkpoint.h), so the training loop only calls three functions:
+// TrainerCheckpointing: the trainer's checkpoint policy around a checkpoint::Checkpointer
+// (checkpoint/sharded_checkpoint.h), so the training loop only calls three functions:
 //
 //   ASSIGN_OR_RETURN(auto ckpt, TrainerCheckpointing::Create(policy, engine, optimizer, world));
-//   ASSIGN_OR_RETURN(TrainingProgress start, ckpt->Restore());   // resume / init / fresh
+//   ASSIGN_OR_RETURN(checkpoint::TrainingProgress start, ckpt->Restore());  // resume/init/fresh
 //   ... after every optimizer step: RETURN_IF_ERROR(ckpt->AfterStep(done, epoch, position));
 //   RETURN_IF_ERROR(ckpt->Finish());                              // waits for an async save
 //
@@ -20,8 +20,8 @@
 // (tests/integration/checkpoint_kill_scenario_test.py). A malformed value is an error of Create.
 //
 // Thread safety: training thread only (collectives).
-#ifndef SHARDLINE_CHECKPOINT_TRAINER_CHECKPOINTING_H_
-#define SHARDLINE_CHECKPOINT_TRAINER_CHECKPOINTING_H_
+#ifndef SHARDLINE_TRAINER_CHECKPOINTING_H_
+#define SHARDLINE_TRAINER_CHECKPOINTING_H_
 
 #include <atomic>
 #include <cstdint>
@@ -33,7 +33,7 @@
 #include "absl/time/time.h"
 #include "checkpoint/sharded_checkpoint.h"
 
-namespace shardline::checkpoint {
+namespace shardline::trainer {
 
 struct CheckpointPolicy {
   std::string dir;  // "" disables saving and resuming (init_from_safetensors still works).
@@ -49,25 +49,25 @@ struct CheckpointPolicy {
   // How long rank 0 waits for the other shard writers before failing the save. The trainer uses
   // its collective timeout: in a synchronous save the other ranks wait that long in a collective.
   absl::Duration commit_timeout = absl::Minutes(10);
-  std::function<void(const SaveEvent&)> on_saved;  // Coordinator reports (optional).
+  std::function<void(const checkpoint::SaveEvent&)> on_saved;  // Coordinator reports (optional).
 };
 
 class TrainerCheckpointing {
  public:
-  // Borrowed pointers must outlive this object. Errors: Checkpointer::Create's.
+  // Borrowed pointers must outlive this object. Errors: checkpoint::Checkpointer::Create's.
   static absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> Create(
       const CheckpointPolicy& policy, fsdp::FsdpEngine* engine, fsdp::ShardedOptimizer* optimizer,
       fsdp::Communicator* world);
 
   // Where training starts: step 0 and cursor (0, 0) when fresh.
-  absl::StatusOr<TrainingProgress> Restore();
+  absl::StatusOr<checkpoint::TrainingProgress> Restore();
   // `steps_done` optimizer steps are complete; (epoch, position) is the sampler's cursor.
   absl::Status AfterStep(int64_t steps_done, int64_t epoch, int64_t position);
   absl::Status Finish();
 
  private:
   TrainerCheckpointing(const CheckpointPolicy& policy, fsdp::FsdpEngine* engine,
-                       std::unique_ptr<Checkpointer> ckpt,
+                       std::unique_ptr<checkpoint::Checkpointer> ckpt,
                        std::shared_ptr<std::atomic<int64_t>> saving_step)
       : policy_(policy),
         engine_(engine),
@@ -75,11 +75,11 @@ class TrainerCheckpointing {
         saving_step_(std::move(saving_step)) {}
   CheckpointPolicy policy_;
   fsdp::FsdpEngine* engine_;
-  std::unique_ptr<Checkpointer> ckpt_;  // Null without a dir.
+  std::unique_ptr<checkpoint::Checkpointer> ckpt_;  // Null without a dir.
   // The step of the save in progress, for the test pause (shared with its hook).
   std::shared_ptr<std::atomic<int64_t>> saving_step_;
 };
 
-}  // namespace shardline::checkpoint
+}  // namespace shardline::trainer
 
-#endif  // SHARDLINE_CHECKPOINT_TRAINER_CHECKPOINTING_H_
+#endif  // SHARDLINE_TRAINER_CHECKPOINTING_H_

@@ -1,4 +1,4 @@
-#include "worker/trainer_local_backend.h"
+#include "trainer/local_backend.h"
 
 #include <cmath>
 
@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/torch_status.h"
 
-namespace shardline::worker {
+namespace shardline::trainer {
 
 absl::StatusOr<std::unique_ptr<LocalBackend>> LocalBackend::Create(torch::nn::Module& module,
                                                                    const TrainerConfig& c) {
@@ -74,4 +74,4 @@ int64_t LocalBackend::StateBytes() const {
   return bytes * (1 + per_param);
 }
 
-}  // namespace shardline::worker
+}  // namespace shardline::trainer

@@ -3,8 +3,8 @@
 // the world communicator.
 //
 // Thread safety: training thread only.
-#ifndef SHARDLINE_WORKER_TRAINER_FSDP_BACKEND_H_
-#define SHARDLINE_WORKER_TRAINER_FSDP_BACKEND_H_
+#ifndef SHARDLINE_TRAINER_FSDP_BACKEND_H_
+#define SHARDLINE_TRAINER_FSDP_BACKEND_H_
 
 #include <memory>
 #include <optional>
@@ -18,10 +18,10 @@
 #include "fsdp/loss_scaler.h"
 #include "fsdp/sharded_optimizer.h"
 #include "models/language_model.h"
-#include "worker/trainer_backend.h"
-#include "worker/trainer_config.h"
+#include "trainer/backend.h"
+#include "trainer/config.h"
 
-namespace shardline::worker {
+namespace shardline::trainer {
 
 class FsdpBackend : public TrainingBackend {
  public:
@@ -77,6 +77,6 @@ class FsdpBackend : public TrainingBackend {
   std::optional<fsdp::DynamicLossScaler> scaler_;  // float16 only.
 };
 
-}  // namespace shardline::worker
+}  // namespace shardline::trainer
 
-#endif  // SHARDLINE_WORKER_TRAINER_FSDP_BACKEND_H_
+#endif  // SHARDLINE_TRAINER_FSDP_BACKEND_H_

@@ -7,13 +7,13 @@
 // `step` counts optimizer steps from 0.
 //
 // Thread safety: pure function.
-#ifndef SHARDLINE_WORKER_TRAINER_LR_SCHEDULE_H_
-#define SHARDLINE_WORKER_TRAINER_LR_SCHEDULE_H_
+#ifndef SHARDLINE_TRAINER_LR_SCHEDULE_H_
+#define SHARDLINE_TRAINER_LR_SCHEDULE_H_
 
-namespace shardline::worker {
+namespace shardline::trainer {
 
 double LearningRateAt(int step, double lr, double min_lr, int warmup_steps, int total_steps);
 
-}  // namespace shardline::worker
+}  // namespace shardline::trainer
 
-#endif  // SHARDLINE_WORKER_TRAINER_LR_SCHEDULE_H_
+#endif  // SHARDLINE_TRAINER_LR_SCHEDULE_H_

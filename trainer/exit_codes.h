@@ -1,4 +1,4 @@
-// Exit codes of `trainer` (worker/trainer_main.cc). The worker daemon reports them to the
+// Exit codes of `trainer` (trainer/trainer_main.cc). The worker daemon reports them to the
 // coordinator; a person reads the matching message on stderr.
 //
 //   0    training finished
@@ -11,10 +11,10 @@
 //   5    training diverged: the loss became NaN or infinite (the message names the step)
 //   128+N  stopped by signal N between steps (143 for SIGTERM, 130 for SIGINT); a SIGKILL
 //        shows as the signal itself to the parent
-#ifndef SHARDLINE_WORKER_TRAINER_EXIT_CODES_H_
-#define SHARDLINE_WORKER_TRAINER_EXIT_CODES_H_
+#ifndef SHARDLINE_TRAINER_EXIT_CODES_H_
+#define SHARDLINE_TRAINER_EXIT_CODES_H_
 
-namespace shardline::worker {
+namespace shardline::trainer {
 
 enum TrainerExitCode : int {
   kExitOk = 0,
@@ -26,6 +26,6 @@ enum TrainerExitCode : int {
   kExitSignalBase = 128,
 };
 
-}  // namespace shardline::worker
+}  // namespace shardline::trainer
 
-#endif  // SHARDLINE_WORKER_TRAINER_EXIT_CODES_H_
+#endif  // SHARDLINE_TRAINER_EXIT_CODES_H_

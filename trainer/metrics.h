@@ -13,8 +13,8 @@
 // Every line is written with one write(2) and flushed, so a tail sees whole lines.
 //
 // Thread safety: MetricsWriter is not thread-safe (the training thread writes).
-#ifndef SHARDLINE_WORKER_TRAINER_METRICS_H_
-#define SHARDLINE_WORKER_TRAINER_METRICS_H_
+#ifndef SHARDLINE_TRAINER_METRICS_H_
+#define SHARDLINE_TRAINER_METRICS_H_
 
 #include <cstdint>
 #include <memory>
@@ -25,7 +25,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace shardline::worker {
+namespace shardline::trainer {
 
 struct StepMetrics {
   int64_t step = 0;  // Optimizer steps completed (1 after the first step).
@@ -72,6 +72,6 @@ int64_t PeakRssBytes();
 // leaves them unset.
 void FillDeviceMemory(const c10::Device& device, StepMetrics* m);
 
-}  // namespace shardline::worker
+}  // namespace shardline::trainer
 
-#endif  // SHARDLINE_WORKER_TRAINER_METRICS_H_
+#endif  // SHARDLINE_TRAINER_METRICS_H_

@@ -1,4 +1,4 @@
-#include "checkpoint/trainer_checkpointing.h"
+#include "trainer/checkpointing.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -14,7 +14,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 
-namespace shardline::checkpoint {
+namespace shardline::trainer {
 namespace {
 
 constexpr char kTestPauseEnv[] = "SHARDLINE_TEST_PAUSE_IN_SAVE";
@@ -55,10 +55,10 @@ absl::StatusOr<std::function<void(int)>> TestPauseFromEnv(
 absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> TrainerCheckpointing::Create(
     const CheckpointPolicy& policy, fsdp::FsdpEngine* engine, fsdp::ShardedOptimizer* optimizer,
     fsdp::Communicator* world) {
-  std::unique_ptr<Checkpointer> ckpt;
+  std::unique_ptr<checkpoint::Checkpointer> ckpt;
   auto saving_step = std::make_shared<std::atomic<int64_t>>(-1);
   if (!policy.dir.empty()) {
-    Checkpointer::Options o;
+    checkpoint::Checkpointer::Options o;
     o.root = policy.dir;
     o.keep_last = policy.keep_last;
     o.optimizer_kind = policy.optimizer_kind;
@@ -66,19 +66,19 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> TrainerCheckpointing::Crea
     o.commit_timeout = policy.commit_timeout;
     o.on_saved = policy.on_saved;
     ASSIGN_OR_RETURN(o.test_after_data_file, TestPauseFromEnv(saving_step));
-    ASSIGN_OR_RETURN(ckpt, Checkpointer::Create(o, engine, optimizer, world));
+    ASSIGN_OR_RETURN(ckpt, checkpoint::Checkpointer::Create(o, engine, optimizer, world));
   }
   return std::unique_ptr<TrainerCheckpointing>(
       new TrainerCheckpointing(policy, engine, std::move(ckpt), std::move(saving_step)));
 }
 
-absl::StatusOr<TrainingProgress> TrainerCheckpointing::Restore() {
+absl::StatusOr<checkpoint::TrainingProgress> TrainerCheckpointing::Restore() {
   if (ckpt_ != nullptr && policy_.resume_step != 0) {
-    absl::StatusOr<TrainingProgress> p = ckpt_->Load(policy_.resume_step);
+    absl::StatusOr<checkpoint::TrainingProgress> p = ckpt_->Load(policy_.resume_step);
     if (p.ok()) {
       if (engine_->rank() == 0) {
-        SL_LOG(INFO) << "resumed from " << StepDir(policy_.dir, p->step) << " (data epoch "
-                     << p->data_epoch << " position " << p->data_position << ")";
+        SL_LOG(INFO) << "resumed from " << checkpoint::StepDir(policy_.dir, p->step)
+                     << " (data epoch " << p->data_epoch << " position " << p->data_position << ")";
       }
       return p;
     }
@@ -89,12 +89,12 @@ absl::StatusOr<TrainingProgress> TrainerCheckpointing::Restore() {
     if (!none_yet) return p.status();
   }
   if (!policy_.init_from_safetensors.empty()) {
-    RETURN_IF_ERROR(LoadSafetensorsIntoEngine(policy_.init_from_safetensors, engine_));
+    RETURN_IF_ERROR(checkpoint::LoadSafetensorsIntoEngine(policy_.init_from_safetensors, engine_));
     if (engine_->rank() == 0) {
       SL_LOG(INFO) << "initialized the weights from " << policy_.init_from_safetensors;
     }
   }
-  return TrainingProgress();
+  return checkpoint::TrainingProgress();
 }
 
 absl::Status TrainerCheckpointing::AfterStep(int64_t steps_done, int64_t epoch, int64_t position) {
@@ -102,7 +102,7 @@ absl::Status TrainerCheckpointing::AfterStep(int64_t steps_done, int64_t epoch, 
   const bool periodic = policy_.every_steps > 0 && steps_done % policy_.every_steps == 0;
   const bool final = policy_.save_final && steps_done == policy_.total_steps;
   if (!periodic && !final) return absl::OkStatus();
-  TrainingProgress p;
+  checkpoint::TrainingProgress p;
   p.step = steps_done;
   p.data_epoch = epoch;
   p.data_position = position;
@@ -115,4 +115,4 @@ absl::Status TrainerCheckpointing::Finish() {
   return ckpt_->WaitForPendingSave();
 }
 
-}  // namespace shardline::checkpoint
+}  // namespace shardline::trainer

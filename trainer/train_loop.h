@@ -1,7 +1,7 @@
 // The training loop of one rank: reads top to bottom as one optimizer step.
 //
 //   for step in [0, steps):
-//     lr = warmup + cosine schedule (worker/trainer_lr_schedule.h)
+//     lr = warmup + cosine schedule (trainer/lr_schedule.h)
 //     for each of A = G / (B * W) micro-batches of this rank (data/sampler.h):
 //       BeginForward; logits = model(x); loss = cross_entropy(logits, y)
 //       Backward(loss / A, sync = last micro-batch)      (no_sync before the last)
@@ -11,7 +11,7 @@
 //   at the end: text sampled by every rank with the same seed (FSDP forwards are collective),
 //   printed by rank 0.
 //
-// The same loop drives the single-process and the FSDP backend (worker/trainer_backend.h).
+// The same loop drives the single-process and the FSDP backend (trainer/backend.h).
 //
 // Errors: the backend's (communication: UNAVAILABLE / DEADLINE_EXCEEDED naming group, op and
 // step), ABORTED when the loss becomes NaN or infinite (names the step), CANCELLED when
@@ -19,8 +19,8 @@
 // batch, INTERNAL for LibTorch failures.
 //
 // Thread safety: call from one thread per rank.
-#ifndef SHARDLINE_WORKER_TRAIN_LOOP_H_
-#define SHARDLINE_WORKER_TRAIN_LOOP_H_
+#ifndef SHARDLINE_TRAINER_TRAIN_LOOP_H_
+#define SHARDLINE_TRAINER_TRAIN_LOOP_H_
 
 #include <cstdint>
 #include <functional>
@@ -32,11 +32,11 @@
 #include "data/sampler.h"
 #include "data/token_dataset.h"
 #include "models/language_model.h"
-#include "worker/trainer_backend.h"
-#include "worker/trainer_config.h"
-#include "worker/trainer_metrics.h"
+#include "trainer/backend.h"
+#include "trainer/config.h"
+#include "trainer/metrics.h"
 
-namespace shardline::worker {
+namespace shardline::trainer {
 
 struct TrainLoopOptions {
   int rank = 0;
@@ -50,9 +50,12 @@ struct TrainLoopOptions {
   data::DataCursor start_cursor;
   int64_t start_step = 0;
   // Optional; runs after every optimizer step with the steps completed and the cursor of the
-  // next global batch (checkpointing, checkpoint/trainer_checkpointing.h). An error ends
+  // next global batch (checkpointing, trainer/checkpointing.h). An error ends
   // training with it.
   std::function<absl::Status(int64_t steps_done, const data::DataCursor& next)> after_step;
+  // Optional; tests only: runs when this rank reaches the final sample, before its first
+  // sampling forward (SHARDLINE_TEST_PAUSE_IN_SAMPLE, trainer/trainer_main.cc).
+  std::function<void()> before_sample;
 };
 
 struct TrainSummary {
@@ -71,6 +74,6 @@ absl::StatusOr<TrainSummary> RunTraining(const TrainerConfig& config, models::La
                                          const data::TokenDataset& dataset,
                                          const TrainLoopOptions& options);
 
-}  // namespace shardline::worker
+}  // namespace shardline::trainer
 
-#endif  // SHARDLINE_WORKER_TRAIN_LOOP_H_
+#endif  // SHARDLINE_TRAINER_TRAIN_LOOP_H_

@@ -4,9 +4,9 @@
 // mix in one translation unit).
 //
 // Thread safety: the returned callback may be called from any thread (the save thread), one call
-// at a time per Checkpointer.
-#ifndef SHARDLINE_CHECKPOINT_COORDINATOR_REPORTER_H_
-#define SHARDLINE_CHECKPOINT_COORDINATOR_REPORTER_H_
+// at a time per checkpoint::Checkpointer.
+#ifndef SHARDLINE_TRAINER_COORDINATOR_REPORTER_H_
+#define SHARDLINE_TRAINER_COORDINATOR_REPORTER_H_
 
 #include <functional>
 #include <string>
@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "checkpoint/format.h"
 
-namespace shardline::checkpoint {
+namespace shardline::trainer {
 
 struct CoordinatorReporterOptions {
   std::string address;  // host:port ($SHARDLINE_COORDINATOR).
@@ -24,14 +24,14 @@ struct CoordinatorReporterOptions {
   int rank = 0;
 };
 
-// A SaveEvent callback (Checkpointer::Options::on_saved) sending one CheckpointReport per event:
-// writers report their data file; rank 0 reports MANIFEST.json with manifest_committed = true
-// and expected_files. A failed report is logged, never fails the save (the files are on disk;
-// the coordinator's listing is an index of them).
-// Errors: the client's creation errors.
-absl::StatusOr<std::function<void(const SaveEvent&)>> MakeCoordinatorReporter(
+// A checkpoint::SaveEvent callback (checkpoint::Checkpointer::Options::on_saved) sending one
+// CheckpointReport per event: writers report their data file; rank 0 reports MANIFEST.json with
+// manifest_committed = true and expected_files. A failed report is logged, never fails the save
+// (the files are on disk; the coordinator's listing is an index of them). Errors: the client's
+// creation errors.
+absl::StatusOr<std::function<void(const checkpoint::SaveEvent&)>> MakeCoordinatorReporter(
     const CoordinatorReporterOptions& options);
 
-}  // namespace shardline::checkpoint
+}  // namespace shardline::trainer
 
-#endif  // SHARDLINE_CHECKPOINT_COORDINATOR_REPORTER_H_
+#endif  // SHARDLINE_TRAINER_COORDINATOR_REPORTER_H_

@@ -1,4 +1,4 @@
-#include "worker/trainer_config.h"
+#include "trainer/config.h"
 
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 #include "proto/job_spec.pb.h"
 #include "spec/job_spec.h"
 
-namespace shardline::worker {
+namespace shardline::trainer {
 namespace {
 
 absl::Status ReadInt(const std::function<const char*(const char*)>& getenv, const char* name,
@@ -168,4 +168,4 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
   return c;
 }
 
-}  // namespace shardline::worker
+}  // namespace shardline::trainer

@@ -1,4 +1,4 @@
-#include "worker/train_loop.h"
+#include "trainer/train_loop.h"
 
 #include <chrono>
 #include <cmath>
@@ -15,9 +15,9 @@
 #include "data/batch.h"
 #include "data/byte_tokenizer.h"
 #include "models/sample.h"
-#include "worker/trainer_lr_schedule.h"
+#include "trainer/lr_schedule.h"
 
-namespace shardline::worker {
+namespace shardline::trainer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -155,6 +155,7 @@ class Loop {
       data_.Copy(data::Split::kTrain, 0, first.data());
       prompt.assign(first.begin(), first.begin() + 1);
     }
+    if (o_.before_sample) o_.before_sample();
     models::SampleOptions opts;
     opts.num_tokens = c_.sample_tokens;
     opts.seed = c_.seed;
@@ -215,4 +216,4 @@ absl::StatusOr<TrainSummary> RunTraining(const TrainerConfig& config, models::La
   return loop.Run();
 }
 
-}  // namespace shardline::worker
+}  // namespace shardline::trainer

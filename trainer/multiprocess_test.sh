@@ -2,7 +2,8 @@
 # Four trainer processes started from a shell loop with torchrun-style variables train the
 # example spec (tiny GPT, HYBRID_SHARD degree 2 => W = 4 = 2 replicas x 2 shards) and write
 # metrics, agreeing with a single-process run of the same spec; then the exit codes of a bad
-# spec, bad data, a missing peer, a peer killed mid-training and a signal.
+# spec, bad data, a missing peer, a peer killed mid-training, a peer killed while the survivor
+# samples and a signal.
 #   $1: the trainer binary   $2: the free-port helper
 set -euo pipefail
 TRAINER="$(realpath "$1")"
@@ -99,6 +100,36 @@ wait "${kill_pids[0]}" || code=$?
 wait "${kill_pids[1]}" 2>/dev/null || true
 [[ $code -eq 4 ]] || { fail "peer killed: survivor exit $code, want 4"; tail -5 "$OUT/kill.0" >&2; }
 grep -q "exit 4\]" "$OUT/kill.0" || fail "peer killed: no communication error on stderr"
+
+# A peer killed while the survivor samples: rank 1 holds at the start of the final sample
+# (SHARDLINE_TEST_PAUSE_IN_SAMPLE, trainer_main.cc), after every collective of the last step, so
+# rank 0 is inside its sampling forwards, waiting for rank 1's half of the gather. The lost peer
+# must come out as a communication failure (exit 4), not an internal error (exit 1).
+PORT="$("$FREE_PORT")"
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT \
+    SHARDLINE_TEST_PAUSE_IN_SAMPLE=1:300 \
+    "$TRAINER" --spec "$SPEC" --set fsdp.hybrid_shard_degree=2 --set train.steps=2 \
+    --set train.sample_tokens=20 --set fsdp.collective_timeout_s=30 \
+    >"$OUT/sample_kill.$r.out" 2>"$OUT/sample_kill.$r" &
+  sample_pids[$r]=$!
+done
+for _ in $(seq 1 600); do
+  grep -q "test pause in sample: rank 1" "$OUT/sample_kill.1" 2>/dev/null && break
+  sleep 0.2
+done
+grep -q "test pause in sample: rank 1" "$OUT/sample_kill.1" || fail "sample kill: rank 1 never paused"
+sleep 1  # Rank 0 is blocked in its first sampling collective by now.
+kill -KILL "${sample_pids[1]}"
+code=0
+wait "${sample_pids[0]}" || code=$?
+wait "${sample_pids[1]}" 2>/dev/null || true
+[[ $code -eq 4 ]] || { fail "peer killed in sampling: survivor exit $code, want 4"; tail -5 "$OUT/sample_kill.0" >&2; }
+grep -q "exit 4\]" "$OUT/sample_kill.0" || fail "peer killed in sampling: no communication error on stderr"
+! grep -q "^ROMEO:" "$OUT/sample_kill.0.out" || fail "peer killed in sampling: rank 0 printed a sample"
+# A malformed hook is refused like a bad environment.
+expect_exit 2 "SHARDLINE_TEST_PAUSE_IN_SAMPLE=1: expected RANK:SECONDS" "$OUT/badpause" -- \
+  env SHARDLINE_TEST_PAUSE_IN_SAMPLE=1 "$TRAINER" --spec "$SPEC" "${ONE[@]}"
 
 # SIGTERM between steps: exit 128 + 15.
 "$TRAINER" --spec "$SPEC" "${ONE[@]}" --set train.steps=100000 >"$OUT/term.out" 2>"$OUT/term" &

@@ -1,9 +1,9 @@
-#include "worker/trainer_lr_schedule.h"
+#include "trainer/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace shardline::worker {
+namespace shardline::trainer {
 
 double LearningRateAt(int step, double lr, double min_lr, int warmup_steps, int total_steps) {
   if (step < warmup_steps) return lr * (step + 1) / warmup_steps;
@@ -13,4 +13,4 @@ double LearningRateAt(int step, double lr, double min_lr, int warmup_steps, int 
   return min_lr + (lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
-}  // namespace shardline::worker
+}  // namespace shardline::trainer

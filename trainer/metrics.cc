@@ -1,4 +1,4 @@
-#include "worker/trainer_metrics.h"
+#include "trainer/metrics.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
-namespace shardline::worker {
+namespace shardline::trainer {
 namespace {
 
 std::string Num(double v) {
@@ -131,4 +131,4 @@ void FillDeviceMemory(const c10::Device& device, StepMetrics* m) {
   m->cuda_max_allocated_bytes = bytes.peak;
 }
 
-}  // namespace shardline::worker
+}  // namespace shardline::trainer

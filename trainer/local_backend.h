@@ -3,8 +3,8 @@
 // backend is compared against.
 //
 // Thread safety: training thread only.
-#ifndef SHARDLINE_WORKER_TRAINER_LOCAL_BACKEND_H_
-#define SHARDLINE_WORKER_TRAINER_LOCAL_BACKEND_H_
+#ifndef SHARDLINE_TRAINER_LOCAL_BACKEND_H_
+#define SHARDLINE_TRAINER_LOCAL_BACKEND_H_
 
 #include <memory>
 #include <string>
@@ -13,10 +13,10 @@
 #include <torch/optim/optimizer.h>
 
 #include "absl/status/statusor.h"
-#include "worker/trainer_backend.h"
-#include "worker/trainer_config.h"
+#include "trainer/backend.h"
+#include "trainer/config.h"
 
-namespace shardline::worker {
+namespace shardline::trainer {
 
 class LocalBackend : public TrainingBackend {
  public:
@@ -41,6 +41,6 @@ class LocalBackend : public TrainingBackend {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
 
-}  // namespace shardline::worker
+}  // namespace shardline::trainer
 
-#endif  // SHARDLINE_WORKER_TRAINER_LOCAL_BACKEND_H_
+#endif  // SHARDLINE_TRAINER_LOCAL_BACKEND_H_

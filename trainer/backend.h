@@ -1,5 +1,5 @@
 // TrainingBackend: how a training step's backward, gradient reduction and optimizer update run,
-// so that one loop (worker/train_loop.h) drives both
+// so that one loop (trainer/train_loop.h) drives both
 //   LocalBackend  one process, plain torch::optim AdamW/SGD on the whole model (W = 1), and
 //   FsdpBackend   the FSDP engine (fsdp/fsdp_engine.h) with its sharded optimizer, any W.
 // Both follow the same contract, so a W = 1 run gives the same losses with either (tested).
@@ -11,8 +11,8 @@
 // Evaluation and sampling forwards (no backward): BeginForward(); Forward(...); EndForward().
 //
 // Thread safety: training thread only.
-#ifndef SHARDLINE_WORKER_TRAINER_BACKEND_H_
-#define SHARDLINE_WORKER_TRAINER_BACKEND_H_
+#ifndef SHARDLINE_TRAINER_BACKEND_H_
+#define SHARDLINE_TRAINER_BACKEND_H_
 
 #include <cstdint>
 #include <optional>
@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace shardline::worker {
+namespace shardline::trainer {
 
 class TrainingBackend {
  public:
@@ -51,6 +51,6 @@ class TrainingBackend {
   virtual int64_t skipped_steps() const { return 0; }
 };
 
-}  // namespace shardline::worker
+}  // namespace shardline::trainer
 
-#endif  // SHARDLINE_WORKER_TRAINER_BACKEND_H_
+#endif  // SHARDLINE_TRAINER_BACKEND_H_

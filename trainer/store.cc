@@ -1,4 +1,4 @@
-#include "worker/trainer_store.h"
+#include "trainer/store.h"
 
 #include <map>
 
@@ -9,7 +9,7 @@
 #include "coordinator/rendezvous_kv_store.h"
 #include "fsdp/tcp_kv_store.h"
 
-namespace shardline::worker {
+namespace shardline::trainer {
 namespace {
 
 // One process: communicators of size 1 need no peers, but CreateCommGroups wants a store.
@@ -65,4 +65,4 @@ absl::StatusOr<std::unique_ptr<fsdp::KvStore>> CreateBootstrapStore(const RankEn
   return std::unique_ptr<fsdp::KvStore>(std::move(*store));
 }
 
-}  // namespace shardline::worker
+}  // namespace shardline::trainer

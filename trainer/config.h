@@ -15,8 +15,8 @@
 // then define the same training at the new W, or are rejected if they do not divide.
 //
 // Thread safety: pure functions (LoadTrainerConfig reads files and nothing else).
-#ifndef SHARDLINE_WORKER_TRAINER_CONFIG_H_
-#define SHARDLINE_WORKER_TRAINER_CONFIG_H_
+#ifndef SHARDLINE_TRAINER_CONFIG_H_
+#define SHARDLINE_TRAINER_CONFIG_H_
 
 #include <cstdint>
 #include <functional>
@@ -29,7 +29,7 @@
 #include "fsdp/layout.h"
 #include "models/model_config.h"
 
-namespace shardline::worker {
+namespace shardline::trainer {
 
 struct RankEnv {
   int rank = 0;
@@ -101,7 +101,7 @@ struct TrainerConfig {
   bool cuda = false;
   int cpu_threads = 0;
 
-  // Checkpoints (spec checkpoint.*, paths absolute; checkpoint/trainer_checkpointing.h).
+  // Checkpoints (spec checkpoint.*, paths absolute; trainer/checkpointing.h).
   std::string checkpoint_dir;
   int checkpoint_every_steps = 0;
   int checkpoint_keep_last = 0;
@@ -118,6 +118,6 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
                                                 const std::vector<std::string>& overrides,
                                                 const RankEnv& env);
 
-}  // namespace shardline::worker
+}  // namespace shardline::trainer
 
-#endif  // SHARDLINE_WORKER_TRAINER_CONFIG_H_
+#endif  // SHARDLINE_TRAINER_CONFIG_H_

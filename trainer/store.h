@@ -6,23 +6,23 @@
 //   * a single process: an in-memory store (nothing to exchange).
 //
 // Thread safety: the returned stores are thread-safe.
-#ifndef SHARDLINE_WORKER_TRAINER_STORE_H_
-#define SHARDLINE_WORKER_TRAINER_STORE_H_
+#ifndef SHARDLINE_TRAINER_STORE_H_
+#define SHARDLINE_TRAINER_STORE_H_
 
 #include <memory>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "fsdp/kv_store.h"
-#include "worker/trainer_config.h"
+#include "trainer/config.h"
 
-namespace shardline::worker {
+namespace shardline::trainer {
 
 // Errors: UNAVAILABLE when rank 0 cannot bind MASTER_PORT (the message names the address);
 // INVALID_ARGUMENT for a bad coordinator address.
 absl::StatusOr<std::unique_ptr<fsdp::KvStore>> CreateBootstrapStore(const RankEnv& env,
                                                                     absl::Duration timeout);
 
-}  // namespace shardline::worker
+}  // namespace shardline::trainer
 
-#endif  // SHARDLINE_WORKER_TRAINER_STORE_H_
+#endif  // SHARDLINE_TRAINER_STORE_H_

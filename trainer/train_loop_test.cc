@@ -1,4 +1,4 @@
-#include "worker/train_loop.h"
+#include "trainer/train_loop.h"
 
 #include <gtest/gtest.h>
 
@@ -7,12 +7,12 @@
 
 #include "fsdp/comm_groups.h"
 #include "models/model_factory.h"
-#include "worker/trainer_config.h"
-#include "worker/trainer_fsdp_backend.h"
-#include "worker/trainer_local_backend.h"
-#include "worker/trainer_store.h"
+#include "trainer/config.h"
+#include "trainer/fsdp_backend.h"
+#include "trainer/local_backend.h"
+#include "trainer/store.h"
 
-namespace shardline::worker {
+namespace shardline::trainer {
 namespace {
 
 constexpr char kSpec[] = "examples/tiny_gpt_shakespeare.yaml";
@@ -197,7 +197,7 @@ TEST(TrainLoop, DivergenceIsReportedWithTheStep) {
 }
 
 }  // namespace
-}  // namespace shardline::worker
+}  // namespace shardline::trainer
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
