@@ -2,7 +2,7 @@
 """Learning-rate sweep from Python: submits one tiny GPT job per learning rate, watches them all
 until they end, and plots their training-loss curves to a PNG.
 
-    bazel build //cli:shardctl //coordinator:coordinator //worker:worker //worker:trainer
+    bazel build //cli:shardctl //coordinator:coordinator //worker:worker //trainer:trainer
     bazel-bin/cli/shardctl cluster up              # 2 workers x 2 CPU slots on this machine
     .venv/bin/python examples/python/lr_sweep.py   # writes lr_sweep.png
     bazel-bin/cli/shardctl cluster down
