@@ -156,6 +156,7 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
 
   c.cuda = s.device().kind() == DeviceSpec::CUDA;
   c.cpu_threads = s.device().cpu_threads();
+  c.allow_tf32 = s.device().allow_tf32();
 
   const CheckpointSpec& ck = s.checkpoint();
   c.checkpoint_dir = ck.dir();

@@ -100,6 +100,7 @@ struct TrainerConfig {
   // Device.
   bool cuda = false;
   int cpu_threads = 0;
+  bool allow_tf32 = false;  // device.allow_tf32 (CUDA only; validation refuses it on CPU).
 
   // Checkpoints (spec checkpoint.*, paths absolute; trainer/checkpointing.h).
   std::string checkpoint_dir;

@@ -115,6 +115,23 @@ TEST(LoadTrainerConfig, EngineOptionsAreConverted) {
   EXPECT_EQ(c->engine.buffer_dtype, fsdp::Dtype::kBFloat16);
 }
 
+// device.allow_tf32 reaches the trainer config (off by default; trainer_main applies it to
+// at::globalContext() on CUDA jobs).
+TEST(LoadTrainerConfig, AllowTf32IsOffUnlessTheSpecAsksForIt) {
+  RankEnv env;
+  env.world_size = 2;
+  auto d =
+      LoadTrainerConfig("examples/tiny_gpt_shakespeare.yaml", {"fsdp.hybrid_shard_degree=2"}, env);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->allow_tf32);
+  auto c = LoadTrainerConfig(
+      "examples/tiny_gpt_shakespeare.yaml",
+      {"fsdp.hybrid_shard_degree=2", "device.kind=CUDA", "device.allow_tf32=true"}, env);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->cuda);
+  EXPECT_TRUE(c->allow_tf32);
+}
+
 TEST(LearningRateAt, WarmsUpThenDecaysToMinimum) {
   EXPECT_DOUBLE_EQ(LearningRateAt(0, 1.0, 0.1, 10, 110), 0.1);
   EXPECT_DOUBLE_EQ(LearningRateAt(9, 1.0, 0.1, 10, 110), 1.0);

@@ -6,8 +6,8 @@
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "coordinator/client.h"
-#include "coordinator/rendezvous_kv_store.h"
 #include "fsdp/tcp_kv_store.h"
+#include "trainer/rendezvous_kv_store.h"
 
 namespace shardline::trainer {
 namespace {
@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<fsdp::KvStore>> CreateBootstrapStore(const RankEn
   if (!env.coordinator.empty() && !env.rdzv_namespace.empty()) {
     ASSIGN_OR_RETURN(std::unique_ptr<coordinator::CoordinatorClient> client,
                      coordinator::CoordinatorClient::Create(env.coordinator, env.token));
-    return std::unique_ptr<fsdp::KvStore>(std::make_unique<coordinator::RendezvousKvStore>(
+    return std::unique_ptr<fsdp::KvStore>(std::make_unique<RendezvousKvStore>(
         std::shared_ptr<coordinator::CoordinatorClient>(std::move(client)), env.rdzv_namespace,
         env.rdzv_secret));
   }

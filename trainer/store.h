@@ -1,6 +1,6 @@
 // The key-value store a trainer rank bootstraps its communicators through:
 //   * under the worker daemon (SHARDLINE_COORDINATOR + SHARDLINE_RDZV_NAMESPACE set): the
-//     coordinator's rendezvous (coordinator/rendezvous_kv_store.h), namespaced per job attempt;
+//     coordinator's rendezvous (trainer/rendezvous_kv_store.h), namespaced per job attempt;
 //   * standalone with WORLD_SIZE > 1: a TcpKvStore at MASTER_ADDR:MASTER_PORT, served by rank 0
 //     (like torchrun's c10d store);
 //   * a single process: an in-memory store (nothing to exchange).

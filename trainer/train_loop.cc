@@ -22,11 +22,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Mean over all ranks of per-rank (sum, count) pairs.
-absl::StatusOr<double> GlobalMean(TrainingBackend& backend, double sum, double count) {
-  at::Tensor t = at::tensor({sum, count}, at::kDouble);
+// Mean over all ranks of per-rank (sum, count) pairs. `sum` is a float64 scalar, on the model's
+// device in training (so that nothing is read back per micro-batch); the result comes to the host
+// in one read.
+absl::StatusOr<double> GlobalMean(TrainingBackend& backend, const at::Tensor& sum, double count) {
+  at::Tensor t = at::stack({sum.reshape({}), at::full({}, count, sum.options())});
   RETURN_IF_ERROR(backend.AllReduceSum(t));
-  return t[0].item<double>() / t[1].item<double>();
+  const at::Tensor host = t.cpu();
+  return host[0].item<double>() / host[1].item<double>();
 }
 
 class Loop {
@@ -51,7 +54,7 @@ class Loop {
       const auto t0 = Clock::now();
       const double lr =
           LearningRateAt(static_cast<int>(step), c_.lr, c_.min_lr, c_.warmup_steps, c_.steps);
-      ASSIGN_OR_RETURN(double local_loss, TrainStep());
+      ASSIGN_OR_RETURN(at::Tensor local_loss, TrainStep());
       ASSIGN_OR_RETURN(double grad_norm, backend_.Step(lr));
       ASSIGN_OR_RETURN(double loss, GlobalMean(backend_, local_loss, 1.0));
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -103,17 +106,21 @@ class Loop {
   }
 
  private:
-  // Forward + backward of this rank's micro-batches; returns their mean loss.
-  absl::StatusOr<double> TrainStep() {
+  // Forward + backward of this rank's micro-batches; returns their mean loss as a float64 scalar
+  // on the model's device. The losses add up there: a host read (item()) per micro-batch would
+  // wait for the device each time; the step reads the mean once, in GlobalMean. (The same float64
+  // additions as a host accumulator: the same value.)
+  absl::StatusOr<at::Tensor> TrainStep() {
     const std::vector<std::vector<int64_t>> micro = sampler_.Next();
     const int a = static_cast<int>(micro.size());
-    double loss_sum = 0;
+    at::Tensor loss_sum;
     for (int m = 0; m < a; ++m) {
-      data::Batch batch = data::MakeBatch(data_, data::Split::kTrain, micro[m]);
+      ASSIGN_OR_RETURN(data::Batch batch, data::ReadBatch(data_, data::Split::kTrain, micro[m]));
       RETURN_IF_ERROR(backend_.BeginForward());
       ASSIGN_OR_RETURN(at::Tensor loss, TorchTry("forward", [&] { return Loss(batch); }));
       RETURN_IF_ERROR(backend_.Backward(loss / a, /*sync=*/m == a - 1));
-      loss_sum += loss.item<double>();
+      const at::Tensor l = loss.detach().to(at::kDouble);
+      loss_sum = m == 0 ? l : loss_sum + l;
     }
     return loss_sum / a;
   }
@@ -134,15 +141,17 @@ class Loop {
     const int64_t n = n_val > 0 ? n_val : data_.num_samples(data::Split::kTrain);
     double sum = 0;
     for (int b = 0; b < c_.eval_batches; ++b) {
-      data::Batch batch = data::MakeBatch(
-          data_, split, data::ValidationIndices(b, c_.micro_batch_size, o_.world_size, o_.rank, n));
+      ASSIGN_OR_RETURN(data::Batch batch,
+                       data::ReadBatch(data_, split,
+                                       data::ValidationIndices(b, c_.micro_batch_size,
+                                                               o_.world_size, o_.rank, n)));
       RETURN_IF_ERROR(backend_.BeginForward());
       ASSIGN_OR_RETURN(at::Tensor loss,
                        TorchTry("validation forward", [&] { return Loss(batch); }));
       backend_.EndForward();
       sum += loss.item<double>();
     }
-    return GlobalMean(backend_, sum, c_.eval_batches);
+    return GlobalMean(backend_, at::scalar_tensor(sum, at::kDouble), c_.eval_batches);
   }
 
   absl::StatusOr<std::string> Sample() {
@@ -152,7 +161,7 @@ class Loop {
       prompt = data::ByteTokenizer().Encode(c_.sample_prompt.empty() ? "\n" : c_.sample_prompt);
     } else {
       std::vector<int64_t> first(data_.seq_len() + 1);
-      data_.Copy(data::Split::kTrain, 0, first.data());
+      RETURN_IF_ERROR(data_.Read(data::Split::kTrain, 0, first.data()));
       prompt.assign(first.begin(), first.begin() + 1);
     }
     if (o_.before_sample) o_.before_sample();

@@ -162,7 +162,7 @@ absl::StatusOr<TrainLoopOptions> LoopOptionsFromEnv(const TrainerConfig& c, cons
   return loop;
 }
 
-// Process-wide settings: stop signals, CPU threads, deterministic kernels.
+// Process-wide settings: stop signals, CPU threads, deterministic kernels, TensorFloat-32.
 void ConfigureProcess(const TrainerConfig& c) {
   signal(SIGTERM, OnSignal);
   signal(SIGINT, OnSignal);
@@ -172,6 +172,11 @@ void ConfigureProcess(const TrainerConfig& c) {
     // CUDA, ops without a deterministic kernel warn instead of failing the job.
     if (c.cuda) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/c.cuda);
+  }
+  if (c.cuda && c.allow_tf32) {
+    // device.allow_tf32 (opt-in): float32 matmuls and convolutions on the TF32 tensor-core path.
+    at::globalContext().setAllowTF32CuBLAS(true);
+    at::globalContext().setAllowTF32CuDNN(true);
   }
 }
 
@@ -349,7 +354,11 @@ int FailTraining(const absl::Status& s) {
   }
   if (s.code() == absl::StatusCode::kAborted) return Fail(kExitDiverged, "training", s);
   if (IsCommError(s)) return Fail(kExitCommFailure, "training", s);
-  if (s.code() == absl::StatusCode::kInvalidArgument) return Fail(kExitDataError, "data", s);
+  // A bad token id (INVALID_ARGUMENT) or a data file truncated under the run (DATA_LOSS, from
+  // data::ReadBatch) is a data error.
+  if (s.code() == absl::StatusCode::kInvalidArgument || s.code() == absl::StatusCode::kDataLoss) {
+    return Fail(kExitDataError, "data", s);
+  }
   return Fail(kExitInternal, "training", s);
 }
 

@@ -10,7 +10,7 @@
 #   bench/gpu/pack.sh                  # on the build machine: binaries + libraries into .gpu/
 #   bench/gpu/throughput.sh            # on the GPU machine, .gpu carried along
 #   bench/gpu/throughput.sh --cpu_smoke   # anywhere: tiny models on the CPU, checks the script runs
-#                                         # (TRAINER=bazel-bin/worker/trainer without a .gpu/)
+#                                         # (TRAINER=bazel-bin/trainer/trainer without a .gpu/)
 #
 # Environment: TORCH_VENV (default /opt/torch/.venv, else the repo's .venv), TRAINER (default
 # .gpu/bin/trainer), SHARDLINE_PEAK_FLOPS (989e12: dense bf16 of an H100/H200),

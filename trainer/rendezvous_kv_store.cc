@@ -1,10 +1,10 @@
-#include "coordinator/rendezvous_kv_store.h"
+#include "trainer/rendezvous_kv_store.h"
 
 #include <algorithm>
 
 #include "absl/time/clock.h"
 
-namespace shardline::coordinator {
+namespace shardline::trainer {
 namespace {
 // One server-side wait; the server caps longer ones anyway.
 constexpr absl::Duration kSlice = absl::Seconds(30);
@@ -34,4 +34,4 @@ absl::StatusOr<std::vector<std::string>> RendezvousKvStore::Get(
   }
 }
 
-}  // namespace shardline::coordinator
+}  // namespace shardline::trainer

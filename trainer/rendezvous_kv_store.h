@@ -5,8 +5,8 @@
 // UNAVAILABLE from the coordinator (e.g. while it restarts) is retried within the timeout.
 //
 // Thread safety: safe to call from several threads (the client is).
-#ifndef SHARDLINE_COORDINATOR_RENDEZVOUS_KV_STORE_H_
-#define SHARDLINE_COORDINATOR_RENDEZVOUS_KV_STORE_H_
+#ifndef SHARDLINE_TRAINER_RENDEZVOUS_KV_STORE_H_
+#define SHARDLINE_TRAINER_RENDEZVOUS_KV_STORE_H_
 
 #include <memory>
 #include <string>
@@ -15,12 +15,13 @@
 #include "coordinator/client.h"
 #include "fsdp/kv_store.h"
 
-namespace shardline::coordinator {
+namespace shardline::trainer {
 
 class RendezvousKvStore : public fsdp::KvStore {
  public:
   // `client` is shared with the caller (it may also report progress through it).
-  RendezvousKvStore(std::shared_ptr<CoordinatorClient> client, std::string ns, std::string secret)
+  RendezvousKvStore(std::shared_ptr<coordinator::CoordinatorClient> client, std::string ns,
+                    std::string secret)
       : client_(std::move(client)), ns_(std::move(ns)), secret_(std::move(secret)) {}
 
   absl::Status Set(absl::string_view key, absl::string_view value) override;
@@ -28,11 +29,11 @@ class RendezvousKvStore : public fsdp::KvStore {
                                                absl::Duration timeout) override;
 
  private:
-  std::shared_ptr<CoordinatorClient> client_;
+  std::shared_ptr<coordinator::CoordinatorClient> client_;
   const std::string ns_;
   const std::string secret_;
 };
 
-}  // namespace shardline::coordinator
+}  // namespace shardline::trainer
 
-#endif  // SHARDLINE_COORDINATOR_RENDEZVOUS_KV_STORE_H_
+#endif  // SHARDLINE_TRAINER_RENDEZVOUS_KV_STORE_H_
