@@ -2,7 +2,7 @@
 //
 //   shardctl cluster up [--state_dir=.cluster] [--workers=2] [--slots=2]
 //   shardctl cluster down [--state_dir=.cluster]
-//   shardctl submit SPEC [--set path=value ...] [--watch]
+//   shardctl submit SPEC [--set path=value ...] [--watch] [--dry_run]
 //   shardctl status JOB | list | workers | checkpoints JOB     (each takes --json)
 //   shardctl watch JOB
 //   shardctl logs JOB [--rank=N] [--follow]
@@ -57,6 +57,9 @@ ABSL_FLAG(int, workers, 2, "cluster up: worker daemons to start.");
 ABSL_FLAG(int, slots, 2, "cluster up: CPU slots per worker.");
 ABSL_FLAG(bool, json, false, "Read commands: print JSON instead of text.");
 ABSL_FLAG(bool, watch, false, "submit: watch the job until it ends.");
+ABSL_FLAG(bool, dry_run, false,
+          "submit: print the resolved spec (presets, defaults, overrides, absolute paths) and "
+          "submit nothing.");
 ABSL_FLAG(int, rank, -1, "logs: only this rank (default: all).");
 ABSL_FLAG(bool, follow, false, "logs: keep printing new lines until the job ends.");
 ABSL_FLAG(int64_t, step, -1, "export: checkpoint step (default: the latest committed).");
@@ -74,7 +77,8 @@ constexpr char kUsageText[] = R"(shardctl: submit, watch and inspect Shardline F
 
 Commands:
   cluster up | down              start/stop a local coordinator + workers (--state_dir, --workers, --slots)
-  submit SPEC [--set k=v]...     validate SPEC locally, submit it, print the job id (--watch to follow)
+  submit SPEC [--set k=v]...     validate SPEC locally, submit it, print the job id (--watch to follow;
+                                 --dry_run: print the resolved spec as YAML, or JSON with --json, and stop)
   status JOB                     state, progress, placement, events, sample
   list                           all jobs, one line each
   watch JOB                      live progress until the job ends
@@ -285,6 +289,11 @@ int CmdSubmit(const std::vector<std::string>& args, const std::vector<std::strin
   // Local validation first: a bad spec never reaches the cluster. Paths become absolute.
   auto job_spec = spec::LoadJobSpecFile(args[2], lo);
   if (!job_spec.ok()) return Fail(job_spec.status());
+  if (absl::GetFlag(FLAGS_dry_run)) {
+    std::cout << (absl::GetFlag(FLAGS_json) ? spec::JobSpecToJson(*job_spec)
+                                            : spec::JobSpecToYaml(*job_spec));
+    return kOk;
+  }
   auto client = Connect();
   if (!client.ok()) return Fail(client.status());
   auto job_id = (*client)->SubmitJob(*job_spec);

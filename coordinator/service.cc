@@ -13,6 +13,7 @@
 #include "common/grpc_status.h"
 #include "coordinator/job_state_machine.h"
 #include "coordinator/rendezvous_store.h"
+#include "spec/job_spec.h"
 
 namespace shardline::coordinator {
 namespace {
@@ -28,6 +29,29 @@ class RefusedStream : public grpc::ServerWriteReactor<Msg> {
   explicit RefusedStream(const grpc::Status& status) { this->Finish(status); }
   void OnDone() override { delete this; }
 };
+
+// The JobSpec a SubmitJobRequest stands for (see coordinator.proto): spec_text is resolved by
+// spec/ exactly as shardctl resolves a file, except that the coordinator's own working directory
+// never stands in for a missing base_dir and files are not checked (they live on the workers).
+absl::StatusOr<JobSpec> ResolveSubmittedSpec(const SubmitJobRequest& req) {
+  if (req.spec_text().empty()) {
+    if (req.overrides_size() > 0 || !req.base_dir().empty()) {
+      return absl::InvalidArgumentError(
+          "overrides and base_dir apply to spec_text; send the spec as text to use them");
+    }
+    return req.spec();
+  }
+  if (req.has_spec()) {
+    return absl::InvalidArgumentError("spec and spec_text are both set; send one of them");
+  }
+  spec::LoadOptions options;
+  options.overrides.assign(req.overrides().begin(), req.overrides().end());
+  options.base_dir = req.base_dir();
+  options.relative_to_cwd = false;
+  options.validate.check_files = false;
+  return spec::LoadJobSpecText(req.spec_text(),
+                               req.source().empty() ? "submitted spec" : req.source(), options);
+}
 
 }  // namespace
 
@@ -464,7 +488,9 @@ grpc::Status CoordinatorService::ReportCheckpoint(grpc::ServerContext* ctx,
 grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* ctx, const SubmitJobRequest* req,
                                            SubmitJobResponse* resp) {
   SL_AUTHORIZE(Role::kUser);
-  auto id = core_->SubmitJob(req->spec());
+  auto resolved = ResolveSubmittedSpec(*req);
+  if (!resolved.ok()) return ToGrpcStatus(resolved.status());
+  auto id = core_->SubmitJob(*resolved);
   if (!id.ok()) return ToGrpcStatus(id.status());
   resp->set_job_id(*id);
   return grpc::Status::OK;

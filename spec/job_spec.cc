@@ -24,10 +24,34 @@ std::string DirName(const std::string& path) {
 }
 
 // Joins a relative path to `base` and removes "." and ".." lexically, so messages and listings
-// show /work/out/checkpoints rather than /work/examples/../out/checkpoints.
-void MakeAbsolute(const std::string& base, std::string* path) {
-  if (path->empty() || absl::StartsWith(*path, "/") || base.empty()) return;
+// show /work/out/checkpoints rather than /work/examples/../out/checkpoints. Without a base the
+// path cannot be resolved: INVALID_ARGUMENT naming `field`.
+absl::Status MakeAbsolute(const std::string& base, absl::string_view field, std::string* path) {
+  if (path->empty() || absl::StartsWith(*path, "/")) return absl::OkStatus();
+  if (base.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": relative path \"", *path,
+        "\" cannot be resolved without a base directory (give an absolute path, or the "
+        "submitter's base_dir)"));
+  }
   *path = std::filesystem::path(absl::StrCat(base, "/", *path)).lexically_normal().string();
+  return absl::OkStatus();
+}
+
+// The directory relative paths are taken against; "" when there is none.
+absl::StatusOr<std::string> BaseDir(const LoadOptions& options) {
+  const std::string& base = options.base_dir;
+  if (!options.relative_to_cwd) {
+    if (!base.empty() && !absl::StartsWith(base, "/")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("base_dir: \"", base, "\" is not an absolute path"));
+    }
+    return base;
+  }
+  if (!base.empty() && absl::StartsWith(base, "/")) return base;
+  char cwd[4096];
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) return base;
+  return base.empty() ? std::string(cwd) : absl::StrCat(cwd, "/", base);
 }
 
 }  // namespace
@@ -50,17 +74,13 @@ absl::StatusOr<JobSpec> LoadJobSpecText(absl::string_view text, absl::string_vie
   for (const std::string& assignment : options.overrides) {
     RETURN_IF_ERROR(ApplyAssignment(assignment, &spec, &written));
   }
-  std::string base = options.base_dir;
-  if (base.empty() || !absl::StartsWith(base, "/")) {
-    char cwd[4096];
-    if (getcwd(cwd, sizeof(cwd)) != nullptr) {
-      base = base.empty() ? std::string(cwd) : absl::StrCat(cwd, "/", base);
-    }
-  }
-  MakeAbsolute(base, spec.mutable_data()->mutable_path());
-  MakeAbsolute(base, spec.mutable_model()->mutable_torchscript_path());
-  MakeAbsolute(base, spec.mutable_checkpoint()->mutable_dir());
-  MakeAbsolute(base, spec.mutable_checkpoint()->mutable_init_from_safetensors());
+  ASSIGN_OR_RETURN(const std::string base, BaseDir(options));
+  RETURN_IF_ERROR(MakeAbsolute(base, "data.path", spec.mutable_data()->mutable_path()));
+  RETURN_IF_ERROR(MakeAbsolute(base, "model.torchscript_path",
+                               spec.mutable_model()->mutable_torchscript_path()));
+  RETURN_IF_ERROR(MakeAbsolute(base, "checkpoint.dir", spec.mutable_checkpoint()->mutable_dir()));
+  RETURN_IF_ERROR(MakeAbsolute(base, "checkpoint.init_from_safetensors",
+                               spec.mutable_checkpoint()->mutable_init_from_safetensors()));
   RETURN_IF_ERROR(FillDefaults(&spec, &written));
   RETURN_IF_ERROR(Validate(spec, options.validate));
   return spec;

@@ -3,9 +3,12 @@
 //   parse YAML/JSON  ->  apply --set overrides  ->  resolve relative paths  ->  fill defaults
 //   (spec/defaults.h)  ->  validate (spec/validate.h)
 //
-// Relative paths (data.path, model.torchscript_path, checkpoint.dir) are taken relative to the
-// spec file's directory and made absolute, so the job does not depend on the caller's working
-// directory.
+// Relative paths (data.path, model.torchscript_path, checkpoint.dir,
+// checkpoint.init_from_safetensors) are taken relative to LoadOptions::base_dir (the spec file's
+// directory for LoadJobSpecFile) and made absolute, so the job does not depend on the caller's
+// working directory. The coordinator, which resolves specs sent as text (SubmitJobRequest
+// spec_text), has no meaningful working directory: it sets relative_to_cwd = false, so a relative
+// path needs an absolute base_dir from the client and is refused by name otherwise.
 //
 // Thread safety: pure functions (LoadJobSpecFile reads the file system).
 #ifndef SHARDLINE_SPEC_JOB_SPEC_H_
@@ -26,8 +29,12 @@ struct LoadOptions {
   // `path=value` assignments applied in order after parsing, e.g. "fsdp.hybrid_shard_degree=3".
   std::vector<std::string> overrides;
   // Base for relative paths; LoadJobSpecFile sets it to the spec file's directory. Empty: the
-  // current directory.
+  // current directory (when relative_to_cwd).
   std::string base_dir;
+  // True: an empty or relative base_dir is taken against the current directory. False (the
+  // coordinator): base_dir must be absolute when given, and without one every relative path is
+  // INVALID_ARGUMENT naming its field.
+  bool relative_to_cwd = true;
   ValidateOptions validate;
 };
 

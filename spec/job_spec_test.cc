@@ -310,6 +310,47 @@ TEST(FoundationSmoke, JobSpecYamlAndJsonRoundTrip) {
   EXPECT_TRUE(MessageDifferencer::Equals(*spec, *from_json)) << json;
 }
 
+// The coordinator's settings (relative_to_cwd = false, no file checks): what it does with a spec
+// sent as text by a remote client.
+LoadOptions ServerOptions(const std::string& base_dir) {
+  LoadOptions opts;
+  opts.base_dir = base_dir;
+  opts.relative_to_cwd = false;
+  opts.validate.check_files = false;
+  return opts;
+}
+
+TEST(LoadJobSpec, RelativePathWithoutBaseDirIsRefusedNamingTheFieldWhenNotRelativeToCwd) {
+  auto spec = LoadJobSpecText(kBase, "submitted spec", ServerOptions(""));
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(),
+            "data.path: relative path \"data/tinyshakespeare.txt\" cannot be resolved without a "
+            "base directory (give an absolute path, or the submitter's base_dir)");
+}
+
+TEST(LoadJobSpec, RelativePathsResolveAgainstAnAbsoluteBaseDirWhenNotRelativeToCwd) {
+  auto spec = LoadJobSpecText(std::string(kBase) + "checkpoint: {dir: ../ckpt}\n", "submitted spec",
+                              ServerOptions("/home/u/project"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().path(), "/home/u/project/data/tinyshakespeare.txt");
+  EXPECT_EQ(spec->checkpoint().dir(), "/home/u/ckpt");
+  EXPECT_EQ(spec->model().n_embd(), 64);            // Preset resolved.
+  EXPECT_DOUBLE_EQ(spec->optimizer().eps(), 1e-8);  // Default filled.
+}
+
+TEST(LoadJobSpec, RelativeBaseDirIsRefusedWhenNotRelativeToCwd) {
+  auto spec = LoadJobSpecText(kBase, "submitted spec", ServerOptions("project"));
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(), "base_dir: \"project\" is not an absolute path");
+}
+
+TEST(LoadJobSpec, AbsolutePathsNeedNoBaseDirWhenNotRelativeToCwd) {
+  auto spec = LoadJobSpecText("model: {preset: tiny}\ndata: {path: /data/corpus.txt}\n",
+                              "submitted spec", ServerOptions(""));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().path(), "/data/corpus.txt");
+}
+
 TEST(LoadJobSpec, MissingFileIsNotFound) {
   auto spec = LoadJobSpecFile("/no/such/spec.yaml");
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound);

@@ -5,6 +5,8 @@
 #     yaml-cpp, OpenSSL, Google Benchmark; clang 14 with libFuzzer for tools/fuzz.sh; clang-format.
 #   - A project-local virtual environment at .venv holding torch==2.11.0 from the Python registry;
 #     LibTorch (headers + shared libraries) is taken from that wheel by third_party/torch/torch.bzl.
+#     Also grpcio, grpcio-tools, pyyaml and matplotlib, and the Python client package itself
+#     (python/, `import shardline`; reinstalled when python/ or proto/ change).
 #   - .bazelrc.user with this machine's absolute paths (disk cache shared by all checkouts).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,6 +43,24 @@ if ! "$venv/bin/python" -c "import torch, sys; sys.exit(0 if torch.__version__.s
   log "creating $venv with torch==$TORCH_VERSION (first time: a few minutes)"
   [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy safetensors pyyaml
+fi
+
+# The Python client: its dependencies, then the package (stubs generated from proto/ by its build).
+# setuptools stays below 82 because torch 2.11 requires that (grpcio-tools would pull a newer one).
+PY_PACKAGES=(grpcio grpcio-tools pyyaml matplotlib "setuptools<82")
+if ! "$venv/bin/python" -c "import grpc, grpc_tools, yaml, matplotlib" 2>/dev/null; then
+  log "installing ${PY_PACKAGES[*]} into $venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
+fi
+py_stamp="$(cat python/pyproject.toml python/setup.py python/gen_protos.py python/shardline/*.py \
+  proto/*.proto | sha256sum | cut -c1-16)"
+stamp_file="$venv/.shardline_python_client"
+if [[ "$(cat "$stamp_file" 2>/dev/null)" != "$py_stamp" ]] ||
+  ! "$venv/bin/python" -c "import shardline" 2>/dev/null; then
+  log "installing the Python client (python/) into $venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps ./python
+  rm -rf python/build python/*.egg-info
+  echo "$py_stamp" > "$stamp_file"
 fi
 
 # Machine-specific Bazel settings live outside version control.

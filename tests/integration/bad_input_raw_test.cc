@@ -139,6 +139,34 @@ grpc::Status SubmitWith(const std::function<void(JobSpec*)>& edit) {
   return s;
 }
 
+// A SubmitJob in the spec_text form (what the Python client sends), cancelled if it gets through.
+grpc::Status SubmitText(const std::string& text, const std::vector<std::string>& overrides,
+                        const std::string& base_dir,
+                        const std::function<void(SubmitJobRequest*)>& edit = nullptr) {
+  SubmitJobRequest req;
+  req.set_spec_text(text);
+  for (const std::string& o : overrides) req.add_overrides(o);
+  req.set_base_dir(base_dir);
+  if (edit) edit(&req);
+  SubmitJobResponse resp;
+  grpc::Status s = stub->SubmitJob(User().get(), req, &resp);
+  if (s.ok() && !resp.job_id().empty()) {
+    CancelJobRequest c;
+    c.set_job_id(resp.job_id());
+    CancelJobResponse r;
+    (void)stub->CancelJob(User().get(), c, &r);
+  }
+  return s;
+}
+
+constexpr char kTextSpec[] = R"(
+name: bad-input-text
+world_size: 4
+model: {preset: tiny}
+data: {path: corpus.txt, seq_len: 32}
+train: {steps: 2, micro_batch_size: 2}
+)";
+
 ProgressReport Progress(const std::string& job, int32_t attempt, int32_t rank) {
   ProgressReport r;
   r.set_job_id(job);
@@ -330,6 +358,34 @@ std::vector<Row> Rows() {
   using C = grpc::StatusCode;
   std::vector<Row> r;
   // ---- tokens
+  // ---- the spec_text form: resolved by the coordinator with spec::LoadJobSpecText
+  r.push_back({"SpecTextRelativePathWithoutBaseDir", [] { return SubmitText(kTextSpec, {}, ""); },
+               C::INVALID_ARGUMENT,
+               "data.path: relative path \"corpus.txt\" cannot be resolved without a base "
+               "directory"});
+  r.push_back({"SpecTextRelativeBaseDir", [] { return SubmitText(kTextSpec, {}, "rel/dir"); },
+               C::INVALID_ARGUMENT, "base_dir: \"rel/dir\" is not an absolute path"});
+  r.push_back({"SpecTextBadOverride",
+               [] { return SubmitText(kTextSpec, {"model.n_head=5"}, "/data"); },
+               C::INVALID_ARGUMENT, "model.n_embd: 64 is not divisible by model.n_head 5"});
+  r.push_back({"SpecTextUnknownField",
+               [] { return SubmitText(kTextSpec, {"fsdp.shard_degre=2"}, "/data"); },
+               C::INVALID_ARGUMENT, "fsdp.shard_degre"});
+  r.push_back({"SpecTextUnknownPreset",
+               [] { return SubmitText("model: {preset: huge}\n", {}, "/data"); },
+               C::INVALID_ARGUMENT, "huge"});
+  r.push_back({"SpecTextAndSpecBoth",
+               [] {
+                 return SubmitText(kTextSpec, {}, "/data",
+                                   [](SubmitJobRequest* q) { *q->mutable_spec() = ValidSpec(); });
+               },
+               C::INVALID_ARGUMENT, "spec and spec_text are both set"});
+  r.push_back({"OverridesWithoutSpecText",
+               [] {
+                 return SubmitText("", {"train.steps=3"}, "",
+                                   [](SubmitJobRequest* q) { *q->mutable_spec() = ValidSpec(); });
+               },
+               C::INVALID_ARGUMENT, "overrides and base_dir apply to spec_text"});
   r.push_back({"SubmitWithoutToken", [] { return Submit(ValidSpec(), ""); }, C::UNAUTHENTICATED,
                "missing \"authorization: Bearer <token>\""});
   r.push_back({"SubmitWithWrongToken", [] { return Submit(ValidSpec(), "not-the-token"); },

@@ -7,8 +7,11 @@ _BINARIES = {
     "shardctl": "//cli:shardctl",
 }
 
-def cluster_sh_test(name, timeout = None, extra_args = [], extra_data = []):
+def cluster_sh_test(name, timeout = None, extra_args = [], extra_data = [], venv = False):
     """Runs <name>.py through run_python.sh with the cluster binaries' paths as arguments.
+
+    venv = True runs it with the project venv's python instead (run_venv_python.sh), for tests
+    that need packages from tools/setup.sh (grpcio for the Python client).
 
     Tagged "exclusive": the tests are timing-sensitive (heartbeats, grace periods, collective
     timeouts) and run alone, not beside the parity shards. harness.py and cluster_test.py (which
@@ -19,7 +22,7 @@ def cluster_sh_test(name, timeout = None, extra_args = [], extra_data = []):
         name = name,
         size = "large",
         timeout = timeout,
-        srcs = ["run_python.sh"],
+        srcs = ["run_venv_python.sh" if venv else "run_python.sh"],
         args = ["$(location %s)" % script] +
                ["%s=$(location %s)" % (k, v) for k, v in _BINARIES.items()] + extra_args,
         data = {f: True for f in [script, "cluster_test.py", "harness.py", "//data:tinyshakespeare.txt"] +

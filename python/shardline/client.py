@@ -1,0 +1,280 @@
+"""shardline.Client: submit, watch and inspect Shardline jobs from Python over the coordinator's
+gRPC API (proto/coordinator.proto).
+
+Results are the protobuf messages of that API (JobStatus, WorkerInfo, CheckpointInfo,
+CheckpointManifest), so every field documented there is available; `status.state` compares with
+shardline.SUCCEEDED etc., and shardline.state_name(status) gives "SUCCEEDED". Failed calls raise a
+shardline.ShardlineError subclass carrying the gRPC code and the coordinator's message.
+
+Thread safety: one Client may be used from several threads (gRPC channels are thread-safe).
+"""
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+
+import grpc
+
+from shardline import errors
+from shardline._proto import checkpoint_pb2, coordinator_pb2, coordinator_pb2_grpc, job_spec_pb2
+from shardline.target import resolve_target
+
+JobState = coordinator_pb2.JobState
+TERMINAL_STATES = frozenset({coordinator_pb2.SUCCEEDED, coordinator_pb2.FAILED,
+                             coordinator_pb2.CANCELLED})
+
+SpecLike = Union[str, "os.PathLike[str]", Mapping[str, Any], job_spec_pb2.JobSpec]
+
+
+def state_name(status: coordinator_pb2.JobStatus) -> str:
+    """The job's state as a name: "PENDING", "RUNNING", "SUCCEEDED", "FAILED" or "CANCELLED"."""
+    return coordinator_pb2.JobState.Name(status.state)
+
+
+@dataclass
+class Checkpoint:
+    """One checkpoint of a job: the coordinator's record and, once committed, its manifest."""
+
+    info: coordinator_pb2.CheckpointInfo
+    # None for a checkpoint that is not committed yet (no manifest in place).
+    manifest: Optional[checkpoint_pb2.CheckpointManifest]
+
+    @property
+    def step(self) -> int:
+        return self.info.step
+
+    @property
+    def committed(self) -> bool:
+        return self.info.committed
+
+
+def _credentials(tls: Union[None, bool, str, bytes, grpc.ChannelCredentials]):
+    if tls is None or tls is False:
+        return None
+    if tls is True:
+        return grpc.ssl_channel_credentials()
+    if isinstance(tls, grpc.ChannelCredentials):
+        return tls
+    if isinstance(tls, str):
+        with open(tls, "rb") as f:
+            tls = f.read()
+    return grpc.ssl_channel_credentials(root_certificates=tls)
+
+
+class Client:
+    """A connection to one coordinator.
+
+    Args:
+      address: "host:port" of the coordinator. None: $SHARDLINE_COORDINATOR, then the config
+        file, then the local cluster's cluster.json, exactly as shardctl (see shardline.target).
+      token: the user bearer token; None: resolved from the same sources as the address.
+      tls: None or False: plaintext (as shardctl). True: TLS with the system's root
+        certificates. A str: path of a PEM file of root certificates; bytes: the PEM itself; or
+        a grpc.ChannelCredentials.
+      config: the config file (default ~/.shardline/config).
+      state_dir: the local cluster's state directory (default ".cluster", as shardctl).
+      timeout: deadline of each unary call, seconds (shardctl's --timeout_s).
+      shardctl: path of the shardctl binary, used only by export(); None: $SHARDLINE_SHARDCTL,
+        then `shardctl` on PATH.
+
+    Raises NotFoundError when no coordinator is configured. The channel connects lazily: an
+    unreachable coordinator raises UnavailableError on the first call.
+    """
+
+    def __init__(self, address: Optional[str] = None, token: Optional[str] = None,
+                 tls: Union[None, bool, str, bytes, grpc.ChannelCredentials] = None, *,
+                 config: Optional[str] = None, state_dir: str = ".cluster",
+                 timeout: float = 10.0, shardctl: Optional[str] = None):
+        target = resolve_target(address, token, config, state_dir)
+        self.address = target.address
+        self._token = target.token
+        self._timeout = timeout
+        self._shardctl = shardctl
+        creds = _credentials(tls)
+        self._channel = (grpc.secure_channel(self.address, creds) if creds is not None
+                         else grpc.insecure_channel(self.address))
+        self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def close(self) -> None:
+        """Closes the channel; the client cannot be used afterwards."""
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _metadata(self):
+        return (("authorization", "Bearer " + self._token),) if self._token else ()
+
+    def _call(self, method, request):
+        try:
+            return method(request, timeout=self._timeout, metadata=self._metadata())
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+
+    # ------------------------------------------------------------------ jobs
+
+    def submit(self, spec: SpecLike, overrides: Optional[Sequence[str]] = None,
+               base_dir: Optional[str] = None) -> str:
+        """Submits a job and returns its id.
+
+        The spec is sent as the user wrote it; the coordinator resolves it with the same code as
+        `shardctl submit` (presets, defaults, overrides, validation), so fields may be left out
+        (`{"model": {"preset": "tiny"}}` is a complete model). GetJob returns the resolved spec.
+
+        Args:
+          spec: a path (str or os.PathLike) of a YAML or JSON spec file; a dict (sent as JSON);
+            or a shardline.JobSpec message, which must be complete: it is sent as an already
+            resolved spec and gets no presets or defaults (the old SubmitJob form).
+          overrides: "path=value" assignments applied in order after parsing, with the semantics
+            of `shardctl submit --set`, e.g. ["optimizer.lr=1e-3", "train.steps=20"].
+          base_dir: directory that relative paths in the spec (data.path, checkpoint.dir, ...)
+            are taken against, as the workers see it. None: the spec file's directory for a path
+            (as shardctl), the current working directory for a dict. The coordinator has no
+            working directory of its own, so without a base a relative path is refused.
+
+        Raises:
+          InvalidSpecError: the spec does not parse or validate; the message names the field.
+          UnauthenticatedError: missing or wrong token.
+          ShardlineError: any other failure (with its gRPC code).
+        """
+        request = coordinator_pb2.SubmitJobRequest()
+        if isinstance(spec, job_spec_pb2.JobSpec):
+            if overrides or base_dir:
+                raise errors.InvalidSpecError(
+                    "overrides and base_dir need a spec file or dict, not a JobSpec message",
+                    grpc.StatusCode.INVALID_ARGUMENT)
+            request.spec.CopyFrom(spec)
+        elif isinstance(spec, Mapping):
+            request.spec_text = json.dumps(spec)
+            request.source = "spec dict"
+            request.base_dir = os.path.abspath(base_dir or os.getcwd())
+        else:
+            path = os.fspath(spec)
+            try:
+                with open(path) as f:
+                    request.spec_text = f.read()
+            except OSError as e:
+                raise errors.NotFoundError("job spec \"%s\" cannot be read: %s" % (path, e.strerror),
+                                           grpc.StatusCode.NOT_FOUND) from None
+            request.source = path
+            request.base_dir = os.path.abspath(base_dir or os.path.dirname(os.path.abspath(path)))
+        request.overrides.extend(overrides or ())
+        return self._call(self._stub.SubmitJob, request).job_id
+
+    def get(self, job: str) -> coordinator_pb2.JobStatus:
+        """The job's status: state, resolved spec, progress, placement, events, sample.
+
+        Raises NotFoundError for an unknown job id."""
+        return self._call(self._stub.GetJob, coordinator_pb2.GetJobRequest(job_id=job))
+
+    def list(self, states: Optional[Iterable[Union[str, int]]] = None
+             ) -> List[coordinator_pb2.JobStatus]:
+        """Every job, or only those in `states` (names like "RUNNING" or JobState values)."""
+        request = coordinator_pb2.ListJobsRequest()
+        for s in states or ():
+            request.states.append(coordinator_pb2.JobState.Value(s) if isinstance(s, str) else s)
+        return list(self._call(self._stub.ListJobs, request).jobs)
+
+    def watch(self, job: str, timeout: Optional[float] = None
+              ) -> Iterator[coordinator_pb2.JobStatus]:
+        """Yields the job's status now, then again on every change (progress step, state,
+        event), ending after the first status in a final state (SUCCEEDED, FAILED, CANCELLED).
+
+        Args:
+          timeout: seconds the whole watch may take (None: no limit); past it UnavailableError.
+
+        Raises NotFoundError for an unknown job; UnavailableError when the stream breaks.
+        """
+        stream = self._stub.WatchJob(coordinator_pb2.WatchJobRequest(job_id=job),
+                                     timeout=timeout, metadata=self._metadata())
+        try:
+            for status in stream:
+                yield status
+                if status.state in TERMINAL_STATES:
+                    return
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+        finally:
+            stream.cancel()
+        raise errors.UnavailableError("watch of %s ended before the job did" % job,
+                                      grpc.StatusCode.UNAVAILABLE)
+
+    def wait(self, job: str, timeout: Optional[float] = None) -> coordinator_pb2.JobStatus:
+        """Watches the job to its end and returns its final status (whatever the state)."""
+        last = None
+        for last in self.watch(job, timeout=timeout):
+            pass
+        return last
+
+    def cancel(self, job: str, reason: str = "cancelled from the Python client") -> None:
+        """Stops every rank of the job; it ends CANCELLED.
+
+        Raises NotFoundError for an unknown job, FailedPreconditionError when it already ended."""
+        self._call(self._stub.CancelJob, coordinator_pb2.CancelJobRequest(job_id=job,
+                                                                          reason=reason))
+
+    # ------------------------------------------------------------------ checkpoints, workers
+
+    def checkpoints(self, job: str, manifests: bool = True) -> List[Checkpoint]:
+        """The job's checkpoints in step order, each committed one with its manifest (files,
+        tensors, shard layout; checkpoint.proto) when `manifests` is true."""
+        infos = self._call(self._stub.ListCheckpoints,
+                           coordinator_pb2.ListCheckpointsRequest(job_id=job)).checkpoints
+        out = []
+        for info in sorted(infos, key=lambda c: c.step):
+            manifest = None
+            if manifests and info.committed:
+                manifest = self._call(
+                    self._stub.GetCheckpoint,
+                    coordinator_pb2.GetCheckpointRequest(job_id=job, step=info.step)).manifest
+            out.append(Checkpoint(info, manifest))
+        return out
+
+    def workers(self) -> List[coordinator_pb2.WorkerInfo]:
+        """Registered workers with their slots, state and busy slots."""
+        return list(self._call(self._stub.ListWorkers,
+                               coordinator_pb2.ListWorkersRequest()).workers)
+
+    def export(self, job: str, step: Optional[int], path: str) -> str:
+        """Writes the model of a committed checkpoint as one .safetensors file at `path`.
+
+        This runs `shardctl export` (the C++ exporter, checkpoint::ExportSafetensors), which asks
+        the coordinator where the checkpoint is and reads its shard files from this machine's
+        file system: it needs a local shardctl binary (the Client's `shardctl` argument,
+        $SHARDLINE_SHARDCTL, or PATH) and the checkpoint directory visible here (a local cluster
+        or a shared file system). TLS connections are not supported (shardctl speaks plaintext).
+
+        Args:
+          step: checkpoint step; None: the latest committed one.
+        Returns the path written. Raises NotFoundError when the job has no such committed
+        checkpoint, ExportError when shardctl is missing or fails otherwise.
+        """
+        binary = self._shardctl or os.environ.get("SHARDLINE_SHARDCTL") or shutil.which("shardctl")
+        if not binary:
+            raise errors.ExportError("export needs the shardctl binary: pass Client(shardctl=...), "
+                                     "set $SHARDLINE_SHARDCTL or put shardctl on PATH")
+        argv = [binary, "export", job, "--out=" + path, "--coordinator=" + self.address,
+                "--timeout_s=%d" % max(1, int(self._timeout))]
+        if step is not None:
+            argv.append("--step=%d" % step)
+        env = dict(os.environ)
+        env.pop("SHARDLINE_TOKEN", None)
+        if self._token:
+            env["SHARDLINE_TOKEN"] = self._token  # not on the command line, where ps shows it
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            message = proc.stderr.strip().replace("shardctl: ", "", 1)
+            # shardctl's exit codes: 5 not found, 6 refused (see cli/shardctl_main.cc).
+            if proc.returncode == 5:
+                raise errors.NotFoundError(message, grpc.StatusCode.NOT_FOUND)
+            if proc.returncode == 6:
+                raise errors.UnauthenticatedError(message, grpc.StatusCode.UNAUTHENTICATED)
+            raise errors.ExportError("shardctl export exited %d: %s" % (proc.returncode, message))
+        return path
