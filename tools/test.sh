@@ -24,7 +24,9 @@ done
 whole_tree=0
 ((${#targets[@]})) || { targets=("//..."); whole_tree=1; }
 
-# Test results are never taken from the cache: a run must run its tests.
+# Test results are never taken from the cache: a run must run its tests. A test.xml older than
+# this run (left by an earlier run in the same output base) is no result: its target did not run.
+run_start=$(date +%s)
 bazel test --nocache_test_results --test_tag_filters="$tag_filter" --keep_going \
   "${targets[@]}" 2>&1 | tee /tmp/shardline_test_$$.log | grep -v -E "^(Loading|Analyzing|\[)"
 bazel_rc=${PIPESTATUS[0]}
@@ -42,10 +44,11 @@ if ((whole_tree)); then
 fi
 
 python3 - /tmp/shardline_tests_$$.txt "$(bazel info bazel-testlogs 2>/dev/null)" \
-  /tmp/shardline_deps_$$.txt <<'PY'
+  /tmp/shardline_deps_$$.txt "$run_start" <<'PY'
 import glob, os, sys, xml.etree.ElementTree as ET
 targets = [t.strip() for t in open(sys.argv[1]) if t.strip()]
 logs = sys.argv[2]
+run_start = int(sys.argv[4])
 passed = failed = 0
 bad, skipped = [], []
 for line in open(sys.argv[3]):
@@ -63,6 +66,8 @@ for t in targets:
     try:
         if not xmls:
             raise FileNotFoundError(base)
+        if any(os.path.getmtime(x) < run_start for x in xmls):
+            raise FileNotFoundError(f"{base}: test.xml is from an earlier run")
         cases = []
         for xml in xmls:
             root = ET.parse(xml).getroot()
