@@ -558,7 +558,12 @@ TEST_F(CoreTest, StateSurvivesRestartAndRunningJobWaitsForItsWorkers) {
   EXPECT_TRUE(core_->RendezvousSet(set).ok());
   // A job submitted now does not reuse an id.
   auto next = core_->SubmitJob(Spec("next", 1));
-  EXPECT_EQ(*next, "job-4");
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_NE(*next, *done);
+  EXPECT_NE(*next, *waiting);
+  EXPECT_NE(*next, *running);
+  ASSERT_EQ(core_->ListJobs({}).size(), 4u);
+  EXPECT_EQ(core_->ListJobs({}).back().job_id(), *next);  // submission order goes on
   // The worker never heartbeats again: the attempt fails and restarts from step 7 once a
   // worker is back.
   clock_.Advance(absl::Seconds(6));

@@ -1,6 +1,7 @@
 #include "coordinator/job_table.h"
 
 #include <algorithm>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -8,8 +9,25 @@
 
 namespace shardline::coordinator {
 
+namespace {
+constexpr char kBase36[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+}  // namespace
+
+std::string NewJobId(absl::Time now) {
+  std::string time;
+  for (uint64_t ms = static_cast<uint64_t>(std::max<int64_t>(0, absl::ToUnixMillis(now)));
+       ms > 0 || time.empty(); ms /= 36) {
+    time.insert(time.begin(), kBase36[ms % 36]);
+  }
+  std::random_device rd;  // /dev/urandom on Linux
+  std::string suffix;
+  for (int i = 0; i < 4; ++i) suffix.push_back(kBase36[rd() % 36]);
+  return absl::StrCat("job-", time, suffix);
+}
+
 absl::StatusOr<JobRecord*> JobTable::Submit(const JobSpec& spec, absl::Time now) {
-  const std::string id = absl::StrCat("job-", next_seq_);
+  std::string id = NewJobId(now);
+  while (jobs_.count(id) > 0) id = NewJobId(now);
   JobRecord job;
   job.set_seq(next_seq_);
   JobStatus& st = *job.mutable_status();

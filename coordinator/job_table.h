@@ -1,7 +1,7 @@
-// JobTable: the job records by id. It gives new jobs their ids ("job-<seq>", seq in submission
-// order), finds and lists them, and makes every change durable (StateStore, when there is one)
-// and visible (ChangeFeed). Which changes a record may undergo is JobStateMachine's; the core
-// drives them.
+// JobTable: the job records by id. It gives new jobs their ids (NewJobId below; seq keeps the
+// submission order), finds and lists them, and makes every change durable (StateStore, when there
+// is one) and visible (ChangeFeed). Which changes a record may undergo is JobStateMachine's; the
+// core drives them.
 //
 // Thread safety: none of its own. CoordinatorCore owns one and calls it only under its mutex.
 #ifndef SHARDLINE_COORDINATOR_JOB_TABLE_H_
@@ -20,6 +20,14 @@
 #include "proto/coordinator.pb.h"
 
 namespace shardline::coordinator {
+
+// A new job id: "job-" + the submission time in unix milliseconds in base 36 (8 characters
+// until the year 2059) + 4 random base-36 characters, e.g. "job-mi5x3k2aq7zp". Short and
+// typeable, and never reused across coordinator lifetimes, with or without a state dir: ids
+// restarting at "job-1" made a new job resume (and overwrite) an old job's checkpoints under
+// <checkpoint.dir>/<job id>. The random part separates jobs submitted in the same millisecond;
+// JobTable also redraws an id it already holds.
+std::string NewJobId(absl::Time now);
 
 class JobTable {
  public:
