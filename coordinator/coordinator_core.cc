@@ -9,12 +9,17 @@
 #include "checkpoint/manifest_io.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "coordinator/bounded_file_read.h"
 #include "coordinator/job_state_machine.h"
 #include "coordinator/rank_reports.h"
 #include "coordinator/scheduler.h"
 #include "spec/validate.h"
 
 namespace shardline::coordinator {
+namespace {
+// A manifest lists every tensor's ranges: megabytes for large models, never near this.
+constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;
+}  // namespace
 
 CoordinatorCore::CoordinatorCore(const CoreOptions& options, std::unique_ptr<StateStore> store)
     : options_(options),
@@ -56,14 +61,13 @@ absl::Status CoordinatorCore::Load() {
   for (const CheckpointRecord& c : checkpoints) checkpoints_.Restore(c);
   int running = 0;
   for (const JobRecord& rec : jobs) {
-    const std::string& id = rec.status().job_id();
     JobRecord& job = jobs_.Restore(rec);
     if (rec.status().state() != RUNNING) continue;
     ++running;
     // The attempt goes on where its workers come back: keep its slots and rendezvous secret.
     bool all_reserved = true;
     for (const RankPlacement& p : rec.status().placement()) {
-      all_reserved &= registry_.Reserve(p.worker_id(), p.slot_index(), id).ok();
+      all_reserved &= registry_.Reserve(p.worker_id(), p.slot_index(), Namespace(rec)).ok();
     }
     rendezvous_.Open(Namespace(rec), rec.rendezvous_secret());
     tracker_.RestoreAttempt(rec.status());
@@ -119,7 +123,9 @@ absl::StatusOr<HeartbeatResponse> CoordinatorCore::Heartbeat(const HeartbeatRequ
     return resp;
   }
   absl::MutexLock lock(&mu_);
-  if (req.ranks_size() == 0 && !tracker_.HasRunningRanks(worker)) return resp;  // common at scale
+  if (req.ranks_size() == 0 && !tracker_.HasRunningRanks(worker) && !draining_.count(worker)) {
+    return resp;  // common at scale
+  }
   bool changed = false;
   RankTracker::RankKeys reported;
   for (const RankStatus& rs : req.ranks()) {
@@ -138,8 +144,32 @@ absl::StatusOr<HeartbeatResponse> CoordinatorCore::Heartbeat(const HeartbeatRequ
   }
   const std::vector<RankFailure> lost = tracker_.LostRanks(worker, reported);
   ApplyFailuresLocked(lost);
+  changed |= ReleaseDrainedLocked(worker, req.ranks());
   if (changed || !lost.empty()) ScheduleLocked();
   return resp;
+}
+
+bool CoordinatorCore::ReleaseDrainedLocked(
+    const std::string& worker, const google::protobuf::RepeatedPtrField<RankStatus>& ranks) {
+  auto w = draining_.find(worker);
+  if (w == draining_.end()) return false;
+  std::set<DrainKey> alive;
+  for (const RankStatus& rs : ranks) {
+    if (rs.state() != RankStatus::EXITED) alive.insert({rs.job_id(), rs.attempt(), rs.rank()});
+  }
+  bool freed = false;
+  for (auto it = w->second.begin(); it != w->second.end();) {
+    if (alive.count(it->first)) {
+      ++it;
+      continue;
+    }
+    const auto& [job_id, attempt, rank] = it->first;
+    registry_.ReleaseSlot(worker, it->second, absl::StrCat(job_id, "/", attempt));
+    it = w->second.erase(it);
+    freed = true;
+  }
+  if (w->second.empty()) draining_.erase(w);
+  return freed;
 }
 
 void CoordinatorCore::RankSucceededLocked(JobRecord& job, int32_t rank) {
@@ -223,9 +253,11 @@ void CoordinatorCore::ScheduleLocked() {
 
 absl::Status CoordinatorCore::StartAttemptLocked(JobRecord& job, const Plan& plan) {
   const std::string job_id = job.status().job_id();
+  // The reservations' holder is the new attempt's namespace (Start below numbers it).
+  const std::string holder = absl::StrCat(job_id, "/", job.status().attempt() + 1);
   for (const RankPlan& r : plan.ranks) {
-    if (absl::Status s = registry_.Reserve(r.worker_id, r.slot_index, job_id); !s.ok()) {
-      registry_.ReleaseJob(job_id);
+    if (absl::Status s = registry_.Reserve(r.worker_id, r.slot_index, holder); !s.ok()) {
+      registry_.ReleaseJob(holder);
       return s;
     }
   }
@@ -235,7 +267,7 @@ absl::Status CoordinatorCore::StartAttemptLocked(JobRecord& job, const Plan& pla
   if (resume > 0) absl::StrAppend(&reason, "; resuming from checkpoint step ", resume);
   if (absl::Status s = JobStateMachine(&job, clock_->Now()).Start(plan.world_size, reason);
       !s.ok()) {
-    registry_.ReleaseJob(job_id);
+    registry_.ReleaseJob(holder);
     return s;
   }
   JobStatus& st = *job.mutable_status();
@@ -268,13 +300,23 @@ AttemptStartInfo CoordinatorCore::StartInfoLocked(const JobRecord& job) const {
 
 void CoordinatorCore::EndAttemptLocked(JobRecord& job, bool send_stop) {
   const JobStatus& st = job.status();
-  tracker_.EndAttempt(st.job_id());
   if (send_stop) {
     std::set<std::string> workers;
-    for (const RankPlacement& p : st.placement()) workers.insert(p.worker_id());
+    for (const RankPlacement& p : st.placement()) {
+      workers.insert(p.worker_id());
+      // A rank its worker never reported has not started (its queued START is dropped with
+      // the attempt); one it reported may run until the STOP's SIGKILL: its slot waits.
+      if (tracker_.IsAcked(st.job_id(), p.rank())) {
+        draining_[p.worker_id()][{st.job_id(), st.attempt(), p.rank()}] = p.slot_index();
+      } else {
+        registry_.ReleaseSlot(p.worker_id(), p.slot_index(), Namespace(job));
+      }
+    }
     for (const std::string& w : workers) outbox_.PushStop(w, st.job_id(), st.attempt());
+  } else {
+    registry_.ReleaseJob(Namespace(job));
   }
-  registry_.ReleaseJob(st.job_id());
+  tracker_.EndAttempt(st.job_id());
   rendezvous_.Close(Namespace(job));
   feed_.NamespaceChanged(Namespace(job));  // waiting Gets end (ABORTED)
 }
@@ -307,7 +349,8 @@ void CoordinatorCore::Tick() {
   for (const std::string& w : dead) PersistWorker(w);
   absl::MutexLock lock(&mu_);
   for (const std::string& worker_id : dead) {
-    outbox_.Drop(worker_id);  // its stream ends (ABORTED) at its next look
+    draining_.erase(worker_id);  // the registry dropped the dead worker's reservations
+    outbox_.Drop(worker_id);     // its stream ends (ABORTED) at its next look
     auto info = registry_.Get(worker_id);
     const std::string node = info.ok() ? info->node_name() : "?";
     SL_LOG(WARNING) << "worker " << worker_id << " (" << node << ") missed heartbeats for "
@@ -460,10 +503,21 @@ absl::StatusOr<GetCheckpointResponse> CoordinatorCore::GetCheckpoint(const std::
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(*resp.mutable_info(), checkpoints_.Get(job_id, step));
   }
-  // Only when this machine sees the checkpoint directory (shared storage); else info alone.
-  auto manifest = checkpoint::ReadManifestFile(
-      absl::StrCat(resp.info().path(), "/", checkpoint::kManifestFile));
-  if (manifest.ok()) *resp.mutable_manifest() = *std::move(manifest);
+  // Only when this machine sees the checkpoint directory (shared storage); else info alone. The
+  // path comes from a trainer: read only a regular file, on a helper thread, for a bounded time.
+  const std::string path = absl::StrCat(resp.info().path(), "/", checkpoint::kManifestFile);
+  absl::StatusOr<std::string> text =
+      ReadRegularFileBounded(path, options_.file_read_timeout, kMaxManifestBytes);
+  if (absl::IsNotFound(text.status())) return resp;
+  if (absl::IsFailedPrecondition(text.status()) || absl::IsDeadlineExceeded(text.status()) ||
+      absl::IsOutOfRange(text.status())) {
+    return text.status();
+  }
+  if (!text.ok()) return resp;
+  auto manifest = checkpoint::ManifestFromJson(*text, path);
+  if (manifest.ok() && manifest->format_version() == checkpoint::kFormatVersion) {
+    *resp.mutable_manifest() = *std::move(manifest);
+  }
   return resp;
 }
 

@@ -33,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -69,6 +70,8 @@ struct CoreOptions {
   int32_t stop_grace_period_s = 10;
   // Longest wait a RendezvousGet may ask for (longer requests are capped; clients loop).
   absl::Duration max_rendezvous_wait = absl::Seconds(60);
+  // Longest a GetCheckpoint waits for its MANIFEST.json read (a hung mount, a huge file).
+  absl::Duration file_read_timeout = absl::Seconds(5);
   // Full job spec validation (spec::Validate); the core always applies
   // spec::ValidateForScheduling itself first. Null: only those checks.
   std::function<absl::Status(const JobSpec&)> validate_spec;
@@ -148,6 +151,9 @@ class CoordinatorCore {
   // ---- checkpoints
   absl::StatusOr<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& job_id) const;
   // Reads <path>/MANIFEST.json when this machine sees the path; otherwise the manifest is empty.
+  // The read runs on a helper thread (bounded_file_read.h). Errors: NOT_FOUND; FAILED_PRECONDITION
+  // when MANIFEST.json is not a regular file (a FIFO there must not block a gRPC thread);
+  // DEADLINE_EXCEEDED after file_read_timeout.
   absl::StatusOr<GetCheckpointResponse> GetCheckpoint(const std::string& job_id,
                                                       int64_t step) const;
 
@@ -185,7 +191,15 @@ class CoordinatorCore {
   // What the STARTs of the job's current attempt share (rank 0's address, resume step...).
   AttemptStartInfo StartInfoLocked(const JobRecord& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stops the running attempt's ranks, frees its slots and closes its rendezvous namespace.
+  // With send_stop, the slot of every rank its worker has reported stays reserved (draining_)
+  // until the worker reports the rank EXITED, stops listing it, or dies: a STOP is SIGTERM and
+  // the rank may hold its device for the whole grace period, longer than a restart backoff.
   void EndAttemptLocked(JobRecord& job, bool send_stop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a heartbeat of `worker` listing `ranks`: frees the slots of its draining ranks that
+  // exited or are no longer listed. Returns whether any slot was freed.
+  bool ReleaseDrainedLocked(const std::string& worker,
+                            const google::protobuf::RepeatedPtrField<RankStatus>& ranks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailAttemptLocked(JobRecord& job, const std::string& kind, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyFailuresLocked(const std::vector<RankFailure>& failures)
@@ -208,6 +222,10 @@ class CoordinatorCore {
   RankTracker tracker_ ABSL_GUARDED_BY(mu_);
   CheckpointRegistry checkpoints_ ABSL_GUARDED_BY(mu_);
   Counters counters_ ABSL_GUARDED_BY(mu_);  // jobs_by_state filled on read
+  // Ranks of ended attempts still holding their slot, by worker id: (job id, attempt, rank) ->
+  // slot index. Not persisted: after a coordinator restart these slots are free again.
+  using DrainKey = std::tuple<std::string, int32_t, int32_t>;
+  std::map<std::string, std::map<DrainKey, int32_t>> draining_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shardline::coordinator

@@ -1,5 +1,7 @@
 #include "coordinator/coordinator_core.h"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -236,6 +238,80 @@ TEST_F(CoreTest, FailedRankRestartsFromLatestCommittedCheckpointAfterBackoff) {
   EXPECT_NE(st->message().find("killed by signal 9"), std::string::npos) << st->message();
 }
 
+TEST_F(CoreTest, SlotOfAStoppedRankStaysReservedUntilItExits) {
+  // Issue #21 item 3: the restart backoff (1 s here) is shorter than the STOP's grace period
+  // (10 s); a rank that ignores SIGTERM holds its device for the whole grace. The next attempt
+  // must not be placed on that slot before the rank is reported EXITED.
+  const std::string a = Register("a", 2);
+  JobSpec spec = Spec("g", 2, /*max_restarts=*/1);
+  spec.mutable_restart()->set_backoff_s(1);
+  auto job = core_->SubmitJob(spec);
+  ASSERT_EQ(core_->GetJob(*job)->state(), RUNNING);
+  auto status = [&](int attempt, int rank, RankStatus::State state, int code) {
+    RankStatus rs;
+    rs.set_job_id(*job);
+    rs.set_attempt(attempt);
+    rs.set_rank(rank);
+    rs.set_state(state);
+    rs.set_exit_code(code);
+    return rs;
+  };
+  auto beat = [&](std::vector<RankStatus> ranks) {
+    HeartbeatRequest hb;
+    hb.set_worker_id(a);
+    for (RankStatus& r : ranks) *hb.add_ranks() = std::move(r);
+    ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  };
+  beat({status(1, 0, RankStatus::RUNNING, 0), status(1, 1, RankStatus::RUNNING, 0)});
+  // Rank 1 fails; rank 0 gets a STOP and ignores SIGTERM.
+  beat({status(1, 0, RankStatus::RUNNING, 0), status(1, 1, RankStatus::EXITED, 3)});
+  ASSERT_EQ(core_->GetJob(*job)->state(), PENDING);
+  EXPECT_EQ(core_->ListWorkers()[0].busy_slots(), 1);  // rank 1's slot is free, rank 0's not
+  for (int s = 0; s < 10; ++s) {  // the whole grace period, far past the backoff
+    clock_.Advance(absl::Seconds(1));
+    beat({status(1, 0, RankStatus::RUNNING, 0), status(1, 1, RankStatus::EXITED, 3)});
+    core_->Tick();
+    ASSERT_EQ(core_->GetJob(*job)->state(), PENDING) << "second " << s;
+    EXPECT_EQ(core_->ListWorkers()[0].busy_slots(), 1);
+  }
+  // SIGKILL: the rank exits; its slot is free and attempt 2 gets both slots.
+  beat({status(1, 0, RankStatus::EXITED, -9), status(1, 1, RankStatus::EXITED, 3)});
+  auto st = core_->GetJob(*job);
+  ASSERT_EQ(st->state(), RUNNING);
+  EXPECT_EQ(st->attempt(), 2);
+  EXPECT_EQ(st->placement_size(), 2);
+  EXPECT_EQ(core_->ListWorkers()[0].busy_slots(), 2);
+}
+
+TEST_F(CoreTest, SlotOfAStoppedRankIsFreedWhenItsWorkerStopsListingItOrDies) {
+  const std::string a = Register("a", 1);
+  const std::string b = Register("b", 1);
+  auto job = core_->SubmitJob(Spec("d", 2));
+  ASSERT_EQ(core_->GetJob(*job)->state(), RUNNING);
+  for (const std::string& w : {a, b}) {
+    const int rank = core_->GetJob(*job)->placement(0).worker_id() == w ? 0 : 1;
+    HeartbeatRequest hb;
+    hb.set_worker_id(w);
+    RankStatus* rs = hb.add_ranks();
+    rs->set_job_id(*job);
+    rs->set_attempt(1);
+    rs->set_rank(rank);
+    rs->set_state(RankStatus::RUNNING);
+    ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  }
+  ASSERT_TRUE(core_->CancelJob(*job, "").ok());
+  EXPECT_EQ(core_->ListWorkers()[0].busy_slots(), 1);
+  EXPECT_EQ(core_->ListWorkers()[1].busy_slots(), 1);
+  Beat(a);  // a no longer lists its rank: gone
+  EXPECT_EQ(core_->ListWorkers()[0].busy_slots(), 0);
+  EXPECT_EQ(core_->ListWorkers()[1].busy_slots(), 1);
+  clock_.Advance(absl::Seconds(6));  // b goes silent and is declared lost
+  Beat(a);
+  core_->Tick();
+  EXPECT_EQ(core_->ListWorkers()[1].state(), WorkerInfo::DEAD);
+  EXPECT_EQ(core_->ListWorkers()[1].busy_slots(), 0);
+}
+
 TEST_F(CoreTest, LostWorkerFailsAttemptAndElasticRestartShrinksTheWorld) {
   const std::string a = Register("a", 2);
   const std::string b = Register("b", 2);
@@ -294,6 +370,32 @@ TEST_F(CoreTest, RankMissingFromItsWorkersHeartbeatIsLost) {
         << e.message();
   }
   EXPECT_EQ(st->attempt(), 2);  // restarted at once (no backoff)
+}
+
+TEST_F(CoreTest, GetCheckpointRefusesAManifestThatIsNotARegularFileWithoutBlocking) {
+  // Issue #21 item 8: a FIFO at <reported path>/MANIFEST.json blocked the gRPC thread forever.
+  Register("a", 1);
+  auto job = core_->SubmitJob(Spec("f", 1));
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/fifo/" + *job + "/step_5";
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  ASSERT_EQ(::mkfifo((dir + "/MANIFEST.json").c_str(), 0600), 0);
+  CheckpointReport r;
+  r.set_job_id(*job);
+  r.set_attempt(1);
+  r.set_step(5);
+  r.set_path(dir);
+  r.add_files("shard_00000.bin");
+  r.add_files("MANIFEST.json");
+  r.set_expected_files(1);
+  r.set_manifest_committed(true);
+  ASSERT_TRUE(core_->ReportCheckpoint(r).ok());
+  const absl::Time start = absl::Now();
+  auto got = core_->GetCheckpoint(*job, 5);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(got.status().message(),
+            dir + "/MANIFEST.json is not a regular file (a FIFO); not read");
+  EXPECT_EQ(core_->ListCheckpoints(*job)->size(), 1u);  // the rest keeps working
 }
 
 TEST_F(CoreTest, CheckpointsAreListedWithManifestAndRetained) {
