@@ -24,9 +24,9 @@ constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;
 CoordinatorCore::CoordinatorCore(const CoreOptions& options, std::unique_ptr<StateStore> store)
     : options_(options),
       clock_(options.clock),
-      store_(std::move(store)),
+      writer_(std::make_unique<StateWriter>(std::move(store), options.state_retry_interval)),
       registry_(options.clock, options.heartbeat_timeout),
-      jobs_(store_.get(), &feed_),
+      jobs_(writer_.get(), &feed_),
       outbox_(&feed_, options.stop_grace_period_s) {}
 
 CoordinatorCore::~CoordinatorCore() { Shutdown(); }
@@ -44,7 +44,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
     ASSIGN_OR_RETURN(store, StateStore::Open(options.state_dir));
   }
   std::unique_ptr<CoordinatorCore> core(new CoordinatorCore(options, std::move(store)));
-  if (core->store_) RETURN_IF_ERROR(core->Load());
+  if (core->writer_->store()) RETURN_IF_ERROR(core->Load());
   return core;
 }
 
@@ -53,10 +53,11 @@ std::string CoordinatorCore::Namespace(const JobRecord& rec) {
 }
 
 absl::Status CoordinatorCore::Load() {
-  ASSIGN_OR_RETURN(const std::vector<WorkerInfo> workers, store_->LoadWorkers());
+  StateStore* store = writer_->store();
+  ASSIGN_OR_RETURN(const std::vector<WorkerInfo> workers, store->LoadWorkers());
   for (const WorkerInfo& w : workers) registry_.Restore(w);
-  ASSIGN_OR_RETURN(const std::vector<CheckpointRecord> checkpoints, store_->LoadCheckpoints());
-  ASSIGN_OR_RETURN(const std::vector<JobRecord> jobs, store_->LoadJobs());
+  ASSIGN_OR_RETURN(const std::vector<CheckpointRecord> checkpoints, store->LoadCheckpoints());
+  ASSIGN_OR_RETURN(const std::vector<JobRecord> jobs, store->LoadJobs());
   absl::MutexLock lock(&mu_);
   for (const CheckpointRecord& c : checkpoints) checkpoints_.Restore(c);
   int running = 0;
@@ -88,12 +89,26 @@ absl::Status CoordinatorCore::Load() {
 }
 
 void CoordinatorCore::PersistWorker(const std::string& worker_id) {
-  if (!store_) return;
   auto info = registry_.Get(worker_id);
-  if (!info.ok()) return;
-  if (absl::Status s = store_->PutWorker(*info); !s.ok()) {
-    SL_LOG(ERROR) << "cannot persist worker " << worker_id << ": " << s;
-  }
+  if (info.ok()) writer_->PutWorker(*info);  // queued; a failure makes the writer read-only
+}
+
+absl::Status CoordinatorCore::CheckWritable() const {
+  if (!writer_->stuck()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "coordinator is read-only: the state store cannot be written (", writer_->read_only_reason(),
+      "); reads keep working, changes are accepted again once ",
+      "the queued writes succeed (retried every ",
+      absl::FormatDuration(options_.state_retry_interval), ")"));
+}
+
+absl::Status CoordinatorCore::WaitDurable(StateWriter::Ticket ticket,
+                                          const std::string& what) const {
+  absl::Status s = writer_->Wait(ticket);
+  if (s.ok()) return s;
+  return absl::UnavailableError(
+      absl::StrCat(what, " is not durable: ", s.message(),
+                   "; the coordinator is read-only until the state store can be written again"));
 }
 
 // ------------------------------------------------------------------------------- workers
@@ -404,6 +419,14 @@ absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
 }
 
 absl::Status CoordinatorCore::ReportCheckpoint(const CheckpointReport& r) {
+  StateWriter::Ticket ticket = 0;
+  RETURN_IF_ERROR(ReportCheckpointInMemory(r, &ticket));
+  return WaitDurable(ticket,
+                     absl::StrCat("the checkpoint record of job ", r.job_id(), " step ", r.step()));
+}
+
+absl::Status CoordinatorCore::ReportCheckpointInMemory(const CheckpointReport& r,
+                                                       StateWriter::Ticket* ticket) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(r.job_id()));
   RETURN_IF_ERROR(CheckReportSource(job->status(), r.attempt(), r.rank()));
@@ -414,7 +437,7 @@ absl::Status CoordinatorCore::ReportCheckpoint(const CheckpointReport& r) {
   bool committed = false;
   ASSIGN_OR_RETURN(const CheckpointRecord rec,
                    checkpoints_.Report(r, layout, clock_->Now(), &committed));
-  if (store_) RETURN_IF_ERROR(store_->PutCheckpoint(rec));
+  writer_->PutCheckpoint(rec);
   if (committed) {
     st.set_latest_checkpoint_step(std::max(st.latest_checkpoint_step(), r.step()));
     JobStateMachine(job, clock_->Now())
@@ -422,10 +445,11 @@ absl::Status CoordinatorCore::ReportCheckpoint(const CheckpointReport& r) {
                                                    " (", rec.files_size(), " data files)"));
     for (const auto& [jid, step] :
          checkpoints_.ApplyRetention(r.job_id(), st.spec().checkpoint().keep_last())) {
-      if (store_) (void)store_->DeleteCheckpoint(jid, step);
+      writer_->DeleteCheckpoint(jid, step);
     }
     jobs_.Changed(*job);
   }
+  *ticket = writer_->last_ticket();
   return absl::OkStatus();
 }
 
@@ -434,13 +458,33 @@ absl::Status CoordinatorCore::ReportCheckpoint(const CheckpointReport& r) {
 absl::StatusOr<std::string> CoordinatorCore::SubmitJob(const JobSpec& spec) {
   RETURN_IF_ERROR(spec::ValidateForScheduling(spec));
   if (options_.validate_spec) RETURN_IF_ERROR(options_.validate_spec(spec));
-  absl::MutexLock lock(&mu_);
-  if (feed_.shut_down()) return absl::UnavailableError("coordinator is shutting down");
-  ASSIGN_OR_RETURN(const JobRecord* job, jobs_.Submit(spec, clock_->Now()));
-  const std::string id = job->status().job_id();
-  SL_LOG(INFO) << "job " << id << " (" << spec.name() << ", W=" << spec.world_size()
-               << ") submitted";
-  ScheduleLocked();
+  // The job is stored before it is added, and without the mutex (an fsync must not stall
+  // heartbeats); a failed write fails the submission and adds nothing.
+  absl::StatusOr<JobRecord> rec;
+  {
+    absl::MutexLock lock(&mu_);
+    if (feed_.shut_down()) return absl::UnavailableError("coordinator is shutting down");
+    RETURN_IF_ERROR(CheckWritable());
+    rec = jobs_.NewJob(spec, clock_->Now());
+  }
+  if (!rec.ok()) return rec.status();
+  if (absl::Status s = writer_->PutJobOrDrop(*rec); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("job not submitted: ", s.message()));
+  }
+  std::string id;
+  StateWriter::Ticket ticket = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    id = jobs_.Add(*std::move(rec))->status().job_id();
+    SL_LOG(INFO) << "job " << id << " (" << spec.name() << ", W=" << spec.world_size()
+                 << ") submitted";
+    ScheduleLocked();
+    ticket = writer_->last_ticket();
+  }
+  // The job is stored; what scheduling changed (maybe its start) is awaited too, so the answer
+  // comes after every transition it caused is durable. A failure there leaves the coordinator
+  // read-only, but the submission itself stands.
+  (void)writer_->Wait(ticket);
   return id;
 }
 
@@ -456,8 +500,17 @@ std::vector<JobStatus> CoordinatorCore::ListJobs(const std::vector<JobState>& st
 }
 
 absl::Status CoordinatorCore::CancelJob(const std::string& job_id, const std::string& reason) {
+  StateWriter::Ticket ticket = 0;
+  RETURN_IF_ERROR(CancelJobInMemory(job_id, reason, &ticket));
+  return WaitDurable(ticket, absl::StrCat("the cancel of job ", job_id));
+}
+
+absl::Status CoordinatorCore::CancelJobInMemory(const std::string& job_id,
+                                                const std::string& reason,
+                                                StateWriter::Ticket* ticket) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(job_id));
+  RETURN_IF_ERROR(CheckWritable());
   const std::string why = reason.empty() ? "cancelled by a user" : reason;
   JobStateMachine sm(job, clock_->Now());
   if (!IsLegalTransition(job->status().state(), CANCELLED)) return sm.Cancel(why);
@@ -466,6 +519,7 @@ absl::Status CoordinatorCore::CancelJob(const std::string& job_id, const std::st
   SL_LOG(INFO) << "job " << job_id << " cancelled: " << why;
   jobs_.Changed(*job);
   ScheduleLocked();
+  *ticket = writer_->last_ticket();
   return absl::OkStatus();
 }
 

@@ -8,7 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/testing/fake_clock.h"
+#include "coordinator/testing/small_fs.h"
 #include "fsdp/layout.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace shardline::coordinator {
@@ -48,6 +50,7 @@ class CoreTest : public ::testing::Test {
     o.heartbeat_interval = absl::Seconds(1);
     o.heartbeat_timeout = absl::Seconds(5);
     o.rank_start_timeout = absl::Seconds(30);
+    o.state_retry_interval = absl::Milliseconds(20);
     auto core = CoordinatorCore::Create(o);
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
@@ -610,6 +613,52 @@ TEST_F(CoreTest, ProgressIsKeptAndWakesWatchers) {
   bad.set_attempt(1);
   bad.set_rank(7);
   EXPECT_EQ(core_->ReportProgress(bad).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoreTest, FullStateDiskMakesTheCoordinatorReadOnlyUntilSpaceReturns) {
+  // Issue #21 item 4: a failed state write was only logged, so a cancel answered OK could be
+  // undone by the next restart. Now the RPC fails with the reason, user mutations are refused
+  // while the write is retried, reads go on, and writes resume once space returns.
+  using ::testing::HasSubstr;
+  auto fs = testing::SmallFs::Create(std::string(std::getenv("TEST_TMPDIR")) + "/small", 1 << 20);
+  if (!fs.ok()) GTEST_SKIP() << fs.status();
+  const std::string dir = (*fs)->dir() + "/state";
+  Start(dir);
+  const std::string a = Register("a", 1);
+  auto kept = core_->SubmitJob(Spec("kept", 1));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_TRUE((*fs)->Fill().ok());
+
+  auto refused = core_->SubmitJob(Spec("refused", 1));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("job not submitted: the state store cannot be written: sqlite write: "
+                        "database or disk is full"));
+  absl::Status cancel = core_->CancelJob(*kept, "");
+  EXPECT_EQ(cancel.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(cancel.message(), HasSubstr("the cancel of job " + *kept +
+                                          " is not durable: the state store cannot be written"));
+  // Read-only: mutations are refused with the reason; reads keep working.
+  auto again = core_->SubmitJob(Spec("refused", 1));
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(again.status().message(),
+              HasSubstr("coordinator is read-only: the state store cannot be written (sqlite "
+                        "write: database or disk is full); reads keep working"));
+  EXPECT_EQ(core_->GetJob(*kept)->state(), CANCELLED);
+  EXPECT_EQ(core_->ListJobs({}).size(), 1u);
+  EXPECT_EQ(core_->ListWorkers().size(), 1u);
+
+  ASSERT_TRUE((*fs)->Free().ok());
+  absl::StatusOr<std::string> after = absl::UnavailableError("not tried");
+  for (int i = 0; i < 250 && !after.ok(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    after = core_->SubmitJob(Spec("after", 1));
+  }
+  ASSERT_TRUE(after.ok()) << after.status();
+  Start(dir);  // what was answered OK, and the cancel retried since, is on disk
+  EXPECT_EQ(core_->GetJob(*kept)->state(), CANCELLED);
+  EXPECT_EQ(core_->ListJobs({}).size(), 2u);
+  EXPECT_EQ(core_->ListJobs({}).back().job_id(), *after);
 }
 
 TEST_F(CoreTest, StateSurvivesRestartAndRunningJobWaitsForItsWorkers) {

@@ -25,9 +25,9 @@ std::string NewJobId(absl::Time now) {
   return absl::StrCat("job-", time, suffix);
 }
 
-absl::StatusOr<JobRecord*> JobTable::Submit(const JobSpec& spec, absl::Time now) {
+absl::StatusOr<JobRecord> JobTable::NewJob(const JobSpec& spec, absl::Time now) {
   std::string id = NewJobId(now);
-  while (jobs_.count(id) > 0) id = NewJobId(now);
+  while (jobs_.count(id) > 0 || new_ids_.count(id) > 0) id = NewJobId(now);
   JobRecord job;
   job.set_seq(next_seq_);
   JobStatus& st = *job.mutable_status();
@@ -36,13 +36,24 @@ absl::StatusOr<JobRecord*> JobTable::Submit(const JobSpec& spec, absl::Time now)
   st.set_world_size(spec.world_size());
   st.set_total_steps(spec.train().steps());
   if (absl::Status s = JobStateMachine(&job, now).Submit(); !s.ok()) return s;
-  if (store_ != nullptr) {
-    if (absl::Status s = store_->PutJob(job); !s.ok()) return s;
-  }
   next_seq_++;
+  new_ids_.insert(id);
+  return job;
+}
+
+JobRecord* JobTable::Add(JobRecord job) {
+  const std::string id = job.status().job_id();
+  new_ids_.erase(id);
   JobRecord& added = jobs_[id] = std::move(job);
   feed_->JobChanged(id);
   return &added;
+}
+
+absl::StatusOr<JobRecord*> JobTable::Submit(const JobSpec& spec, absl::Time now) {
+  absl::StatusOr<JobRecord> job = NewJob(spec, now);
+  if (!job.ok()) return job.status();
+  if (absl::Status s = writer_->PutJobOrDrop(*job); !s.ok()) return s;
+  return Add(*std::move(job));
 }
 
 JobRecord& JobTable::Restore(const JobRecord& rec) {
@@ -64,12 +75,9 @@ absl::StatusOr<const JobRecord*> JobTable::Find(const std::string& job_id) const
   return &it->second;
 }
 
-void JobTable::Changed(const JobRecord& job) {
+StateWriter::Ticket JobTable::Changed(const JobRecord& job) {
   feed_->JobChanged(job.status().job_id());
-  if (store_ == nullptr) return;
-  if (absl::Status s = store_->PutJob(job); !s.ok()) {
-    SL_LOG(ERROR) << "cannot persist job " << job.status().job_id() << ": " << s;
-  }
+  return writer_->PutJob(job);
 }
 
 std::vector<JobStatus> JobTable::List(const std::vector<JobState>& states) const {

@@ -11,6 +11,7 @@ namespace shardline::coordinator {
 namespace {
 
 const absl::Time kNow = absl::FromUnixSeconds(1700000000);
+StateWriter kNoStore(/*store=*/nullptr, absl::Seconds(1));
 // 1700000000000 ms in base 36, then 4 random base-36 characters.
 constexpr char kIdAtNow[] = "job-loyw3v28[0-9a-z]{4}";
 
@@ -24,7 +25,7 @@ JobSpec Spec(const std::string& name) {
 
 TEST(JobTable, SubmitGivesIdsInSubmissionOrderAndReportsTheChange) {
   ChangeFeed feed;
-  JobTable jobs(/*store=*/nullptr, &feed);
+  JobTable jobs(&kNoStore, &feed);
   auto a = jobs.Submit(Spec("a"), kNow);
   ASSERT_TRUE(a.ok()) << a.status();
   auto b = jobs.Submit(Spec("b"), kNow);
@@ -50,7 +51,7 @@ TEST(JobTable, SubmitGivesIdsInSubmissionOrderAndReportsTheChange) {
 
 TEST(JobTable, FindListAndCount) {
   ChangeFeed feed;
-  JobTable jobs(nullptr, &feed);
+  JobTable jobs(&kNoStore, &feed);
   std::vector<std::string> ids;
   for (int i = 0; i < 11; ++i) {
     // Later submissions get later ids, in ms; the list must follow seq all the same.
@@ -80,8 +81,9 @@ TEST(JobTable, JobsAreStoredAndRestoredWithTheirSequence) {
   {
     auto store = StateStore::Open(dir);
     ASSERT_TRUE(store.ok()) << store.status();
+    StateWriter writer(*std::move(store), absl::Seconds(1));
     ChangeFeed feed;
-    JobTable jobs(store->get(), &feed);
+    JobTable jobs(&writer, &feed);
     auto a = jobs.Submit(Spec("a"), kNow);
     ASSERT_TRUE(a.ok());
     a_id = (*a)->status().job_id();
@@ -91,11 +93,12 @@ TEST(JobTable, JobsAreStoredAndRestoredWithTheirSequence) {
   }
   auto store = StateStore::Open(dir);
   ASSERT_TRUE(store.ok()) << store.status();
-  auto loaded = (*store)->LoadJobs();
+  StateWriter writer(*std::move(store), absl::Seconds(1));
+  auto loaded = writer.store()->LoadJobs();
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ASSERT_EQ(loaded->size(), 2u);
   ChangeFeed feed;
-  JobTable jobs(store->get(), &feed);
+  JobTable jobs(&writer, &feed);
   for (const JobRecord& rec : *loaded) jobs.Restore(rec);
   EXPECT_EQ((*jobs.Find(a_id))->status().message(), "changed");
   EXPECT_EQ(feed.Version(a_id), 1);  // known, not reported as changed
@@ -116,7 +119,7 @@ TEST(JobTable, IdsAreNotReusedByATableWithoutAStore) {
   std::set<std::string> seen;
   for (int life = 0; life < 20; ++life) {
     ChangeFeed feed;
-    JobTable jobs(/*store=*/nullptr, &feed);
+    JobTable jobs(&kNoStore, &feed);
     auto j = jobs.Submit(Spec("same"), kNow + absl::Milliseconds(life));
     ASSERT_TRUE(j.ok());
     EXPECT_EQ((*j)->seq(), 1);
