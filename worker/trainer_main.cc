@@ -5,7 +5,9 @@
 // Environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (see trainer_config.h);
 // SHARDLINE_PEAK_FLOPS (FLOP/s of one rank's device, for the MFU estimate; default 1e11 on
 // CPU, 989e12 on CUDA, the dense bf16 peak of an H100/H200); SHARDLINE_RESUME_STEP (from the
-// worker daemon: when > 0, resume from that checkpoint step instead of checkpoint.resume_step).
+// worker daemon: when > 0, resume from that checkpoint step instead of checkpoint.resume_step);
+// SHARDLINE_TEST_IGNORE_SIGTERM=1 (tests only: SIGTERM is ignored, so only a STOP's SIGKILL ends
+// the rank).
 // Exit codes: trainer_exit_codes.h. The spec's paths are relative to the spec file. Logs go to
 // stderr; the sample to stdout.
 #include <signal.h>
@@ -137,7 +139,12 @@ int Main(int argc, char** argv) {
                  << c.spec_yaml;
   }
 
-  signal(SIGTERM, OnSignal);
+  // Tests only: SHARDLINE_TEST_IGNORE_SIGTERM=1 makes the trainer ignore SIGTERM, a rank that
+  // holds its slot through the whole STOP grace period until SIGKILL (docs/failures.md).
+  const char* ignore_term = getenv("SHARDLINE_TEST_IGNORE_SIGTERM");
+  const bool ignore = ignore_term != nullptr && std::string(ignore_term) == "1";
+  if (ignore) SL_LOG(WARNING) << "SHARDLINE_TEST_IGNORE_SIGTERM=1: ignoring SIGTERM (tests only)";
+  signal(SIGTERM, ignore ? SIG_IGN : OnSignal);
   signal(SIGINT, OnSignal);
   if (c.cpu_threads > 0) at::set_num_threads(c.cpu_threads);
   if (c.deterministic) {
