@@ -241,6 +241,7 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   m.optimizer = optimizer_ != nullptr ? options_.optimizer_kind : "";
   m.optimizer_step = optimizer_ != nullptr ? optimizer_->step_count() : 0;
   m.job_id = options_.job_id;
+  m.attempt = options_.attempt;
   m.aliases = aliases_;
   if (sl->writer) {
     RETURN_IF_ERROR(TorchCall("copy checkpoint shards to host", [&] {

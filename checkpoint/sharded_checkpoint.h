@@ -73,6 +73,7 @@ class Checkpointer {
     // checkpoint of another job and Save refuses a root holding one (FAILED_PRECONDITION naming
     // both jobs): a job never resumes, overwrites or deletes another job's checkpoint.
     std::string job_id;
+    int32_t attempt = 0;  // Recorded in every manifest with job_id (not checked).
     absl::Duration commit_timeout = absl::Minutes(10);
     // Threads reading and checksumming ranges on load (I/O and CRC overlap).
     int load_threads = 4;

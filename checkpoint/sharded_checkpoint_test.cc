@@ -80,6 +80,7 @@ struct WorkerArgs {
   bool expect_load_failure = false;  // Print "UNCHANGED" when the parameters were not touched.
   bool sgd = false;                  // SGD with momentum instead of AdamW.
   std::string job_id;                // Checkpointer::Options::job_id (in-process runs only).
+  int attempt = 0;                   // Checkpointer::Options::attempt (in-process runs only).
 };
 
 bool ParseWorkerArgs(int argc, char** argv, WorkerArgs* a) {
@@ -224,6 +225,7 @@ absl::Status RunWorkerImpl(const WorkerArgs& a, WorkerOutcome* outcome) {
   cko.keep_last = a.keep_last;
   cko.optimizer_kind = a.sgd ? "sgd" : "adamw";
   cko.job_id = a.job_id;
+  cko.attempt = a.attempt;
   cko.commit_timeout = absl::Milliseconds(a.commit_timeout_ms);
   int save_index = 0;
   if (a.kill_shard >= 0) {
@@ -689,6 +691,7 @@ TEST(InProcessCheckpoint, AnotherJobsCheckpointIsNeitherResumedNorOverwritten) {
   const std::string dir = TempDir("other_job");
   WorkerArgs a = InProcess(dir, 2);
   a.job_id = "job-old";
+  a.attempt = 3;
   a.save_at = {1, 2};
   WorkerOutcome o;
   ASSERT_TRUE(RunWorkerImpl(a, &o).ok());
@@ -696,6 +699,10 @@ TEST(InProcessCheckpoint, AnotherJobsCheckpointIsNeitherResumedNorOverwritten) {
   const std::string before = FileBytes(manifest);
   const std::string data_before = FileBytes(dir + "/step_2/" + DataFileName(0));
   ASSERT_FALSE(before.empty());
+  auto reader = CheckpointReader::Open(dir, 2);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->meta().job_id, "job-old");  // every manifest names its job and attempt
+  EXPECT_EQ((*reader)->meta().attempt, 3);
 
   WorkerArgs resume = InProcess(dir, 3);
   resume.job_id = "job-new";

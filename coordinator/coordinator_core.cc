@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "checkpoint/format.h"
 #include "checkpoint/manifest_io.h"
 #include "common/logging.h"
@@ -187,6 +188,30 @@ bool CoordinatorCore::ReleaseDrainedLocked(
   return freed;
 }
 
+void CoordinatorCore::NoteDrainingRanksLostLocked(const std::string& worker,
+                                                  const std::string& node) {
+  auto w = draining_.find(worker);
+  if (w == draining_.end()) return;
+  // The registry dropped the dead worker's reservations. A job still waiting to restart learns
+  // why its world may shrink: the stopped ranks on that worker are gone with it.
+  std::map<std::pair<std::string, int32_t>, std::vector<int32_t>> lost;  // (job, attempt)
+  for (const auto& [key, slot] : w->second) {
+    lost[{std::get<0>(key), std::get<1>(key)}].push_back(std::get<2>(key));
+  }
+  draining_.erase(w);
+  for (const auto& [job_attempt, ranks] : lost) {
+    auto job = jobs_.Find(job_attempt.first);
+    if (!job.ok() || IsTerminal((*job)->status().state())) continue;
+    JobStateMachine(*job, clock_->Now())
+        .Note("WORKER_LOST",
+              absl::StrCat("worker ", worker, " (node ", node, ") missed heartbeats for ",
+                           absl::FormatDuration(options_.heartbeat_timeout), "; stopped ranks [",
+                           absl::StrJoin(ranks, ", "), "] of attempt ", job_attempt.second,
+                           " lost with it"));
+    jobs_.Changed(**job);
+  }
+}
+
 void CoordinatorCore::RankSucceededLocked(JobRecord& job, int32_t rank) {
   const auto& done = job.succeeded_ranks();
   if (std::find(done.begin(), done.end(), rank) != done.end()) return;
@@ -240,9 +265,26 @@ void CoordinatorCore::ScheduleLocked() {
   if (feed_.shut_down()) return;
   std::vector<QueuedJob> queue;
   std::map<Slot::Kind, std::vector<NodeCapacity>> free;
-  for (const auto& [id, job] : jobs_.records()) {
+  // A job whose previous attempt still has stopped ranks alive waits for them (they hold their
+  // slots, maybe a checkpoint save in flight): restarting around them would shrink an elastic
+  // job for nothing. Their worker's death ends the wait too.
+  std::map<std::string, int> stopping;
+  for (const auto& [worker, ranks] : draining_) {
+    for (const auto& [key, slot] : ranks) stopping[std::get<0>(key)]++;
+  }
+  for (auto& [id, job] : jobs_.records()) {
     const JobStatus& st = job.status();
     if (st.state() != PENDING) continue;
+    if (auto it = stopping.find(id); it != stopping.end()) {
+      const std::string message =
+          absl::StrCat("waiting for ", it->second, " stopped rank(s) of attempt ", st.attempt(),
+                       " to exit (SIGKILL after the grace period)");
+      if (st.message() != message) {
+        job.mutable_status()->set_message(message);
+        jobs_.Changed(job);
+      }
+      continue;
+    }
     queue.push_back({id, &st.spec(), st.attempt(), job.seq(), job.restart_not_before_unix_ms()});
     const Slot::Kind kind = SlotKindFor(st.spec());
     if (!free.count(kind)) free[kind] = registry_.FreeCapacity(kind);
@@ -320,8 +362,9 @@ void CoordinatorCore::EndAttemptLocked(JobRecord& job, bool send_stop) {
     for (const RankPlacement& p : st.placement()) {
       workers.insert(p.worker_id());
       // A rank its worker never reported has not started (its queued START is dropped with
-      // the attempt); one it reported may run until the STOP's SIGKILL: its slot waits.
-      if (tracker_.IsAcked(st.job_id(), p.rank())) {
+      // the attempt), and a dead worker's ranks are gone with it; a rank its live worker
+      // reported may run until the STOP's SIGKILL: its slot waits.
+      if (tracker_.IsAcked(st.job_id(), p.rank()) && registry_.IsAlive(p.worker_id())) {
         draining_[p.worker_id()][{st.job_id(), st.attempt(), p.rank()}] = p.slot_index();
       } else {
         registry_.ReleaseSlot(p.worker_id(), p.slot_index(), Namespace(job));
@@ -364,12 +407,12 @@ void CoordinatorCore::Tick() {
   for (const std::string& w : dead) PersistWorker(w);
   absl::MutexLock lock(&mu_);
   for (const std::string& worker_id : dead) {
-    draining_.erase(worker_id);  // the registry dropped the dead worker's reservations
-    outbox_.Drop(worker_id);     // its stream ends (ABORTED) at its next look
+    outbox_.Drop(worker_id);  // its stream ends (ABORTED) at its next look
     auto info = registry_.Get(worker_id);
     const std::string node = info.ok() ? info->node_name() : "?";
     SL_LOG(WARNING) << "worker " << worker_id << " (" << node << ") missed heartbeats for "
                     << absl::FormatDuration(options_.heartbeat_timeout) << "; declared dead";
+    NoteDrainingRanksLostLocked(worker_id, node);
     ApplyFailuresLocked(tracker_.WorkerDied(worker_id, node, options_.heartbeat_timeout));
   }
   // Ranks whose START was never acknowledged in time.

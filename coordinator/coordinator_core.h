@@ -205,6 +205,10 @@ class CoordinatorCore {
   void EndAttemptLocked(JobRecord& job, bool send_stop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a heartbeat of `worker` listing `ranks`: frees the slots of its draining ranks that
   // exited or are no longer listed. Returns whether any slot was freed.
+  // `worker` (on `node`) was declared dead: forgets its draining ranks and notes WORKER_LOST on
+  // each of their jobs that is not finished (it may restart smaller without them).
+  void NoteDrainingRanksLostLocked(const std::string& worker, const std::string& node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReleaseDrainedLocked(const std::string& worker,
                             const google::protobuf::RepeatedPtrField<RankStatus>& ranks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -315,6 +315,48 @@ TEST_F(CoreTest, SlotOfAStoppedRankIsFreedWhenItsWorkerStopsListingItOrDies) {
   EXPECT_EQ(core_->ListWorkers()[1].busy_slots(), 0);
 }
 
+TEST_F(CoreTest, WorkerLostWhileItsStoppedRanksHoldSlotsIsNotedAndTheJobRestartsSmaller) {
+  // A node dies: its peers fail first (RANK_FAILED), the node's own stopped ranks keep their
+  // slots until it is declared dead; then the job notes WORKER_LOST and restarts without it.
+  const std::string a = Register("a", 1);
+  const std::string b = Register("b", 1);
+  JobSpec spec = Spec("n", 2, /*max_restarts=*/1);
+  spec.mutable_elastic()->set_min_world_size(1);
+  auto job = core_->SubmitJob(spec);
+  ASSERT_EQ(core_->GetJob(*job)->state(), RUNNING);
+  for (const std::string& w : {a, b}) {
+    HeartbeatRequest hb;
+    hb.set_worker_id(w);
+    RankStatus* rs = hb.add_ranks();
+    rs->set_job_id(*job);
+    rs->set_attempt(1);
+    rs->set_rank(core_->GetJob(*job)->placement(0).worker_id() == w ? 0 : 1);
+    rs->set_state(RankStatus::RUNNING);
+    ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  }
+  const int rank_on_a = core_->GetJob(*job)->placement(0).worker_id() == a ? 0 : 1;
+  Exit(a, *job, 1, rank_on_a, 4, "lost a peer");
+  ASSERT_EQ(core_->GetJob(*job)->state(), PENDING);
+  for (int i = 0; i < 6; ++i) {  // b is silent: its rank holds its slot until b is dead
+    clock_.Advance(absl::Seconds(1));
+    Beat(a);
+    core_->Tick();
+  }
+  auto st = core_->GetJob(*job);
+  ASSERT_TRUE(HasEvent(*st, "WORKER_LOST"));
+  for (const JobEvent& e : st->events()) {
+    if (e.kind() != "WORKER_LOST") continue;
+    EXPECT_NE(e.message().find(
+                  absl::StrCat("stopped ranks [", 1 - rank_on_a, "] of attempt 1 lost with it")),
+              std::string::npos)
+        << e.message();
+  }
+  ASSERT_EQ(st->state(), RUNNING);
+  EXPECT_EQ(st->attempt(), 2);
+  EXPECT_EQ(st->world_size(), 1);
+  EXPECT_EQ(st->placement(0).worker_id(), a);
+}
+
 TEST_F(CoreTest, LostWorkerFailsAttemptAndElasticRestartShrinksTheWorld) {
   const std::string a = Register("a", 2);
   const std::string b = Register("b", 2);

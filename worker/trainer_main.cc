@@ -254,6 +254,7 @@ int Main(int argc, char** argv) {
     policy.total_steps = c.steps;
     policy.optimizer_kind = c.optimizer == OptimizerKind::kSgd ? "sgd" : "adamw";
     policy.job_id = env->job_id;
+    policy.attempt = env->attempt;
     policy.commit_timeout = timeout;
     if (!env->coordinator.empty() && !env->job_id.empty()) {
       auto reporter = checkpoint::MakeCoordinatorReporter(

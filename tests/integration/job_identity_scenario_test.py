@@ -48,7 +48,9 @@ class JobIdentityScenarioTest(unittest.TestCase):
         before = tree_digest(old_root)
         self.assertIn(os.path.join("step_6", "MANIFEST.json"), before)
         with open(os.path.join(old_root, "step_6", "MANIFEST.json")) as f:
-            self.assertEqual(json.load(f).get("job_id"), old)  # the manifest names its job
+            manifest = json.load(f)
+        self.assertEqual(manifest.get("job_id"), old)  # the manifest names its job and attempt
+        self.assertEqual(int(manifest.get("attempt", 0)), 1)
 
         coordinator = self.cluster.procs["coordinator"]
         coordinator.send_signal(signal.SIGTERM)
