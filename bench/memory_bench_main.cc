@@ -38,9 +38,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "fsdp/communicators.h"
-#include "fsdp/engine_layout.h"
+#include "fsdp/comm_groups.h"
 #include "fsdp/fsdp_engine.h"
+#include "fsdp/layout.h"
 #include "fsdp/sharded_optimizer.h"
 #include "fsdp/tcp_kv_store.h"
 #include "fsdp/testing/process_launcher.h"
@@ -111,7 +111,9 @@ int Child() {
   so.port = absl::GetFlag(FLAGS_store_port);
   auto store = fsdp::TcpKvStore::Create(so);
   if (!store.ok()) return Fail("store", store.status());
-  auto comms = fsdp::CreateCommunicators(world, world, rank, store->get(), {});
+  auto comms = fsdp::CreateCommGroups(
+      *fsdp::ParallelLayout::Create(world, fsdp::ShardingStrategy::kFullShard, 0), rank,
+      store->get(), {});
   if (!comms.ok()) return Fail("communicators", comms.status());
   const int64_t rss_base = ProcStatusBytes("VmRSS:");
 
@@ -124,7 +126,7 @@ int Child() {
   mc.init_seed = 1;
   auto model = models::CreateModel(mc);
   if (!model.ok()) return Fail("model", model.status());
-  auto layout = fsdp::MakeEngineLayout(world, "FULL_SHARD", 0);
+  auto layout = fsdp::ParallelLayout::Create(world, "FULL_SHARD", 0);
   if (!layout.ok()) return Fail("layout", layout.status());
   fsdp::FsdpEngineOptions eo;
   eo.rank = rank;

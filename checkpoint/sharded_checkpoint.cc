@@ -178,7 +178,7 @@ absl::Status Checkpointer::CheckRootOwner() const {
 
 absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   RETURN_IF_ERROR(WaitForPendingSave());
-  const fsdp::EngineLayout& layout = engine_->layout();
+  const fsdp::ParallelLayout& layout = engine_->layout();
   const int rank = engine_->rank();
   // The communicator's device (the shards may be offloaded to the host).
   const at::Device device = engine_->device();
@@ -227,14 +227,14 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   sl->save_id = absl::StrFormat("%016x", static_cast<uint64_t>(id.item<int64_t>()));
   sl->writer = layout.ReplicateIndex(rank) == 0;
   sl->shard_index = layout.ShardIndex(rank);
-  sl->shard_count = layout.shard_degree;
+  sl->shard_count = layout.shard_degree();
   sl->commit = rank == 0;
   CheckpointMeta& m = sl->meta;
   m.step = progress.step;
   m.model_fingerprint = fingerprint_;
-  m.world_size = layout.world_size;
-  m.strategy = layout.strategy;
-  m.shard_degree = layout.shard_degree;
+  m.world_size = layout.world_size();
+  m.strategy = layout.StrategyName();
+  m.shard_degree = layout.shard_degree();
   m.data_epoch = progress.data_epoch;
   m.data_position = progress.data_position;
   m.rng_state = progress.rng_state.empty() ? RngState() : progress.rng_state;

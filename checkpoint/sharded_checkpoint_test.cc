@@ -37,9 +37,9 @@
 #include "common/status_macros.h"
 #include "common/torch_status.h"
 #include "data/sampler.h"
-#include "fsdp/communicators.h"
-#include "fsdp/engine_layout.h"
+#include "fsdp/comm_groups.h"
 #include "fsdp/fsdp_engine.h"
+#include "fsdp/layout.h"
 #include "fsdp/sharded_optimizer.h"
 #include "fsdp/tcp_kv_store.h"
 #include "fsdp/testing/process_launcher.h"
@@ -190,11 +190,9 @@ absl::Status RunWorkerImpl(const WorkerArgs& a, WorkerOutcome* outcome) {
   }
   fsdp::CommOptions co;
   co.timeout = absl::Seconds(20);
-  ASSIGN_OR_RETURN(fsdp::EngineLayout layout,
-                   fsdp::MakeEngineLayout(a.world_size, a.strategy, a.degree));
-  ASSIGN_OR_RETURN(
-      fsdp::CommGroups comms,
-      fsdp::CreateCommunicators(a.world_size, layout.shard_degree, a.rank, store.get(), co));
+  ASSIGN_OR_RETURN(fsdp::ParallelLayout layout,
+                   fsdp::ParallelLayout::Create(a.world_size, a.strategy, a.degree));
+  ASSIGN_OR_RETURN(fsdp::CommGroups comms, fsdp::CreateCommGroups(layout, a.rank, store.get(), co));
   fsdp::testing::TinyGptConfig mc;
   mc.mlp_hidden = a.mlp_hidden;
   torch::manual_seed(1234);

@@ -7,9 +7,18 @@
 
 namespace shardline {
 
+StatusException::StatusException(absl::Status status)
+    : std::runtime_error(std::string(status.message())), status_(std::move(status)) {}
+
+void ThrowIfError(const absl::Status& status) {
+  if (!status.ok()) throw StatusException(status);
+}
+
 absl::Status StatusFromCurrentTorchException(absl::string_view what) {
   try {
     throw;
+  } catch (const StatusException& e) {
+    return e.status();  // Ours, thrown through LibTorch: the original status.
   } catch (const c10::OutOfMemoryError& e) {
     return absl::ResourceExhaustedError(absl::StrCat(what, ": ", e.what_without_backtrace()));
   } catch (const c10::ValueError& e) {

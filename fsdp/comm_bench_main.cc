@@ -6,7 +6,7 @@
 // For each world size W the program starts itself W times through RunRanks (with --child);
 // each child times all_gather (output of the given size), reduce_scatter (input of the given
 // size) and all_reduce (of the given size), fp32, for each implementation of --impls:
-//   ours  the world communicator of fsdp/communicators.h through its public API (GlooCommunicator:
+//   ours  the world communicator of fsdp/comm_groups.h through its public API (GlooCommunicator:
 //         a communication thread, kSum), reduce-scatter in the form FSDP uses,
 //         ReduceScatterConsuming (reduces in the input: no working copy in power-of-two groups);
 //   gloo  Gloo's own algorithms called directly on a second Gloo context of this process, the
@@ -35,7 +35,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "fsdp/communicators.h"
+#include "fsdp/comm_groups.h"
 #include "fsdp/tcp_kv_store.h"
 #include "fsdp/testing/process_launcher.h"
 #include "gloo/allgather.h"
@@ -114,7 +114,8 @@ int Child() {
     std::cout << "store: " << store.status() << std::endl;
     return 2;
   }
-  auto groups = CreateCommunicators(world, world, rank, store->get(), {});
+  auto groups = CreateCommGroups(*ParallelLayout::Create(world, ShardingStrategy::kFullShard, 0),
+                                 rank, store->get(), {});
   if (!groups.ok()) {
     std::cout << "communicators: " << groups.status() << std::endl;
     return 2;

@@ -69,7 +69,7 @@ class Communicator {
   // Why a second form: Gloo's halving-doubling reduces in place, so to keep `in` intact the
   // Gloo backend first copies all of it (as many bytes as the collective sends, and a second
   // buffer of that size); FSDP reduce-scatters the unit's flat gradient and drops it right after
-  // (FsdpEngine::StartReduce / ReduceGrad), so it has nothing to keep and uses this form.
+  // (FsdpEngine::StartReduce), so it has nothing to keep and uses this form.
   // Backends whose reduce-scatter reads `in` without modifying it (NCCL) just forward to
   // ReduceScatterAsync, which is also the default here: it meets this weaker contract.
   virtual std::unique_ptr<CommHandle> ReduceScatterConsumingAsync(const at::Tensor& in,

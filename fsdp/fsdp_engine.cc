@@ -1,13 +1,10 @@
 #include "fsdp/fsdp_engine.h"
 
 #include <algorithm>
-#include <mutex>
 #include <utility>
 
 #include <ATen/ATen.h>
-#include <ATen/Context.h>
 #include <ATen/DeviceAccelerator.h>
-#include <ATen/core/Generator.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -28,6 +25,16 @@ struct FsdpEngine::Unit {
   bool post_backward_done = false;  // This backward.
 };
 
+namespace internal {
+
+// The only callers of the engine's hook entry points.
+struct EngineHooks {
+  static void PreBackward(FsdpEngine* engine, int group) { engine->PreBackward(group); }
+  static void GradReady(FsdpEngine* engine, int unit) { engine->OnParamGradReady(unit); }
+};
+
+}  // namespace internal
+
 namespace {
 
 // Identity on the unit's output whose backward runs before the unit's own backward: there the
@@ -41,32 +48,10 @@ struct PreBackwardFunction : public torch::autograd::Function<PreBackwardFunctio
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    auto* engine = reinterpret_cast<FsdpEngine*>(ctx->saved_data["engine"].toInt());
-    engine->PreBackward(static_cast<int>(ctx->saved_data["group"].toInt()));
+    internal::EngineHooks::PreBackward(
+        reinterpret_cast<FsdpEngine*>(ctx->saved_data["engine"].toInt()),
+        static_cast<int>(ctx->saved_data["group"].toInt()));
     return {grads[0], torch::autograd::Variable(), torch::autograd::Variable()};
-  }
-};
-
-// Activation checkpointing: runs the unit's body without grad in forward (saving only the input)
-// and recomputes it with grad in backward. `anchor` is an empty tensor that requires grad, so the
-// output requires grad (and backward reaches this node) even when the input does not.
-struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor input,
-                            at::Tensor anchor, int64_t engine, int64_t call) {
-    ctx->save_for_backward({input});
-    ctx->saved_data["engine"] = engine;
-    ctx->saved_data["call"] = call;
-    ctx->saved_data["input_requires_grad"] = input.requires_grad();
-    return reinterpret_cast<FsdpEngine*>(engine)->CheckpointForward(call, input);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto* engine = reinterpret_cast<FsdpEngine*>(ctx->saved_data["engine"].toInt());
-    at::Tensor dx =
-        engine->CheckpointBackward(ctx->saved_data["call"].toInt(), ctx->get_saved_variables()[0],
-                                   ctx->saved_data["input_requires_grad"].toBool(), grads[0]);
-    return {dx, torch::autograd::Variable(), torch::autograd::Variable(),
-            torch::autograd::Variable()};
   }
 };
 
@@ -76,7 +61,7 @@ class GradReadyHook : public torch::autograd::PostAccumulateGradHook {
  public:
   GradReadyHook(FsdpEngine* engine, int unit) : engine_(engine), unit_(unit) {}
   void operator()(const torch::autograd::Variable& /*param*/) override {
-    engine_->OnParamGradReady(unit_);
+    internal::EngineHooks::GradReady(engine_, unit_);
   }
 
  private:
@@ -102,18 +87,33 @@ absl::Status BroadcastAny(Communicator* comm, const at::Tensor& t) {
 
 }  // namespace
 
-FsdpEngine::FsdpEngine(std::shared_ptr<torch::nn::Module> model, const EngineLayout& layout,
+at::ScalarType ToScalarType(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kBFloat16:
+      return at::kBFloat16;
+    case Dtype::kFloat16:
+      return at::kHalf;
+    case Dtype::kFloat32:
+      break;
+  }
+  return at::kFloat;
+}
+
+FsdpEngine::FsdpEngine(std::shared_ptr<torch::nn::Module> model, const ParallelLayout& layout,
                        Communicator* shard, Communicator* replicate,
                        const FsdpEngineOptions& options)
     : model_(std::move(model)),
       layout_(layout),
       shard_(shard),
       replicate_(replicate),
-      options_(options) {}
+      options_(options),
+      limiter_(options.limit_all_gathers) {}
 
 FsdpEngine::~FsdpEngine() {
   for (auto& [unit, pending] : pending_gathers_) (void)pending.handle->Wait();
-  for (PendingReduce& p : pending_reduces_) (void)p.handle->Wait();
+  for (PendingReduce& p : pending_reduces_) {
+    if (p.handle != nullptr) (void)p.handle->Wait();
+  }
   // Leave the model usable: drop hooks that point at this engine.
   for (auto& flat : flats_) {
     for (const FlatParamEntry& e : flat->entries()) {
@@ -123,19 +123,14 @@ FsdpEngine::~FsdpEngine() {
 }
 
 absl::StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(
-    std::shared_ptr<torch::nn::Module> model, const EngineLayout& layout, Communicator* shard,
+    std::shared_ptr<torch::nn::Module> model, const ParallelLayout& layout, Communicator* shard,
     Communicator* replicate, const FsdpEngineOptions& options) {
   if (model == nullptr) return absl::InvalidArgumentError("FsdpEngine: model is null");
-  const int s = layout.shard_degree;
-  const int r = layout.replicate_degree;
-  if (s < 1 || r < 1 || s * r != layout.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("FsdpEngine: layout world_size ",
-                                                   layout.world_size, " != replicate degree ", r,
-                                                   " x shard degree ", s));
-  }
-  if (options.rank < 0 || options.rank >= layout.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("FsdpEngine: rank ", options.rank, " outside world_size ", layout.world_size));
+  const int s = layout.shard_degree();  // ParallelLayout guarantees W = R x S.
+  const int r = layout.replicate_degree();
+  if (options.rank < 0 || options.rank >= layout.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("FsdpEngine: rank ", options.rank,
+                                                   " outside world_size ", layout.world_size()));
   }
   const int shard_size = shard == nullptr ? 1 : shard->size();
   const int replicate_size = replicate == nullptr ? 1 : replicate->size();
@@ -185,71 +180,69 @@ absl::Status FsdpEngine::Init() {
   ASSIGN_OR_RETURN(std::vector<UnitPlan> plans,
                    PlanUnits(*model_, options_.wrap_policy, &hook_paths));
   if (options_.sync_module_states) RETURN_IF_ERROR(SyncModuleStates());
-  for (at::ScalarType t : {options_.param_dtype, options_.reduce_dtype, options_.buffer_dtype}) {
-    if (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf) {
-      return absl::InvalidArgumentError(absl::StrCat("FsdpEngine: mixed precision dtype ",
-                                                     c10::toString(t),
-                                                     " is not one of float32, bfloat16, float16"));
-    }
-  }
-  if (options_.buffer_dtype != at::kFloat) {
+  if (options_.buffer_dtype != Dtype::kFloat32) {
     at::NoGradGuard no_grad;
+    const at::ScalarType buffer_dtype = ToScalarType(options_.buffer_dtype);
     for (auto& b : model_->buffers(/*recurse=*/true)) {
-      if (b.is_floating_point()) b.set_data(b.to(options_.buffer_dtype));
+      if (b.is_floating_point()) b.set_data(b.to(buffer_dtype));
     }
   }
-
-  // Hook groups in module order; map the hook modules' addresses.
-  std::map<std::string, int> group_of_path;
+  // Hook groups in module order, keyed by the hook modules' addresses.
   std::map<std::string, const torch::nn::Module*> module_at;
   for (const auto& item : model_->named_modules("", /*include_self=*/false)) {
     module_at[item.key()] = item.value().get();
   }
-  const int shard_rank = shard_ == nullptr ? 0 : shard_->rank();
-  const int s = layout_.shard_degree;
+  std::map<std::string, int> group_of_path;
   for (UnitPlan& plan : plans) {
-    std::vector<FlatParamEntry> entries;
-    for (UnitPlanParam& p : plan.params) {
-      FlatParamEntry e;
-      e.name = p.name;
-      e.aliases = p.aliases;
-      e.param = p.param;
-      entries.push_back(std::move(e));
-    }
-    absl::StatusOr<std::unique_ptr<FlatParam>> flat;
-    RETURN_IF_ERROR(TorchCall("build flat parameter", [&] {
-      flat = FlatParam::Create(plan.name, entries, shard_rank, s, options_.param_dtype,
-                               options_.cpu_offload);
-    }));
-    if (!flat.ok()) return flat.status();
-    auto unit = std::make_unique<Unit>();
-    unit->flat = flat->get();
-    for (const FlatParamEntry& e : unit->flat->entries()) {
-      if (e.param.requires_grad()) ++unit->grads_expected;
-    }
-    const int index = static_cast<int>(units_.size());
-    if (plan.hook_path.empty()) {
-      root_units_.push_back(index);
-    } else {
+    int group = -1;  // Root-gathered.
+    if (!plan.hook_path.empty()) {
       auto it = group_of_path.find(plan.hook_path);
       if (it == group_of_path.end()) {
         it = group_of_path.emplace(plan.hook_path, static_cast<int>(hook_groups_.size())).first;
         hook_groups_.emplace_back();
         hook_index_[module_at[plan.hook_path]] = it->second;
       }
-      hook_groups_[it->second].push_back(index);
-      unit->hook_group = it->second;
+      group = it->second;
     }
-    for (const FlatParamEntry& e : unit->flat->entries()) {
-      if (e.param.requires_grad()) {
-        torch::autograd::impl::set_post_acc_grad_hooks(
-            e.param, std::make_unique<GradReadyHook>(this, index));
-      }
-    }
-    flats_.push_back(std::move(*flat));
-    units_.push_back(std::move(unit));
+    RETURN_IF_ERROR(AddUnit(plan, group));
   }
   if (!flats_.empty()) device_ = flats_[0]->device();
+  return absl::OkStatus();
+}
+
+absl::Status FsdpEngine::AddUnit(const UnitPlan& plan, int hook_group) {
+  std::vector<FlatParamEntry> entries;
+  for (const UnitPlanParam& p : plan.params) {
+    FlatParamEntry e;
+    e.name = p.name;
+    e.aliases = p.aliases;
+    e.param = p.param;
+    entries.push_back(std::move(e));
+  }
+  absl::StatusOr<std::unique_ptr<FlatParam>> flat;
+  RETURN_IF_ERROR(TorchCall("build flat parameter", [&] {
+    flat = FlatParam::Create(plan.name, entries, shard_ == nullptr ? 0 : shard_->rank(),
+                             layout_.shard_degree(), ToScalarType(options_.param_dtype),
+                             options_.cpu_offload);
+  }));
+  if (!flat.ok()) return flat.status();
+  auto unit = std::make_unique<Unit>();
+  unit->flat = flat->get();
+  unit->hook_group = hook_group;
+  const int index = static_cast<int>(units_.size());
+  if (hook_group < 0) {
+    root_units_.push_back(index);
+  } else {
+    hook_groups_[hook_group].push_back(index);
+  }
+  for (const FlatParamEntry& e : unit->flat->entries()) {
+    if (!e.param.requires_grad()) continue;
+    ++unit->grads_expected;
+    torch::autograd::impl::set_post_acc_grad_hooks(e.param,
+                                                   std::make_unique<GradReadyHook>(this, index));
+  }
+  flats_.push_back(std::move(*flat));
+  units_.push_back(std::move(unit));
   return absl::OkStatus();
 }
 
@@ -263,21 +256,7 @@ absl::Status FsdpEngine::Fail(absl::Status s) {
   return s;
 }
 
-void FsdpEngine::UpdatePeaks() {
-  int64_t gathered = 0, grads = 0;
-  for (const auto& f : flats_) {
-    gathered += f->full_bytes();
-    grads += f->full_grad_bytes();
-  }
-  peak_gathered_ = std::max(peak_gathered_, gathered);
-  peak_unsharded_grad_ = std::max(peak_unsharded_grad_, grads);
-  peak_gathered_groups_ =
-      std::max(peak_gathered_groups_, static_cast<int>(gathered_groups_.size()));
-}
-
-void FsdpEngine::MarkGathered(int unit) {
-  if (units_[unit]->hook_group >= 0) gathered_groups_.insert(units_[unit]->hook_group);
-}
+// ---- Gather schedule -------------------------------------------------------------------------
 
 absl::Status FsdpEngine::WaitPending(int unit) {
   auto it = pending_gathers_.find(unit);
@@ -292,17 +271,13 @@ void FsdpEngine::PrefetchGroup(int group) {
   bool needed = false;
   for (int u : hook_groups_[group]) needed = needed || !units_[u]->flat->full_allocated();
   if (!needed) return;  // Gathered, kept, in flight, or S == 1.
-  if (options_.limit_all_gathers && gathered_groups_.size() >= 2 &&
-      gathered_groups_.count(group) == 0) {
-    ++prefetches_skipped_;
-    return;
-  }
+  if (!limiter_.AllowPrefetch(group)) return;
   for (int u : hook_groups_[group]) {
     if (units_[u]->flat->full_allocated()) continue;
     absl::Status s = StartGather(u, /*async=*/true);
     if (!s.ok()) return;  // Recorded; the demand gather reports it.
   }
-  UpdatePeaks();
+  peaks_.Update(flats_);
 }
 
 void FsdpEngine::PrefetchNeighbour(int group, int direction) {
@@ -324,8 +299,8 @@ absl::Status FsdpEngine::Gather(int unit) {
 absl::Status FsdpEngine::StartGather(int unit, bool async) {
   FlatParam* flat = units_[unit]->flat;
   flat->AllocateFull();
-  MarkGathered(unit);
-  UpdatePeaks();
+  if (units_[unit]->hook_group >= 0) limiter_.MarkGathered(units_[unit]->hook_group);
+  peaks_.Update(flats_);
   at::NoGradGuard no_grad;
   at::Tensor src;
   if (flat->offloaded()) {
@@ -358,26 +333,23 @@ absl::Status FsdpEngine::StartGather(int unit, bool async) {
   return absl::OkStatus();
 }
 
-at::Tensor FsdpEngine::ReduceSource(const FlatParam& flat) const {
-  const at::Tensor& g = flat.full_grad();
-  return g.scalar_type() == options_.reduce_dtype ? g : g.to(options_.reduce_dtype);
-}
-
 void FsdpEngine::Free(int unit) {
   // Never release memory a collective is still writing into.
   if (pending_gathers_.count(unit)) (void)WaitPending(unit);
   units_[unit]->flat->FreeFull();
   const int group = units_[unit]->hook_group;
-  if (group < 0 || gathered_groups_.count(group) == 0) return;
+  if (group < 0 || !limiter_.IsGathered(group)) return;
   for (int u : hook_groups_[group]) {
     if (units_[u]->flat->full_allocated() && !units_[u]->flat->full_is_shard()) return;
   }
-  gathered_groups_.erase(group);
+  limiter_.MarkReleased(group);
 }
 
 void FsdpEngine::ReshardAll() {
   for (size_t u = 0; u < units_.size(); ++u) Free(static_cast<int>(u));
 }
+
+// ---- Forward ---------------------------------------------------------------------------------
 
 absl::Status FsdpEngine::BeginForward() {
   if (!first_error_.ok()) return first_error_;
@@ -390,87 +362,44 @@ absl::Status FsdpEngine::BeginForward() {
 
 at::Tensor FsdpEngine::Run(const torch::nn::Module& module, const at::Tensor& input,
                            const UnitBody& body) {
-  if (!first_error_.ok()) throw CommError(first_error_);
+  if (!first_error_.ok()) throw StatusException(first_error_);
   auto it = hook_index_.find(&module);
   if (it == hook_index_.end()) return body(input);  // Its parameters belong to root units.
   const int group = it->second;
   recording_order_.push_back(group);
   for (int u : hook_groups_[group]) {
     absl::Status s = Gather(u);
-    if (!s.ok()) throw CommError(s);
+    if (!s.ok()) throw StatusException(s);
   }
   if (options_.forward_prefetch) PrefetchNeighbour(group, +1);
-  at::Tensor out;
-  if (options_.activation_checkpointing && at::GradMode::is_enabled()) {
-    CheckpointedCall call;
-    call.body = body;
-    at::Generator gen = at::globalContext().defaultGenerator(input.device());
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      call.rng_state = gen.get_state();
-    }
-    checkpointed_.push_back(std::move(call));
-    out = CheckpointFunction::apply(input, at::empty({0}, input.options()).requires_grad_(true),
-                                    reinterpret_cast<int64_t>(this),
-                                    static_cast<int64_t>(checkpointed_.size() - 1));
-  } else {
-    out = body(input);
-  }
+  at::Tensor out = options_.activation_checkpointing && at::GradMode::is_enabled()
+                       ? checkpointer_.Run(body, input)
+                       : body(input);
   const bool needs_backward = at::GradMode::is_enabled() && out.requires_grad();
   if (needs_backward) {
     out = PreBackwardFunction::apply(out, reinterpret_cast<int64_t>(this),
                                      static_cast<int64_t>(group));
   }
-  if (layout_.reshard_after_forward || !needs_backward) {
+  if (layout_.reshard_after_forward() || !needs_backward) {
     for (int u : hook_groups_[group]) Free(u);
   } else {
-    gathered_groups_.erase(group);  // Kept by the strategy: not in flight for the limiter.
+    limiter_.MarkReleased(group);  // Kept by the strategy: not in flight for the limiter.
   }
   return out;
 }
 
+// ---- Backward --------------------------------------------------------------------------------
+
 void FsdpEngine::PreBackward(int group) {
   for (int u : hook_groups_[group]) {
     absl::Status s = Gather(u);
-    if (!s.ok()) throw CommError(s);
+    if (!s.ok()) throw StatusException(s);
     units_[u]->flat->AllocateFullGrad();
   }
-  UpdatePeaks();
+  peaks_.Update(flats_);
   if (options_.backward_prefetch == FsdpEngineOptions::BackwardPrefetch::kPre) {
     PrefetchNeighbour(group, -1);
   }
-}
-
-at::Tensor FsdpEngine::CheckpointForward(int64_t call, const at::Tensor& input) {
-  at::NoGradGuard no_grad;
-  return checkpointed_.at(call).body(input);
-}
-
-at::Tensor FsdpEngine::CheckpointBackward(int64_t call, const at::Tensor& input,
-                                          bool input_requires_grad, const at::Tensor& grad) {
-  if (!grad.defined()) return at::Tensor();
-  const CheckpointedCall& c = checkpointed_.at(call);
-  at::Tensor x = input.detach();
-  x.requires_grad_(input_requires_grad);
-  at::Tensor y;
-  {
-    at::AutoGradMode grad_mode(true);
-    at::Generator gen = at::globalContext().defaultGenerator(input.device());
-    at::Tensor now;
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      now = gen.get_state();
-      gen.set_state(c.rng_state);
-    }
-    y = c.body(x);
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(now);
-  }
-  if (!y.requires_grad()) return at::Tensor();
-  // Reentrant backward through the recomputed graph: accumulates the unit's parameter
-  // gradients (their hooks reduce and free the unit) and the input's.
-  torch::autograd::backward({y}, {grad});
-  return x.requires_grad() ? x.grad() : at::Tensor();
 }
 
 void FsdpEngine::OnParamGradReady(int unit) {
@@ -478,28 +407,75 @@ void FsdpEngine::OnParamGradReady(int unit) {
   ++u.grads_ready;
   if (u.grads_ready == u.grads_expected) {
     absl::Status s = PostBackward(unit);
-    if (!s.ok()) throw CommError(s);
+    if (!s.ok()) throw StatusException(s);
   }
 }
 
-absl::Status FsdpEngine::ReduceGrad(int unit) {
+absl::Status FsdpEngine::PostBackward(int unit) {
+  Unit& u = *units_[unit];
+  if (u.post_backward_done) return absl::OkStatus();
+  u.post_backward_done = true;
+  if (sync_ && u.flat->full_grad_allocated()) {
+    RETURN_IF_ERROR(StartReduce(unit));
+    // Without overlap (or with nothing to communicate) the reduction completes here.
+    if (!options_.overlap_reduce || pending_reduces_.back().handle == nullptr) {
+      while (!pending_reduces_.empty()) RETURN_IF_ERROR(FinishOldestReduce());
+    }
+  }
+  Free(unit);
+  if (in_backward_ && u.hook_group >= 0 &&
+      options_.backward_prefetch == FsdpEngineOptions::BackwardPrefetch::kPost) {
+    bool group_done = true;
+    for (int other : hook_groups_[u.hook_group]) {
+      group_done = group_done && units_[other]->post_backward_done;
+    }
+    if (group_done) PrefetchNeighbour(u.hook_group, -1);
+  }
+  return absl::OkStatus();
+}
+
+at::Tensor FsdpEngine::ReduceSource(const FlatParam& flat) const {
+  const at::Tensor& g = flat.full_grad();
+  const at::ScalarType reduce = ToScalarType(options_.reduce_dtype);
+  return g.scalar_type() == reduce ? g : g.to(reduce);
+}
+
+absl::Status FsdpEngine::StartReduce(int unit) {
   FlatParam* flat = units_[unit]->flat;
   at::NoGradGuard no_grad;
-  at::Tensor src = ReduceSource(*flat);
-  at::Tensor reduced;
+  PendingReduce p;
+  p.unit = unit;
+  p.src = ReduceSource(*flat);
   if (flat->shard_count() == 1) {
-    reduced = src;  // S == 1: no reduce-scatter.
+    p.reduced = p.src;  // S == 1: no reduce-scatter; the replicate all-reduce, if any.
+    if (Collective(replicate_)) p.handle = replicate_->AllReduceAsync(p.reduced, ReduceOp::kAvg);
   } else {
-    reduced = at::empty({flat->shard_numel()}, src.options());
-    // The flat gradient is dropped after this (FreeFullGrad): the communicator may reduce in it.
-    absl::Status s = shard_->ReduceScatterConsuming(src, reduced, ReduceOp::kAvg);
+    p.reduced = at::empty({flat->shard_numel()}, p.src.options());
+    // p.src (the flat gradient or its cast) is dropped once reduced: it may be reduced in.
+    p.handle = shard_->ReduceScatterConsumingAsync(p.src, p.reduced, ReduceOp::kAvg);
+  }
+  pending_reduces_.push_back(std::move(p));
+  // The bound on reductions in flight (docs/fsdp_step.md): the new one is issued before the
+  // oldest is waited for, so up to three are queued for a moment and two stay in flight.
+  while (pending_reduces_.size() > 2) RETURN_IF_ERROR(FinishOldestReduce());
+  return absl::OkStatus();
+}
+
+absl::Status FsdpEngine::FinishOldestReduce() {
+  PendingReduce p = std::move(pending_reduces_.front());
+  pending_reduces_.erase(pending_reduces_.begin());
+  if (p.handle != nullptr) {
+    absl::Status s = p.handle->Wait();
     if (!s.ok()) return Fail(s);
   }
-  if (Collective(replicate_)) {
-    absl::Status s = replicate_->AllReduce(reduced, ReduceOp::kAvg);
+  FlatParam* flat = units_[p.unit]->flat;
+  at::NoGradGuard no_grad;
+  if (flat->shard_count() > 1 && Collective(replicate_)) {
+    absl::Status s = replicate_->AllReduce(p.reduced, ReduceOp::kAvg);
     if (!s.ok()) return Fail(s);
   }
-  AccumulateShardGrad(unit, reduced);
+  AccumulateShardGrad(p.unit, p.reduced);
+  flat->FreeFullGrad();
   return absl::OkStatus();
 }
 
@@ -537,67 +513,6 @@ void FsdpEngine::WaitForOffloadCopies() const {
   at::accelerator::synchronizeDevice(device_.index());
 }
 
-absl::Status FsdpEngine::StartReduce(int unit) {
-  FlatParam* flat = units_[unit]->flat;
-  at::NoGradGuard no_grad;
-  PendingReduce p;
-  p.unit = unit;
-  p.src = ReduceSource(*flat);
-  if (flat->shard_count() == 1) {
-    p.reduced = p.src;
-    p.handle = replicate_->AllReduceAsync(p.reduced, ReduceOp::kAvg);
-  } else {
-    p.reduced = at::empty({flat->shard_numel()}, p.src.options());
-    // p.src (the flat gradient or its cast) is dropped once reduced: it may be reduced in.
-    p.handle = shard_->ReduceScatterConsumingAsync(p.src, p.reduced, ReduceOp::kAvg);
-  }
-  pending_reduces_.push_back(std::move(p));
-  while (pending_reduces_.size() > 2) RETURN_IF_ERROR(FinishOldestReduce());
-  return absl::OkStatus();
-}
-
-absl::Status FsdpEngine::FinishOldestReduce() {
-  PendingReduce p = std::move(pending_reduces_.front());
-  pending_reduces_.erase(pending_reduces_.begin());
-  absl::Status s = p.handle->Wait();
-  if (!s.ok()) return Fail(s);
-  FlatParam* flat = units_[p.unit]->flat;
-  at::NoGradGuard no_grad;
-  if (flat->shard_count() > 1 && Collective(replicate_)) {
-    s = replicate_->AllReduce(p.reduced, ReduceOp::kAvg);
-    if (!s.ok()) return Fail(s);
-  }
-  AccumulateShardGrad(p.unit, p.reduced);
-  flat->FreeFullGrad();
-  return absl::OkStatus();
-}
-
-absl::Status FsdpEngine::PostBackward(int unit) {
-  Unit& u = *units_[unit];
-  if (u.post_backward_done) return absl::OkStatus();
-  u.post_backward_done = true;
-  if (sync_ && u.flat->full_grad_allocated()) {
-    const bool async =
-        options_.overlap_reduce && (u.flat->shard_count() > 1 || Collective(replicate_));
-    if (async) {
-      RETURN_IF_ERROR(StartReduce(unit));
-    } else {
-      RETURN_IF_ERROR(ReduceGrad(unit));
-      u.flat->FreeFullGrad();
-    }
-  }
-  Free(unit);
-  if (in_backward_ && u.hook_group >= 0 &&
-      options_.backward_prefetch == FsdpEngineOptions::BackwardPrefetch::kPost) {
-    bool group_done = true;
-    for (int other : hook_groups_[u.hook_group]) {
-      group_done = group_done && units_[other]->post_backward_done;
-    }
-    if (group_done) PrefetchNeighbour(u.hook_group, -1);
-  }
-  return absl::OkStatus();
-}
-
 absl::Status FsdpEngine::Backward(const at::Tensor& loss, bool sync_gradients) {
   if (!first_error_.ok()) return first_error_;
   if (!loss.defined() || !loss.requires_grad()) {
@@ -618,16 +533,10 @@ absl::Status FsdpEngine::Backward(const at::Tensor& loss, bool sync_gradients) {
     u->post_backward_done = false;
   }
   for (int u : root_units_) units_[u]->flat->AllocateFullGrad();
-  UpdatePeaks();
+  peaks_.Update(flats_);
 
-  absl::Status status;
-  try {
-    torch::autograd::backward({loss});
-  } catch (const CommError& e) {
-    status = e.status();
-  } catch (...) {
-    status = StatusFromCurrentTorchException("backward");
-  }
+  // A hook's StatusException comes back as the collective's status (common/torch_status.h).
+  absl::Status status = TorchCall("backward", [&] { torch::autograd::backward({loss}); });
   if (!first_error_.ok()) status = first_error_;  // The collective's own error, not a wrapper.
   // Units whose gradients never all arrived (unused parameters), or that hold no_sync
   // gradients from earlier micro-batches: reduce now, in unit order (the same on every rank).
@@ -638,13 +547,15 @@ absl::Status FsdpEngine::Backward(const at::Tensor& loss, bool sync_gradients) {
   }
   while (status.ok() && !pending_reduces_.empty()) status = FinishOldestReduce();
   if (!status.ok()) {
-    for (PendingReduce& p : pending_reduces_) (void)p.handle->Wait();  // Memory in use.
+    for (PendingReduce& p : pending_reduces_) {  // Their memory is in use.
+      if (p.handle != nullptr) (void)p.handle->Wait();
+    }
     pending_reduces_.clear();
   }
   // cpu_offload: the gradient shards are complete on the host before the optimizer reads them.
   DrainOffloadedGrads();
   ReshardAll();
-  checkpointed_.clear();
+  checkpointer_.Clear();
   in_backward_ = false;
   if (!status.ok()) return Fail(status);
   grads_pending_ = !sync_gradients;
@@ -656,107 +567,25 @@ void FsdpEngine::ZeroShardGrads() {
   for (auto& f : flats_) f->shard_grad().zero_();
 }
 
-MemoryStats FsdpEngine::memory_stats() const {
-  MemoryStats m;
-  for (const auto& f : flats_) {
-    m.param_shard_bytes += f->shard_bytes();
-    m.grad_shard_bytes += f->shard_grad_bytes();
-    (f->offloaded() ? m.host_offloaded_shard_bytes : m.device_shard_bytes) +=
-        f->shard_bytes() + f->shard_grad_bytes();
-    m.padding_bytes += (f->shard_numel() - f->valid_shard_numel()) * 4;
-    m.gathered_param_bytes += f->full_bytes();
-    m.unsharded_grad_bytes += f->full_grad_bytes();
-    m.num_params += f->numel();
-  }
-  m.peak_gathered_param_bytes = peak_gathered_;
-  m.peak_unsharded_grad_bytes = peak_unsharded_grad_;
-  return m;
-}
+// ---- State access (fsdp/engine_state.h) ------------------------------------------------------
 
 std::vector<ShardSlice> FsdpEngine::LocalParamState() const {
   WaitForOffloadCopies();  // The caller may write into the views (checkpoint load).
-  std::vector<ShardSlice> out;
-  for (const auto& f : flats_) {
-    for (size_t i = 0; i < f->entries().size(); ++i) {
-      const FlatParamEntry& e = f->entries()[i];
-      FlatParam::LocalRange r = f->LocalRangeOf(i);
-      ShardSlice s;
-      s.name = e.name;
-      s.global_shape = e.shape;
-      s.start = r.start;
-      s.end = r.end;
-      s.local = f->shard().narrow(0, r.shard_offset, r.end - r.start);
-      out.push_back(std::move(s));
-    }
-  }
-  return out;
+  return LocalShardSlices(flats_);
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> FsdpEngine::FullParamState(
     bool rank0_only) {
   if (!first_error_.ok()) return first_error_;
-  const bool keep = !rank0_only || options_.rank == 0;
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  at::NoGradGuard no_grad;
-  for (const auto& f : flats_) {
-    at::Tensor full;
-    if (f->shard_count() == 1) {
-      full = f->shard();
-    } else {
-      // With cpu_offload the host shard travels through the device (the communicator's), and
-      // the gathered unit comes back to the host: one unit's full size on the device at a time.
-      const at::Tensor src = f->shard().to(device_);
-      full = at::empty({f->padded_numel()}, src.options());
-      absl::Status s = shard_->AllGather(src, full);
-      if (!s.ok()) return Fail(s);
-      if (f->offloaded()) full = full.to(at::kCPU);
-    }
-    if (!keep) continue;
-    for (const FlatParamEntry& e : f->entries()) {
-      out.emplace_back(e.name, full.narrow(0, e.offset, e.numel).view(e.shape).clone());
-    }
-  }
-  return out;
+  auto full = GatherFullParams(flats_, shard_, device_, !rank0_only || options_.rank == 0);
+  if (!full.ok()) return Fail(full.status());
+  return full;
 }
 
 absl::Status FsdpEngine::LoadFullParamState(const std::map<std::string, at::Tensor>& state) {
   ReshardAll();            // Gathered copies would be stale.
   WaitForOffloadCopies();  // A host->device copy may still read the host shards.
-  at::NoGradGuard no_grad;
-  for (const auto& f : flats_) {
-    for (size_t i = 0; i < f->entries().size(); ++i) {
-      const FlatParamEntry& e = f->entries()[i];
-      auto it = state.find(e.name);
-      for (size_t a = 0; it == state.end() && a < e.aliases.size(); ++a) {
-        it = state.find(e.aliases[a]);
-      }
-      if (it == state.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("LoadFullParamState: parameter ", e.name, " missing"));
-      }
-      if (it->second.sizes().vec() != e.shape) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "LoadFullParamState: parameter ", e.name, " has shape ", c10::str(it->second.sizes()),
-            ", model has ", c10::str(at::IntArrayRef(e.shape))));
-      }
-      FlatParam::LocalRange r = f->LocalRangeOf(i);
-      if (r.end == r.start) continue;
-      f->shard()
-          .narrow(0, r.shard_offset, r.end - r.start)
-          .copy_(it->second.reshape({-1}).narrow(0, r.start, r.end - r.start));
-    }
-  }
-  return absl::OkStatus();
-}
-
-std::map<std::string, std::string> FsdpEngine::aliases() const {
-  std::map<std::string, std::string> out;
-  for (const auto& f : flats_) {
-    for (const FlatParamEntry& e : f->entries()) {
-      for (const std::string& a : e.aliases) out[a] = e.name;
-    }
-  }
-  return out;
+  return LoadFullParams(flats_, state);
 }
 
 std::vector<std::pair<std::string, std::string>> FsdpEngine::UnitSummary() const {

@@ -10,9 +10,9 @@
 namespace shardline::fsdp {
 namespace {
 
-constexpr ShardingStrategy kStrategies[] = {FsdpSpec::FULL_SHARD, FsdpSpec::SHARD_GRAD_OP,
-                                            FsdpSpec::NO_SHARD, FsdpSpec::HYBRID_SHARD,
-                                            FsdpSpec::HYBRID_SHARD_ZERO2};
+constexpr ShardingStrategy kStrategies[] = {
+    ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp, ShardingStrategy::kNoShard,
+    ShardingStrategy::kHybridShard, ShardingStrategy::kHybridShardZero2};
 
 std::string ValidStrategyNames() {
   std::vector<std::string> names;
@@ -24,17 +24,17 @@ std::string ValidStrategyNames() {
 
 std::string StrategyName(ShardingStrategy strategy) {
   switch (strategy) {
-    case FsdpSpec::SHARDING_STRATEGY_UNSPECIFIED:
+    case ShardingStrategy::kUnspecified:
       return "SHARDING_STRATEGY_UNSPECIFIED";
-    case FsdpSpec::FULL_SHARD:
+    case ShardingStrategy::kFullShard:
       return "FULL_SHARD";
-    case FsdpSpec::SHARD_GRAD_OP:
+    case ShardingStrategy::kShardGradOp:
       return "SHARD_GRAD_OP";
-    case FsdpSpec::NO_SHARD:
+    case ShardingStrategy::kNoShard:
       return "NO_SHARD";
-    case FsdpSpec::HYBRID_SHARD:
+    case ShardingStrategy::kHybridShard:
       return "HYBRID_SHARD";
-    case FsdpSpec::HYBRID_SHARD_ZERO2:
+    case ShardingStrategy::kHybridShardZero2:
       return "HYBRID_SHARD_ZERO2";
     default:
       return absl::StrCat("UNKNOWN(", static_cast<int>(strategy), ")");
@@ -70,10 +70,10 @@ absl::StatusOr<ParallelLayout> ParallelLayout::Create(int world_size, ShardingSt
   }
   if (hybrid_shard_degree == 0) {
     switch (strategy) {
-      case FsdpSpec::FULL_SHARD:
-      case FsdpSpec::SHARD_GRAD_OP:
+      case ShardingStrategy::kFullShard:
+      case ShardingStrategy::kShardGradOp:
         return ParallelLayout(world_size, world_size, strategy);
-      case FsdpSpec::NO_SHARD:
+      case ShardingStrategy::kNoShard:
         return ParallelLayout(world_size, 1, strategy);
       default:
         return absl::InvalidArgumentError(absl::StrCat(
@@ -87,14 +87,28 @@ absl::StatusOr<ParallelLayout> ParallelLayout::Create(int world_size, ShardingSt
         absl::StrCat("fsdp.hybrid_shard_degree: ", hybrid_shard_degree,
                      " does not divide world_size ", world_size));
   }
-  ShardingStrategy effective = strategy == FsdpSpec::HYBRID_SHARD_ZERO2
-                                   ? FsdpSpec::HYBRID_SHARD_ZERO2
-                                   : FsdpSpec::HYBRID_SHARD;
+  ShardingStrategy effective = strategy == ShardingStrategy::kHybridShardZero2
+                                   ? ShardingStrategy::kHybridShardZero2
+                                   : ShardingStrategy::kHybridShard;
   return ParallelLayout(world_size, hybrid_shard_degree, effective);
 }
 
+absl::StatusOr<ParallelLayout> ParallelLayout::Create(int world_size, int spec_strategy,
+                                                      int hybrid_shard_degree) {
+  // Same numbers (see ShardingStrategy); an unknown value is refused by the call below.
+  return Create(world_size, static_cast<ShardingStrategy>(spec_strategy), hybrid_shard_degree);
+}
+
+absl::StatusOr<ParallelLayout> ParallelLayout::Create(int world_size,
+                                                      absl::string_view strategy_name,
+                                                      int hybrid_shard_degree) {
+  absl::StatusOr<ShardingStrategy> strategy = ParseShardingStrategy(strategy_name);
+  if (!strategy.ok()) return strategy.status();
+  return Create(world_size, *strategy, hybrid_shard_degree);
+}
+
 bool ParallelLayout::reshard_after_forward() const {
-  return strategy_ == FsdpSpec::FULL_SHARD || strategy_ == FsdpSpec::HYBRID_SHARD;
+  return strategy_ == ShardingStrategy::kFullShard || strategy_ == ShardingStrategy::kHybridShard;
 }
 
 void ParallelLayout::CheckRank(int rank) const {

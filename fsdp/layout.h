@@ -1,5 +1,5 @@
 // ParallelLayout: the validated shape of the world, W = R x S (R replicate groups of S shard
-// ranks).
+// ranks), and the one place the rank-group arithmetic lives.
 //
 //   shard group g      = ranks [g*S, (g+1)*S)          (parameters are sharded across it)
 //   replicate group j  = { j, j+S, j+2S, ... }          (shards are all-reduced across it)
@@ -12,7 +12,12 @@
 //   degree 1 or negative is rejected (use NO_SHARD for S = 1).
 // Every error is INVALID_ARGUMENT and names the offending values.
 //
-// Torch-free on purpose: the coordinator builds the same groups without linking LibTorch.
+// Torch-free and proto-free on purpose: the coordinator and spec validation (which see the
+// job-spec proto) and the engine and communicators (LibTorch code, which must not include a
+// generated .pb.h: LibTorch ships older protobuf headers that shadow Debian's) all use this one
+// definition. ShardingStrategy has the numbers of FsdpSpec::ShardingStrategy, so a spec's enum
+// value is passed to Create as it is (checked by static_asserts in engine_options_from_spec.cc).
+//
 // Thread safety: an immutable value type; safe to share.
 #ifndef SHARDLINE_FSDP_LAYOUT_H_
 #define SHARDLINE_FSDP_LAYOUT_H_
@@ -22,11 +27,18 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "proto/job_spec.pb.h"
 
 namespace shardline::fsdp {
 
-using ShardingStrategy = ::shardline::FsdpSpec::ShardingStrategy;
+// The values of FsdpSpec::ShardingStrategy (proto/job_spec.proto), with the same numbers.
+enum class ShardingStrategy : int {
+  kUnspecified = 0,
+  kFullShard = 1,
+  kShardGradOp = 2,
+  kNoShard = 3,
+  kHybridShard = 4,
+  kHybridShardZero2 = 5,
+};
 
 // Parses "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD" or "HYBRID_SHARD_ZERO2".
 // Errors: INVALID_ARGUMENT naming the bad name and listing the valid ones.
@@ -41,6 +53,21 @@ class ParallelLayout {
   // "fsdp.hybrid_shard_degree: 5 does not divide world_size 4".
   static absl::StatusOr<ParallelLayout> Create(int world_size, ShardingStrategy strategy,
                                                int hybrid_shard_degree);
+  // The same with the strategy as the job spec's enum value (FsdpSpec::ShardingStrategy, which
+  // converts to int): callers holding a JobSpec pass spec.fsdp().sharding_strategy() as is.
+  static absl::StatusOr<ParallelLayout> Create(int world_size, int spec_strategy,
+                                               int hybrid_shard_degree);
+  // The same with the strategy by name ("FULL_SHARD"; tests, tools). Errors: also
+  // ParseShardingStrategy's.
+  static absl::StatusOr<ParallelLayout> Create(int world_size, absl::string_view strategy_name,
+                                               int hybrid_shard_degree);
+  static absl::StatusOr<ParallelLayout> Create(int world_size, const char* strategy_name,
+                                               int hybrid_shard_degree) {
+    return Create(world_size, absl::string_view(strategy_name), hybrid_shard_degree);
+  }
+
+  // One rank, nothing sharded (NO_SHARD, W = S = 1): a placeholder until a real layout is set.
+  ParallelLayout() : ParallelLayout(1, 1, ShardingStrategy::kNoShard) {}
 
   int world_size() const { return world_size_; }
   int shard_degree() const { return shard_degree_; }                    // S

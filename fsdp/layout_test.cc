@@ -5,11 +5,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "proto/job_spec.pb.h"
 
 namespace shardline::fsdp {
 namespace {
-
-using ::shardline::FsdpSpec;
 
 // Groups must partition the world; shard group g = [g*S, (g+1)*S), replicate j = {j, j+S, ...}.
 void ExpectGroupsConsistent(const ParallelLayout& layout) {
@@ -43,9 +42,9 @@ TEST(ParallelLayout, KeepsStrategyWithDegreeZeroForEveryWorldSize) {
     bool shard_all;  // S = W, else S = 1.
     bool reshard;
   };
-  const Case cases[] = {{FsdpSpec::FULL_SHARD, true, true},
-                        {FsdpSpec::SHARD_GRAD_OP, true, false},
-                        {FsdpSpec::NO_SHARD, false, false}};
+  const Case cases[] = {{ShardingStrategy::kFullShard, true, true},
+                        {ShardingStrategy::kShardGradOp, true, false},
+                        {ShardingStrategy::kNoShard, false, false}};
   for (int w = 1; w <= 8; ++w) {
     for (const Case& c : cases) {
       SCOPED_TRACE(StrategyName(c.strategy) + " W=" + std::to_string(w));
@@ -62,9 +61,9 @@ TEST(ParallelLayout, KeepsStrategyWithDegreeZeroForEveryWorldSize) {
 }
 
 TEST(ParallelLayout, DegreeForcesHybridForEveryDividingDegree) {
-  const ShardingStrategy given[] = {FsdpSpec::FULL_SHARD, FsdpSpec::SHARD_GRAD_OP,
-                                    FsdpSpec::NO_SHARD, FsdpSpec::HYBRID_SHARD,
-                                    FsdpSpec::HYBRID_SHARD_ZERO2};
+  const ShardingStrategy given[] = {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
+                                    ShardingStrategy::kNoShard, ShardingStrategy::kHybridShard,
+                                    ShardingStrategy::kHybridShardZero2};
   for (int w = 1; w <= 8; ++w) {
     for (int s = 2; s <= 9; ++s) {
       for (ShardingStrategy strategy : given) {
@@ -81,11 +80,11 @@ TEST(ParallelLayout, DegreeForcesHybridForEveryDividingDegree) {
         ASSERT_TRUE(layout.ok()) << layout.status();
         EXPECT_EQ(layout->shard_degree(), s);
         EXPECT_EQ(layout->replicate_degree(), w / s);
-        const ShardingStrategy expected = strategy == FsdpSpec::HYBRID_SHARD_ZERO2
-                                              ? FsdpSpec::HYBRID_SHARD_ZERO2
-                                              : FsdpSpec::HYBRID_SHARD;
+        const ShardingStrategy expected = strategy == ShardingStrategy::kHybridShardZero2
+                                              ? ShardingStrategy::kHybridShardZero2
+                                              : ShardingStrategy::kHybridShard;
         EXPECT_EQ(layout->strategy(), expected);
-        EXPECT_EQ(layout->reshard_after_forward(), expected == FsdpSpec::HYBRID_SHARD);
+        EXPECT_EQ(layout->reshard_after_forward(), expected == ShardingStrategy::kHybridShard);
         ExpectGroupsConsistent(*layout);
       }
     }
@@ -93,7 +92,8 @@ TEST(ParallelLayout, DegreeForcesHybridForEveryDividingDegree) {
 }
 
 TEST(ParallelLayout, ExampleGroupsForFourRanksOfTwo) {
-  absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(4, FsdpSpec::FULL_SHARD, 2);
+  absl::StatusOr<ParallelLayout> layout =
+      ParallelLayout::Create(4, ShardingStrategy::kFullShard, 2);
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->ShardGroupRanks(3), (std::vector<int>{2, 3}));
   EXPECT_EQ(layout->ReplicateGroupRanks(3), (std::vector<int>{1, 3}));
@@ -103,14 +103,16 @@ TEST(ParallelLayout, ExampleGroupsForFourRanksOfTwo) {
 }
 
 TEST(ParallelLayout, RejectsDegreeNotDividingWorld) {
-  absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(4, FsdpSpec::FULL_SHARD, 5);
+  absl::StatusOr<ParallelLayout> layout =
+      ParallelLayout::Create(4, ShardingStrategy::kFullShard, 5);
   ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(layout.status().message(), "fsdp.hybrid_shard_degree: 5 does not divide world_size 4");
 }
 
 TEST(ParallelLayout, RejectsDegreeOneAndNegative) {
   for (int degree : {1, -1, -4}) {
-    absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(4, FsdpSpec::FULL_SHARD, degree);
+    absl::StatusOr<ParallelLayout> layout =
+        ParallelLayout::Create(4, ShardingStrategy::kFullShard, degree);
     ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(layout.status().message().find("fsdp.hybrid_shard_degree: " + std::to_string(degree) +
                                              " is invalid"),
@@ -120,7 +122,7 @@ TEST(ParallelLayout, RejectsDegreeOneAndNegative) {
 }
 
 TEST(ParallelLayout, RejectsHybridWithoutDegree) {
-  for (ShardingStrategy s : {FsdpSpec::HYBRID_SHARD, FsdpSpec::HYBRID_SHARD_ZERO2}) {
+  for (ShardingStrategy s : {ShardingStrategy::kHybridShard, ShardingStrategy::kHybridShardZero2}) {
     absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(4, s, 0);
     ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(layout.status().message().find(StrategyName(s) + " needs a shard degree"),
@@ -132,20 +134,48 @@ TEST(ParallelLayout, RejectsHybridWithoutDegree) {
 
 TEST(ParallelLayout, RejectsUnspecifiedStrategyAndBadWorld) {
   absl::StatusOr<ParallelLayout> layout =
-      ParallelLayout::Create(4, FsdpSpec::SHARDING_STRATEGY_UNSPECIFIED, 0);
+      ParallelLayout::Create(4, ShardingStrategy::kUnspecified, 0);
   ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(layout.status().message().find("SHARDING_STRATEGY_UNSPECIFIED is not a strategy"),
             std::string::npos)
       << layout.status();
 
-  layout = ParallelLayout::Create(0, FsdpSpec::FULL_SHARD, 0);
+  layout = ParallelLayout::Create(0, ShardingStrategy::kFullShard, 0);
   ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(layout.status().message().find("world_size: 0"), std::string::npos);
 }
 
+// The coordinator and spec validation pass the job spec's enum as it is.
+TEST(ParallelLayout, TakesTheSpecEnumWithTheSameNumbers) {
+  absl::StatusOr<ParallelLayout> layout =
+      ParallelLayout::Create(4, ::shardline::FsdpSpec::HYBRID_SHARD_ZERO2, 2);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->strategy(), ShardingStrategy::kHybridShardZero2);
+  EXPECT_EQ(layout->DebugString(), "W=4 (R=2 x S=2) HYBRID_SHARD_ZERO2");
+  absl::StatusOr<ParallelLayout> bad = ParallelLayout::Create(4, 9, 0);
+  ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("UNKNOWN(9) is not a strategy"), std::string::npos)
+      << bad.status();
+}
+
+TEST(ParallelLayout, TakesTheStrategyByName) {
+  absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(6, "SHARD_GRAD_OP", 3);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->DebugString(), "W=6 (R=2 x S=3) HYBRID_SHARD");
+  EXPECT_EQ(ParallelLayout::Create(4, "FULLY_SHARDED", 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ParallelLayout, DefaultIsOneUnshardedRank) {
+  const ParallelLayout layout;
+  EXPECT_EQ(layout.DebugString(), "W=1 (R=1 x S=1) NO_SHARD");
+  EXPECT_FALSE(layout.reshard_after_forward());
+}
+
 TEST(ParseShardingStrategy, ParsesEveryValidName) {
-  for (ShardingStrategy s : {FsdpSpec::FULL_SHARD, FsdpSpec::SHARD_GRAD_OP, FsdpSpec::NO_SHARD,
-                             FsdpSpec::HYBRID_SHARD, FsdpSpec::HYBRID_SHARD_ZERO2}) {
+  for (ShardingStrategy s :
+       {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp, ShardingStrategy::kNoShard,
+        ShardingStrategy::kHybridShard, ShardingStrategy::kHybridShardZero2}) {
     absl::StatusOr<ShardingStrategy> parsed = ParseShardingStrategy(StrategyName(s));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, s);

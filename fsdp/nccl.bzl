@@ -4,12 +4,12 @@ cannot hold a top-level `if`)."""
 load("@cuda//:defs.bzl", "HAS_CUDA")
 
 def nccl_targets():
-    # :comm_backends is what binaries depend on: CreateCommunicators with Gloo everywhere, plus
+    # :comm_backends is what binaries depend on: CreateCommGroups with Gloo everywhere, plus
     # the NCCL backend where CUDA exists (so CommBackend::kNccl works on GPU machines without
     # every binary spelling the condition).
     native.cc_library(
         name = "comm_backends",
-        deps = [":communicators"] + ([":nccl_communicator"] if HAS_CUDA else []),
+        deps = [":comm_groups"] + ([":nccl_communicator"] if HAS_CUDA else []),
     )
     if not HAS_CUDA:
         return
@@ -17,13 +17,13 @@ def nccl_targets():
         name = "nccl_communicator",
         srcs = ["nccl_communicator.cc"],
         hdrs = ["nccl_communicator.h"],
-        # Registers the NCCL backend with CreateCommunicators at static-initialisation time.
+        # Registers the NCCL backend with CreateCommGroups at static-initialisation time.
         alwayslink = True,
         deps = [
             ":comm_args",
             ":comm_queue",
             ":communicator",
-            ":communicators",
+            ":comm_groups",
             ":kv_store",
             "@cuda//:nccl",
             "@libtorch//:torch_cuda",
@@ -37,7 +37,7 @@ def nccl_targets():
         linkstatic = True,
         tags = ["gpu"],
         deps = [
-            ":communicators",
+            ":comm_groups",
             ":nccl_communicator",
             ":tcp_kv_store",
             "@libtorch//:torch_cuda",

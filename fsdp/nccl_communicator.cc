@@ -19,8 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "fsdp/comm_args.h"
+#include "fsdp/comm_groups.h"
 #include "fsdp/comm_queue.h"
-#include "fsdp/communicators.h"
 
 namespace shardline::fsdp {
 namespace {
@@ -398,7 +398,7 @@ absl::Status NcclCommunicator::Barrier() {
 
 namespace {
 
-// Makes CreateCommunicators(..., backend = kNccl) use this file (alwayslink target).
+// Makes CreateCommGroups(..., backend = kNccl) use this file (alwayslink target).
 const bool kRegistered = RegisterCommBackend(
     CommBackend::kNccl,
     [](const GroupSpec& group,

@@ -6,7 +6,7 @@
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAFunctions.h>
 
-#include "fsdp/communicators.h"
+#include "fsdp/comm_groups.h"
 #include "fsdp/tcp_kv_store.h"
 #include "gtest/gtest.h"
 
@@ -97,14 +97,14 @@ TEST_F(NcclTest, BootstrapTimesOutWhenAPeerNeverJoins) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
 }
 
-TEST_F(NcclTest, CreateCommunicatorsUsesTheRegisteredNcclBackend) {
+TEST_F(NcclTest, CreateCommGroupsUsesTheRegisteredNcclBackend) {
   auto store = Store();
   CommOptions options;
   options.backend = CommBackend::kNccl;
   options.cuda_device = 0;
-  // With W = 1 every group is a LocalCommunicator, but CreateCommunicators looks the backend up
+  // With W = 1 every group is a LocalCommunicator, but CreateCommGroups looks the backend up
   // first: without the registration in nccl_communicator.cc this is FAILED_PRECONDITION.
-  auto groups = CreateCommunicators(1, 1, 0, store.get(), options);
+  auto groups = CreateCommGroups(ParallelLayout(), 0, store.get(), options);
   ASSERT_TRUE(groups.ok()) << groups.status();
   at::Tensor t = at::ones({8}, at::TensorOptions().device(at::kCUDA, 0));
   EXPECT_TRUE(groups->world->AllReduce(t, ReduceOp::kSum).ok());

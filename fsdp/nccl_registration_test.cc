@@ -1,11 +1,11 @@
 // Runs on every machine where the NCCL backend is built (no GPU needed): linking
-// :comm_backends registers NCCL with CreateCommunicators, and a binary that carries LibTorch's
+// :comm_backends registers NCCL with CreateCommGroups, and a binary that carries LibTorch's
 // CUDA libraries still starts on a machine without a GPU.
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "fsdp/communicators.h"
+#include "fsdp/comm_groups.h"
 #include "fsdp/tcp_kv_store.h"
 #include "gtest/gtest.h"
 
@@ -27,7 +27,9 @@ TEST(NcclRegistration, NcclBackendIsLinkedAndFailsCleanlyWithoutGpus) {
       CommOptions options;
       options.backend = CommBackend::kNccl;
       options.timeout = absl::Seconds(5);
-      status[rank] = CreateCommunicators(2, 2, rank, store->get(), options).status();
+      status[rank] =
+          CreateCommGroups(*ParallelLayout::Create(2, "FULL_SHARD", 0), rank, store->get(), options)
+              .status();
     });
   }
   for (std::thread& t : threads) t.join();

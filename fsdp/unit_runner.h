@@ -17,22 +17,18 @@
 // without a RunUnit call (the root: embeddings, final norm, head) are gathered at the start of
 // forward and stay gathered until their gradients are reduced.
 //
-// Errors: the engine reports a failed collective inside forward by throwing fsdp::CommError
-// (a std::runtime_error carrying an absl::Status); callers convert with fsdp::StatusFromCommError
-// or common/torch_status.h at the training-step boundary.
+// Errors: a runner that must fail inside forward throws common/torch_status.h's StatusException
+// (the FSDP engine does for a failed collective); the caller's TorchTry / TorchCall around the
+// forward turns it back into that status (e.g. UNAVAILABLE for a lost peer).
 //
 // Thread safety: called from the training thread only.
 #ifndef SHARDLINE_FSDP_UNIT_RUNNER_H_
 #define SHARDLINE_FSDP_UNIT_RUNNER_H_
 
 #include <functional>
-#include <stdexcept>
-#include <string>
 
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
-
-#include "absl/status/status.h"
 
 namespace shardline::fsdp {
 
@@ -50,18 +46,6 @@ inline at::Tensor RunUnit(UnitRunner* runner, const torch::nn::Module& module,
                           const at::Tensor& input, const UnitBody& body) {
   return runner == nullptr ? body(input) : runner->Run(module, input, body);
 }
-
-// Thrown through LibTorch's forward/backward (which cannot return a Status) when a collective
-// fails; carries the collective's status.
-class CommError : public std::runtime_error {
- public:
-  explicit CommError(absl::Status status)
-      : std::runtime_error(std::string(status.message())), status_(std::move(status)) {}
-  const absl::Status& status() const { return status_; }
-
- private:
-  absl::Status status_;
-};
 
 }  // namespace shardline::fsdp
 

@@ -35,25 +35,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "fsdp/engine_options.h"  // WrapPolicy, WrapPolicyKind
 
 namespace shardline::fsdp {
-
-enum class WrapPolicyKind { kTransformerBlock, kPerLayer, kPerParameter, kSizeBased };
 
 // Parses "TRANSFORMER_BLOCK", "PER_LAYER", "PER_PARAMETER", "SIZE_BASED".
 // Errors: INVALID_ARGUMENT naming the value and the valid names.
 absl::StatusOr<WrapPolicyKind> ParseWrapPolicy(absl::string_view name);
 std::string WrapPolicyName(WrapPolicyKind kind);
-
-struct WrapPolicy {
-  WrapPolicyKind kind = WrapPolicyKind::kTransformerBlock;
-  // Module type of a transformer block, matched against Module::name() ignoring a namespace
-  // prefix and an "Impl" suffix ("Block" matches "shardline::models::BlockImpl").
-  std::string block_type = "Block";
-  // Type of the modules the model calls RunUnit around; empty = block_type.
-  std::string hook_type;
-  int64_t min_num_params = 0;  // SIZE_BASED only; must be > 0 there.
-};
 
 // True when Module::name() `module_name` denotes the type `type` (see WrapPolicy::block_type).
 bool ModuleTypeMatches(absl::string_view module_name, absl::string_view type);

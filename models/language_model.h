@@ -27,8 +27,9 @@ class LanguageModel {
   virtual ~LanguageModel() = default;
 
   // tokens: [B, T] int64 on the model's device, T <= block_size(). Returns [B, T, V] logits.
-  // Throws what LibTorch throws (shape errors) and fsdp::CommError from an attached engine;
-  // the training step converts at its boundary.
+  // Throws what LibTorch throws (shape errors) and, from an attached engine, a failed
+  // collective's common/torch_status.h StatusException; callers wrap it in TorchTry, which
+  // returns that collective's own status.
   virtual at::Tensor Forward(const at::Tensor& tokens) = 0;
 
   // The root module: parameters(), named_parameters(), train()/eval(), to(device).

@@ -31,7 +31,9 @@ struct SampleOptions {
 
 // Returns the `num_tokens` sampled ids (without the prompt). The context is cropped to
 // block_size(). Runs in eval mode without gradients and restores the module's mode.
-// Errors: INVALID_ARGUMENT for an empty prompt; what LibTorch raises, converted.
+// Errors: INVALID_ARGUMENT for an empty prompt; what LibTorch raises, converted by TorchTry; a
+// StatusException from the forward (an attached engine's failed collective, or
+// options.forward's ThrowIfError) as its own status, e.g. UNAVAILABLE for a lost peer.
 absl::StatusOr<std::vector<int64_t>> Generate(LanguageModel& model,
                                               const std::vector<int64_t>& prompt,
                                               const SampleOptions& options, at::Device device);

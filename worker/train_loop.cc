@@ -14,7 +14,6 @@
 #include "common/torch_status.h"
 #include "data/batch.h"
 #include "data/byte_tokenizer.h"
-#include "fsdp/unit_runner.h"
 #include "models/sample.h"
 #include "worker/trainer_lr_schedule.h"
 
@@ -22,19 +21,6 @@ namespace shardline::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Runs `fn`, turning the engine's CommError (thrown through LibTorch) into its own status and
-// any other exception into TorchTry's.
-template <typename Fn>
-auto Guarded(absl::string_view what, Fn&& fn) -> absl::StatusOr<decltype(fn())> {
-  try {
-    return fn();
-  } catch (const fsdp::CommError& e) {
-    return e.status();
-  } catch (...) {
-    return StatusFromCurrentTorchException(what);
-  }
-}
 
 // Mean over all ranks of per-rank (sum, count) pairs.
 absl::StatusOr<double> GlobalMean(TrainingBackend& backend, double sum, double count) {
@@ -125,7 +111,7 @@ class Loop {
     for (int m = 0; m < a; ++m) {
       data::Batch batch = data::MakeBatch(data_, data::Split::kTrain, micro[m]);
       RETURN_IF_ERROR(backend_.BeginForward());
-      ASSIGN_OR_RETURN(at::Tensor loss, Guarded("forward", [&] { return Loss(batch); }));
+      ASSIGN_OR_RETURN(at::Tensor loss, TorchTry("forward", [&] { return Loss(batch); }));
       RETURN_IF_ERROR(backend_.Backward(loss / a, /*sync=*/m == a - 1));
       loss_sum += loss.item<double>();
     }
@@ -151,7 +137,8 @@ class Loop {
       data::Batch batch = data::MakeBatch(
           data_, split, data::ValidationIndices(b, c_.micro_batch_size, o_.world_size, o_.rank, n));
       RETURN_IF_ERROR(backend_.BeginForward());
-      ASSIGN_OR_RETURN(at::Tensor loss, Guarded("validation forward", [&] { return Loss(batch); }));
+      ASSIGN_OR_RETURN(at::Tensor loss,
+                       TorchTry("validation forward", [&] { return Loss(batch); }));
       backend_.EndForward();
       sum += loss.item<double>();
     }
@@ -171,26 +158,20 @@ class Loop {
     models::SampleOptions opts;
     opts.num_tokens = c_.sample_tokens;
     opts.seed = c_.seed;
+    // Generate's TorchTry returns a failed collective's own status (common/torch_status.h).
     opts.forward = [&](const at::Tensor& ids) {
-      absl::Status s = backend_.BeginForward();
-      if (!s.ok()) throw fsdp::CommError(s);
+      ThrowIfError(backend_.BeginForward());
       at::Tensor logits = model_.Forward(ids).to(at::kFloat);  // Sampling expects float32.
       backend_.EndForward();
       return logits;
     };
-    absl::StatusOr<std::vector<int64_t>> ids;
-    try {
-      ids = models::Generate(model_, prompt, opts, device_);
-    } catch (const fsdp::CommError& e) {
-      return e.status();
-    }
-    RETURN_IF_ERROR(ids.status());
+    ASSIGN_OR_RETURN(std::vector<int64_t> ids, models::Generate(model_, prompt, opts, device_));
     if (text) {
       std::vector<int64_t> all = prompt;
-      all.insert(all.end(), ids->begin(), ids->end());
+      all.insert(all.end(), ids.begin(), ids.end());
       return data::ByteTokenizer().DecodeForDisplay(all);
     }
-    return absl::StrJoin(*ids, " ");
+    return absl::StrJoin(ids, " ");
   }
 
   absl::Status Emit(const StepMetrics& m) {

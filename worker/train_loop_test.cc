@@ -5,7 +5,7 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
-#include "fsdp/communicators.h"
+#include "fsdp/comm_groups.h"
 #include "models/model_factory.h"
 #include "worker/trainer_config.h"
 #include "worker/trainer_fsdp_backend.h"
@@ -60,7 +60,7 @@ std::unique_ptr<Run> MakeRun(const TrainerConfig& config, bool fsdp) {
   if (fsdp) {
     RankEnv env;
     run->store = *CreateBootstrapStore(env, absl::Seconds(10));
-    auto groups = fsdp::CreateCommunicators(1, 1, 0, run->store.get(), {});
+    auto groups = fsdp::CreateCommGroups(fsdp::ParallelLayout(), 0, run->store.get(), {});
     EXPECT_TRUE(groups.ok()) << groups.status();
     run->groups = std::move(*groups);
     auto b = FsdpBackend::Create(

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "fsdp/engine_options_from_spec.h"
 #include "fsdp/layout.h"
 #include "proto/job_spec.pb.h"
 #include "spec/job_spec.h"
@@ -134,28 +135,9 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
   c.warmup_steps = o.warmup_steps();
 
   const FsdpSpec& f = s.fsdp();
-  ASSIGN_OR_RETURN(
-      fsdp::ParallelLayout layout,
-      fsdp::ParallelLayout::Create(s.world_size(), f.sharding_strategy(), f.hybrid_shard_degree()));
-  c.layout = fsdp::MakeEngineLayout(layout);
-  c.wrap_policy = FsdpSpec::WrapPolicy_Name(f.auto_wrap_policy());
-  c.min_num_params = f.min_num_params();
-  c.forward_prefetch = f.forward_prefetch();
-  c.backward_prefetch =
-      f.backward_prefetch() == FsdpSpec::BACKWARD_PRE    ? TrainerConfig::BackwardPrefetch::kPre
-      : f.backward_prefetch() == FsdpSpec::BACKWARD_POST ? TrainerConfig::BackwardPrefetch::kPost
-                                                         : TrainerConfig::BackwardPrefetch::kNone;
-  c.limit_all_gathers = f.limit_all_gathers();
-  c.activation_checkpointing = f.activation_checkpointing();
-  c.cpu_offload = f.cpu_offload();
-  auto dtype = [](FsdpSpec::Dtype d) {
-    return d == FsdpSpec::BF16   ? TrainerConfig::Dtype::kBf16
-           : d == FsdpSpec::FP16 ? TrainerConfig::Dtype::kFp16
-                                 : TrainerConfig::Dtype::kFp32;
-  };
-  c.param_dtype = dtype(f.mixed_precision().param_dtype());
-  c.reduce_dtype = dtype(f.mixed_precision().reduce_dtype());
-  c.buffer_dtype = dtype(f.mixed_precision().buffer_dtype());
+  ASSIGN_OR_RETURN(c.layout, fsdp::ParallelLayout::Create(s.world_size(), f.sharding_strategy(),
+                                                          f.hybrid_shard_degree()));
+  ASSIGN_OR_RETURN(c.engine, fsdp::EngineOptionsFromSpec(f));
   c.fake_collectives = f.fake_collectives();
   c.collective_timeout_s = f.collective_timeout_s();
 

@@ -25,7 +25,8 @@
 
 #include "absl/status/statusor.h"
 #include "data/token_file.h"
-#include "fsdp/engine_layout.h"
+#include "fsdp/engine_options.h"
+#include "fsdp/layout.h"
 #include "models/model_config.h"
 
 namespace shardline::worker {
@@ -76,17 +77,10 @@ struct TrainerConfig {
   int warmup_steps = 0;
 
   // Parallelism (validated by fsdp::ParallelLayout).
-  fsdp::EngineLayout layout;
-  std::string wrap_policy = "TRANSFORMER_BLOCK";  // fsdp::ParseWrapPolicy name.
-  int64_t min_num_params = 0;
-  bool forward_prefetch = false;
-  enum class BackwardPrefetch { kNone, kPre, kPost };  // fsdp.backward_prefetch
-  BackwardPrefetch backward_prefetch = BackwardPrefetch::kNone;
-  bool limit_all_gathers = true;  // fsdp.limit_all_gathers
-  bool activation_checkpointing = false;
-  bool cpu_offload = false;  // fsdp.cpu_offload (CUDA jobs only; spec validation refuses CPU).
-  enum class Dtype { kFp32, kBf16, kFp16 };  // fsdp.mixed_precision.*
-  Dtype param_dtype = Dtype::kFp32, reduce_dtype = Dtype::kFp32, buffer_dtype = Dtype::kFp32;
+  fsdp::ParallelLayout layout;
+  // Every FSDP engine option, from fsdp::EngineOptionsFromSpec, handed to the engine as it is
+  // (rank and block type are filled in by the backend).
+  fsdp::FsdpEngineOptions engine;
   bool fake_collectives = false;
   int collective_timeout_s = 300;
 

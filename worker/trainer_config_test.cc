@@ -70,8 +70,8 @@ TEST(LoadTrainerConfig, EnvironmentWorldSizeSetsLayoutAndAccumulation) {
   auto c =
       LoadTrainerConfig("examples/tiny_gpt_shakespeare.yaml", {"fsdp.hybrid_shard_degree=2"}, env);
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->layout.world_size, 2);
-  EXPECT_EQ(c->layout.shard_degree, 2);
+  EXPECT_EQ(c->layout.world_size(), 2);
+  EXPECT_EQ(c->layout.shard_degree(), 2);
   EXPECT_EQ(c->accumulation_steps, 2);  // 32 / (8 * 2).
   EXPECT_EQ(c->model.n_layer, 4);
   EXPECT_EQ(c->data_path[0], '/');
@@ -93,11 +93,11 @@ TEST(LoadTrainerConfig, EngineOptionsAreConverted) {
   auto d =
       LoadTrainerConfig("examples/tiny_gpt_shakespeare.yaml", {"fsdp.hybrid_shard_degree=2"}, env);
   ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_TRUE(d->limit_all_gathers);
-  EXPECT_FALSE(d->activation_checkpointing);
+  EXPECT_TRUE(d->engine.limit_all_gathers);
+  EXPECT_FALSE(d->engine.activation_checkpointing);
   EXPECT_FALSE(d->fake_collectives);
-  EXPECT_EQ(d->param_dtype, TrainerConfig::Dtype::kFp32);
-  EXPECT_EQ(d->reduce_dtype, TrainerConfig::Dtype::kFp32);
+  EXPECT_EQ(d->engine.param_dtype, fsdp::Dtype::kFloat32);
+  EXPECT_EQ(d->engine.reduce_dtype, fsdp::Dtype::kFloat32);
   auto c = LoadTrainerConfig(
       "examples/tiny_gpt_shakespeare.yaml",
       {"fsdp.hybrid_shard_degree=2", "fsdp.limit_all_gathers=false",
@@ -106,13 +106,13 @@ TEST(LoadTrainerConfig, EngineOptionsAreConverted) {
        "fsdp.mixed_precision.buffer_dtype=BF16"},
       env);
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_FALSE(c->limit_all_gathers);
-  EXPECT_TRUE(c->activation_checkpointing);
+  EXPECT_FALSE(c->engine.limit_all_gathers);
+  EXPECT_TRUE(c->engine.activation_checkpointing);
   EXPECT_TRUE(c->fake_collectives);
-  EXPECT_EQ(c->backward_prefetch, TrainerConfig::BackwardPrefetch::kPost);
-  EXPECT_EQ(c->param_dtype, TrainerConfig::Dtype::kBf16);
-  EXPECT_EQ(c->reduce_dtype, TrainerConfig::Dtype::kFp32);
-  EXPECT_EQ(c->buffer_dtype, TrainerConfig::Dtype::kBf16);
+  EXPECT_EQ(c->engine.backward_prefetch, fsdp::FsdpEngineOptions::BackwardPrefetch::kPost);
+  EXPECT_EQ(c->engine.param_dtype, fsdp::Dtype::kBFloat16);
+  EXPECT_EQ(c->engine.reduce_dtype, fsdp::Dtype::kFloat32);
+  EXPECT_EQ(c->engine.buffer_dtype, fsdp::Dtype::kBFloat16);
 }
 
 TEST(LearningRateAt, WarmsUpThenDecaysToMinimum) {

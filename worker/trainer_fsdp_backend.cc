@@ -16,10 +16,8 @@ absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(models::Languag
   if (comms.world == nullptr) {
     return absl::InvalidArgumentError("FsdpBackend needs a world communicator");
   }
-  fsdp::FsdpEngineOptions options;
+  fsdp::FsdpEngineOptions options = c.engine;
   options.rank = rank;
-  ASSIGN_OR_RETURN(options.wrap_policy.kind, fsdp::ParseWrapPolicy(c.wrap_policy));
-  options.wrap_policy.min_num_params = c.min_num_params;
   if (block_type.empty()) {
     if (options.wrap_policy.kind == fsdp::WrapPolicyKind::kTransformerBlock) {
       // No hook points (a TorchScript model): the whole model is one root unit.
@@ -29,24 +27,6 @@ absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(models::Languag
   } else {
     options.wrap_policy.block_type = block_type;
   }
-  // Prefetching changes only timing (the parity tests run it both ways).
-  options.forward_prefetch = c.forward_prefetch;
-  using Prefetch = fsdp::FsdpEngineOptions::BackwardPrefetch;
-  options.backward_prefetch =
-      c.backward_prefetch == TrainerConfig::BackwardPrefetch::kPre    ? Prefetch::kPre
-      : c.backward_prefetch == TrainerConfig::BackwardPrefetch::kPost ? Prefetch::kPost
-                                                                      : Prefetch::kNone;
-  options.limit_all_gathers = c.limit_all_gathers;
-  options.activation_checkpointing = c.activation_checkpointing;
-  options.cpu_offload = c.cpu_offload;
-  auto dtype = [](TrainerConfig::Dtype d) {
-    return d == TrainerConfig::Dtype::kBf16   ? at::kBFloat16
-           : d == TrainerConfig::Dtype::kFp16 ? at::kHalf
-                                              : at::kFloat;
-  };
-  options.param_dtype = dtype(c.param_dtype);
-  options.reduce_dtype = dtype(c.reduce_dtype);
-  options.buffer_dtype = dtype(c.buffer_dtype);
   if (c.fake_collectives && rank == 0) {
     SL_LOG(WARNING) << "fsdp.fake_collectives: the shard and replicate groups send nothing "
                        "(same shapes, local copies only); losses are not those of a real run";
@@ -66,7 +46,7 @@ absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(models::Languag
   opt.grad_clip = c.grad_clip;
   // With cpu_offload the step runs on the host, where the op-by-op update's passes over memory
   // dominated the step; the fused kernel makes one (see ShardedOptimizerOptions::fused).
-  opt.fused = c.cpu_offload && opt.kind == fsdp::ShardedOptimizerOptions::Kind::kAdamW;
+  opt.fused = c.engine.cpu_offload && opt.kind == fsdp::ShardedOptimizerOptions::Kind::kAdamW;
   ASSIGN_OR_RETURN(std::unique_ptr<fsdp::ShardedOptimizer> optimizer,
                    fsdp::ShardedOptimizer::Create(engine.get(), opt));
   model.set_unit_runner(engine.get());
@@ -80,8 +60,8 @@ std::string FsdpBackend::Describe() const {
   return absl::StrCat(
       "FSDP ", engine_->layout().DebugString(), ", ", engine_->flat_params().size(),
       " units, sharded ", config_.optimizer == OptimizerKind::kAdamW ? "AdamW" : "SGD",
-      config_.activation_checkpointing ? ", activation checkpointing" : "",
-      config_.cpu_offload
+      config_.engine.activation_checkpointing ? ", activation checkpointing" : "",
+      config_.engine.cpu_offload
           ? absl::StrCat(", CPU offload (",
                          fsdp::DevicePersistentStateBytes(*engine_, *optimizer_) / 1048576.0,
                          " MiB of the persistent state on the device)")

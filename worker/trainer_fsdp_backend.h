@@ -30,7 +30,7 @@ class FsdpBackend : public TrainingBackend {
     fsdp::Communicator* shard = nullptr;      // This rank's shard group (S ranks).
     fsdp::Communicator* replicate = nullptr;  // This rank's replicate group (R ranks).
   };
-  // Wraps `model` (fp32, on its device) per config.layout and config.wrap_policy, parameters
+  // Wraps `model` (fp32, on its device) per config.layout and config.engine, parameters
   // broadcast from rank 0, and attaches the engine as the model's UnitRunner (detached again by
   // the destructor). A model without RunUnit hook points (block_type() == "", TorchScript) is
   // one unit under TRANSFORMER_BLOCK. The model and communicators are borrowed.
@@ -67,7 +67,7 @@ class FsdpBackend : public TrainingBackend {
         comms_(comms),
         engine_(std::move(engine)),
         optimizer_(std::move(optimizer)) {
-    if (config.param_dtype == TrainerConfig::Dtype::kFp16) scaler_.emplace();
+    if (config.engine.param_dtype == fsdp::Dtype::kFloat16) scaler_.emplace();
   }
   models::LanguageModel& model_;
   TrainerConfig config_;

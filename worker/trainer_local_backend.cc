@@ -15,9 +15,9 @@ namespace shardline::worker {
 
 absl::StatusOr<std::unique_ptr<LocalBackend>> LocalBackend::Create(torch::nn::Module& module,
                                                                    const TrainerConfig& c) {
-  if (c.layout.world_size != 1) {
+  if (c.layout.world_size() != 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the local backend runs one process; world_size is ", c.layout.world_size));
+        absl::StrCat("the local backend runs one process; world_size is ", c.layout.world_size()));
   }
   std::unique_ptr<torch::optim::Optimizer> opt;
   if (c.optimizer == OptimizerKind::kAdamW) {

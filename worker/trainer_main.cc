@@ -33,7 +33,7 @@
 #include "common/logging.h"
 #include "common/torch_status.h"
 #include "data/token_dataset.h"
-#include "fsdp/communicators.h"
+#include "fsdp/comm_groups.h"
 #include "models/model_factory.h"
 #include "worker/train_loop.h"
 #include "worker/trainer_config.h"
@@ -204,8 +204,7 @@ int Main(int argc, char** argv) {
     comm.fake_collectives = c.fake_collectives;  // Shard/replicate groups only; world stays real.
     comm.key_prefix =
         env->job_id.empty() ? "comm" : absl::StrCat("comm/", env->job_id, "/", env->attempt);
-    auto g = fsdp::CreateCommunicators(c.layout.world_size, c.layout.shard_degree, env->rank,
-                                       store.get(), comm);
+    auto g = fsdp::CreateCommGroups(c.layout, env->rank, store.get(), comm);
     if (!g.ok()) return Fail(kExitCommFailure, "communicators", g.status());
     groups = std::move(*g);
     auto b = FsdpBackend::Create(**model, c, env->rank,

@@ -12,7 +12,7 @@
 namespace shardline::worker {
 namespace {
 
-// One process: communicators of size 1 need no peers, but CreateCommunicators wants a store.
+// One process: communicators of size 1 need no peers, but CreateCommGroups wants a store.
 class InMemoryKvStore : public fsdp::KvStore {
  public:
   absl::Status Set(absl::string_view key, absl::string_view value) override {

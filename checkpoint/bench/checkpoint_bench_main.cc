@@ -29,9 +29,9 @@
 #include "absl/strings/str_split.h"
 #include "checkpoint/format.h"
 #include "checkpoint/sharded_checkpoint.h"
-#include "fsdp/communicators.h"
-#include "fsdp/engine_layout.h"
+#include "fsdp/comm_groups.h"
 #include "fsdp/fsdp_engine.h"
+#include "fsdp/layout.h"
 #include "fsdp/sharded_optimizer.h"
 #include "fsdp/tcp_kv_store.h"
 #include "fsdp/testing/tiny_gpt.h"
@@ -102,7 +102,8 @@ std::unique_ptr<Rig> MakeRig() {
   fsdp::TcpKvStore::Options so;
   so.serve = true;
   rig->store = *fsdp::TcpKvStore::Create(so);
-  rig->comms = *fsdp::CreateCommunicators(1, 1, 0, rig->store.get(), fsdp::CommOptions());
+  rig->comms =
+      *fsdp::CreateCommGroups(fsdp::ParallelLayout(), 0, rig->store.get(), fsdp::CommOptions());
   fsdp::testing::TinyGptConfig c;
   c.vocab = 4096;
   c.block_size = 16;
@@ -116,7 +117,7 @@ std::unique_ptr<Rig> MakeRig() {
   eo.wrap_policy.kind = fsdp::WrapPolicyKind::kTransformerBlock;
   eo.wrap_policy.block_type = "Block";
   rig->engine =
-      *fsdp::FsdpEngine::Create(rig->model.ptr(), *fsdp::MakeEngineLayout(1, "NO_SHARD", 0),
+      *fsdp::FsdpEngine::Create(rig->model.ptr(), *fsdp::ParallelLayout::Create(1, "NO_SHARD", 0),
                                 rig->comms.shard.get(), rig->comms.replicate.get(), eo);
   rig->opt = *fsdp::ShardedOptimizer::Create(rig->engine.get(), fsdp::ShardedOptimizerOptions());
   return rig;

@@ -24,7 +24,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "fsdp/communicators.h"
+#include "fsdp/comm_groups.h"
 #include "fsdp/file_kv_store.h"
 #include "fsdp/tcp_kv_store.h"
 
@@ -127,12 +127,16 @@ int Main() {
     std::cout << "store: " << store.status() << std::endl;
     return 2;
   }
-  // The groups of ParallelLayout (fsdp/layout.h, which this LibTorch file cannot include: see
-  // communicators.h): shard g = [g*S, (g+1)*S), replicate j = {j, j+S, ...}.
-  const int s = absl::GetFlag(FLAGS_shard_degree) == 0 ? world : absl::GetFlag(FLAGS_shard_degree);
+  // --shard_degree is the spec's hybrid_shard_degree (0: FULL_SHARD over the world).
+  auto layout = ParallelLayout::Create(world, ShardingStrategy::kFullShard,
+                                       absl::GetFlag(FLAGS_shard_degree));
+  if (!layout.ok()) {
+    std::cout << "layout: " << layout.status() << std::endl;
+    return 2;
+  }
   CommOptions options;
   options.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
-  auto groups = CreateCommunicators(world, s, rank, store->get(), options);
+  auto groups = CreateCommGroups(*layout, rank, store->get(), options);
   if (!groups.ok()) {
     std::cout << "communicators: " << groups.status() << std::endl;
     return 2;
@@ -142,11 +146,8 @@ int Main() {
     std::vector<int> all;
     for (int r = 0; r < world; ++r) all.push_back(r);
     CheckGroup(*groups->world, all, rank);
-    std::vector<int> shard, replicate;
-    for (int r = rank / s * s; r < rank / s * s + s; ++r) shard.push_back(r);
-    for (int r = rank % s; r < world; r += s) replicate.push_back(r);
-    CheckGroup(*groups->shard, shard, rank);
-    CheckGroup(*groups->replicate, replicate, rank);
+    CheckGroup(*groups->shard, layout->ShardGroupRanks(rank), rank);
+    CheckGroup(*groups->replicate, layout->ReplicateGroupRanks(rank), rank);
     return failures == 0 ? 0 : 1;
   }
 

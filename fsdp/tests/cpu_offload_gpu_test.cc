@@ -24,8 +24,8 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/utils.h>
 
-#include "fsdp/engine_layout.h"
 #include "fsdp/fsdp_engine.h"
+#include "fsdp/layout.h"
 #include "fsdp/nccl_communicator.h"
 #include "fsdp/sharded_optimizer.h"
 #include "fsdp/tcp_kv_store.h"
@@ -145,7 +145,7 @@ TEST_F(CpuOffloadGpuTest, SingleRankNcclMatchesTheRunWithoutOffload) {
 TEST_F(CpuOffloadGpuTest, StateIsPinnedHostMemoryAndLeavesTheGpu) {
   auto store = Store();
   ASSERT_NE(store, nullptr);
-  auto layout = MakeEngineLayout(1, "NO_SHARD", 0);
+  auto layout = ParallelLayout::Create(1, "NO_SHARD", 0);
   ASSERT_TRUE(layout.ok()) << layout.status();
   std::map<bool, int64_t> live_after_step;
   int64_t num_params = 0;

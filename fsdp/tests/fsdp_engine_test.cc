@@ -1,4 +1,4 @@
-// In-process tests of the FSDP engine: ranks are threads connected by FakeCommunicators.
+// In-process tests of the FSDP engine: ranks are threads connected by InProcessCommunicators.
 // Multi-process Gloo parity lives in fsdp_parity_test.cc.
 #include <malloc.h>
 
@@ -15,11 +15,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "fsdp/engine_layout.h"
+#include "common/torch_status.h"
 #include "fsdp/fsdp_engine.h"
+#include "fsdp/layout.h"
 #include "fsdp/loss_scaler.h"
 #include "fsdp/sharded_optimizer.h"
-#include "fsdp/testing/fake_communicator.h"
+#include "fsdp/testing/in_process_communicator.h"
 #include "fsdp/testing/tiny_gpt.h"
 #include "fsdp/tests/inprocess_ranks.h"
 #include "fsdp/tests/parity.h"
@@ -29,12 +30,12 @@ namespace shardline::fsdp::testing {
 namespace {
 
 int ShardDegree(const ParityConfig& c) {
-  auto layout = MakeEngineLayout(c.world_size, c.strategy, c.hybrid_shard_degree);
+  auto layout = ParallelLayout::Create(c.world_size, c.strategy, c.hybrid_shard_degree);
   EXPECT_TRUE(layout.ok()) << layout.status();
-  return layout.ok() ? layout->shard_degree : 1;
+  return layout.ok() ? layout->shard_degree() : 1;
 }
 
-// Runs `c` on threads over FakeCommunicators and returns every rank's result.
+// Runs `c` on threads over InProcessCommunicators and returns every rank's result.
 std::vector<ParityResult> RunRanks(const ParityConfig& c) {
   FakeWorld world(c.world_size, ShardDegree(c));
   std::vector<ParityResult> results(c.world_size);
@@ -131,7 +132,7 @@ TEST(FsdpEngine, AccountingShowsSixteenBytesPerParamOverS) {
     FakeWorld world(s, s);
     std::vector<int64_t> persistent(s), padding(s), params(s), peak(s), expected_peak(s);
     auto statuses = RunOnThreads(world, [&](int rank, Communicator* sh, Communicator* rep) {
-      auto layout = MakeEngineLayout(s, c.strategy, 0);
+      auto layout = ParallelLayout::Create(s, c.strategy, 0);
       if (!layout.ok()) return layout.status();
       torch::manual_seed(1);
       TinyGpt model{TinyGptConfig{}};
@@ -180,9 +181,9 @@ TEST(FsdpEngine, AccountingShowsSixteenBytesPerParamOverS) {
 }
 
 TEST(FsdpEngine, CommunicatorSizeNotMatchingLayoutIsInvalidArgument) {
-  auto layout = MakeEngineLayout(4, "HYBRID_SHARD", 2);
+  auto layout = ParallelLayout::Create(4, "HYBRID_SHARD", 2);
   ASSERT_TRUE(layout.ok());
-  auto group = FakeCommunicator::MakeGroup("shard[0]", 3);
+  auto group = InProcessCommunicator::MakeGroup("shard[0]", 3);
   torch::manual_seed(1);
   TinyGpt model{TinyGptConfig{}};
   FsdpEngineOptions eo;
@@ -195,11 +196,11 @@ TEST(FsdpEngine, CommunicatorSizeNotMatchingLayoutIsInvalidArgument) {
 }
 
 TEST(FsdpEngine, UnknownStrategyAndBadDegreeAreInvalidArgument) {
-  auto bad_name = MakeEngineLayout(4, "FULLY_SHARDED", 0);
+  auto bad_name = ParallelLayout::Create(4, "FULLY_SHARDED", 0);
   ASSERT_FALSE(bad_name.ok());
   EXPECT_EQ(bad_name.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(bad_name.status().message(), "FULLY_SHARDED"));
-  auto bad_degree = MakeEngineLayout(6, "FULL_SHARD", 4);
+  auto bad_degree = ParallelLayout::Create(6, "FULL_SHARD", 4);
   ASSERT_FALSE(bad_degree.ok());
   EXPECT_EQ(bad_degree.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(bad_degree.status().message(), "4"));
@@ -214,6 +215,41 @@ TEST(FsdpEngine, PrefetchChangesNothingNumericallyOnThreads) {
     c.prefetch = prefetch;
     c.wrap = WrapPolicyKind::kPerLayer;  // Several units per hook group.
     ExpectParity(c);
+  }
+}
+
+// Gradients take one reduction path (StartReduce / FinishOldestReduce); overlap_reduce only decides
+// when a reduction is waited for, so losses, norms and parameters are bit-identical without it,
+// for a reduce-scatter (FULL_SHARD), reduce-scatter + replicate all-reduce (HYBRID_SHARD) and the
+// all-reduce alone (NO_SHARD), with no_sync micro-batches.
+TEST(FsdpEngine, OverlapReduceChangesNothingNumerically) {
+  struct Case {
+    const char* strategy;
+    int world, degree;
+  };
+  for (const Case& k :
+       {Case{"FULL_SHARD", 2, 0}, Case{"HYBRID_SHARD", 4, 2}, Case{"NO_SHARD", 2, 0}}) {
+    ParityConfig c;
+    c.strategy = k.strategy;
+    c.world_size = k.world;
+    c.hybrid_shard_degree = k.degree;
+    c.steps = 3;
+    c.global_batch = 16;  // 2 micro-batches per rank at W = 2 and 4.
+    c.micro_batches = 2;
+    c.wrap = WrapPolicyKind::kPerLayer;  // Several reductions in flight per backward.
+    SCOPED_TRACE(c.Name());
+    const std::vector<ParityResult> overlapped = RunRanks(c);
+    c.overlap_reduce = false;
+    const std::vector<ParityResult> serial = RunRanks(c);
+    ASSERT_EQ(overlapped.size(), serial.size());
+    for (size_t r = 0; r < serial.size(); ++r) {
+      ASSERT_EQ(serial[r].losses.size(), static_cast<size_t>(c.steps)) << "rank " << r;
+      EXPECT_EQ(serial[r].losses, overlapped[r].losses) << "rank " << r;
+      EXPECT_EQ(serial[r].grad_norms, overlapped[r].grad_norms) << "rank " << r;
+      for (const auto& [name, t] : serial[r].params) {
+        EXPECT_TRUE(at::equal(t, overlapped[r].params.at(name))) << name << " rank " << r;
+      }
+    }
   }
 }
 
@@ -288,9 +324,9 @@ TEST(FsdpEngine, StrategiesIssueTheirScheduleOfCollectives) {
                         Case{"HYBRID_SHARD_ZERO2", 4, 2, false, 1 + 2, 3, 3},
                         Case{"NO_SHARD", 2, 0, false, 0, 0, 3}}) {
     SCOPED_TRACE(absl::StrCat(k.strategy, " W", k.world, k.prefetch ? " prefetch" : ""));
-    auto layout = MakeEngineLayout(k.world, k.strategy, k.degree);
+    auto layout = ParallelLayout::Create(k.world, k.strategy, k.degree);
     ASSERT_TRUE(layout.ok()) << layout.status();
-    FakeWorld world(k.world, layout->shard_degree);
+    FakeWorld world(k.world, layout->shard_degree());
     auto statuses = RunOnThreads(world, [&](int rank, Communicator* sh, Communicator* rep) {
       TinyGpt model{nullptr};
       {
@@ -306,9 +342,9 @@ TEST(FsdpEngine, StrategiesIssueTheirScheduleOfCollectives) {
       if (k.prefetch) eo.backward_prefetch = FsdpEngineOptions::BackwardPrefetch::kPre;
       auto engine = FsdpEngine::Create(model.ptr(), *layout, sh, rep, eo);
       if (!engine.ok()) return engine.status();
-      auto* shard = static_cast<FakeCommunicator*>(sh);
-      auto* replicate = static_cast<FakeCommunicator*>(rep);
-      auto count = [](FakeCommunicator* c, int what) -> int64_t {
+      auto* shard = static_cast<InProcessCommunicator*>(sh);
+      auto* replicate = static_cast<InProcessCommunicator*>(rep);
+      auto count = [](InProcessCommunicator* c, int what) -> int64_t {
         if (c == nullptr) return 0;
         return what == 0 ? c->all_gathers() : what == 1 ? c->reduce_scatters() : c->all_reduces();
       };
@@ -353,7 +389,7 @@ TEST(FsdpEngine, WrapBroadcastsParametersAndBuffersFromRankZero) {
   for (const auto& item : models[0]->named_parameters()) {
     rank0[item.key()] = item.value().detach().clone();
   }
-  auto layout = MakeEngineLayout(w, "HYBRID_SHARD", 2);
+  auto layout = ParallelLayout::Create(w, "HYBRID_SHARD", 2);
   ASSERT_TRUE(layout.ok());
   FakeWorld world(w, 2);
   std::vector<std::map<std::string, at::Tensor>> full(w);
@@ -392,7 +428,7 @@ TEST(FsdpEngine, EvalForwardMatchesUnshardedAndFreesEverything) {
   }
   for (const char* strategy : {"FULL_SHARD", "SHARD_GRAD_OP"}) {
     SCOPED_TRACE(strategy);
-    auto layout = MakeEngineLayout(2, strategy, 0);
+    auto layout = ParallelLayout::Create(2, strategy, 0);
     FakeWorld world(2, 2);
     std::vector<TinyGpt> models(2, TinyGpt{nullptr});
     for (int r = 0; r < 2; ++r) {
@@ -424,7 +460,7 @@ TEST(FsdpEngine, EvalForwardMatchesUnshardedAndFreesEverything) {
 
 // no_sync gradients must be reduced before a step; a single-rank world needs no communicators.
 TEST(FsdpEngine, StepWithUnreducedNoSyncGradientsIsFailedPrecondition) {
-  auto layout = MakeEngineLayout(1, "FULL_SHARD", 0);
+  auto layout = ParallelLayout::Create(1, "FULL_SHARD", 0);
   ASSERT_TRUE(layout.ok()) << layout.status();
   torch::manual_seed(1);
   TinyGpt model{TinyGptConfig{}};
@@ -456,9 +492,9 @@ TEST(FsdpEngine, StepWithUnreducedNoSyncGradientsIsFailedPrecondition) {
 // A rank that stops participating makes the others fail with DEADLINE_EXCEEDED naming the
 // group, the operation and the step.
 TEST(FsdpEngine, PeerThatStopsMakesOthersFailWithTimeout) {
-  auto layout = MakeEngineLayout(2, "FULL_SHARD", 0);
+  auto layout = ParallelLayout::Create(2, "FULL_SHARD", 0);
   ASSERT_TRUE(layout.ok());
-  auto group = FakeCommunicator::MakeGroup("shard[0]", 2, absl::Milliseconds(500));
+  auto group = InProcessCommunicator::MakeGroup("shard[0]", 2, absl::Milliseconds(500));
   std::vector<absl::Status> result(2);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
@@ -482,18 +518,58 @@ TEST(FsdpEngine, PeerThatStopsMakesOthersFailWithTimeout) {
       at::Tensor idx = at::zeros({2, 8}, at::kLong);
       result[rank] = (*engine)->BeginForward();
       if (!result[rank].ok()) return;
-      try {
-        at::Tensor loss = model->loss(idx, idx, engine->get());
-        result[rank] = (*engine)->Backward(loss);
-      } catch (const CommError& e) {
-        result[rank] = e.status();
-      }
+      // The training step's boundary: the adapter returns the collective's own status.
+      absl::StatusOr<at::Tensor> loss =
+          TorchTry("forward", [&] { return model->loss(idx, idx, engine->get()); });
+      result[rank] = loss.ok() ? (*engine)->Backward(*loss) : loss.status();
     });
   }
   for (auto& t : threads) t.join();
   ASSERT_EQ(result[0].code(), absl::StatusCode::kDeadlineExceeded) << result[0];
   EXPECT_TRUE(absl::StrContains(result[0].message(), "group shard[0] op all_gather step 7"))
       << result[0];
+}
+
+// The peer leaves after the root gather, so the failure happens inside the model's forward
+// (RunUnit -> Run) and crosses LibTorch as common/torch_status.h's StatusException: TorchTry
+// gives back DEADLINE_EXCEEDED naming the group, not INTERNAL. The engine stays broken.
+TEST(FsdpEngine, PeerLostInsideForwardComesBackAsTheCollectivesStatus) {
+  auto layout = ParallelLayout::Create(2, "FULL_SHARD", 0);
+  ASSERT_TRUE(layout.ok());
+  auto group = InProcessCommunicator::MakeGroup("shard[0]", 2, absl::Milliseconds(500));
+  std::vector<absl::Status> result(2), again(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      TinyGpt model{nullptr};
+      {
+        static std::mutex mu;
+        std::lock_guard<std::mutex> lock(mu);
+        torch::manual_seed(1);
+        model = TinyGpt(TinyGptConfig{});
+      }
+      FsdpEngineOptions eo;
+      eo.rank = rank;
+      auto engine = FsdpEngine::Create(model.ptr(), *layout, group[rank].get(), nullptr, eo);
+      if (!engine.ok()) {
+        result[rank] = engine.status();
+        return;
+      }
+      (*engine)->set_step(3);
+      result[rank] = (*engine)->BeginForward();
+      if (!result[rank].ok() || rank == 1) return;  // Rank 1 dies after the root gather.
+      at::Tensor idx = at::zeros({2, 8}, at::kLong);
+      result[rank] =
+          TorchTry("forward", [&] { return model->loss(idx, idx, engine->get()); }).status();
+      again[rank] = (*engine)->BeginForward();
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(result[1].ok()) << result[1];
+  ASSERT_EQ(result[0].code(), absl::StatusCode::kDeadlineExceeded) << result[0];
+  EXPECT_TRUE(absl::StrContains(result[0].message(), "group shard[0] op all_gather step 3"))
+      << result[0];
+  EXPECT_EQ(again[0], result[0]);
 }
 
 TEST(FsdpEngine, LocalStateCoversEveryElementOnce) {
@@ -510,7 +586,7 @@ TEST(FsdpEngine, LocalStateCoversEveryElementOnce) {
   }
   std::vector<std::map<std::string, at::Tensor>> full(s);
   auto statuses = RunOnThreads(world, [&](int rank, Communicator* sh, Communicator* rep) {
-    auto layout = MakeEngineLayout(s, "FULL_SHARD", 0);
+    auto layout = ParallelLayout::Create(s, "FULL_SHARD", 0);
     FsdpEngineOptions eo;
     eo.rank = rank;
     eo.wrap_policy.kind = WrapPolicyKind::kPerLayer;
@@ -710,7 +786,7 @@ TEST(FsdpEngine, CpuOffloadAccountsShardsAsHostMemory) {
     const int w = 2;
     FakeWorld world(w, std::string(strategy) == "NO_SHARD" ? 1 : w);
     auto statuses = RunOnThreads(world, [&](int rank, Communicator* sh, Communicator* rep) {
-      auto layout = MakeEngineLayout(w, strategy, 0);
+      auto layout = ParallelLayout::Create(w, strategy, 0);
       if (!layout.ok()) return layout.status();
       torch::manual_seed(1);
       TinyGpt model{TinyGptConfig{}};
@@ -864,7 +940,7 @@ TEST(ShardedOptimizer, GradScaleUnscalesExactlyAndSkipsNonFiniteSteps) {
   for (int scaled = 0; scaled < 2; ++scaled) {
     torch::manual_seed(5);
     TinyGpt model(TinyGptConfig{});
-    auto layout = MakeEngineLayout(1, "NO_SHARD", 0);
+    auto layout = ParallelLayout::Create(1, "NO_SHARD", 0);
     ASSERT_TRUE(layout.ok());
     FsdpEngineOptions eo;
     eo.wrap_policy.block_type = "Block";
@@ -969,7 +1045,7 @@ TEST(FsdpEngine, ActivationCheckpointingKeepsOnlyBlockInputs) {
   for (int ac = 0; ac < 2; ++ac) {
     torch::manual_seed(3);
     TinyGpt model(config);
-    auto layout = MakeEngineLayout(1, "NO_SHARD", 0);
+    auto layout = ParallelLayout::Create(1, "NO_SHARD", 0);
     ASSERT_TRUE(layout.ok()) << layout.status();
     FsdpEngineOptions eo;
     eo.wrap_policy.block_type = "Block";
@@ -1008,7 +1084,7 @@ TEST(FsdpEngine, LimitAllGathersBoundsGatheredBlocksToTwo) {
       SCOPED_TRACE(
           absl::StrCat(prefetch == FsdpEngineOptions::BackwardPrefetch::kPre ? "pre" : "post",
                        ac ? " checkpointed" : ""));
-      auto layout = MakeEngineLayout(2, "FULL_SHARD", 0);
+      auto layout = ParallelLayout::Create(2, "FULL_SHARD", 0);
       ASSERT_TRUE(layout.ok()) << layout.status();
       FakeWorld world(2, 2);
       auto statuses = RunOnThreads(world, [&](int rank, Communicator* sh, Communicator* rep) {

@@ -32,8 +32,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
-#include "fsdp/engine_layout.h"
 #include "fsdp/gloo_communicator.h"
+#include "fsdp/layout.h"
 #include "fsdp/prefix_kv_store.h"
 #include "fsdp/tcp_kv_store.h"
 #include "fsdp/testing/process_launcher.h"
@@ -98,14 +98,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> Connect(KvStore* base, const std::
 absl::Status RunWorker(const WorkerArgs& a) {
   ASSIGN_OR_RETURN(ParityConfig config, ParityConfig::Decode(a.config));
   if (a.rank == a.die_rank) config.die_at_step = a.die_at_step;
-  ASSIGN_OR_RETURN(EngineLayout layout,
-                   MakeEngineLayout(a.world_size, config.strategy, config.hybrid_shard_degree));
+  ASSIGN_OR_RETURN(ParallelLayout layout, ParallelLayout::Create(a.world_size, config.strategy,
+                                                                 config.hybrid_shard_degree));
   TcpKvStore::Options so;
   so.host = a.store_host;
   so.port = a.store_port;
   ASSIGN_OR_RETURN(std::unique_ptr<TcpKvStore> store, TcpKvStore::Create(so));
   const absl::Duration timeout = absl::Milliseconds(a.timeout_ms);
-  const int s = layout.shard_degree, r = layout.replicate_degree;
+  const int s = layout.shard_degree(), r = layout.replicate_degree();
   ASSIGN_OR_RETURN(std::unique_ptr<Communicator> shard,
                    Connect(store.get(), absl::StrCat("shard[", layout.ReplicateIndex(a.rank), "]"),
                            layout.ShardIndex(a.rank), s, timeout));

@@ -9,10 +9,11 @@ namespace shardline::fsdp::testing {
 FakeWorld::FakeWorld(int w, int s) : world_size(w), shard_degree(s) {
   const int r = w / s;
   for (int g = 0; g < r; ++g) {
-    shard_groups.push_back(FakeCommunicator::MakeGroup(absl::StrCat("shard[", g, "]"), s));
+    shard_groups.push_back(InProcessCommunicator::MakeGroup(absl::StrCat("shard[", g, "]"), s));
   }
   for (int j = 0; j < s; ++j) {
-    replicate_groups.push_back(FakeCommunicator::MakeGroup(absl::StrCat("replicate[", j, "]"), r));
+    replicate_groups.push_back(
+        InProcessCommunicator::MakeGroup(absl::StrCat("replicate[", j, "]"), r));
   }
 }
 

@@ -1,6 +1,7 @@
 // RunInProcess: runs the FSDP parity rank function for every rank of a config on threads of this
-// process, connected by FakeCommunicators (fsdp/testing/fake_communicator.h). Fast feedback for
-// engine unit tests; the real multi-process parity test uses Gloo (fsdp_parity_test.cc).
+// process, connected by InProcessCommunicators (fsdp/testing/in_process_communicator.h). Fast
+// feedback for engine unit tests; the real multi-process parity test uses Gloo
+// (fsdp_parity_test.cc).
 //
 // Thread safety: blocks until every rank's thread finished.
 #ifndef SHARDLINE_FSDP_TESTS_INPROCESS_RANKS_H_
@@ -12,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "fsdp/communicator.h"
-#include "fsdp/testing/fake_communicator.h"
+#include "fsdp/testing/in_process_communicator.h"
 
 namespace shardline::fsdp::testing {
 
@@ -23,7 +24,7 @@ struct FakeWorld {
   Communicator* replicate(int rank);
 
   int world_size, shard_degree;
-  std::vector<std::vector<std::unique_ptr<FakeCommunicator>>> shard_groups, replicate_groups;
+  std::vector<std::vector<std::unique_ptr<InProcessCommunicator>>> shard_groups, replicate_groups;
 };
 
 // Runs fn(rank, shard, replicate) on world_size threads; returns each rank's status.

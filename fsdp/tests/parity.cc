@@ -20,14 +20,19 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
-#include "fsdp/engine_layout.h"
 #include "fsdp/fsdp_engine.h"
+#include "fsdp/layout.h"
 #include "fsdp/loss_scaler.h"
 #include "fsdp/sharded_optimizer.h"
 #include "fsdp/testing/tiny_gpt.h"
 
 namespace shardline::fsdp::testing {
 namespace {
+
+// The configs name dtypes as LibTorch does (test tables print them); the engine takes its own.
+Dtype EngineDtype(at::ScalarType t) {
+  return t == at::kBFloat16 ? Dtype::kBFloat16 : t == at::kHalf ? Dtype::kFloat16 : Dtype::kFloat32;
+}
 
 constexpr double kLr = 3e-3, kWeightDecay = 0.1, kBeta1 = 0.9, kBeta2 = 0.95, kEps = 1e-8;
 constexpr double kClip = 1.0, kMomentum = 0.9, kSgdLr = 0.05, kSgdWeightDecay = 0.01;
@@ -138,8 +143,8 @@ ParityResult RunReference(const ParityConfig& config) {
 absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank, Communicator* shard,
                                          Communicator* replicate,
                                          const std::map<std::string, at::Tensor>* resume) {
-  ASSIGN_OR_RETURN(EngineLayout layout, MakeEngineLayout(config.world_size, config.strategy,
-                                                         config.hybrid_shard_degree));
+  ASSIGN_OR_RETURN(ParallelLayout layout, ParallelLayout::Create(config.world_size, config.strategy,
+                                                                 config.hybrid_shard_degree));
   TinyGpt model = MakeModel();
   if (!config.device.is_cpu()) model->to(config.device);
   FsdpEngineOptions eo;
@@ -152,9 +157,10 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank, C
                          : config.prefetch == 2 ? FsdpEngineOptions::BackwardPrefetch::kPost
                                                 : FsdpEngineOptions::BackwardPrefetch::kNone;
   eo.activation_checkpointing = config.activation_checkpointing;
-  eo.param_dtype = config.param_dtype;
-  eo.reduce_dtype = config.reduce_dtype;
+  eo.param_dtype = EngineDtype(config.param_dtype);
+  eo.reduce_dtype = EngineDtype(config.reduce_dtype);
   eo.cpu_offload = config.cpu_offload;
+  eo.overlap_reduce = config.overlap_reduce;
   ASSIGN_OR_RETURN(std::unique_ptr<FsdpEngine> engine,
                    FsdpEngine::Create(model.ptr(), layout, shard, replicate, eo));
   ShardedOptimizerOptions oo;

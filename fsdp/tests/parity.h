@@ -43,6 +43,8 @@ struct ParityConfig {
   at::Device device = at::kCPU;
   // ShardedOptimizerOptions::fused (AdamW only; in-process runs only, not part of Encode()).
   bool fused_optimizer = false;
+  // FsdpEngineOptions::overlap_reduce (in-process runs only, not part of Encode()).
+  bool overlap_reduce = true;
   int steps = 20;
   int global_batch = 12;    // Sequences per step over all ranks.
   int die_at_step = -1;     // Failure tests: this rank SIGKILLs itself at that step.

@@ -1,4 +1,4 @@
-// FakeCollectiveCommunicator: a Communicator of a group of size() ranks that sends nothing. Every
+// NoOpCommunicator: a Communicator of a group of size() ranks that sends nothing. Every
 // collective checks its arguments exactly like the real backends (same shapes, dtypes, devices,
 // same INVALID_ARGUMENT messages) and then does only local work, so a training step runs with the
 // same tensor shapes and the same schedule but without communication: step time with it over step
@@ -17,8 +17,8 @@
 // repeated; each rank trains on its own gradient); use it for timing and memory only.
 //
 // Thread safety: as communicator.h; the counters are atomics and may be read from any thread.
-#ifndef SHARDLINE_FSDP_FAKE_COLLECTIVES_H_
-#define SHARDLINE_FSDP_FAKE_COLLECTIVES_H_
+#ifndef SHARDLINE_FSDP_NO_OP_COMMUNICATOR_H_
+#define SHARDLINE_FSDP_NO_OP_COMMUNICATOR_H_
 
 #include <atomic>
 #include <cstdint>
@@ -31,16 +31,16 @@ namespace shardline::fsdp {
 
 // Calls and bytes (of `out` for all-gather and reduce-scatter input, of t for the in-place ones)
 // the communicator was asked to move, counting only calls whose arguments were valid.
-struct FakeCollectiveCounts {
+struct NoOpCommCounts {
   int64_t all_gathers = 0, reduce_scatters = 0, all_reduces = 0, broadcasts = 0, barriers = 0;
   int64_t all_gather_bytes = 0, reduce_scatter_bytes = 0, all_reduce_bytes = 0, broadcast_bytes = 0;
 };
 
-class FakeCollectiveCommunicator : public Communicator {
+class NoOpCommunicator : public Communicator {
  public:
   // `device`: at::kCPU or at::kCUDA, the device every tensor must be on (as the backend it
   // replaces: Gloo takes CPU tensors, NCCL CUDA ones). Requires 0 <= rank < size.
-  FakeCollectiveCommunicator(std::string name, int rank, int size, at::DeviceType device);
+  NoOpCommunicator(std::string name, int rank, int size, at::DeviceType device);
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -62,7 +62,7 @@ class FakeCollectiveCommunicator : public Communicator {
   absl::Status Broadcast(const at::Tensor& t, int root) override;
   absl::Status Barrier() override;
 
-  FakeCollectiveCounts counts() const;
+  NoOpCommCounts counts() const;
 
  private:
   const std::string name_;
@@ -77,4 +77,4 @@ class FakeCollectiveCommunicator : public Communicator {
 
 }  // namespace shardline::fsdp
 
-#endif  // SHARDLINE_FSDP_FAKE_COLLECTIVES_H_
+#endif  // SHARDLINE_FSDP_NO_OP_COMMUNICATOR_H_

@@ -1,4 +1,4 @@
-#include "fsdp/communicators.h"
+#include "fsdp/comm_groups.h"
 
 #include <map>
 #include <mutex>
@@ -7,9 +7,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "fsdp/comm_args.h"
-#include "fsdp/fake_collectives.h"
 #include "fsdp/gloo_communicator.h"
 #include "fsdp/local_communicator.h"
+#include "fsdp/no_op_communicator.h"
 #include "fsdp/prefix_kv_store.h"
 
 namespace shardline::fsdp {
@@ -86,7 +86,7 @@ GroupCommunicatorFactory FakeFactory(CommBackend backend) {
   return [device](const GroupSpec& group,
                   const CommOptions&) -> absl::StatusOr<std::unique_ptr<Communicator>> {
     return std::unique_ptr<Communicator>(
-        new FakeCollectiveCommunicator(group.name, group.rank, group.size, device));
+        new NoOpCommunicator(group.name, group.rank, group.size, device));
   };
 }
 
@@ -138,28 +138,22 @@ void CommGroups::set_step(int64_t step) {
   }
 }
 
-absl::StatusOr<CommGroups> CreateCommunicators(int world_size, int shard_degree, int rank,
-                                               KvStore* store, const CommOptions& options) {
-  if (world_size < 1 || shard_degree < 1 || world_size % shard_degree != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shard degree ", shard_degree, " does not divide world_size ", world_size));
-  }
+absl::StatusOr<CommGroups> CreateCommGroups(const ParallelLayout& layout, int rank, KvStore* store,
+                                            const CommOptions& options) {
+  const int world_size = layout.world_size();
+  const int shard_degree = layout.shard_degree();
   if (rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is outside world_size ", world_size));
   }
-  if (store == nullptr) return absl::InvalidArgumentError("CreateCommunicators: no store");
+  if (store == nullptr) return absl::InvalidArgumentError("CreateCommGroups: no store");
   absl::StatusOr<GroupCommunicatorFactory> factory = FactoryFor(options.backend);
   if (!factory.ok()) return factory.status();
   absl::Status agreed = CheckRanksAgree(world_size, shard_degree, rank, store, options);
   if (!agreed.ok()) return agreed;
 
-  // Same groups as ParallelLayout: shard group g = [g*S, (g+1)*S), replicate j = {j, j+S, ...}.
-  const int s = shard_degree;
-  std::vector<int> world_ranks, shard_ranks, replicate_ranks;
+  std::vector<int> world_ranks;
   for (int r = 0; r < world_size; ++r) world_ranks.push_back(r);
-  for (int r = rank / s * s; r < rank / s * s + s; ++r) shard_ranks.push_back(r);
-  for (int r = rank % s; r < world_size; r += s) replicate_ranks.push_back(r);
   CommGroups groups;
   absl::StatusOr<std::unique_ptr<Communicator>> world =
       CreateGroup("world", world_ranks, rank, store, options, *factory);
@@ -168,14 +162,15 @@ absl::StatusOr<CommGroups> CreateCommunicators(int world_size, int shard_degree,
   const GroupCommunicatorFactory group_factory =
       options.fake_collectives ? FakeFactory(options.backend) : *factory;
 
-  absl::StatusOr<std::unique_ptr<Communicator>> shard = CreateGroup(
-      absl::StrCat("shard[", rank / s, "]"), shard_ranks, rank, store, options, group_factory);
+  absl::StatusOr<std::unique_ptr<Communicator>> shard =
+      CreateGroup(absl::StrCat("shard[", layout.ReplicateIndex(rank), "]"),
+                  layout.ShardGroupRanks(rank), rank, store, options, group_factory);
   if (!shard.ok()) return shard.status();
   groups.shard = std::move(*shard);
 
   absl::StatusOr<std::unique_ptr<Communicator>> replicate =
-      CreateGroup(absl::StrCat("replicate[", rank % s, "]"), replicate_ranks, rank, store, options,
-                  group_factory);
+      CreateGroup(absl::StrCat("replicate[", layout.ShardIndex(rank), "]"),
+                  layout.ReplicateGroupRanks(rank), rank, store, options, group_factory);
   if (!replicate.ok()) return replicate.status();
   groups.replicate = std::move(*replicate);
   return groups;

@@ -1,4 +1,4 @@
-#include "fsdp/fake_collectives.h"
+#include "fsdp/no_op_communicator.h"
 
 #include <utility>
 
@@ -10,11 +10,10 @@
 
 namespace shardline::fsdp {
 
-FakeCollectiveCommunicator::FakeCollectiveCommunicator(std::string name, int rank, int size,
-                                                       at::DeviceType device)
+NoOpCommunicator::NoOpCommunicator(std::string name, int rank, int size, at::DeviceType device)
     : name_(std::move(name)), rank_(rank), size_(size), device_(device) {}
 
-absl::Status FakeCollectiveCommunicator::AllGather(const at::Tensor& in, const at::Tensor& out) {
+absl::Status NoOpCommunicator::AllGather(const at::Tensor& in, const at::Tensor& out) {
   absl::Status s = CheckAllGatherArgs(name_, size_, device_, in, out);
   if (!s.ok()) return s;
   ++all_gathers_;
@@ -25,13 +24,13 @@ absl::Status FakeCollectiveCommunicator::AllGather(const at::Tensor& in, const a
   return absl::OkStatus();
 }
 
-std::unique_ptr<CommHandle> FakeCollectiveCommunicator::AllGatherAsync(const at::Tensor& in,
-                                                                       const at::Tensor& out) {
+std::unique_ptr<CommHandle> NoOpCommunicator::AllGatherAsync(const at::Tensor& in,
+                                                             const at::Tensor& out) {
   return std::make_unique<ReadyHandle>(AllGather(in, out));
 }
 
-absl::Status FakeCollectiveCommunicator::ReduceScatter(const at::Tensor& in, const at::Tensor& out,
-                                                       ReduceOp /*op*/) {
+absl::Status NoOpCommunicator::ReduceScatter(const at::Tensor& in, const at::Tensor& out,
+                                             ReduceOp /*op*/) {
   absl::Status s = CheckReduceScatterArgs(name_, size_, device_, in, out);
   if (!s.ok()) return s;
   ++reduce_scatters_;
@@ -42,18 +41,19 @@ absl::Status FakeCollectiveCommunicator::ReduceScatter(const at::Tensor& in, con
   return absl::OkStatus();
 }
 
-std::unique_ptr<CommHandle> FakeCollectiveCommunicator::ReduceScatterAsync(const at::Tensor& in,
-                                                                           const at::Tensor& out,
-                                                                           ReduceOp op) {
+std::unique_ptr<CommHandle> NoOpCommunicator::ReduceScatterAsync(const at::Tensor& in,
+                                                                 const at::Tensor& out,
+                                                                 ReduceOp op) {
   return std::make_unique<ReadyHandle>(ReduceScatter(in, out, op));
 }
 
-std::unique_ptr<CommHandle> FakeCollectiveCommunicator::ReduceScatterConsumingAsync(
-    const at::Tensor& in, const at::Tensor& out, ReduceOp op) {
+std::unique_ptr<CommHandle> NoOpCommunicator::ReduceScatterConsumingAsync(const at::Tensor& in,
+                                                                          const at::Tensor& out,
+                                                                          ReduceOp op) {
   return ReduceScatterAsync(in, out, op);
 }
 
-absl::Status FakeCollectiveCommunicator::AllReduce(const at::Tensor& t, ReduceOp op) {
+absl::Status NoOpCommunicator::AllReduce(const at::Tensor& t, ReduceOp op) {
   absl::Status s = CheckAllReduceArgs(name_, device_, t, op == ReduceOp::kAvg);
   if (!s.ok()) return s;
   ++all_reduces_;
@@ -61,12 +61,11 @@ absl::Status FakeCollectiveCommunicator::AllReduce(const at::Tensor& t, ReduceOp
   return absl::OkStatus();
 }
 
-std::unique_ptr<CommHandle> FakeCollectiveCommunicator::AllReduceAsync(const at::Tensor& t,
-                                                                       ReduceOp op) {
+std::unique_ptr<CommHandle> NoOpCommunicator::AllReduceAsync(const at::Tensor& t, ReduceOp op) {
   return std::make_unique<ReadyHandle>(AllReduce(t, op));
 }
 
-absl::Status FakeCollectiveCommunicator::Broadcast(const at::Tensor& t, int root) {
+absl::Status NoOpCommunicator::Broadcast(const at::Tensor& t, int root) {
   absl::Status s = CheckBroadcastArgs(name_, size_, device_, t, root);
   if (!s.ok()) return s;
   ++broadcasts_;
@@ -74,13 +73,13 @@ absl::Status FakeCollectiveCommunicator::Broadcast(const at::Tensor& t, int root
   return absl::OkStatus();
 }
 
-absl::Status FakeCollectiveCommunicator::Barrier() {
+absl::Status NoOpCommunicator::Barrier() {
   ++barriers_;
   return absl::OkStatus();
 }
 
-FakeCollectiveCounts FakeCollectiveCommunicator::counts() const {
-  FakeCollectiveCounts c;
+NoOpCommCounts NoOpCommunicator::counts() const {
+  NoOpCommCounts c;
   c.all_gathers = all_gathers_;
   c.reduce_scatters = reduce_scatters_;
   c.all_reduces = all_reduces_;

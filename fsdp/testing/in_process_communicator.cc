@@ -1,4 +1,4 @@
-#include "fsdp/testing/fake_communicator.h"
+#include "fsdp/testing/in_process_communicator.h"
 
 #include <ATen/ATen.h>
 
@@ -24,12 +24,12 @@ at::Tensor Sum(const std::vector<at::Tensor>& all) {
 
 }  // namespace
 
-bool FakeCommGroup::WaitPhase(int64_t target, absl::Duration timeout) {
+bool InProcessCommGroup::WaitPhase(int64_t target, absl::Duration timeout) {
   auto reached = [this, target]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return arrived_ >= target; };
   return mu_.AwaitWithTimeout(absl::Condition(&reached), timeout);
 }
 
-absl::Status FakeCommGroup::Exchange(
+absl::Status InProcessCommGroup::Exchange(
     int rank, const at::Tensor& t, absl::Duration timeout,
     const std::function<void(const std::vector<at::Tensor>&)>& fn) {
   absl::MutexLock lock(&mu_);
@@ -51,18 +51,18 @@ absl::Status FakeCommGroup::Exchange(
   return absl::OkStatus();
 }
 
-std::vector<std::unique_ptr<FakeCommunicator>> FakeCommunicator::MakeGroup(const std::string& name,
-                                                                           int size,
-                                                                           absl::Duration timeout) {
-  auto group = std::make_shared<FakeCommGroup>(name, size);
-  std::vector<std::unique_ptr<FakeCommunicator>> out;
+std::vector<std::unique_ptr<InProcessCommunicator>> InProcessCommunicator::MakeGroup(
+    const std::string& name, int size, absl::Duration timeout) {
+  auto group = std::make_shared<InProcessCommGroup>(name, size);
+  std::vector<std::unique_ptr<InProcessCommunicator>> out;
   for (int r = 0; r < size; ++r)
-    out.push_back(std::make_unique<FakeCommunicator>(group, r, timeout));
+    out.push_back(std::make_unique<InProcessCommunicator>(group, r, timeout));
   return out;
 }
 
-absl::Status FakeCommunicator::Run(const char* op, const at::Tensor& t,
-                                   const std::function<void(const std::vector<at::Tensor>&)>& fn) {
+absl::Status InProcessCommunicator::Run(
+    const char* op, const at::Tensor& t,
+    const std::function<void(const std::vector<at::Tensor>&)>& fn) {
   if (!broken_.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("group ", name(), " op ", op, " step ", step_,
@@ -77,7 +77,7 @@ absl::Status FakeCommunicator::Run(const char* op, const at::Tensor& t,
   return absl::OkStatus();
 }
 
-absl::Status FakeCommunicator::AllGather(const at::Tensor& in, const at::Tensor& out) {
+absl::Status InProcessCommunicator::AllGather(const at::Tensor& in, const at::Tensor& out) {
   if (out.numel() != in.numel() * size()) {
     return absl::InvalidArgumentError(absl::StrCat("all_gather: out has ", out.numel(),
                                                    " elements, expected ", in.numel() * size()));
@@ -90,14 +90,14 @@ absl::Status FakeCommunicator::AllGather(const at::Tensor& in, const at::Tensor&
   });
 }
 
-std::unique_ptr<CommHandle> FakeCommunicator::AllGatherAsync(const at::Tensor& in,
-                                                             const at::Tensor& out) {
+std::unique_ptr<CommHandle> InProcessCommunicator::AllGatherAsync(const at::Tensor& in,
+                                                                  const at::Tensor& out) {
   ++async_calls_;
   return std::make_unique<DoneHandle>(AllGather(in, out));
 }
 
-absl::Status FakeCommunicator::ReduceScatter(const at::Tensor& in, const at::Tensor& out,
-                                             ReduceOp op) {
+absl::Status InProcessCommunicator::ReduceScatter(const at::Tensor& in, const at::Tensor& out,
+                                                  ReduceOp op) {
   if (in.numel() != out.numel() * size()) {
     return absl::InvalidArgumentError(absl::StrCat("reduce_scatter: in has ", in.numel(),
                                                    " elements, expected ", out.numel() * size()));
@@ -113,13 +113,13 @@ absl::Status FakeCommunicator::ReduceScatter(const at::Tensor& in, const at::Ten
   });
 }
 
-std::unique_ptr<CommHandle> FakeCommunicator::ReduceScatterAsync(const at::Tensor& in,
-                                                                 const at::Tensor& out,
-                                                                 ReduceOp op) {
+std::unique_ptr<CommHandle> InProcessCommunicator::ReduceScatterAsync(const at::Tensor& in,
+                                                                      const at::Tensor& out,
+                                                                      ReduceOp op) {
   return std::make_unique<DoneHandle>(ReduceScatter(in, out, op));
 }
 
-absl::Status FakeCommunicator::AllReduce(const at::Tensor& t, ReduceOp op) {
+absl::Status InProcessCommunicator::AllReduce(const at::Tensor& t, ReduceOp op) {
   ++all_reduces_;
   // Every rank reads all inputs before anyone writes (second phase), so in-place is safe only
   // if we write after the rendezvous: compute into a temporary, copy after.
@@ -132,11 +132,12 @@ absl::Status FakeCommunicator::AllReduce(const at::Tensor& t, ReduceOp op) {
   return s;
 }
 
-std::unique_ptr<CommHandle> FakeCommunicator::AllReduceAsync(const at::Tensor& t, ReduceOp op) {
+std::unique_ptr<CommHandle> InProcessCommunicator::AllReduceAsync(const at::Tensor& t,
+                                                                  ReduceOp op) {
   return std::make_unique<DoneHandle>(AllReduce(t, op));
 }
 
-absl::Status FakeCommunicator::Broadcast(const at::Tensor& t, int root) {
+absl::Status InProcessCommunicator::Broadcast(const at::Tensor& t, int root) {
   at::Tensor result;
   absl::Status s =
       Run("broadcast", t, [&](const std::vector<at::Tensor>& all) { result = all[root].clone(); });
@@ -144,7 +145,7 @@ absl::Status FakeCommunicator::Broadcast(const at::Tensor& t, int root) {
   return s;
 }
 
-absl::Status FakeCommunicator::Barrier() {
+absl::Status InProcessCommunicator::Barrier() {
   return Run("barrier", at::Tensor(), [](const std::vector<at::Tensor>&) {});
 }
 

@@ -1,5 +1,5 @@
-// CreateCommunicators: the three communicators one rank needs for a layout W = R x S
-// (fsdp/layout.h's ParallelLayout: pass layout.world_size() and layout.shard_degree()).
+// CreateCommGroups: the three communicators one rank needs for a layout W = R x S
+// (fsdp/layout.h's ParallelLayout, whose ShardGroupRanks / ReplicateGroupRanks it uses).
 //
 //   world      all W ranks (buffer sync from rank 0, loss/metric reductions, barriers)
 //   shard      this rank's shard group   [g*S, (g+1)*S), named "shard[g]"
@@ -14,16 +14,12 @@
 //
 // Backends: kGloo (CPU tensors) is always linked. kNccl (CUDA tensors) is available when the
 // binary links //fsdp:nccl_communicator (only defined on machines with CUDA), which registers
-// itself here; otherwise CreateCommunicators returns FAILED_PRECONDITION.
+// itself here; otherwise CreateCommGroups returns FAILED_PRECONDITION.
 //
-// Why ints and not a ParallelLayout: layout.h includes the job-spec proto (Debian's protobuf
-// headers), and LibTorch's include directory ships older google/protobuf headers that shadow
-// them in any translation unit that sees both; this header is for LibTorch code.
-//
-// Thread safety: CreateCommunicators may be called from any thread; see communicator.h for
+// Thread safety: CreateCommGroups may be called from any thread; see communicator.h for
 // the communicators themselves.
-#ifndef SHARDLINE_FSDP_COMMUNICATORS_H_
-#define SHARDLINE_FSDP_COMMUNICATORS_H_
+#ifndef SHARDLINE_FSDP_COMM_GROUPS_H_
+#define SHARDLINE_FSDP_COMM_GROUPS_H_
 
 #include <functional>
 #include <memory>
@@ -34,6 +30,7 @@
 #include "absl/time/time.h"
 #include "fsdp/communicator.h"
 #include "fsdp/kv_store.h"
+#include "fsdp/layout.h"
 
 namespace shardline::fsdp {
 
@@ -54,7 +51,7 @@ struct CommOptions {
   // NCCL: the CUDA device index of this rank (-1: the current device).
   int cuda_device = -1;
   // fsdp.fake_collectives: the shard and replicate groups (all the FSDP engine communicates
-  // over) become FakeCollectiveCommunicators (fsdp/fake_collectives.h: same shapes, no
+  // over) become NoOpCommunicators (fsdp/no_op_communicator.h: same shapes, no
   // communication) and open no sockets. The world group, the store rendezvous and the layout
   // agreement stay real, so the trainer's per-step loss/metric sums (a few scalars) and
   // checkpoint barriers still work. Every rank must agree (checked with the layout).
@@ -73,13 +70,12 @@ struct CommGroups {
 // Before connecting, every rank publishes (world_size, shard_degree, backend, fake) under
 // "<key_prefix>/layout/rank<r>" and checks that all ranks were given the same.
 //
-// Errors: INVALID_ARGUMENT for a shard_degree that does not divide world_size, a rank outside
-// the world, a null store, or ranks started with different layouts (naming both);
-// DEADLINE_EXCEEDED naming the missing ranks if not all join within the timeout;
-// FAILED_PRECONDITION for a backend not linked in; the communicators' bootstrap errors
-// (DEADLINE_EXCEEDED / UNAVAILABLE, naming the group).
-absl::StatusOr<CommGroups> CreateCommunicators(int world_size, int shard_degree, int rank,
-                                               KvStore* store, const CommOptions& options);
+// Errors: INVALID_ARGUMENT for a rank outside the world, a null store, or ranks started with
+// different layouts (naming both); DEADLINE_EXCEEDED naming the missing ranks if not all join
+// within the timeout; FAILED_PRECONDITION for a backend not linked in; the communicators' bootstrap
+// errors (DEADLINE_EXCEEDED / UNAVAILABLE, naming the group).
+absl::StatusOr<CommGroups> CreateCommGroups(const ParallelLayout& layout, int rank, KvStore* store,
+                                            const CommOptions& options);
 
 // One group's communicator: what a backend registers. `store` is already namespaced.
 struct GroupSpec {
@@ -98,4 +94,4 @@ bool RegisterCommBackend(CommBackend backend, GroupCommunicatorFactory factory);
 
 }  // namespace shardline::fsdp
 
-#endif  // SHARDLINE_FSDP_COMMUNICATORS_H_
+#endif  // SHARDLINE_FSDP_COMM_GROUPS_H_

@@ -1,7 +1,7 @@
-// FakeCommunicator: an in-process Communicator for unit tests. N threads of one process each hold
-// one FakeCommunicator of the same FakeCommGroup; every collective is a rendezvous of all N
-// (each rank posts its tensors, waits for the others, computes its own output from everybody's
-// inputs, waits again). Sums are taken in rank order, so results are deterministic.
+// InProcessCommunicator: an in-process Communicator for unit tests. N threads of one process each
+// hold one InProcessCommunicator of the same InProcessCommGroup; every collective is a rendezvous
+// of all N (each rank posts its tensors, waits for the others, computes its own output from
+// everybody's inputs, waits again). Sums are taken in rank order, so results are deterministic.
 //
 // For unit tests of the FSDP engine only: real multi-rank tests use GlooCommunicator in separate
 // processes. The *Async forms run synchronously and return a finished handle.
@@ -10,9 +10,9 @@
 // group, the operation and the step, and breaks the communicator (later calls fail with
 // FAILED_PRECONDITION), as the real backends do.
 //
-// Thread safety: each FakeCommunicator is used by one thread; the group is shared and locked.
-#ifndef SHARDLINE_FSDP_TESTING_FAKE_COMMUNICATOR_H_
-#define SHARDLINE_FSDP_TESTING_FAKE_COMMUNICATOR_H_
+// Thread safety: each InProcessCommunicator is used by one thread; the group is shared and locked.
+#ifndef SHARDLINE_FSDP_TESTING_IN_PROCESS_COMMUNICATOR_H_
+#define SHARDLINE_FSDP_TESTING_IN_PROCESS_COMMUNICATOR_H_
 
 #include <memory>
 #include <string>
@@ -25,9 +25,9 @@
 namespace shardline::fsdp::testing {
 
 // Shared rendezvous state of one group of `size` ranks.
-class FakeCommGroup {
+class InProcessCommGroup {
  public:
-  FakeCommGroup(std::string name, int size) : name_(std::move(name)), size_(size) {
+  InProcessCommGroup(std::string name, int size) : name_(std::move(name)), size_(size) {
     posted_.resize(size);
   }
   const std::string& name() const { return name_; }
@@ -48,14 +48,14 @@ class FakeCommGroup {
   int64_t arrived_ ABSL_GUARDED_BY(mu_) = 0;  // Arrivals, counted across all phases.
 };
 
-class FakeCommunicator : public Communicator {
+class InProcessCommunicator : public Communicator {
  public:
-  FakeCommunicator(std::shared_ptr<FakeCommGroup> group, int rank,
-                   absl::Duration timeout = absl::Seconds(30))
+  InProcessCommunicator(std::shared_ptr<InProcessCommGroup> group, int rank,
+                        absl::Duration timeout = absl::Seconds(30))
       : group_(std::move(group)), rank_(rank), timeout_(timeout) {}
 
   // Makes `size` communicators of one group named `name`, index = rank.
-  static std::vector<std::unique_ptr<FakeCommunicator>> MakeGroup(
+  static std::vector<std::unique_ptr<InProcessCommunicator>> MakeGroup(
       const std::string& name, int size, absl::Duration timeout = absl::Seconds(30));
 
   int rank() const override { return rank_; }
@@ -83,7 +83,7 @@ class FakeCommunicator : public Communicator {
   absl::Status Run(const char* op, const at::Tensor& t,
                    const std::function<void(const std::vector<at::Tensor>&)>& fn);
 
-  std::shared_ptr<FakeCommGroup> group_;
+  std::shared_ptr<InProcessCommGroup> group_;
   const int rank_;
   const absl::Duration timeout_;
   int64_t step_ = 0;
@@ -93,4 +93,4 @@ class FakeCommunicator : public Communicator {
 
 }  // namespace shardline::fsdp::testing
 
-#endif  // SHARDLINE_FSDP_TESTING_FAKE_COMMUNICATOR_H_
+#endif  // SHARDLINE_FSDP_TESTING_IN_PROCESS_COMMUNICATOR_H_

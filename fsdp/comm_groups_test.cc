@@ -1,4 +1,4 @@
-#include "fsdp/communicators.h"
+#include "fsdp/comm_groups.h"
 
 #include <thread>
 #include <vector>
@@ -6,8 +6,8 @@
 #include <ATen/ATen.h>
 
 #include "fsdp/comm_args.h"
-#include "fsdp/fake_collectives.h"
 #include "fsdp/local_communicator.h"
+#include "fsdp/no_op_communicator.h"
 #include "fsdp/tcp_kv_store.h"
 #include "gtest/gtest.h"
 
@@ -37,34 +37,37 @@ TEST(LocalCommunicator, CopiesForGatherAndScatterAndKeepsReduceAsIs) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
 }
 
-TEST(CreateCommunicators, RejectsBadShapesNamingValues) {
+TEST(CreateCommGroups, RejectsBadShapesNamingValues) {
   TcpKvStore::Options o;
   o.serve = true;
   auto store = TcpKvStore::Create(o);
   ASSERT_TRUE(store.ok());
-  auto groups = CreateCommunicators(4, 3, 0, store->get(), {});
-  ASSERT_EQ(groups.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(groups.status().message(), "shard degree 3 does not divide world_size 4");
-  groups = CreateCommunicators(4, 2, 4, store->get(), {});
+  // A shard degree that does not divide the world cannot become a ParallelLayout at all.
+  auto bad_layout = ParallelLayout::Create(4, ShardingStrategy::kFullShard, 3);
+  ASSERT_EQ(bad_layout.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad_layout.status().message(),
+            "fsdp.hybrid_shard_degree: 3 does not divide world_size 4");
+  const ParallelLayout layout = *ParallelLayout::Create(4, ShardingStrategy::kFullShard, 2);
+  auto groups = CreateCommGroups(layout, 4, store->get(), {});
   ASSERT_EQ(groups.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(groups.status().message(), "rank 4 is outside world_size 4");
-  groups = CreateCommunicators(4, 2, 0, nullptr, {});
+  groups = CreateCommGroups(layout, 0, nullptr, {});
   EXPECT_EQ(groups.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(CreateCommunicators, NcclWithoutTheBackendLinkedIsFailedPrecondition) {
+TEST(CreateCommGroups, NcclWithoutTheBackendLinkedIsFailedPrecondition) {
   TcpKvStore::Options o;
   o.serve = true;
   auto store = TcpKvStore::Create(o);
   ASSERT_TRUE(store.ok());
   CommOptions options;
   options.backend = CommBackend::kNccl;
-  auto groups = CreateCommunicators(1, 1, 0, store->get(), options);
+  auto groups = CreateCommGroups(ParallelLayout(), 0, store->get(), options);
   ASSERT_EQ(groups.status().code(), absl::StatusCode::kFailedPrecondition) << groups.status();
   EXPECT_NE(groups.status().message().find("nccl is not linked"), std::string::npos);
 }
 
-TEST(CreateCommunicators, RanksStartedWithDifferentLayoutsFailNamingBoth) {
+TEST(CreateCommGroups, RanksStartedWithDifferentLayoutsFailNamingBoth) {
   TcpKvStore::Options o;
   o.serve = true;
   auto store = TcpKvStore::Create(o);
@@ -76,8 +79,9 @@ TEST(CreateCommunicators, RanksStartedWithDifferentLayoutsFailNamingBoth) {
       CommOptions options;
       options.timeout = absl::Seconds(10);
       // Rank 1 believes in S = 1.
-      status[rank] =
-          CreateCommunicators(2, rank == 0 ? 2 : 1, rank, store->get(), options).status();
+      const ParallelLayout layout =
+          *ParallelLayout::Create(2, rank == 0 ? "FULL_SHARD" : "NO_SHARD", 0);
+      status[rank] = CreateCommGroups(layout, rank, store->get(), options).status();
     });
   }
   for (std::thread& t : threads) t.join();
@@ -89,14 +93,15 @@ TEST(CreateCommunicators, RanksStartedWithDifferentLayoutsFailNamingBoth) {
   ASSERT_EQ(status[1].code(), absl::StatusCode::kInvalidArgument) << status[1];
 }
 
-TEST(CreateCommunicators, MissingRankTimesOutNamingIt) {
+TEST(CreateCommGroups, MissingRankTimesOutNamingIt) {
   TcpKvStore::Options o;
   o.serve = true;
   auto store = TcpKvStore::Create(o);
   ASSERT_TRUE(store.ok());
   CommOptions options;
   options.timeout = absl::Milliseconds(300);
-  auto groups = CreateCommunicators(2, 2, 0, store->get(), options);
+  auto groups =
+      CreateCommGroups(*ParallelLayout::Create(2, "FULL_SHARD", 0), 0, store->get(), options);
   ASSERT_EQ(groups.status().code(), absl::StatusCode::kDeadlineExceeded) << groups.status();
   EXPECT_NE(groups.status().message().find("waiting for all 2 ranks to join"), std::string::npos)
       << groups.status();
@@ -120,7 +125,7 @@ TEST(ParseCommBackend, KnownAndUnknownNames) {
 }
 
 // W = 4, S = 2 in threads: names, sizes and one all-reduce per group.
-TEST(CreateCommunicators, BuildsNamedGroupsOfTheLayout) {
+TEST(CreateCommGroups, BuildsNamedGroupsOfTheLayout) {
   TcpKvStore::Options o;
   o.serve = true;
   auto store = TcpKvStore::Create(o);
@@ -131,7 +136,8 @@ TEST(CreateCommunicators, BuildsNamedGroupsOfTheLayout) {
     threads.emplace_back([&, rank] {
       CommOptions options;
       options.timeout = absl::Seconds(20);
-      auto groups = CreateCommunicators(kWorld, kShard, rank, store->get(), options);
+      auto groups = CreateCommGroups(*ParallelLayout::Create(kWorld, "HYBRID_SHARD", kShard), rank,
+                                     store->get(), options);
       ASSERT_TRUE(groups.ok()) << groups.status();
       EXPECT_EQ(groups->world->name(), "world");
       EXPECT_EQ(groups->shard->name(), "shard[" + std::to_string(rank / kShard) + "]");
@@ -151,8 +157,8 @@ TEST(CreateCommunicators, BuildsNamedGroupsOfTheLayout) {
   for (std::thread& t : threads) t.join();
 }
 
-TEST(FakeCollectiveCommunicator, SameShapesNoCommunicationCountsCalls) {
-  FakeCollectiveCommunicator comm("shard[0]", 1, 4, at::kCPU);
+TEST(NoOpCommunicator, SameShapesNoCommunicationCountsCalls) {
+  NoOpCommunicator comm("shard[0]", 1, 4, at::kCPU);
   EXPECT_EQ(comm.rank(), 1);
   EXPECT_EQ(comm.size(), 4);
   EXPECT_EQ(comm.name(), "shard[0]");
@@ -185,7 +191,7 @@ TEST(FakeCollectiveCommunicator, SameShapesNoCommunicationCountsCalls) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   s = comm.Broadcast(t, 4);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  FakeCollectiveCounts c = comm.counts();
+  NoOpCommCounts c = comm.counts();
   EXPECT_EQ(c.all_gathers, 2);
   EXPECT_EQ(c.all_gather_bytes, 12 * 4 + 8 * 2);
   EXPECT_EQ(c.reduce_scatters, 1);
@@ -196,15 +202,15 @@ TEST(FakeCollectiveCommunicator, SameShapesNoCommunicationCountsCalls) {
   EXPECT_EQ(c.barriers, 1);
 }
 
-TEST(FakeCollectiveCommunicator, CudaGroupRefusesCpuTensors) {
-  FakeCollectiveCommunicator comm("shard[0]", 0, 2, at::kCUDA);
+TEST(NoOpCommunicator, CudaGroupRefusesCpuTensors) {
+  NoOpCommunicator comm("shard[0]", 0, 2, at::kCUDA);
   absl::Status s = comm.AllGather(at::zeros({2}), at::zeros({4}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_EQ(comm.counts().all_gathers, 0);
 }
 
 // W = 4, S = 2 with fake collectives: shard and replicate groups are fakes, the world is real.
-TEST(CreateCommunicators, FakeCollectivesReplaceShardAndReplicateOnly) {
+TEST(CreateCommGroups, FakeCollectivesReplaceShardAndReplicateOnly) {
   TcpKvStore::Options o;
   o.serve = true;
   auto store = TcpKvStore::Create(o);
@@ -216,13 +222,14 @@ TEST(CreateCommunicators, FakeCollectivesReplaceShardAndReplicateOnly) {
       CommOptions options;
       options.timeout = absl::Seconds(20);
       options.fake_collectives = true;
-      auto groups = CreateCommunicators(kWorld, kShard, rank, store->get(), options);
+      auto groups = CreateCommGroups(*ParallelLayout::Create(kWorld, "HYBRID_SHARD", kShard), rank,
+                                     store->get(), options);
       ASSERT_TRUE(groups.ok()) << groups.status();
-      auto* shard = dynamic_cast<FakeCollectiveCommunicator*>(groups->shard.get());
-      auto* replicate = dynamic_cast<FakeCollectiveCommunicator*>(groups->replicate.get());
+      auto* shard = dynamic_cast<NoOpCommunicator*>(groups->shard.get());
+      auto* replicate = dynamic_cast<NoOpCommunicator*>(groups->replicate.get());
       ASSERT_NE(shard, nullptr);
       ASSERT_NE(replicate, nullptr);
-      EXPECT_EQ(dynamic_cast<FakeCollectiveCommunicator*>(groups->world.get()), nullptr);
+      EXPECT_EQ(dynamic_cast<NoOpCommunicator*>(groups->world.get()), nullptr);
       EXPECT_EQ(shard->name(), "shard[" + std::to_string(rank / kShard) + "]");
       EXPECT_EQ(shard->rank(), rank % kShard);
       EXPECT_EQ(replicate->rank(), rank / kShard);
@@ -238,7 +245,7 @@ TEST(CreateCommunicators, FakeCollectivesReplaceShardAndReplicateOnly) {
   for (std::thread& t : threads) t.join();
 }
 
-TEST(CreateCommunicators, RanksDisagreeingOnFakeCollectivesFail) {
+TEST(CreateCommGroups, RanksDisagreeingOnFakeCollectivesFail) {
   TcpKvStore::Options o;
   o.serve = true;
   auto store = TcpKvStore::Create(o);
@@ -250,7 +257,9 @@ TEST(CreateCommunicators, RanksDisagreeingOnFakeCollectivesFail) {
       CommOptions options;
       options.timeout = absl::Seconds(10);
       options.fake_collectives = rank == 1;
-      status[rank] = CreateCommunicators(2, 2, rank, store->get(), options).status();
+      status[rank] =
+          CreateCommGroups(*ParallelLayout::Create(2, "FULL_SHARD", 0), rank, store->get(), options)
+              .status();
     });
   }
   for (std::thread& t : threads) t.join();
