@@ -6,7 +6,7 @@
 //              --global_batch_size=16 --shuffle_seed=7 --steps=20 --out=batches.bin
 //
 // Output: raw little-endian int64, shape [steps, G, T + 1]: for each step the G training
-// sequences (inputs and the shifted targets, as data::MakeBatch cuts them) in global-batch
+// sequences (inputs and the shifted targets, as data::ReadBatch cuts them) in global-batch
 // position order. data::DistributedSampler gives rank r of W, micro-step m (B = micro batch),
 // positions [m*W*B + r*B, m*W*B + (r+1)*B) of that order, and its epoch order does not depend on
 // W, so one file serves every world size: the reader slices it the same way.

@@ -5,7 +5,7 @@ Run it with bench/fsdp_vs_torch.sh (builds the binaries, then calls this with th
 
 For each repetition and each world size W, it runs both sides one after the other (which one
 goes first alternates by repetition), W processes each, launched like torchrun's workers:
-  ours    worker/trainer --spec bench/specs/gpt_small_bench.yaml
+  ours    trainer/trainer --spec bench/specs/gpt_small_bench.yaml
           --set checkpoint.init_from_safetensors=<init> ... --metrics_out ...
   theirs  python bench/torch_fsdp2_rank.py --init <init> --batches <batches> ...
 Shared inputs, made once per invocation:

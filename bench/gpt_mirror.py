@@ -116,7 +116,7 @@ def training_flops_per_token(n_embd, n_layer, vocab_size, seq_len):
 
 
 def lr_at(step, lr, min_lr, warmup, total):
-    """worker/trainer_lr_schedule.cc's LearningRateAt: linear warmup, then cosine to min_lr."""
+    """trainer/lr_schedule.cc's LearningRateAt: linear warmup, then cosine to min_lr."""
     if step < warmup:
         return lr * (step + 1) / warmup
     if step >= total:

@@ -246,7 +246,7 @@ int CmdCluster(const std::vector<std::string>& args) {
   o.slots_per_worker = absl::GetFlag(FLAGS_slots);
   for (auto [bin, pkg, name] : {std::tuple{&o.coordinator_bin, "coordinator", "coordinator"},
                                 std::tuple{&o.worker_bin, "worker", "worker"},
-                                std::tuple{&o.trainer_bin, "worker", "trainer"}}) {
+                                std::tuple{&o.trainer_bin, "trainer", "trainer"}}) {
     auto path = FindSiblingBinary(pkg, name);
     if (!path.ok()) return Fail(path.status());
     *bin = *path;

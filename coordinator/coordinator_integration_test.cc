@@ -20,11 +20,11 @@
 #include "absl/synchronization/mutex.h"
 
 #include "coordinator/client.h"
-#include "coordinator/rendezvous_kv_store.h"
 #include "coordinator/testing/coordinator_process.h"
 #include "fsdp/layout.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "trainer/rendezvous_kv_store.h"
 
 namespace shardline::coordinator {
 namespace {
@@ -510,7 +510,7 @@ TEST_F(CoordinatorIntegrationTest, RendezvousKvStoreOverGrpc) {
   ASSERT_EQ(got.size(), 1u);
   std::shared_ptr<CoordinatorClient> shared =
       *CoordinatorClient::Create(proc_->address(), kWorkerToken);
-  RendezvousKvStore kv(shared, got[0].rendezvous_namespace(), got[0].rendezvous_secret());
+  trainer::RendezvousKvStore kv(shared, got[0].rendezvous_namespace(), got[0].rendezvous_secret());
   std::thread late([&] {
     absl::SleepFor(absl::Milliseconds(200));
     EXPECT_TRUE(kv.Set("rank1/addr", std::string("\x01\x02\0", 3)).ok());
@@ -524,7 +524,7 @@ TEST_F(CoordinatorIntegrationTest, RendezvousKvStoreOverGrpc) {
   auto missing = kv.Get({"nobody"}, absl::Milliseconds(300));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(missing.status().message().find("nobody"), std::string::npos);
-  RendezvousKvStore thief(shared, got[0].rendezvous_namespace(), "guessed");
+  trainer::RendezvousKvStore thief(shared, got[0].rendezvous_namespace(), "guessed");
   EXPECT_EQ(thief.Get({"rank0/addr"}, absl::Milliseconds(100)).status().code(),
             absl::StatusCode::kPermissionDenied);
   worker_->CancelStreams();

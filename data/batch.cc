@@ -28,11 +28,4 @@ absl::StatusOr<Batch> ReadBatch(const TokenDataset& dataset, Split split,
               [&](int64_t index, int64_t* out) { return dataset.Read(split, index, out); });
 }
 
-Batch MakeBatch(const TokenDataset& dataset, Split split, const std::vector<int64_t>& indices) {
-  return *Rows(dataset, indices, [&](int64_t index, int64_t* out) {
-    dataset.Copy(split, index, out);  // Aborts naming the file on an error.
-    return absl::OkStatus();
-  });
-}
-
 }  // namespace shardline::data

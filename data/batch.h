@@ -24,9 +24,6 @@ struct Batch {
 // Errors: TokenDataset::Read's (DATA_LOSS naming the file when it was truncated after Open).
 absl::StatusOr<Batch> ReadBatch(const TokenDataset& dataset, Split split,
                                 const std::vector<int64_t>& indices);
-// ReadBatch for callers that cannot return a status yet: an error is printed (naming the file)
-// and the process aborts (TokenDataset::Copy). Prefer ReadBatch.
-Batch MakeBatch(const TokenDataset& dataset, Split split, const std::vector<int64_t>& indices);
 
 }  // namespace shardline::data
 

@@ -61,15 +61,4 @@ absl::Status TokenDataset::Read(Split split, int64_t index, int64_t* out) const 
   return file_->Read(begin, seq_len_ + 1, out);
 }
 
-void TokenDataset::Copy(Split split, int64_t index, int64_t* out) const {
-  const absl::Status s = Read(split, index, out);
-  if (!s.ok()) {
-    // A named error instead of the SIGBUS a mapped file gave; callers that can return a status
-    // use Read.
-    const std::string line = absl::StrCat("fatal: ", s.ToString(), "\n");
-    (void)!::write(2, line.data(), line.size());
-    std::abort();
-  }
-}
-
 }  // namespace shardline::data

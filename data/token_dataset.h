@@ -38,9 +38,6 @@ class TokenDataset {
   // Copies sequence `index` of `split` (seq_len + 1 tokens) into `out`. Errors: those of
   // TokenFile::Read (DATA_LOSS naming the file when it was truncated after Open).
   absl::Status Read(Split split, int64_t index, int64_t* out) const;
-  // Read for callers that cannot return a status yet: an error is printed (naming the file)
-  // and the process aborts. Prefer Read.
-  void Copy(Split split, int64_t index, int64_t* out) const;
   int64_t num_tokens() const { return file_->size(); }
 
  private:

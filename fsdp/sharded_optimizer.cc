@@ -101,15 +101,20 @@ absl::StatusOr<double> ShardedOptimizer::Step() {
     for (const auto& f : flats) f->shard_grad().mul_(1.0 / grad_scale_);
   }
   // Global norm: local sum of squares in float64, summed over the shard group only. (fused: of
-  // the still-scaled gradients, divided by the scale below.)
-  at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble));
+  // the still-scaled gradients, divided by the scale below.) The partial sums accumulate on the
+  // gradients' device in the same order as a host accumulator would (the same float64 result)
+  // and come to the host once, in item() below: one device synchronisation per step, not one per
+  // flat parameter.
+  const at::Device grad_device =
+      flats.empty() ? at::Device(at::kCPU) : flats[0]->shard_grad().device();
+  at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(grad_device));
   double host_sq = 0;
   for (const auto& f : flats) {
     at::Tensor g = f->shard_grad().narrow(0, 0, f->valid_shard_numel());
     if (options_.fused && g.is_cpu()) {
       host_sq += HostSumOfSquares(g);
     } else {
-      sq.add_(g.to(at::kDouble).pow(2).sum().cpu());
+      sq.add_(g.to(at::kDouble).pow(2).sum());
     }
   }
   sq.add_(host_sq);
@@ -119,7 +124,7 @@ absl::StatusOr<double> ShardedOptimizer::Step() {
     // offloaded to the host.
     at::Tensor dev = sq.to(engine_->device());
     RETURN_IF_ERROR(shard->AllReduce(dev, ReduceOp::kSum));
-    sq = dev.cpu();
+    sq = dev;
   }
   const double norm = std::sqrt(sq.item<double>()) / (options_.fused ? grad_scale_ : 1.0);
   if (grad_scale_ != 1.0 && !std::isfinite(norm)) {

@@ -4,13 +4,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "models/attention.h"
 #include "models/init.h"
 
 namespace shardline::models {
 namespace gpt {
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const Config& c)
-    : n_head_(c.n_head), dropout_(c.dropout) {
+    : n_head_(c.n_head), dropout_(c.dropout), kernel_(c.attention) {
   c_attn_ = register_module("c_attn", torch::nn::Linear(c.n_embd, 3 * c.n_embd));
   c_proj_ = register_module("c_proj", torch::nn::Linear(c.n_embd, c.n_embd));
   resid_drop_ = register_module("resid_drop", torch::nn::Dropout(c.dropout));
@@ -20,9 +21,8 @@ at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x) {
   const int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / n_head_;
   auto qkv = c_attn_->forward(x).split(c, /*dim=*/2);  // 3 x [B, T, C]
   auto heads = [&](const at::Tensor& y) { return y.view({b, t, n_head_, d}).transpose(1, 2); };
-  at::Tensor y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
-                                                  /*attn_mask=*/{}, is_training() ? dropout_ : 0.0,
-                                                  /*is_causal=*/true);  // [B, H, T, D]
+  at::Tensor y = CausalAttention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
+                                 is_training() ? dropout_ : 0.0, kernel_);  // [B, H, T, D]
   y = y.transpose(1, 2).contiguous().view({b, t, c});
   return resid_drop_->forward(c_proj_->forward(y));
 }
@@ -76,8 +76,8 @@ at::Tensor GptImpl::forward(const at::Tensor& tokens, fsdp::UnitRunner* runner) 
 }  // namespace gpt
 
 absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const ModelConfig& spec) {
-  const gpt::Config c{spec.n_embd,     spec.n_layer,    spec.n_head,
-                      spec.vocab_size, spec.block_size, spec.dropout};
+  const gpt::Config c{spec.n_embd,     spec.n_layer, spec.n_head,   spec.vocab_size,
+                      spec.block_size, spec.dropout, spec.attention};
   if (c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.vocab_size <= 0 || c.block_size <= 0 ||
       c.n_embd % c.n_head != 0) {
     return absl::InvalidArgumentError(

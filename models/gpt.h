@@ -37,6 +37,7 @@ namespace gpt {
 struct Config {
   int64_t n_embd, n_layer, n_head, vocab_size, block_size;
   double dropout;
+  AttentionKernel attention = AttentionKernel::kSdpa;
 };
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
@@ -47,6 +48,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
  private:
   int64_t n_head_;
   double dropout_;
+  AttentionKernel kernel_;
   torch::nn::Linear c_attn_{nullptr};  // [3C, C] + [3C]: q, k, v projections.
   torch::nn::Linear c_proj_{nullptr};  // [C, C] + [C].
   torch::nn::Dropout resid_drop_{nullptr};

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "models/attention.h"
 #include "models/init.h"
 
 namespace shardline::models {
@@ -36,7 +37,8 @@ at::Tensor RmsNormImpl::forward(const at::Tensor& x) {
   return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps_) * weight_;
 }
 
-AttentionImpl::AttentionImpl(const Config& c) : n_head_(c.n_head), dropout_(c.dropout) {
+AttentionImpl::AttentionImpl(const Config& c)
+    : n_head_(c.n_head), dropout_(c.dropout), kernel_(c.attention) {
   wq_ = register_module("wq", NoBias(c.n_embd, c.n_embd));
   wk_ = register_module("wk", NoBias(c.n_embd, c.n_embd));
   wv_ = register_module("wv", NoBias(c.n_embd, c.n_embd));
@@ -49,9 +51,8 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
   auto heads = [&](const at::Tensor& y) { return y.view({b, t, n_head_, d}).transpose(1, 2); };
   at::Tensor q = ApplyRotary(heads(wq_->forward(x)), cos, sin);
   at::Tensor k = ApplyRotary(heads(wk_->forward(x)), cos, sin);
-  at::Tensor y = at::scaled_dot_product_attention(q, k, heads(wv_->forward(x)), {},
-                                                  is_training() ? dropout_ : 0.0,
-                                                  /*is_causal=*/true);  // [B, H, T, D]
+  at::Tensor y = CausalAttention(q, k, heads(wv_->forward(x)), is_training() ? dropout_ : 0.0,
+                                 kernel_);  // [B, H, T, D]
   return wo_->forward(y.transpose(1, 2).contiguous().view({b, t, c}));
 }
 
@@ -115,6 +116,7 @@ at::Tensor LlamaImpl::forward(const at::Tensor& tokens, fsdp::UnitRunner* runner
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig& spec) {
   llama::Config c{spec.n_embd,     spec.n_layer,    spec.n_head, spec.vocab_size,
                   spec.block_size, spec.ffn_hidden, spec.dropout};
+  c.attention = spec.attention;
   if (c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.vocab_size <= 0 || c.block_size <= 0 ||
       c.ffn_hidden <= 0 || c.n_embd % c.n_head != 0 || (c.n_embd / c.n_head) % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(

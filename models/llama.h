@@ -38,6 +38,7 @@ struct Config {
   double dropout;
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
+  AttentionKernel attention = AttentionKernel::kSdpa;
 };
 
 class RmsNormImpl : public torch::nn::Module {
@@ -60,6 +61,7 @@ class AttentionImpl : public torch::nn::Module {
  private:
   int64_t n_head_;
   double dropout_;
+  AttentionKernel kernel_;
   torch::nn::Linear wq_{nullptr}, wk_{nullptr}, wv_{nullptr}, wo_{nullptr};  // [C, C] each.
 };
 TORCH_MODULE(Attention);

@@ -23,6 +23,10 @@ namespace shardline::models {
 
 enum class Architecture { kGpt, kLlama, kTorchScript };
 
+// How the GPT and Llama blocks compute attention (models/attention.h): the fused
+// at::scaled_dot_product_attention kernels, or the explicit op-by-op formula (tests, debugging).
+enum class AttentionKernel { kSdpa, kExplicit };
+
 struct ModelConfig {
   Architecture architecture = Architecture::kGpt;
   int64_t n_embd = 0;
@@ -34,6 +38,8 @@ struct ModelConfig {
   double dropout = 0.0;
   std::string torchscript_path;
   uint64_t init_seed = 0;
+  // Not in the job spec: always kSdpa there. Tests set kExplicit to check the fused kernels.
+  AttentionKernel attention = AttentionKernel::kSdpa;
 };
 
 // Resolves the preset (spec/model_presets.h) and copies the fields.

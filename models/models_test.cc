@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include "models/attention.h"
 #include "models/gpt.h"
 #include "models/llama.h"
 #include "models/model_factory.h"
@@ -100,6 +101,33 @@ TEST_P(BuiltinModelTest, LearnsAFixedBatch) {
   EXPECT_LT(last, first - 0.5);
 }
 
+// The fused at::scaled_dot_product_attention path (what training uses) against the explicit
+// formula: the same logits and parameter gradients within float32 rounding.
+TEST_P(BuiltinModelTest, SdpaMatchesExplicitAttentionInLogitsAndGradients) {
+  ModelConfig spec = Preset(GetParam(), 3);
+  spec.dropout = 0.0;
+  auto fused = Make(spec);
+  spec.attention = AttentionKernel::kExplicit;
+  auto explicit_math = Make(spec);
+  at::Tensor x = Tokens(3, 24), target = Tokens(3, 24, 11);
+  at::Tensor logits[2];
+  LanguageModel* models[2] = {fused.get(), explicit_math.get()};
+  for (int i = 0; i < 2; ++i) {
+    logits[i] = models[i]->Forward(x);
+    at::cross_entropy_loss(logits[i].view({-1, 256}), target.view(-1)).backward();
+  }
+  EXPECT_TRUE(at::allclose(logits[0], logits[1], 1e-4, 1e-5))
+      << (logits[0] - logits[1]).abs().max().item<float>();
+  auto pf = fused->module().named_parameters(), pe = explicit_math->module().named_parameters();
+  for (const auto& item : pf) {
+    const at::Tensor gf = item.value().grad(), ge = pe[item.key()].grad();
+    ASSERT_TRUE(gf.defined() && ge.defined()) << item.key();
+    EXPECT_TRUE(at::allclose(gf, ge, 1e-3, 1e-6))
+        << item.key() << " max diff " << (gf - ge).abs().max().item<float>() << " of "
+        << ge.abs().max().item<float>();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Presets, BuiltinModelTest, ::testing::Values("tiny", "llama-tiny"));
 
 TEST(GptModel, Gpt2PresetHas124MParameters) {
@@ -167,6 +195,20 @@ TEST(Generate, IsDeterministicForASeed) {
   EXPECT_TRUE(model->module().is_training());  // Mode restored.
   EXPECT_EQ(Generate(*model, {}, opts, at::kCPU).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CausalAttention, SdpaEqualsExplicitFormulaInFloat64WithAShortQueryBlock) {
+  at::Generator gen = at::detail::createCPUGenerator(4);
+  for (int64_t t : {1, 7, 33}) {
+    at::Tensor q = at::randn({2, 3, t, 8}, gen, at::kDouble),
+               k = at::randn({2, 3, t, 8}, gen, at::kDouble),
+               v = at::randn({2, 3, t, 8}, gen, at::kDouble);
+    at::Tensor a = CausalAttention(q, k, v, 0.0, AttentionKernel::kSdpa);
+    at::Tensor b = CausalAttention(q, k, v, 0.0, AttentionKernel::kExplicit);
+    EXPECT_TRUE(at::allclose(a, b, 1e-10, 1e-12)) << "T " << t;
+    // Causal: the first position sees only itself.
+    EXPECT_TRUE(at::allclose(b.select(2, 0), v.select(2, 0), 1e-12, 1e-12)) << "T " << t;
+  }
 }
 
 }  // namespace

@@ -81,7 +81,7 @@ TEST(LoadJobSpec, EnginePerformanceOptionsAreAccepted) {
 }
 
 // FP16 runs on CPU jobs too (LibTorch's CPU fp16 kernels give the fp32 losses within 3e-5 on
-// the tiny GPT, ~4x slower than fp32: worker/trainer_engine_options_test.sh), in any of the
+// the tiny GPT, ~4x slower than fp32: trainer/engine_options_test.sh), in any of the
 // three fields, with the dynamic loss scaler.
 TEST(LoadJobSpec, Fp16IsAcceptedOnCpuJobs) {
   auto spec = Load(
@@ -99,6 +99,16 @@ TEST(LoadJobSpec, CpuOffloadIsAcceptedOnCudaJobs) {
   auto spec = Load(kBase, {"device.kind=CUDA", "fsdp.cpu_offload=true"});
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_TRUE(spec->fsdp().cpu_offload());
+}
+
+// TensorFloat-32 is opt-in for CUDA jobs (a CPU job refuses it: see the table below).
+TEST(LoadJobSpec, AllowTf32IsOffByDefaultAndAcceptedOnCudaJobs) {
+  auto plain = Load(kBase, {"device.kind=CUDA"});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->device().allow_tf32());
+  auto spec = Load(kBase, {"device.kind=CUDA", "device.allow_tf32=true"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->device().allow_tf32());
 }
 
 struct BadSpec {
@@ -158,6 +168,10 @@ TEST(LoadJobSpec, RejectsBadSpecsWithFieldAndValue) {
        "",
        {"fsdp.cpu_offload=true"},
        "fsdp.cpu_offload: true needs device.kind CUDA"},
+      {"tf32 on cpu",
+       "",
+       {"device.allow_tf32=true"},
+       "device.allow_tf32: true needs device.kind CUDA"},
       {"negative lr", "", {"optimizer.lr=-1"}, "optimizer.lr: -1 must be > 0"},
       {"beta out of range", "", {"optimizer.beta2=1.5"}, "optimizer.beta2: 1.5 is not in [0, 1)"},
       {"dropout out of range", "", {"model.dropout=1"}, "model.dropout: 1 is not in [0, 1)"},

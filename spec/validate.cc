@@ -270,6 +270,9 @@ void ValidateRest(const JobSpec& s, const ValidateOptions& opt, Problems* p) {
   if (s.device().cpu_threads() < 0) {
     p->Add("device.cpu_threads: ", s.device().cpu_threads(), " must be >= 0");
   }
+  if (s.device().allow_tf32() && s.device().kind() == DeviceSpec::CPU) {
+    p->Add("device.allow_tf32: true needs device.kind CUDA (TensorFloat-32 is a GPU matmul mode)");
+  }
 }
 
 }  // namespace

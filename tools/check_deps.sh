@@ -20,7 +20,7 @@ declare -A ALLOWED=(
   [checkpoint]="proto common spec data fsdp"
   [coordinator]="proto common spec //fsdp:layout checkpoint"
   [trainer]="proto common spec data fsdp models checkpoint coordinator"
-  [worker]="proto common spec coordinator"
+  [worker]="proto common spec //fsdp:layout coordinator"
   [cli]="proto common spec //fsdp:layout checkpoint coordinator"
 )
 # Layers that must never link LibTorch or CUDA.

@@ -10,7 +10,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 bash tools/setup.sh
 echo "== building (the first build takes a while)"
-bazel build //coordinator:coordinator //worker:worker //worker:trainer //cli:shardctl 2>&1 \
+bazel build //coordinator:coordinator //worker:worker //trainer:trainer //cli:shardctl 2>&1 \
   | grep -v -E "^(Loading|Analyzing|INFO|\[)" || true
 bin="$(bazel info bazel-bin 2>/dev/null)"
 shardctl="$bin/cli/shardctl"

@@ -24,7 +24,9 @@ ABSL_FLAG(std::string, node_name, "", "Unique node name; default: the host name.
 ABSL_FLAG(std::string, address, "127.0.0.1", "Address other nodes reach this node at.");
 ABSL_FLAG(int, slots, 0, "CPU slots to offer when the node has no GPU.");
 ABSL_FLAG(std::string, work_dir, "", "Directory for job files and rank logs.");
-ABSL_FLAG(std::string, trainer, "", "Path of the trainer binary; default: beside this binary.");
+ABSL_FLAG(std::string, trainer, "",
+          "Path of the trainer binary; default: ../trainer/trainer (Bazel's layout) if "
+          "present, else beside this binary.");
 ABSL_FLAG(int, grace_period_s, 10, "Seconds between SIGTERM and SIGKILL when stopping ranks.");
 ABSL_FLAG(
     bool, check_flags, false,
@@ -38,13 +40,17 @@ std::string Default(const std::string& flag, const char* env) {
   return v != nullptr ? v : "";
 }
 
+// Bazel's layout first (bazel-bin/worker/worker -> bazel-bin/trainer/trainer), so that a stale
+// bazel-bin/worker/trainer from before the trainer moved to trainer/ is never picked; then an
+// install dir (/usr/local/bin/worker -> /usr/local/bin/trainer).
 std::string TrainerBesideSelf() {
   char buf[4096];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n <= 0) return "";
   std::string self(buf, n);
   const std::string dir = self.substr(0, self.rfind('/'));
-  // Bazel's layout (bazel-bin/worker/worker -> bazel-bin/worker/trainer) and an install dir alike.
+  const std::string bazel_layout = dir + "/../trainer/trainer";
+  if (access(bazel_layout.c_str(), X_OK) == 0) return bazel_layout;
   return dir + "/trainer";
 }
 

@@ -13,7 +13,7 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
-TARGETS=(//worker:trainer //worker:worker //coordinator:coordinator //cli:shardctl
+TARGETS=(//trainer:trainer //worker:worker //coordinator:coordinator //cli:shardctl
          //fsdp:nccl_communicator_test //tests/smoke:nccl_smoke "$@")
 bazel build --jobs=2 "${TARGETS[@]}"
 BIN=$(bazel info bazel-bin 2>/dev/null)
@@ -32,5 +32,7 @@ for f in .gpu/bin/*; do
 done | sort -u | while read -r name path; do
   if ! [[ $name =~ $keep_out ]]; then cp -L "$path" .gpu/lib/; fi
 done
+# The GPU machine gets the working tree without .git: the results name the commit from here.
+git rev-parse --short HEAD > .gpu/COMMIT 2>/dev/null || true
 du -sh .gpu/bin .gpu/lib
 echo "packed $(ls .gpu/bin | wc -l) binaries and $(ls .gpu/lib | wc -l) libraries into .gpu/"

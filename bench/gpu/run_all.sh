@@ -19,7 +19,9 @@
 #      SHARDLINE_PEAK_FLOPS) and the GPU memory peak;
 #   4. with prebuilt binaries: starts a local cluster (coordinator + one worker daemon, which
 #      finds the GPU) and runs a CUDA job through shardctl with checkpoints.
-# RUN_ALL_TESTS_ONLY=1 stops after the tests (phase 2).
+# RUN_ALL_TESTS_ONLY=1 stops after the tests (phase 2). RUN_ALL_THROUGHPUT=1 runs
+# bench/gpu/throughput.sh after the tests instead of phases 3 and 4, in what is left of ten minutes
+# (THROUGHPUT_BUDGET_S overrides), and appends its table to the results.
 # Writes bench/gpu/results_gpu.txt (and copies it and an archive of the logs to $OUT when that is
 # set, as the device runner provides). Each phase has its own time limit.
 set -uo pipefail
@@ -95,14 +97,14 @@ else
   log "CUDA_HOME=$CUDA_HOME (nccl.h: $([ -f "$CUDA_HOME/include/nccl.h" ] && echo yes || echo NO)); SHARDLINE_TORCH_DIR=$TORCH_DIR"
   command -v bazel >/dev/null || { log "no .gpu/bin and no bazel: run bench/gpu/pack.sh on a build machine and carry .gpu"; echo "FAILED: no binaries" >> "$RESULTS"; finish 2; }
   BZ=(bazel --output_base="$WORK/bazel-ob")
-  log "building //worker:trainer and the GPU tests"
-  if ! timeout 480 "${BZ[@]}" build --jobs="$(nproc)" //worker:trainer //fsdp:nccl_communicator_test \
+  log "building //trainer:trainer and the GPU tests"
+  if ! timeout 480 "${BZ[@]}" build --jobs="$(nproc)" //trainer:trainer //fsdp:nccl_communicator_test \
       > "$WORK/build.log" 2>&1; then
     log "build failed; tail of $WORK/build.log:"; tail -30 "$WORK/build.log" >&2
     echo "FAILED: build (see build.log)" >> "$RESULTS"; finish 1
   fi
   BIN=$("${BZ[@]}" info bazel-bin 2>/dev/null)
-  trainer_bin=$BIN/worker/trainer
+  trainer_bin=$BIN/trainer/trainer
   if [ -n "${RUN_ALL_BUILD_ONLY:-}" ]; then  # For checking the build on a machine without a GPU.
     log "built $trainer_bin; stopping (RUN_ALL_BUILD_ONLY)"; finish 0
   fi
@@ -129,7 +131,7 @@ if [ "$BIN" = "$REPO/.gpu/bin" ]; then
   for t in "$BIN"/*_test; do
     gpu_test "$(basename "$t")" "$t"
   done
-  for s in worker/trainer_gpu_test.sh $(ls worker/*_gpu_test.sh fsdp/*_gpu_test.sh 2>/dev/null | grep -v '^worker/trainer_gpu_test.sh$'); do
+  for s in trainer/gpu_test.sh $(ls worker/*_gpu_test.sh fsdp/*_gpu_test.sh 2>/dev/null); do
     gpu_test "$s" bash "$s" "$trainer_bin"
   done
   echo "gpu tests: $pass passed, $fail failed" >> "$RESULTS"
@@ -145,6 +147,15 @@ else
 fi
 
 if [ -n "${RUN_ALL_TESTS_ONLY:-}" ]; then  # Just the GPU tests (a short re-check after a change).
+  cat "$RESULTS"; finish 0
+fi
+
+if [ -n "${RUN_ALL_THROUGHPUT:-}" ]; then  # The throughput benchmark instead of phases 3 and 4.
+  budget=${THROUGHPUT_BUDGET_S:-$((540 - SECONDS))}
+  log "throughput benchmark (bench/gpu/throughput.sh), budget ${budget}s"
+  THROUGHPUT_BUDGET_S=$budget TRAINER=$trainer_bin TORCH_VENV=$TORCH_VENV WORK=$WORK/throughput \
+    SHARDLINE_PEAK_FLOPS=$PEAK OUT= bash bench/gpu/throughput.sh > "$WORK/throughput.log" 2>&1
+  { echo; cat "${THROUGHPUT_RESULTS:-$REPO/bench/gpu/results_throughput.txt}"; } >> "$RESULTS"
   cat "$RESULTS"; finish 0
 fi
 

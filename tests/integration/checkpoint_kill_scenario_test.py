@@ -1,7 +1,7 @@
 """Failure scenario: a trainer killed (SIGKILL) in the middle of a checkpoint save.
 
 The kill lands at a known point of the save through the trainers' test-only pause
-(SHARDLINE_TEST_PAUSE_IN_SAVE, checkpoint/trainer_checkpointing.h), set on the worker daemons
+(SHARDLINE_TEST_PAUSE_IN_SAVE, trainer/checkpointing.h), set on the worker daemons
 and so inherited by their trainers: in attempt 1, the writer of shard 1 stops in the save of
 step 9 before writing its data file, while shard 0's files are written and rank 0 waits to
 commit. The test kills that writer there, then checks that

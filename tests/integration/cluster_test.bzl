@@ -3,7 +3,7 @@
 _BINARIES = {
     "coordinator": "//coordinator:coordinator",
     "worker": "//worker:worker",
-    "trainer": "//worker:trainer",
+    "trainer": "//trainer:trainer",
     "shardctl": "//cli:shardctl",
 }
 

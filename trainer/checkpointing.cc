@@ -1,0 +1,119 @@
+#include "trainer/checkpointing.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace shardline::trainer {
+namespace {
+
+constexpr char kTestPauseEnv[] = "SHARDLINE_TEST_PAUSE_IN_SAVE";
+
+// The test pause of the header comment, from the environment; an empty function when unset or
+// for another attempt.
+absl::StatusOr<std::function<void(int)>> TestPauseFromEnv(
+    std::shared_ptr<std::atomic<int64_t>> saving_step) {
+  const char* value = std::getenv(kTestPauseEnv);
+  if (value == nullptr || *value == '\0') return std::function<void(int)>();
+  const std::vector<std::string> parts = absl::StrSplit(value, ':');
+  int64_t step = 0, shard = 0, seconds = 0, attempt = 0;
+  if ((parts.size() != 3 && parts.size() != 4) || !absl::SimpleAtoi(parts[0], &step) ||
+      !absl::SimpleAtoi(parts[1], &shard) || !absl::SimpleAtoi(parts[2], &seconds) ||
+      (parts.size() == 4 && !absl::SimpleAtoi(parts[3], &attempt))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kTestPauseEnv, "=", value, ": expected STEP:SHARD:SECONDS[:ATTEMPT] (tests only)"));
+  }
+  if (attempt > 0) {
+    const char* current = std::getenv("SHARDLINE_ATTEMPT");
+    int64_t mine = 0;
+    if (current == nullptr || !absl::SimpleAtoi(current, &mine) || mine != attempt) {
+      return std::function<void(int)>();
+    }
+  }
+  return std::function<void(int)>([=](int shard_index) {
+    if (shard_index != shard || saving_step->load() != step) return;
+    std::fprintf(stderr, "test pause in save: step %lld shard %d for %llds (%s)\n",
+                 static_cast<long long>(step), shard_index, static_cast<long long>(seconds),
+                 kTestPauseEnv);
+    std::fflush(stderr);
+    absl::SleepFor(absl::Seconds(seconds));
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> TrainerCheckpointing::Create(
+    const CheckpointPolicy& policy, fsdp::FsdpEngine* engine, fsdp::ShardedOptimizer* optimizer,
+    fsdp::Communicator* world) {
+  std::unique_ptr<checkpoint::Checkpointer> ckpt;
+  auto saving_step = std::make_shared<std::atomic<int64_t>>(-1);
+  if (!policy.dir.empty()) {
+    checkpoint::Checkpointer::Options o;
+    o.root = policy.dir;
+    o.keep_last = policy.keep_last;
+    o.optimizer_kind = policy.optimizer_kind;
+    o.job_id = policy.job_id;
+    o.attempt = policy.attempt;
+    o.commit_timeout = policy.commit_timeout;
+    o.on_saved = policy.on_saved;
+    ASSIGN_OR_RETURN(o.test_after_data_file, TestPauseFromEnv(saving_step));
+    ASSIGN_OR_RETURN(ckpt, checkpoint::Checkpointer::Create(o, engine, optimizer, world));
+  }
+  return std::unique_ptr<TrainerCheckpointing>(
+      new TrainerCheckpointing(policy, engine, std::move(ckpt), std::move(saving_step)));
+}
+
+absl::StatusOr<checkpoint::TrainingProgress> TrainerCheckpointing::Restore() {
+  if (ckpt_ != nullptr && policy_.resume_step != 0) {
+    absl::StatusOr<checkpoint::TrainingProgress> p = ckpt_->Load(policy_.resume_step);
+    if (p.ok()) {
+      if (engine_->rank() == 0) {
+        SL_LOG(INFO) << "resumed from " << checkpoint::StepDir(policy_.dir, p->step)
+                     << " (data epoch " << p->data_epoch << " position " << p->data_position << ")";
+      }
+      return p;
+    }
+    // Only "there is no checkpoint yet" starts fresh, and only when the latest was asked for.
+    const bool none_yet = policy_.resume_step == -1 &&
+                          p.status().code() == absl::StatusCode::kNotFound &&
+                          absl::StrContains(p.status().message(), "no committed checkpoint under");
+    if (!none_yet) return p.status();
+  }
+  if (!policy_.init_from_safetensors.empty()) {
+    RETURN_IF_ERROR(checkpoint::LoadSafetensorsIntoEngine(policy_.init_from_safetensors, engine_));
+    if (engine_->rank() == 0) {
+      SL_LOG(INFO) << "initialized the weights from " << policy_.init_from_safetensors;
+    }
+  }
+  return checkpoint::TrainingProgress();
+}
+
+absl::Status TrainerCheckpointing::AfterStep(int64_t steps_done, int64_t epoch, int64_t position) {
+  if (ckpt_ == nullptr) return absl::OkStatus();
+  const bool periodic = policy_.every_steps > 0 && steps_done % policy_.every_steps == 0;
+  const bool final = policy_.save_final && steps_done == policy_.total_steps;
+  if (!periodic && !final) return absl::OkStatus();
+  checkpoint::TrainingProgress p;
+  p.step = steps_done;
+  p.data_epoch = epoch;
+  p.data_position = position;
+  saving_step_->store(steps_done);
+  return ckpt_->Save(p, policy_.async_save);
+}
+
+absl::Status TrainerCheckpointing::Finish() {
+  if (ckpt_ == nullptr) return absl::OkStatus();
+  return ckpt_->WaitForPendingSave();
+}
+
+}  // namespace shardline::trainer

@@ -1,0 +1,86 @@
+// TrainerCheckpointing: the trainer's checkpoint policy around a checkpoint::Checkpointer
+// (checkpoint/sharded_checkpoint.h), so the training loop only calls three functions:
+//
+//   ASSIGN_OR_RETURN(auto ckpt, TrainerCheckpointing::Create(policy, engine, optimizer, world));
+//   ASSIGN_OR_RETURN(checkpoint::TrainingProgress start, ckpt->Restore());  // resume/init/fresh
+//   ... after every optimizer step: RETURN_IF_ERROR(ckpt->AfterStep(done, epoch, position));
+//   RETURN_IF_ERROR(ckpt->Finish());                              // waits for an async save
+//
+// Restore: resume_step -1 loads the latest committed checkpoint if there is one (fresh start
+// otherwise), N > 0 loads step N (NOT_FOUND if it is not committed), 0 starts fresh; without a
+// checkpoint to resume, init_from_safetensors (if set) loads the weights (optimizer fresh).
+// AfterStep saves every every_steps steps and after the last one with save_final; async_save
+// writes from a background thread (the next save waits for the previous one).
+//
+// Tests only: SHARDLINE_TEST_PAUSE_IN_SAVE=STEP:SHARD:SECONDS[:ATTEMPT] makes the writer of
+// shard SHARD sleep SECONDS in the save of step STEP, before it writes its data file (the other
+// writers' files are written meanwhile and rank 0 waits to commit), and only in job attempt
+// ATTEMPT ($SHARDLINE_ATTEMPT) when given. It prints "test pause in save: step S shard K" to
+// stderr first, so a failure test can kill the rank in the middle of a save at a known point
+// (tests/integration/checkpoint_kill_scenario_test.py). A malformed value is an error of Create.
+//
+// Thread safety: training thread only (collectives).
+#ifndef SHARDLINE_TRAINER_CHECKPOINTING_H_
+#define SHARDLINE_TRAINER_CHECKPOINTING_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "checkpoint/sharded_checkpoint.h"
+
+namespace shardline::trainer {
+
+struct CheckpointPolicy {
+  std::string dir;  // "" disables saving and resuming (init_from_safetensors still works).
+  int every_steps = 0;
+  int keep_last = 0;
+  bool async_save = false;
+  bool save_final = false;
+  int64_t resume_step = -1;
+  std::string init_from_safetensors;
+  int64_t total_steps = 0;     // train.steps (for save_final).
+  std::string optimizer_kind;  // "adamw" / "sgd".
+  std::string job_id;
+  int32_t attempt = 0;  // Recorded in the manifests with job_id.
+  // How long rank 0 waits for the other shard writers before failing the save. The trainer uses
+  // its collective timeout: in a synchronous save the other ranks wait that long in a collective.
+  absl::Duration commit_timeout = absl::Minutes(10);
+  std::function<void(const checkpoint::SaveEvent&)> on_saved;  // Coordinator reports (optional).
+};
+
+class TrainerCheckpointing {
+ public:
+  // Borrowed pointers must outlive this object. Errors: checkpoint::Checkpointer::Create's.
+  static absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> Create(
+      const CheckpointPolicy& policy, fsdp::FsdpEngine* engine, fsdp::ShardedOptimizer* optimizer,
+      fsdp::Communicator* world);
+
+  // Where training starts: step 0 and cursor (0, 0) when fresh.
+  absl::StatusOr<checkpoint::TrainingProgress> Restore();
+  // `steps_done` optimizer steps are complete; (epoch, position) is the sampler's cursor.
+  absl::Status AfterStep(int64_t steps_done, int64_t epoch, int64_t position);
+  absl::Status Finish();
+
+ private:
+  TrainerCheckpointing(const CheckpointPolicy& policy, fsdp::FsdpEngine* engine,
+                       std::unique_ptr<checkpoint::Checkpointer> ckpt,
+                       std::shared_ptr<std::atomic<int64_t>> saving_step)
+      : policy_(policy),
+        engine_(engine),
+        ckpt_(std::move(ckpt)),
+        saving_step_(std::move(saving_step)) {}
+  CheckpointPolicy policy_;
+  fsdp::FsdpEngine* engine_;
+  std::unique_ptr<checkpoint::Checkpointer> ckpt_;  // Null without a dir.
+  // The step of the save in progress, for the test pause (shared with its hook).
+  std::shared_ptr<std::atomic<int64_t>> saving_step_;
+};
+
+}  // namespace shardline::trainer
+
+#endif  // SHARDLINE_TRAINER_CHECKPOINTING_H_

@@ -1,0 +1,31 @@
+// Exit codes of `trainer` (trainer/trainer_main.cc). The worker daemon reports them to the
+// coordinator; a person reads the matching message on stderr.
+//
+//   0    training finished
+//   1    internal error (a bug or an unexpected LibTorch failure)
+//   2    bad job spec, command line or environment (the message names the field and value)
+//   3    data error: the data file is missing, unreadable, malformed, holds ids outside the
+//        vocabulary, or is too small for one global batch
+//   4    communication failure: rendezvous or a collective failed, timed out, or lost a peer
+//        (the message names the group, operation and step)
+//   5    training diverged: the loss became NaN or infinite (the message names the step)
+//   128+N  stopped by signal N between steps (143 for SIGTERM, 130 for SIGINT); a SIGKILL
+//        shows as the signal itself to the parent
+#ifndef SHARDLINE_TRAINER_EXIT_CODES_H_
+#define SHARDLINE_TRAINER_EXIT_CODES_H_
+
+namespace shardline::trainer {
+
+enum TrainerExitCode : int {
+  kExitOk = 0,
+  kExitInternal = 1,
+  kExitBadSpec = 2,
+  kExitDataError = 3,
+  kExitCommFailure = 4,
+  kExitDiverged = 5,
+  kExitSignalBase = 128,
+};
+
+}  // namespace shardline::trainer
+
+#endif  // SHARDLINE_TRAINER_EXIT_CODES_H_

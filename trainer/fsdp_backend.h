@@ -1,0 +1,82 @@
+// FsdpBackend: the TrainingBackend over the FSDP engine (fsdp/fsdp_engine.h) and its sharded
+// AdamW/SGD (fsdp/sharded_optimizer.h), for any W = R x S. Losses and metrics are summed over
+// the world communicator.
+//
+// Thread safety: training thread only.
+#ifndef SHARDLINE_TRAINER_FSDP_BACKEND_H_
+#define SHARDLINE_TRAINER_FSDP_BACKEND_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <torch/nn/module.h>
+
+#include "absl/status/statusor.h"
+#include "fsdp/communicator.h"
+#include "fsdp/fsdp_engine.h"
+#include "fsdp/loss_scaler.h"
+#include "fsdp/sharded_optimizer.h"
+#include "models/language_model.h"
+#include "trainer/backend.h"
+#include "trainer/config.h"
+
+namespace shardline::trainer {
+
+class FsdpBackend : public TrainingBackend {
+ public:
+  struct Comms {
+    fsdp::Communicator* world = nullptr;      // All W ranks.
+    fsdp::Communicator* shard = nullptr;      // This rank's shard group (S ranks).
+    fsdp::Communicator* replicate = nullptr;  // This rank's replicate group (R ranks).
+  };
+  // Wraps `model` (fp32, on its device) per config.layout and config.engine, parameters
+  // broadcast from rank 0, and attaches the engine as the model's UnitRunner (detached again by
+  // the destructor). A model without RunUnit hook points (block_type() == "", TorchScript) is
+  // one unit under TRANSFORMER_BLOCK. The model and communicators are borrowed.
+  // Errors: INVALID_ARGUMENT for a bad wrap policy or communicator shapes; the broadcast's
+  // error. (Options the engine lacks are refused earlier, by spec validation.)
+  static absl::StatusOr<std::unique_ptr<FsdpBackend>> Create(models::LanguageModel& model,
+                                                             const TrainerConfig& config, int rank,
+                                                             const Comms& comms);
+  ~FsdpBackend() override;
+
+  std::string Describe() const override;
+  void set_step(int64_t step) override;
+  absl::Status BeginForward() override { return engine_->BeginForward(); }
+  // With fsdp.mixed_precision.param_dtype FP16 the loss is scaled (fsdp/loss_scaler.h) and Step
+  // unscales, skipping steps whose gradients overflowed.
+  absl::Status Backward(const at::Tensor& loss, bool sync) override;
+  absl::StatusOr<double> Step(double lr) override;
+  void EndForward() override { engine_->ReshardAll(); }
+  absl::Status AllReduceSum(const at::Tensor& values) override;
+  int64_t StateBytes() const override;
+  std::optional<double> loss_scale() const override;
+  int64_t skipped_steps() const override;
+
+  fsdp::FsdpEngine* engine() { return engine_.get(); }
+  fsdp::ShardedOptimizer* optimizer() { return optimizer_.get(); }
+  fsdp::Communicator* world() const { return comms_.world; }
+
+ private:
+  FsdpBackend(models::LanguageModel& model, const TrainerConfig& config, const Comms& comms,
+              std::unique_ptr<fsdp::FsdpEngine> engine,
+              std::unique_ptr<fsdp::ShardedOptimizer> optimizer)
+      : model_(model),
+        config_(config),
+        comms_(comms),
+        engine_(std::move(engine)),
+        optimizer_(std::move(optimizer)) {
+    if (config.engine.param_dtype == fsdp::Dtype::kFloat16) scaler_.emplace();
+  }
+  models::LanguageModel& model_;
+  TrainerConfig config_;
+  Comms comms_;
+  std::unique_ptr<fsdp::FsdpEngine> engine_;
+  std::unique_ptr<fsdp::ShardedOptimizer> optimizer_;
+  std::optional<fsdp::DynamicLossScaler> scaler_;  // float16 only.
+};
+
+}  // namespace shardline::trainer
+
+#endif  // SHARDLINE_TRAINER_FSDP_BACKEND_H_

@@ -1,0 +1,228 @@
+#include "trainer/train_loop.h"
+
+#include <chrono>
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "common/torch_status.h"
+#include "data/batch.h"
+#include "data/byte_tokenizer.h"
+#include "models/sample.h"
+#include "trainer/lr_schedule.h"
+
+namespace shardline::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Mean over all ranks of per-rank (sum, count) pairs. `sum` is a float64 scalar, on the model's
+// device in training (so that nothing is read back per micro-batch); the result comes to the host
+// in one read.
+absl::StatusOr<double> GlobalMean(TrainingBackend& backend, const at::Tensor& sum, double count) {
+  at::Tensor t = at::stack({sum.reshape({}), at::full({}, count, sum.options())});
+  RETURN_IF_ERROR(backend.AllReduceSum(t));
+  const at::Tensor host = t.cpu();
+  return host[0].item<double>() / host[1].item<double>();
+}
+
+class Loop {
+ public:
+  Loop(const TrainerConfig& c, models::LanguageModel& model, TrainingBackend& backend,
+       const data::TokenDataset& dataset, const TrainLoopOptions& o, data::DistributedSampler s)
+      : c_(c), model_(model), backend_(backend), data_(dataset), o_(o), sampler_(std::move(s)) {}
+
+  absl::StatusOr<TrainSummary> Run() {
+    device_ = model_.module().parameters().front().device();
+    RETURN_IF_ERROR(sampler_.Restore(o_.start_cursor));
+    at::manual_seed(c_.seed + 1000003ULL * o_.rank);  // Dropout: per rank, reproducible.
+    const double flops_per_token = model_.TrainingFlopsPerToken(c_.seq_len);
+    const int64_t tokens_per_step = static_cast<int64_t>(c_.global_batch_size) * c_.seq_len;
+    TrainSummary summary;
+    model_.module().train();
+    for (int64_t step = o_.start_step; step < c_.steps; ++step) {
+      if (o_.should_stop && o_.should_stop()) {
+        return absl::CancelledError(absl::StrCat("stopped by a signal after step ", step));
+      }
+      backend_.set_step(step + 1);
+      const auto t0 = Clock::now();
+      const double lr =
+          LearningRateAt(static_cast<int>(step), c_.lr, c_.min_lr, c_.warmup_steps, c_.steps);
+      ASSIGN_OR_RETURN(at::Tensor local_loss, TrainStep());
+      ASSIGN_OR_RETURN(double grad_norm, backend_.Step(lr));
+      ASSIGN_OR_RETURN(double loss, GlobalMean(backend_, local_loss, 1.0));
+      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (!std::isfinite(loss)) {
+        return absl::AbortedError(absl::StrCat(
+            "training loss became ", loss, " at step ", step + 1,
+            "; lower optimizer.lr, raise optimizer.warmup_steps or set optimizer.grad_clip"));
+      }
+      summary.train_losses.push_back(loss);
+
+      std::optional<double> val_loss;
+      const bool last = step + 1 == c_.steps;
+      if (last || (c_.eval_every > 0 && (step + 1) % c_.eval_every == 0)) {
+        ASSIGN_OR_RETURN(double v, Evaluate());
+        val_loss = v;
+        summary.val_losses.emplace_back(step + 1, v);
+        summary.final_val_loss = v;
+        model_.module().train();
+      }
+      if (last || val_loss.has_value() || (step + 1) % c_.log_every == 0) {
+        StepMetrics m;
+        m.step = step + 1;
+        m.loss = loss;
+        m.lr = lr;
+        m.grad_norm = grad_norm;
+        m.step_time_s = seconds;
+        m.tokens_per_s = tokens_per_step / seconds;
+        m.mfu =
+            flops_per_token * tokens_per_step / seconds / (o_.peak_flops_per_rank * o_.world_size);
+        m.rss_bytes = CurrentRssBytes();
+        m.peak_memory_bytes = PeakRssBytes();
+        FillDeviceMemory(device_, &m);
+        m.val_loss = val_loss;
+        m.loss_scale = backend_.loss_scale();
+        m.skipped_steps = backend_.skipped_steps();
+        m.rank = o_.rank;
+        m.world_size = o_.world_size;
+        if (last && c_.sample_tokens > 0) {
+          ASSIGN_OR_RETURN(summary.sample, Sample());
+          if (o_.rank == 0) m.sample = summary.sample;
+        }
+        RETURN_IF_ERROR(Emit(m));
+      }
+      if (o_.after_step) RETURN_IF_ERROR(o_.after_step(step + 1, sampler_.cursor()));
+    }
+    summary.steps = c_.steps;
+    summary.cursor = sampler_.cursor();
+    return summary;
+  }
+
+ private:
+  // Forward + backward of this rank's micro-batches; returns their mean loss as a float64 scalar
+  // on the model's device. The losses add up there: a host read (item()) per micro-batch would
+  // wait for the device each time; the step reads the mean once, in GlobalMean. (The same float64
+  // additions as a host accumulator: the same value.)
+  absl::StatusOr<at::Tensor> TrainStep() {
+    const std::vector<std::vector<int64_t>> micro = sampler_.Next();
+    const int a = static_cast<int>(micro.size());
+    at::Tensor loss_sum;
+    for (int m = 0; m < a; ++m) {
+      ASSIGN_OR_RETURN(data::Batch batch, data::ReadBatch(data_, data::Split::kTrain, micro[m]));
+      RETURN_IF_ERROR(backend_.BeginForward());
+      ASSIGN_OR_RETURN(at::Tensor loss, TorchTry("forward", [&] { return Loss(batch); }));
+      RETURN_IF_ERROR(backend_.Backward(loss / a, /*sync=*/m == a - 1));
+      const at::Tensor l = loss.detach().to(at::kDouble);
+      loss_sum = m == 0 ? l : loss_sum + l;
+    }
+    return loss_sum / a;
+  }
+
+  at::Tensor Loss(const data::Batch& batch) {
+    // [B, T, V]; in float32 for the loss even when the model computes in bf16/fp16 (mixed
+    // precision), as autocast does: the softmax over the vocabulary needs the range.
+    at::Tensor logits = model_.Forward(batch.inputs.to(device_)).to(at::kFloat);
+    return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
+                                  batch.targets.to(device_).reshape({-1}));
+  }
+
+  absl::StatusOr<double> Evaluate() {
+    model_.module().eval();
+    torch::NoGradGuard no_grad;
+    const int64_t n_val = data_.num_samples(data::Split::kVal);
+    const data::Split split = n_val > 0 ? data::Split::kVal : data::Split::kTrain;
+    const int64_t n = n_val > 0 ? n_val : data_.num_samples(data::Split::kTrain);
+    double sum = 0;
+    for (int b = 0; b < c_.eval_batches; ++b) {
+      ASSIGN_OR_RETURN(data::Batch batch,
+                       data::ReadBatch(data_, split,
+                                       data::ValidationIndices(b, c_.micro_batch_size,
+                                                               o_.world_size, o_.rank, n)));
+      RETURN_IF_ERROR(backend_.BeginForward());
+      ASSIGN_OR_RETURN(at::Tensor loss,
+                       TorchTry("validation forward", [&] { return Loss(batch); }));
+      backend_.EndForward();
+      sum += loss.item<double>();
+    }
+    return GlobalMean(backend_, at::scalar_tensor(sum, at::kDouble), c_.eval_batches);
+  }
+
+  absl::StatusOr<std::string> Sample() {
+    const bool text = c_.data_format == data::TokenFormat::kText;
+    std::vector<int64_t> prompt;
+    if (text) {
+      prompt = data::ByteTokenizer().Encode(c_.sample_prompt.empty() ? "\n" : c_.sample_prompt);
+    } else {
+      std::vector<int64_t> first(data_.seq_len() + 1);
+      RETURN_IF_ERROR(data_.Read(data::Split::kTrain, 0, first.data()));
+      prompt.assign(first.begin(), first.begin() + 1);
+    }
+    if (o_.before_sample) o_.before_sample();
+    models::SampleOptions opts;
+    opts.num_tokens = c_.sample_tokens;
+    opts.seed = c_.seed;
+    // Generate's TorchTry returns a failed collective's own status (common/torch_status.h).
+    opts.forward = [&](const at::Tensor& ids) {
+      ThrowIfError(backend_.BeginForward());
+      at::Tensor logits = model_.Forward(ids).to(at::kFloat);  // Sampling expects float32.
+      backend_.EndForward();
+      return logits;
+    };
+    ASSIGN_OR_RETURN(std::vector<int64_t> ids, models::Generate(model_, prompt, opts, device_));
+    if (text) {
+      std::vector<int64_t> all = prompt;
+      all.insert(all.end(), ids.begin(), ids.end());
+      return data::ByteTokenizer().DecodeForDisplay(all);
+    }
+    return absl::StrJoin(ids, " ");
+  }
+
+  absl::Status Emit(const StepMetrics& m) {
+    if (o_.rank == 0) {
+      std::string line = absl::StrFormat(
+          "step %d/%d loss %.4f lr %.3g grad_norm %.3f %.3fs %.0f tok/s mfu %.2f%% rss %.0fMiB",
+          m.step, c_.steps, m.loss, m.lr, m.grad_norm, m.step_time_s, m.tokens_per_s, 100 * m.mfu,
+          m.rss_bytes / 1048576.0);
+      if (m.val_loss.has_value()) absl::StrAppendFormat(&line, " val_loss %.4f", *m.val_loss);
+      SL_LOG(INFO) << line;
+    }
+    if (o_.on_log) o_.on_log(m);
+    if (o_.metrics != nullptr) return o_.metrics->Write(m);
+    return absl::OkStatus();
+  }
+
+  const TrainerConfig& c_;
+  models::LanguageModel& model_;
+  TrainingBackend& backend_;
+  const data::TokenDataset& data_;
+  const TrainLoopOptions& o_;
+  data::DistributedSampler sampler_;
+  at::Device device_ = at::kCPU;
+};
+
+}  // namespace
+
+absl::StatusOr<TrainSummary> RunTraining(const TrainerConfig& config, models::LanguageModel& model,
+                                         TrainingBackend& backend,
+                                         const data::TokenDataset& dataset,
+                                         const TrainLoopOptions& options) {
+  ASSIGN_OR_RETURN(
+      data::DistributedSampler sampler,
+      data::DistributedSampler::Create({dataset.num_samples(data::Split::kTrain),
+                                        config.global_batch_size, config.micro_batch_size,
+                                        options.world_size, options.rank, config.shuffle_seed}));
+  if (model.module().parameters().empty()) {
+    return absl::InvalidArgumentError("the model has no parameters");
+  }
+  Loop loop(config, model, backend, dataset, options, std::move(sampler));
+  return loop.Run();
+}
+
+}  // namespace shardline::trainer

@@ -1,0 +1,79 @@
+// The training loop of one rank: reads top to bottom as one optimizer step.
+//
+//   for step in [0, steps):
+//     lr = warmup + cosine schedule (trainer/lr_schedule.h)
+//     for each of A = G / (B * W) micro-batches of this rank (data/sampler.h):
+//       BeginForward; logits = model(x); loss = cross_entropy(logits, y)
+//       Backward(loss / A, sync = last micro-batch)      (no_sync before the last)
+//     grad_norm = Step(lr)                                (clip, update, zero grads)
+//     every log_every steps: train loss averaged over ranks, metrics line
+//     every eval_every steps and at the end: validation loss averaged over ranks
+//   at the end: text sampled by every rank with the same seed (FSDP forwards are collective),
+//   printed by rank 0.
+//
+// The same loop drives the single-process and the FSDP backend (trainer/backend.h).
+//
+// Errors: the backend's (communication: UNAVAILABLE / DEADLINE_EXCEEDED naming group, op and
+// step), ABORTED when the loss becomes NaN or infinite (names the step), CANCELLED when
+// should_stop() turns true (a signal), INVALID_ARGUMENT for data that cannot fill one global
+// batch, INTERNAL for LibTorch failures.
+//
+// Thread safety: call from one thread per rank.
+#ifndef SHARDLINE_TRAINER_TRAIN_LOOP_H_
+#define SHARDLINE_TRAINER_TRAIN_LOOP_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "data/sampler.h"
+#include "data/token_dataset.h"
+#include "models/language_model.h"
+#include "trainer/backend.h"
+#include "trainer/config.h"
+#include "trainer/metrics.h"
+
+namespace shardline::trainer {
+
+struct TrainLoopOptions {
+  int rank = 0;
+  int world_size = 1;
+  MetricsWriter* metrics = nullptr;                // Optional; borrowed.
+  std::function<void(const StepMetrics&)> on_log;  // Optional; each logged line (tests).
+  std::function<bool()> should_stop;               // Optional; polled between steps.
+  // Peak FLOP/s of one rank's device, for the MFU estimate.
+  double peak_flops_per_rank = 1e11;
+  // Where training starts (a restored checkpoint's cursor and step).
+  data::DataCursor start_cursor;
+  int64_t start_step = 0;
+  // Optional; runs after every optimizer step with the steps completed and the cursor of the
+  // next global batch (checkpointing, trainer/checkpointing.h). An error ends
+  // training with it.
+  std::function<absl::Status(int64_t steps_done, const data::DataCursor& next)> after_step;
+  // Optional; tests only: runs when this rank reaches the final sample, before its first
+  // sampling forward (SHARDLINE_TEST_PAUSE_IN_SAMPLE, trainer/trainer_main.cc).
+  std::function<void()> before_sample;
+};
+
+struct TrainSummary {
+  int64_t steps = 0;                 // Optimizer steps completed in total.
+  std::vector<double> train_losses;  // Per step (this run's steps), averaged over ranks.
+  std::optional<double> final_val_loss;
+  std::vector<std::pair<int64_t, double>> val_losses;  // (step, loss).
+  std::string sample;       // Decoded sample text (or ids), "" when none.
+  data::DataCursor cursor;  // Where the next step would read.
+};
+
+// Runs config.steps optimizer steps. `model` must already be on the training device and wrapped
+// by `backend`.
+absl::StatusOr<TrainSummary> RunTraining(const TrainerConfig& config, models::LanguageModel& model,
+                                         TrainingBackend& backend,
+                                         const data::TokenDataset& dataset,
+                                         const TrainLoopOptions& options);
+
+}  // namespace shardline::trainer
+
+#endif  // SHARDLINE_TRAINER_TRAIN_LOOP_H_

@@ -1,0 +1,453 @@
+// trainer: one rank of a training job, started like a torchrun worker.
+//
+//   trainer --spec FILE [--set path=value ...] [--metrics_out FILE] [--backend fsdp|local]
+//
+// Environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (see config.h);
+// SHARDLINE_PEAK_FLOPS (FLOP/s of one rank's device, for the MFU estimate; default 1e11 on
+// CPU, 989e12 on CUDA, the dense bf16 peak of an H100/H200); SHARDLINE_RESUME_STEP (from the
+// worker daemon: when > 0, resume from that checkpoint step instead of checkpoint.resume_step).
+// Exit codes: exit_codes.h. The spec's paths are relative to the spec file. Logs go to
+// stderr; the sample to stdout.
+//
+// Tests only: SHARDLINE_TEST_PAUSE_IN_SAMPLE=RANK:SECONDS makes rank RANK sleep SECONDS when it
+// reaches the final sample, before its first sampling forward, so that its peers wait for it
+// inside their sampling collectives. It prints "test pause in sample: rank R" to stderr first,
+// so a failure test can kill that rank while the others sample at a known point
+// (trainer/multiprocess_test.sh). A malformed value exits 2, like a bad environment.
+// Tests only: SHARDLINE_TEST_IGNORE_SIGTERM=1 makes the trainer ignore SIGTERM, so a STOP ends
+// it only with the SIGKILL after the grace period: a rank that holds its slot (its device)
+// through the whole grace (tests/integration/stop_grace_scenario_test.py).
+//
+// Main reads as the order of set-up: each step below is one function returning absl::Status or
+// absl::StatusOr, and Main maps a failed step to its exit code.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/torch_status.h"
+#include "data/token_dataset.h"
+#include "fsdp/comm_groups.h"
+#include "models/model_factory.h"
+#include "trainer/checkpointing.h"
+#include "trainer/config.h"
+#include "trainer/coordinator_reporter.h"
+#include "trainer/exit_codes.h"
+#include "trainer/fsdp_backend.h"
+#include "trainer/local_backend.h"
+#include "trainer/metrics.h"
+#include "trainer/store.h"
+#include "trainer/train_loop.h"
+
+namespace shardline::trainer {
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+void OnSignal(int signo) { g_stop_signal.store(signo); }
+
+constexpr char kUsage[] =
+    "usage: trainer --spec FILE [--set path=value ...] [--metrics_out FILE]\n"
+    "               [--backend fsdp|local]\n"
+    "  Runs one rank; RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT come from the\n"
+    "  environment as torchrun sets them (all unset: one process).\n"
+    "  --set overrides any spec field, e.g. --set fsdp.hybrid_shard_degree=2 --set train.steps=50\n"
+    "  --backend: fsdp (the FSDP engine at any W; the default, also called auto) or local (one\n"
+    "             process, plain torch::optim: the reference the engine is tested against)\n";
+
+constexpr char kTestPauseInSampleEnv[] = "SHARDLINE_TEST_PAUSE_IN_SAMPLE";
+
+struct Args {
+  std::string spec;
+  std::vector<std::string> sets;
+  std::string metrics_out;
+  std::string backend = "auto";
+};
+
+// ---- the steps, in the order Main runs them ---------------------------------------------------
+
+// Flags are parsed by hand so that --set values may contain commas and '=' (YAML flow maps).
+// CANCELLED carries the usage text for --help.
+absl::StatusOr<Args> ParseFlags(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") return absl::CancelledError(kUsage);
+    std::string name = arg, value;
+    bool has_value = false;
+    if (absl::StartsWith(arg, "--") && arg.find('=') != std::string::npos) {
+      name = arg.substr(0, arg.find('='));
+      value = arg.substr(arg.find('=') + 1);
+      has_value = true;
+    }
+    if (name != "--spec" && name != "--set" && name != "--metrics_out" && name != "--backend") {
+      return absl::InvalidArgumentError(absl::StrCat("unknown argument \"", arg, "\"\n", kUsage));
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) {
+        return absl::InvalidArgumentError(absl::StrCat(name, " needs a value\n", kUsage));
+      }
+      value = argv[++i];
+    }
+    if (name == "--spec") a.spec = value;
+    if (name == "--set") a.sets.push_back(value);
+    if (name == "--metrics_out") a.metrics_out = value;
+    if (name == "--backend") a.backend = value;
+  }
+  if (a.spec.empty())
+    return absl::InvalidArgumentError(absl::StrCat("--spec is required\n", kUsage));
+  if (a.backend != "auto" && a.backend != "fsdp" && a.backend != "local") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend \"", a.backend, "\" is not one of auto, fsdp, local"));
+  }
+  return a;
+}
+
+// The job spec with the --set overrides, resolved for this rank; rank 0 logs it.
+absl::StatusOr<TrainerConfig> LoadConfig(const Args& args, const RankEnv& env) {
+  absl::StatusOr<TrainerConfig> c = LoadTrainerConfig(args.spec, args.sets, env);
+  if (c.ok() && env.rank == 0) {
+    SL_LOG(INFO) << "job " << c->job_name << ": " << c->layout.DebugString() << ", "
+                 << c->accumulation_steps << " micro-batch(es) of " << c->micro_batch_size
+                 << " per rank per step; resolved spec:\n"
+                 << c->spec_yaml;
+  }
+  return c;
+}
+
+// The loop's hooks from the environment: the MFU peak and the test pause (header comment).
+absl::StatusOr<TrainLoopOptions> LoopOptionsFromEnv(const TrainerConfig& c, const RankEnv& env) {
+  TrainLoopOptions loop;
+  loop.rank = env.rank;
+  loop.world_size = env.world_size;
+  loop.should_stop = [] { return g_stop_signal.load() != 0; };
+  loop.peak_flops_per_rank = c.cuda ? 989e12 : 1e11;
+  if (const char* peak = std::getenv("SHARDLINE_PEAK_FLOPS")) {
+    double v = 0;
+    if (absl::SimpleAtod(peak, &v) && v > 0) loop.peak_flops_per_rank = v;
+  }
+  if (const char* pause = std::getenv(kTestPauseInSampleEnv); pause != nullptr && *pause != '\0') {
+    const std::vector<std::string> parts = absl::StrSplit(pause, ':');
+    int rank = 0, seconds = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &rank) ||
+        !absl::SimpleAtoi(parts[1], &seconds) || seconds < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kTestPauseInSampleEnv, "=", pause, ": expected RANK:SECONDS (tests only)"));
+    }
+    if (rank == env.rank) {
+      loop.before_sample = [rank, seconds] {
+        std::fprintf(stderr, "test pause in sample: rank %d for %ds (%s)\n", rank, seconds,
+                     kTestPauseInSampleEnv);
+        std::fflush(stderr);
+        absl::SleepFor(absl::Seconds(seconds));
+      };
+    }
+  }
+  return loop;
+}
+
+// Process-wide settings: stop signals, CPU threads, deterministic kernels, TensorFloat-32.
+void ConfigureProcess(const TrainerConfig& c) {
+  const char* ignore_term = getenv("SHARDLINE_TEST_IGNORE_SIGTERM");  // tests only (see top)
+  const bool ignore = ignore_term != nullptr && std::string(ignore_term) == "1";
+  if (ignore) SL_LOG(WARNING) << "SHARDLINE_TEST_IGNORE_SIGTERM=1: ignoring SIGTERM (tests only)";
+  signal(SIGTERM, ignore ? SIG_IGN : OnSignal);
+  signal(SIGINT, OnSignal);
+  if (c.cpu_threads > 0) at::set_num_threads(c.cpu_threads);
+  if (c.deterministic) {
+    // cuBLAS is deterministic only with a fixed workspace (must be set before CUDA starts); on
+    // CUDA, ops without a deterministic kernel warn instead of failing the job.
+    if (c.cuda) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/c.cuda);
+  }
+  if (c.cuda && c.allow_tf32) {
+    // device.allow_tf32 (opt-in): float32 matmuls and convolutions on the TF32 tensor-core path.
+    at::globalContext().setAllowTF32CuBLAS(true);
+    at::globalContext().setAllowTF32CuDNN(true);
+  }
+}
+
+absl::StatusOr<at::Device> SelectDevice(const TrainerConfig& c, const RankEnv& env) {
+  if (!c.cuda) return at::Device(at::kCPU);
+  if (!at::hasCUDA()) {
+    return absl::InvalidArgumentError(
+        "device.kind is CUDA but this trainer sees no GPU (CPU-only LibTorch, no driver, or "
+        "CUDA_VISIBLE_DEVICES empty); use device.kind CPU");
+  }
+  // LOCAL_RANK picks the GPU among those visible; the daemon exposes exactly one per rank.
+  const int count = static_cast<int>(at::getNumGPUs());
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank % count));
+}
+
+absl::StatusOr<std::unique_ptr<data::TokenDataset>> OpenDataset(const TrainerConfig& c) {
+  return data::TokenDataset::Open(
+      {c.data_path, c.data_format, c.val_fraction, c.seq_len, c.model.vocab_size});
+}
+
+absl::Status MoveModelToDevice(models::LanguageModel& model, at::Device device, int rank) {
+  absl::Status moved = TorchCall("move model", [&] { model.module().to(device); });
+  if (moved.ok() && rank == 0) {
+    SL_LOG(INFO) << model.Describe();
+  }
+  return moved;
+}
+
+// Null without --metrics_out.
+absl::StatusOr<std::unique_ptr<MetricsWriter>> OpenMetrics(const std::string& path) {
+  if (path.empty()) return std::unique_ptr<MetricsWriter>();
+  return MetricsWriter::Open(path);
+}
+
+// The communicators of c.layout (world, shard group, replicate group), bootstrapped through
+// `store`: Gloo on CPU, NCCL on CUDA.
+absl::StatusOr<fsdp::CommGroups> CreateCommunicators(const TrainerConfig& c, const RankEnv& env,
+                                                     at::Device device, fsdp::KvStore* store) {
+  fsdp::CommOptions comm;
+  comm.backend = c.cuda ? fsdp::CommBackend::kNccl : fsdp::CommBackend::kGloo;
+  comm.address = env.advertise_address;
+  comm.timeout = absl::Seconds(c.collective_timeout_s);
+  if (c.cuda) comm.cuda_device = device.index();
+  comm.fake_collectives = c.fake_collectives;  // Shard/replicate groups only; world stays real.
+  comm.key_prefix =
+      env.job_id.empty() ? "comm" : absl::StrCat("comm/", env.job_id, "/", env.attempt);
+  return fsdp::CreateCommGroups(c.layout, env.rank, store, comm);
+}
+
+// The FSDP engine and its sharded optimizer around `model`.
+absl::StatusOr<std::unique_ptr<FsdpBackend>> BuildEngine(models::LanguageModel& model,
+                                                         const TrainerConfig& c, const RankEnv& env,
+                                                         const fsdp::CommGroups& groups) {
+  return FsdpBackend::Create(model, c, env.rank,
+                             {groups.world.get(), groups.shard.get(), groups.replicate.get()});
+}
+
+void LogBackend(const TrainingBackend& backend, int rank) {
+  if (rank != 0) return;
+  SL_LOG(INFO) << backend.Describe() << "; this rank holds " << backend.StateBytes() / 1048576.0
+               << " MiB of parameter, gradient and optimizer state";
+}
+
+bool WantsCheckpoints(const TrainerConfig& c) {
+  return !c.checkpoint_dir.empty() || !c.init_from_safetensors.empty();
+}
+
+// The spec's checkpoint policy over the engine of `fsdp` (null with --backend local, which has
+// no checkpoints). Under the coordinator each save is reported to it.
+absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const TrainerConfig& c,
+                                                                          const RankEnv& env,
+                                                                          FsdpBackend* fsdp) {
+  if (fsdp == nullptr) {
+    return absl::InvalidArgumentError(
+        "checkpoint.dir / init_from_safetensors need the FSDP backend (--backend fsdp or auto)");
+  }
+  CheckpointPolicy policy;
+  // Under the coordinator each job gets its own directory <dir>/<job id>, shared by the job's
+  // attempts (a restarted attempt resumes from the latest checkpoint there).
+  policy.dir = c.checkpoint_dir.empty() || env.job_id.empty()
+                   ? c.checkpoint_dir
+                   : absl::StrCat(c.checkpoint_dir, "/", env.job_id);
+  policy.every_steps = c.checkpoint_every_steps;
+  policy.keep_last = c.checkpoint_keep_last;
+  policy.async_save = c.checkpoint_async;
+  policy.save_final = c.checkpoint_save_final;
+  policy.resume_step = c.resume_step;
+  int64_t env_resume = 0;
+  if (const char* r = std::getenv("SHARDLINE_RESUME_STEP");
+      r != nullptr && absl::SimpleAtoi(r, &env_resume) && env_resume > 0) {
+    policy.resume_step = env_resume;
+  }
+  policy.init_from_safetensors = c.init_from_safetensors;
+  policy.total_steps = c.steps;
+  policy.optimizer_kind = c.optimizer == OptimizerKind::kSgd ? "sgd" : "adamw";
+  policy.job_id = env.job_id;
+  policy.attempt = env.attempt;
+  policy.commit_timeout = absl::Seconds(c.collective_timeout_s);
+  if (!env.coordinator.empty() && !env.job_id.empty()) {
+    absl::StatusOr<std::function<void(const checkpoint::SaveEvent&)>> reporter =
+        MakeCoordinatorReporter({env.coordinator, env.token, env.job_id, env.attempt, env.rank});
+    if (!reporter.ok()) return reporter.status();
+    policy.on_saved = *std::move(reporter);
+  }
+  return TrainerCheckpointing::Create(policy, fsdp->engine(), fsdp->optimizer(), fsdp->world());
+}
+
+// Where training starts: a restored checkpoint's step and data cursor, or the beginning.
+absl::Status RestoreCheckpoint(TrainerCheckpointing* ckpt, TrainLoopOptions& loop) {
+  if (ckpt == nullptr) return absl::OkStatus();
+  absl::StatusOr<checkpoint::TrainingProgress> start = ckpt->Restore();
+  if (!start.ok()) return start.status();
+  loop.start_step = start->step;
+  loop.start_cursor = {start->data_epoch, start->data_position};
+  loop.after_step = [ckpt](int64_t done, const data::DataCursor& next) {
+    return ckpt->AfterStep(done, next.epoch, next.position);
+  };
+  return absl::OkStatus();
+}
+
+// Waits for an asynchronous save still in flight; rank 0 logs the result and prints the sample.
+absl::Status FinishAndReport(TrainerCheckpointing* ckpt, const TrainSummary& summary, int rank) {
+  if (ckpt != nullptr) {
+    absl::Status finished = ckpt->Finish();
+    if (!finished.ok()) return finished;
+  }
+  if (rank == 0) {
+    SL_LOG(INFO) << "finished " << summary.steps << " steps: train loss "
+                 << (summary.train_losses.empty() ? NAN : summary.train_losses.back())
+                 << ", val loss " << summary.final_val_loss.value_or(NAN);
+    if (!summary.sample.empty()) std::cout << summary.sample << std::endl;
+  }
+  return absl::OkStatus();
+}
+
+// ---- exit codes (exit_codes.h) -----------------------------------------------------------------
+
+int Fail(int code, absl::string_view phase, const absl::Status& status) {
+  SL_LOG(ERROR) << phase << ": " << status.message() << " ["
+                << absl::StatusCodeToString(status.code()) << "; exit " << code << "]";
+  return code;
+}
+
+bool IsCommError(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable ||
+         s.code() == absl::StatusCode::kDeadlineExceeded ||
+         s.code() == absl::StatusCode::kFailedPrecondition;
+}
+
+int FailFlags(const absl::Status& s) {
+  if (s.code() == absl::StatusCode::kCancelled) {  // --help
+    std::cout << s.message();
+    return kExitOk;
+  }
+  std::cerr << "trainer: " << s.message();
+  return kExitBadSpec;
+}
+
+// A lost peer while the engine broadcasts the initial parameters is a communication failure;
+// anything else the engine refuses is the spec's.
+int FailEngine(const absl::Status& s) {
+  return Fail(IsCommError(s) ? kExitCommFailure : kExitBadSpec, "fsdp", s);
+}
+
+// A lost peer while loading is a communication failure; a missing, corrupt or mismatched
+// checkpoint (FAILED_PRECONDITION among them) is a data error.
+int FailRestore(const absl::Status& s) {
+  const bool comm = IsCommError(s) && s.code() != absl::StatusCode::kFailedPrecondition;
+  return Fail(comm ? kExitCommFailure : kExitDataError, "checkpoint", s);
+}
+
+int FailTraining(const absl::Status& s) {
+  if (s.code() == absl::StatusCode::kCancelled) {
+    const int signo = g_stop_signal.load();
+    return Fail(kExitSignalBase + signo, "stopped", s);
+  }
+  if (s.code() == absl::StatusCode::kAborted) return Fail(kExitDiverged, "training", s);
+  if (IsCommError(s)) return Fail(kExitCommFailure, "training", s);
+  // A bad token id (INVALID_ARGUMENT) or a data file truncated under the run (DATA_LOSS, from
+  // data::ReadBatch) is a data error.
+  if (s.code() == absl::StatusCode::kInvalidArgument || s.code() == absl::StatusCode::kDataLoss) {
+    return Fail(kExitDataError, "data", s);
+  }
+  return Fail(kExitInternal, "training", s);
+}
+
+// ---- Main
+// ----------------------------------------------------------------------------------------
+
+int Main(int argc, char** argv) {
+  // 1. Flags, environment and job spec.
+  absl::StatusOr<Args> args = ParseFlags(argc, argv);
+  if (!args.ok()) return FailFlags(args.status());
+  absl::StatusOr<RankEnv> env = ReadRankEnv();
+  if (!env.ok()) return Fail(kExitBadSpec, "environment", env.status());
+  SetLogPrefix(absl::StrCat("rank ", env->rank));
+  absl::StatusOr<TrainerConfig> config = LoadConfig(*args, *env);
+  if (!config.ok()) return Fail(kExitBadSpec, "job spec " + args->spec, config.status());
+  const TrainerConfig& c = *config;
+  absl::StatusOr<TrainLoopOptions> loop = LoopOptionsFromEnv(c, *env);
+  if (!loop.ok()) return Fail(kExitBadSpec, "environment", loop.status());
+  ConfigureProcess(c);
+
+  // 2. This rank's device, data, model and metrics file.
+  absl::StatusOr<at::Device> device = SelectDevice(c, *env);
+  if (!device.ok()) return Fail(kExitBadSpec, "device", device.status());
+  absl::StatusOr<std::unique_ptr<data::TokenDataset>> dataset = OpenDataset(c);
+  if (!dataset.ok()) return Fail(kExitDataError, "data", dataset.status());
+  absl::StatusOr<std::unique_ptr<models::LanguageModel>> model = models::CreateModel(c.model);
+  if (!model.ok()) return Fail(kExitBadSpec, "model", model.status());
+  absl::Status moved = MoveModelToDevice(**model, *device, env->rank);
+  if (!moved.ok()) return Fail(kExitInternal, "model", moved);
+  absl::StatusOr<std::unique_ptr<MetricsWriter>> metrics = OpenMetrics(args->metrics_out);
+  if (!metrics.ok()) return Fail(kExitBadSpec, "metrics", metrics.status());
+  loop->metrics = metrics->get();
+
+  // 3. The backend: the FSDP engine at any W over communicators bootstrapped through the store
+  //    (the sharded optimizer and checkpoints live there), or with --backend local the
+  //    single-process reference (no checkpoints). Declared in the order they must outlive
+  //    each other.
+  std::unique_ptr<fsdp::KvStore> store;
+  fsdp::CommGroups groups;
+  std::unique_ptr<FsdpBackend> fsdp_backend;
+  std::unique_ptr<LocalBackend> local_backend;
+  TrainingBackend* backend = nullptr;
+  if (args->backend == "local") {
+    absl::StatusOr<std::unique_ptr<LocalBackend>> b = LocalBackend::Create((*model)->module(), c);
+    if (!b.ok()) return Fail(kExitBadSpec, "backend", b.status());
+    local_backend = *std::move(b);
+    backend = local_backend.get();
+  } else {
+    absl::StatusOr<std::unique_ptr<fsdp::KvStore>> s =
+        CreateBootstrapStore(*env, absl::Seconds(c.collective_timeout_s));
+    if (!s.ok()) return Fail(kExitCommFailure, "rendezvous", s.status());
+    store = *std::move(s);
+    absl::StatusOr<fsdp::CommGroups> g = CreateCommunicators(c, *env, *device, store.get());
+    if (!g.ok()) return Fail(kExitCommFailure, "communicators", g.status());
+    groups = *std::move(g);
+    absl::StatusOr<std::unique_ptr<FsdpBackend>> b = BuildEngine(**model, c, *env, groups);
+    if (!b.ok()) return FailEngine(b.status());
+    fsdp_backend = *std::move(b);
+    backend = fsdp_backend.get();
+  }
+  LogBackend(*backend, env->rank);
+
+  // 4. Checkpoints: resume (or initialize from safetensors), then save per the spec's policy.
+  std::unique_ptr<TrainerCheckpointing> ckpt;
+  if (WantsCheckpoints(c)) {
+    absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> created =
+        CreateCheckpointing(c, *env, fsdp_backend.get());
+    if (!created.ok()) return Fail(kExitBadSpec, "checkpoint", created.status());
+    ckpt = *std::move(created);
+  }
+  absl::Status restored = RestoreCheckpoint(ckpt.get(), *loop);
+  if (!restored.ok()) return FailRestore(restored);
+
+  // 5. Train, then finish the last save and report.
+  absl::StatusOr<TrainSummary> summary = RunTraining(c, **model, *backend, **dataset, *loop);
+  if (!summary.ok()) return FailTraining(summary.status());
+  absl::Status finished = FinishAndReport(ckpt.get(), *summary, env->rank);
+  if (!finished.ok()) return Fail(kExitInternal, "checkpoint", finished);
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace shardline::trainer
+
+int main(int argc, char** argv) { return shardline::trainer::Main(argc, argv); }
