@@ -71,6 +71,7 @@ struct CheckpointMeta {
   std::string optimizer;  // "adamw", "sgd" or "" (no optimizer state).
   int64_t optimizer_step = 0;
   std::string job_id;
+  int32_t attempt = 0;  // The job attempt that saved it (0: not under the coordinator).
   int64_t created_unix = 0;
   std::map<std::string, std::string> aliases;  // Alias -> canonical parameter name.
   std::vector<TensorInfo> tensors;             // Parameters, then "<param>#<state>" entries.

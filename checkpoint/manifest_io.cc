@@ -67,6 +67,7 @@ CheckpointMeta MetaFromManifest(const CheckpointManifest& m) {
   meta.optimizer = m.optimizer();
   meta.optimizer_step = m.optimizer_step();
   meta.job_id = m.job_id();
+  meta.attempt = m.attempt();
   meta.created_unix = m.created_unix();
   for (const auto& [alias, canonical] : m.aliases()) meta.aliases[alias] = canonical;
   for (const TensorEntry& t : m.tensors()) {
@@ -92,6 +93,7 @@ void MetaToManifest(const CheckpointMeta& meta, CheckpointManifest* m) {
   m->set_optimizer(meta.optimizer);
   m->set_optimizer_step(meta.optimizer_step);
   m->set_job_id(meta.job_id);
+  m->set_attempt(meta.attempt);
   m->set_created_unix(meta.created_unix);
   for (const auto& [alias, canonical] : meta.aliases) (*m->mutable_aliases())[alias] = canonical;
 }

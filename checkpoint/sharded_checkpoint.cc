@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/manifest_io.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_reader.h"
 #include "checkpoint/shard_writer.h"
@@ -156,6 +157,25 @@ absl::Status Checkpointer::WriteAndCommit(const Slices& sl) {
   return absl::OkStatus();
 }
 
+static absl::Status CheckJobOwner(const std::string& manifest, const std::string& theirs,
+                                  const std::string& ours, const char* action) {
+  if (ours.empty() || theirs == ours) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(manifest, " belongs to job ", theirs.empty() ? "(none recorded)" : theirs,
+                   ", not to job ", ours, ": refusing to ", action, " another job's checkpoint"));
+}
+
+absl::Status Checkpointer::CheckRootOwner() const {
+  ASSIGN_OR_RETURN(const std::vector<int64_t> steps, ListCommittedSteps(options_.root));
+  for (int64_t step : steps) {
+    const std::string manifest = absl::StrCat(StepDir(options_.root, step), "/", kManifestFile);
+    ASSIGN_OR_RETURN(const CheckpointManifest m, ReadManifestFile(manifest));
+    RETURN_IF_ERROR(
+        CheckJobOwner(manifest, m.job_id(), options_.job_id, "overwrite or delete (retention)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   RETURN_IF_ERROR(WaitForPendingSave());
   const fsdp::ParallelLayout& layout = engine_->layout();
@@ -167,7 +187,14 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   // again): rank 0 un-commits it first, before the all-reduce below lets any writer replace its
   // data files, so the directory is never a committed checkpoint with half-replaced data.
   absl::Status uncommit;
-  if (rank == 0) {
+  // A root holding another job's committed checkpoints is never written to (its steps would be
+  // un-committed, overwritten and deleted by retention). Checked once: only this job writes
+  // here afterwards.
+  if (rank == 0 && !root_checked_ && !options_.job_id.empty()) {
+    uncommit = CheckRootOwner();
+    root_checked_ = uncommit.ok();
+  }
+  if (rank == 0 && uncommit.ok()) {
     const std::string manifest =
         absl::StrCat(StepDir(options_.root, progress.step), "/", kManifestFile);
     if (::access(manifest.c_str(), F_OK) == 0) {
@@ -183,12 +210,17 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   at::Tensor id = at::zeros({1}, at::kLong);
   if (rank == 0) {
     std::random_device rd;
-    id.fill_(static_cast<int64_t>(((uint64_t{rd()} << 32) | rd()) >> 2));
+    // Negative (never a real id): rank 0 refused the save; every rank returns an error.
+    id.fill_(uncommit.ok() ? static_cast<int64_t>(((uint64_t{rd()} << 32) | rd()) >> 2) : -1);
   }
   at::Tensor id_dev = id.to(device);
   RETURN_IF_ERROR(world_->AllReduce(id_dev, fsdp::ReduceOp::kSum));
   id = id_dev.cpu();
   RETURN_IF_ERROR(uncommit);
+  if (id.item<int64_t>() < 0) {
+    return absl::AbortedError(absl::StrCat("checkpoint ", StepDir(options_.root, progress.step),
+                                           ": rank 0 refused the save"));
+  }
 
   auto sl = std::make_shared<Slices>();
   sl->step_dir = StepDir(options_.root, progress.step);
@@ -209,6 +241,7 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   m.optimizer = optimizer_ != nullptr ? options_.optimizer_kind : "";
   m.optimizer_step = optimizer_ != nullptr ? optimizer_->step_count() : 0;
   m.job_id = options_.job_id;
+  m.attempt = options_.attempt;
   m.aliases = aliases_;
   if (sl->writer) {
     RETURN_IF_ERROR(TorchCall("copy checkpoint shards to host", [&] {
@@ -261,6 +294,7 @@ absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
     ASSIGN_OR_RETURN(reader, CheckpointReader::Open(options_.root, step));
     const CheckpointMeta& meta = reader->meta();
     const std::string manifest = absl::StrCat(reader->dir(), "/", kManifestFile);
+    RETURN_IF_ERROR(CheckJobOwner(manifest, meta.job_id, options_.job_id, "resume from"));
     if (meta.model_fingerprint != fingerprint_) {
       std::map<std::string, std::vector<int64_t>> theirs, ours;
       for (const TensorInfo& t : meta.tensors) {

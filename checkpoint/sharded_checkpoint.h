@@ -25,10 +25,11 @@
 //
 // Errors: Load: NOT_FOUND (no committed checkpoint / missing file), FAILED_PRECONDITION (unknown
 // format version, another model: names the manifest and the first differing tensor, another
-// optimizer), DATA_LOSS (checksum mismatch, truncated file, also one truncated after it was
-// mapped: names file and tensor), ABORTED on
-// the ranks whose own reads succeeded when another rank's failed. Save: INTERNAL for I/O,
-// DEADLINE_EXCEEDED when shard writers do not finish within commit_timeout; collective errors.
+// optimizer, another job when Options.job_id is set), DATA_LOSS (checksum mismatch, truncated file,
+// also one truncated after it was mapped: names file and tensor), ABORTED on the ranks whose own
+// reads succeeded when another rank's failed. Save: INTERNAL for I/O, FAILED_PRECONDITION (rank 0;
+// ABORTED on the others) for a root holding another job's checkpoint, DEADLINE_EXCEEDED when shard
+// writers do not finish within commit_timeout; collective errors.
 //
 // Thread safety: call from the training thread only; callbacks may run on the save thread.
 #ifndef SHARDLINE_CHECKPOINT_SHARDED_CHECKPOINT_H_
@@ -68,7 +69,11 @@ class Checkpointer {
     std::string root;            // Checkpoints go to <root>/step_<N>/.
     int keep_last = 0;           // Retention after each commit (0 keeps all).
     std::string optimizer_kind;  // "adamw" / "sgd" (recorded, checked on load).
+    // The job this run belongs to, recorded in every manifest. When set, Load refuses a
+    // checkpoint of another job and Save refuses a root holding one (FAILED_PRECONDITION naming
+    // both jobs): a job never resumes, overwrites or deletes another job's checkpoint.
     std::string job_id;
+    int32_t attempt = 0;  // Recorded in every manifest with job_id (not checked).
     absl::Duration commit_timeout = absl::Minutes(10);
     // Threads reading and checksumming ranges on load (I/O and CRC overlap).
     int load_threads = 4;
@@ -107,6 +112,8 @@ class Checkpointer {
   // This rank's slices: parameters, then optimizer state ("<param>#<state>").
   std::vector<fsdp::ShardSlice> LocalSlices() const;
   absl::Status WriteAndCommit(const Slices& slices);
+  // Rank 0 before its first save: every committed manifest under root is this job's.
+  absl::Status CheckRootOwner() const;
 
   Options options_;
   fsdp::FsdpEngine* engine_;
@@ -114,6 +121,7 @@ class Checkpointer {
   fsdp::Communicator* world_;
   std::string fingerprint_;
   std::map<std::string, std::string> aliases_;
+  bool root_checked_ = false;  // CheckRootOwner passed (rank 0)
 
   std::thread save_thread_;
   // Set by the destructor: a pending commit stops waiting for writers (a failed run must not

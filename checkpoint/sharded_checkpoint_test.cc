@@ -79,6 +79,8 @@ struct WorkerArgs {
   int mlp_hidden = 53;               // Another value makes another model.
   bool expect_load_failure = false;  // Print "UNCHANGED" when the parameters were not touched.
   bool sgd = false;                  // SGD with momentum instead of AdamW.
+  std::string job_id;                // Checkpointer::Options::job_id (in-process runs only).
+  int attempt = 0;                   // Checkpointer::Options::attempt (in-process runs only).
 };
 
 bool ParseWorkerArgs(int argc, char** argv, WorkerArgs* a) {
@@ -220,6 +222,8 @@ absl::Status RunWorkerImpl(const WorkerArgs& a, WorkerOutcome* outcome) {
   cko.root = a.dir;
   cko.keep_last = a.keep_last;
   cko.optimizer_kind = a.sgd ? "sgd" : "adamw";
+  cko.job_id = a.job_id;
+  cko.attempt = a.attempt;
   cko.commit_timeout = absl::Milliseconds(a.commit_timeout_ms);
   int save_index = 0;
   if (a.kill_shard >= 0) {
@@ -672,6 +676,63 @@ TEST(InProcessCheckpoint, AnotherOptimizersCheckpointIsRefused) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "holds optimizer state for 'sgd'")) << s;
   EXPECT_TRUE(o.params_unchanged);
+}
+
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(InProcessCheckpoint, AnotherJobsCheckpointIsNeitherResumedNorOverwritten) {
+  // Issue #21 item 1: a new job with a reused id resumed, un-committed and overwrote the old
+  // job's steps. The manifest records the job; a Checkpointer of another job refuses both.
+  const std::string dir = TempDir("other_job");
+  WorkerArgs a = InProcess(dir, 2);
+  a.job_id = "job-old";
+  a.attempt = 3;
+  a.save_at = {1, 2};
+  WorkerOutcome o;
+  ASSERT_TRUE(RunWorkerImpl(a, &o).ok());
+  const std::string manifest = dir + "/step_2/MANIFEST.json";
+  const std::string before = FileBytes(manifest);
+  const std::string data_before = FileBytes(dir + "/step_2/" + DataFileName(0));
+  ASSERT_FALSE(before.empty());
+  auto reader = CheckpointReader::Open(dir, 2);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->meta().job_id, "job-old");  // every manifest names its job and attempt
+  EXPECT_EQ((*reader)->meta().attempt, 3);
+
+  WorkerArgs resume = InProcess(dir, 3);
+  resume.job_id = "job-new";
+  resume.resume = -1;
+  resume.expect_load_failure = true;
+  absl::Status s = RunWorkerImpl(resume, &o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(s.message(), manifest +
+                             " belongs to job job-old, not to job job-new: refusing to "
+                             "resume from another job's checkpoint");
+  EXPECT_TRUE(o.params_unchanged);
+
+  WorkerArgs fresh = InProcess(dir, 2);
+  fresh.job_id = "job-new";
+  fresh.save_at = {2};
+  s = RunWorkerImpl(fresh, &o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(),
+                                "belongs to job job-old, not to job job-new: "
+                                "refusing to overwrite or delete (retention)"))
+      << s;
+  EXPECT_EQ(FileBytes(manifest), before);
+  EXPECT_EQ(FileBytes(dir + "/step_2/" + DataFileName(0)), data_before);
+  auto steps = ListCommittedSteps(dir);
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(*steps, (std::vector<int64_t>{1, 2}));
+
+  // The same job resumes as before.
+  WorkerArgs same = InProcess(dir, 3);
+  same.job_id = "job-old";
+  same.resume = -1;
+  EXPECT_TRUE(RunWorkerImpl(same, &o).ok());
 }
 
 TEST(InProcessCheckpoint, SafetensorsLackingAParameterIsRefused) {

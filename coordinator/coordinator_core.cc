@@ -5,23 +5,29 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "checkpoint/format.h"
 #include "checkpoint/manifest_io.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "coordinator/bounded_file_read.h"
 #include "coordinator/job_state_machine.h"
 #include "coordinator/rank_reports.h"
 #include "coordinator/scheduler.h"
 #include "spec/validate.h"
 
 namespace shardline::coordinator {
+namespace {
+// A manifest lists every tensor's ranges: megabytes for large models, never near this.
+constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;
+}  // namespace
 
 CoordinatorCore::CoordinatorCore(const CoreOptions& options, std::unique_ptr<StateStore> store)
     : options_(options),
       clock_(options.clock),
-      store_(std::move(store)),
+      writer_(std::make_unique<StateWriter>(std::move(store), options.state_retry_interval)),
       registry_(options.clock, options.heartbeat_timeout),
-      jobs_(store_.get(), &feed_),
+      jobs_(writer_.get(), &feed_),
       outbox_(&feed_, options.stop_grace_period_s) {}
 
 CoordinatorCore::~CoordinatorCore() { Shutdown(); }
@@ -39,7 +45,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
     ASSIGN_OR_RETURN(store, StateStore::Open(options.state_dir));
   }
   std::unique_ptr<CoordinatorCore> core(new CoordinatorCore(options, std::move(store)));
-  if (core->store_) RETURN_IF_ERROR(core->Load());
+  if (core->writer_->store()) RETURN_IF_ERROR(core->Load());
   return core;
 }
 
@@ -48,22 +54,22 @@ std::string CoordinatorCore::Namespace(const JobRecord& rec) {
 }
 
 absl::Status CoordinatorCore::Load() {
-  ASSIGN_OR_RETURN(const std::vector<WorkerInfo> workers, store_->LoadWorkers());
+  StateStore* store = writer_->store();
+  ASSIGN_OR_RETURN(const std::vector<WorkerInfo> workers, store->LoadWorkers());
   for (const WorkerInfo& w : workers) registry_.Restore(w);
-  ASSIGN_OR_RETURN(const std::vector<CheckpointRecord> checkpoints, store_->LoadCheckpoints());
-  ASSIGN_OR_RETURN(const std::vector<JobRecord> jobs, store_->LoadJobs());
+  ASSIGN_OR_RETURN(const std::vector<CheckpointRecord> checkpoints, store->LoadCheckpoints());
+  ASSIGN_OR_RETURN(const std::vector<JobRecord> jobs, store->LoadJobs());
   absl::MutexLock lock(&mu_);
   for (const CheckpointRecord& c : checkpoints) checkpoints_.Restore(c);
   int running = 0;
   for (const JobRecord& rec : jobs) {
-    const std::string& id = rec.status().job_id();
     JobRecord& job = jobs_.Restore(rec);
     if (rec.status().state() != RUNNING) continue;
     ++running;
     // The attempt goes on where its workers come back: keep its slots and rendezvous secret.
     bool all_reserved = true;
     for (const RankPlacement& p : rec.status().placement()) {
-      all_reserved &= registry_.Reserve(p.worker_id(), p.slot_index(), id).ok();
+      all_reserved &= registry_.Reserve(p.worker_id(), p.slot_index(), Namespace(rec)).ok();
     }
     rendezvous_.Open(Namespace(rec), rec.rendezvous_secret());
     tracker_.RestoreAttempt(rec.status());
@@ -84,12 +90,26 @@ absl::Status CoordinatorCore::Load() {
 }
 
 void CoordinatorCore::PersistWorker(const std::string& worker_id) {
-  if (!store_) return;
   auto info = registry_.Get(worker_id);
-  if (!info.ok()) return;
-  if (absl::Status s = store_->PutWorker(*info); !s.ok()) {
-    SL_LOG(ERROR) << "cannot persist worker " << worker_id << ": " << s;
-  }
+  if (info.ok()) writer_->PutWorker(*info);  // queued; a failure makes the writer read-only
+}
+
+absl::Status CoordinatorCore::CheckWritable() const {
+  if (!writer_->stuck()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "coordinator is read-only: the state store cannot be written (", writer_->read_only_reason(),
+      "); reads keep working, changes are accepted again once ",
+      "the queued writes succeed (retried every ",
+      absl::FormatDuration(options_.state_retry_interval), ")"));
+}
+
+absl::Status CoordinatorCore::WaitDurable(StateWriter::Ticket ticket,
+                                          const std::string& what) const {
+  absl::Status s = writer_->Wait(ticket);
+  if (s.ok()) return s;
+  return absl::UnavailableError(
+      absl::StrCat(what, " is not durable: ", s.message(),
+                   "; the coordinator is read-only until the state store can be written again"));
 }
 
 // ------------------------------------------------------------------------------- workers
@@ -119,7 +139,9 @@ absl::StatusOr<HeartbeatResponse> CoordinatorCore::Heartbeat(const HeartbeatRequ
     return resp;
   }
   absl::MutexLock lock(&mu_);
-  if (req.ranks_size() == 0 && !tracker_.HasRunningRanks(worker)) return resp;  // common at scale
+  if (req.ranks_size() == 0 && !tracker_.HasRunningRanks(worker) && !draining_.count(worker)) {
+    return resp;  // common at scale
+  }
   bool changed = false;
   RankTracker::RankKeys reported;
   for (const RankStatus& rs : req.ranks()) {
@@ -138,8 +160,56 @@ absl::StatusOr<HeartbeatResponse> CoordinatorCore::Heartbeat(const HeartbeatRequ
   }
   const std::vector<RankFailure> lost = tracker_.LostRanks(worker, reported);
   ApplyFailuresLocked(lost);
+  changed |= ReleaseDrainedLocked(worker, req.ranks());
   if (changed || !lost.empty()) ScheduleLocked();
   return resp;
+}
+
+bool CoordinatorCore::ReleaseDrainedLocked(
+    const std::string& worker, const google::protobuf::RepeatedPtrField<RankStatus>& ranks) {
+  auto w = draining_.find(worker);
+  if (w == draining_.end()) return false;
+  std::set<DrainKey> alive;
+  for (const RankStatus& rs : ranks) {
+    if (rs.state() != RankStatus::EXITED) alive.insert({rs.job_id(), rs.attempt(), rs.rank()});
+  }
+  bool freed = false;
+  for (auto it = w->second.begin(); it != w->second.end();) {
+    if (alive.count(it->first)) {
+      ++it;
+      continue;
+    }
+    const auto& [job_id, attempt, rank] = it->first;
+    registry_.ReleaseSlot(worker, it->second, absl::StrCat(job_id, "/", attempt));
+    it = w->second.erase(it);
+    freed = true;
+  }
+  if (w->second.empty()) draining_.erase(w);
+  return freed;
+}
+
+void CoordinatorCore::NoteDrainingRanksLostLocked(const std::string& worker,
+                                                  const std::string& node) {
+  auto w = draining_.find(worker);
+  if (w == draining_.end()) return;
+  // The registry dropped the dead worker's reservations. A job still waiting to restart learns
+  // why its world may shrink: the stopped ranks on that worker are gone with it.
+  std::map<std::pair<std::string, int32_t>, std::vector<int32_t>> lost;  // (job, attempt)
+  for (const auto& [key, slot] : w->second) {
+    lost[{std::get<0>(key), std::get<1>(key)}].push_back(std::get<2>(key));
+  }
+  draining_.erase(w);
+  for (const auto& [job_attempt, ranks] : lost) {
+    auto job = jobs_.Find(job_attempt.first);
+    if (!job.ok() || IsTerminal((*job)->status().state())) continue;
+    JobStateMachine(*job, clock_->Now())
+        .Note("WORKER_LOST",
+              absl::StrCat("worker ", worker, " (node ", node, ") missed heartbeats for ",
+                           absl::FormatDuration(options_.heartbeat_timeout), "; stopped ranks [",
+                           absl::StrJoin(ranks, ", "), "] of attempt ", job_attempt.second,
+                           " lost with it"));
+    jobs_.Changed(**job);
+  }
 }
 
 void CoordinatorCore::RankSucceededLocked(JobRecord& job, int32_t rank) {
@@ -195,9 +265,26 @@ void CoordinatorCore::ScheduleLocked() {
   if (feed_.shut_down()) return;
   std::vector<QueuedJob> queue;
   std::map<Slot::Kind, std::vector<NodeCapacity>> free;
-  for (const auto& [id, job] : jobs_.records()) {
+  // A job whose previous attempt still has stopped ranks alive waits for them (they hold their
+  // slots, maybe a checkpoint save in flight): restarting around them would shrink an elastic
+  // job for nothing. Their worker's death ends the wait too.
+  std::map<std::string, int> stopping;
+  for (const auto& [worker, ranks] : draining_) {
+    for (const auto& [key, slot] : ranks) stopping[std::get<0>(key)]++;
+  }
+  for (auto& [id, job] : jobs_.records()) {
     const JobStatus& st = job.status();
     if (st.state() != PENDING) continue;
+    if (auto it = stopping.find(id); it != stopping.end()) {
+      const std::string message =
+          absl::StrCat("waiting for ", it->second, " stopped rank(s) of attempt ", st.attempt(),
+                       " to exit (SIGKILL after the grace period)");
+      if (st.message() != message) {
+        job.mutable_status()->set_message(message);
+        jobs_.Changed(job);
+      }
+      continue;
+    }
     queue.push_back({id, &st.spec(), st.attempt(), job.seq(), job.restart_not_before_unix_ms()});
     const Slot::Kind kind = SlotKindFor(st.spec());
     if (!free.count(kind)) free[kind] = registry_.FreeCapacity(kind);
@@ -223,9 +310,11 @@ void CoordinatorCore::ScheduleLocked() {
 
 absl::Status CoordinatorCore::StartAttemptLocked(JobRecord& job, const Plan& plan) {
   const std::string job_id = job.status().job_id();
+  // The reservations' holder is the new attempt's namespace (Start below numbers it).
+  const std::string holder = absl::StrCat(job_id, "/", job.status().attempt() + 1);
   for (const RankPlan& r : plan.ranks) {
-    if (absl::Status s = registry_.Reserve(r.worker_id, r.slot_index, job_id); !s.ok()) {
-      registry_.ReleaseJob(job_id);
+    if (absl::Status s = registry_.Reserve(r.worker_id, r.slot_index, holder); !s.ok()) {
+      registry_.ReleaseJob(holder);
       return s;
     }
   }
@@ -235,7 +324,7 @@ absl::Status CoordinatorCore::StartAttemptLocked(JobRecord& job, const Plan& pla
   if (resume > 0) absl::StrAppend(&reason, "; resuming from checkpoint step ", resume);
   if (absl::Status s = JobStateMachine(&job, clock_->Now()).Start(plan.world_size, reason);
       !s.ok()) {
-    registry_.ReleaseJob(job_id);
+    registry_.ReleaseJob(holder);
     return s;
   }
   JobStatus& st = *job.mutable_status();
@@ -268,13 +357,24 @@ AttemptStartInfo CoordinatorCore::StartInfoLocked(const JobRecord& job) const {
 
 void CoordinatorCore::EndAttemptLocked(JobRecord& job, bool send_stop) {
   const JobStatus& st = job.status();
-  tracker_.EndAttempt(st.job_id());
   if (send_stop) {
     std::set<std::string> workers;
-    for (const RankPlacement& p : st.placement()) workers.insert(p.worker_id());
+    for (const RankPlacement& p : st.placement()) {
+      workers.insert(p.worker_id());
+      // A rank its worker never reported has not started (its queued START is dropped with
+      // the attempt), and a dead worker's ranks are gone with it; a rank its live worker
+      // reported may run until the STOP's SIGKILL: its slot waits.
+      if (tracker_.IsAcked(st.job_id(), p.rank()) && registry_.IsAlive(p.worker_id())) {
+        draining_[p.worker_id()][{st.job_id(), st.attempt(), p.rank()}] = p.slot_index();
+      } else {
+        registry_.ReleaseSlot(p.worker_id(), p.slot_index(), Namespace(job));
+      }
+    }
     for (const std::string& w : workers) outbox_.PushStop(w, st.job_id(), st.attempt());
+  } else {
+    registry_.ReleaseJob(Namespace(job));
   }
-  registry_.ReleaseJob(st.job_id());
+  tracker_.EndAttempt(st.job_id());
   rendezvous_.Close(Namespace(job));
   feed_.NamespaceChanged(Namespace(job));  // waiting Gets end (ABORTED)
 }
@@ -312,6 +412,7 @@ void CoordinatorCore::Tick() {
     const std::string node = info.ok() ? info->node_name() : "?";
     SL_LOG(WARNING) << "worker " << worker_id << " (" << node << ") missed heartbeats for "
                     << absl::FormatDuration(options_.heartbeat_timeout) << "; declared dead";
+    NoteDrainingRanksLostLocked(worker_id, node);
     ApplyFailuresLocked(tracker_.WorkerDied(worker_id, node, options_.heartbeat_timeout));
   }
   // Ranks whose START was never acknowledged in time.
@@ -361,6 +462,14 @@ absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
 }
 
 absl::Status CoordinatorCore::ReportCheckpoint(const CheckpointReport& r) {
+  StateWriter::Ticket ticket = 0;
+  RETURN_IF_ERROR(ReportCheckpointInMemory(r, &ticket));
+  return WaitDurable(ticket,
+                     absl::StrCat("the checkpoint record of job ", r.job_id(), " step ", r.step()));
+}
+
+absl::Status CoordinatorCore::ReportCheckpointInMemory(const CheckpointReport& r,
+                                                       StateWriter::Ticket* ticket) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(r.job_id()));
   RETURN_IF_ERROR(CheckReportSource(job->status(), r.attempt(), r.rank()));
@@ -371,7 +480,7 @@ absl::Status CoordinatorCore::ReportCheckpoint(const CheckpointReport& r) {
   bool committed = false;
   ASSIGN_OR_RETURN(const CheckpointRecord rec,
                    checkpoints_.Report(r, layout, clock_->Now(), &committed));
-  if (store_) RETURN_IF_ERROR(store_->PutCheckpoint(rec));
+  writer_->PutCheckpoint(rec);
   if (committed) {
     st.set_latest_checkpoint_step(std::max(st.latest_checkpoint_step(), r.step()));
     JobStateMachine(job, clock_->Now())
@@ -379,10 +488,11 @@ absl::Status CoordinatorCore::ReportCheckpoint(const CheckpointReport& r) {
                                                    " (", rec.files_size(), " data files)"));
     for (const auto& [jid, step] :
          checkpoints_.ApplyRetention(r.job_id(), st.spec().checkpoint().keep_last())) {
-      if (store_) (void)store_->DeleteCheckpoint(jid, step);
+      writer_->DeleteCheckpoint(jid, step);
     }
     jobs_.Changed(*job);
   }
+  *ticket = writer_->last_ticket();
   return absl::OkStatus();
 }
 
@@ -391,13 +501,33 @@ absl::Status CoordinatorCore::ReportCheckpoint(const CheckpointReport& r) {
 absl::StatusOr<std::string> CoordinatorCore::SubmitJob(const JobSpec& spec) {
   RETURN_IF_ERROR(spec::ValidateForScheduling(spec));
   if (options_.validate_spec) RETURN_IF_ERROR(options_.validate_spec(spec));
-  absl::MutexLock lock(&mu_);
-  if (feed_.shut_down()) return absl::UnavailableError("coordinator is shutting down");
-  ASSIGN_OR_RETURN(const JobRecord* job, jobs_.Submit(spec, clock_->Now()));
-  const std::string id = job->status().job_id();
-  SL_LOG(INFO) << "job " << id << " (" << spec.name() << ", W=" << spec.world_size()
-               << ") submitted";
-  ScheduleLocked();
+  // The job is stored before it is added, and without the mutex (an fsync must not stall
+  // heartbeats); a failed write fails the submission and adds nothing.
+  absl::StatusOr<JobRecord> rec;
+  {
+    absl::MutexLock lock(&mu_);
+    if (feed_.shut_down()) return absl::UnavailableError("coordinator is shutting down");
+    RETURN_IF_ERROR(CheckWritable());
+    rec = jobs_.NewJob(spec, clock_->Now());
+  }
+  if (!rec.ok()) return rec.status();
+  if (absl::Status s = writer_->PutJobOrDrop(*rec); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("job not submitted: ", s.message()));
+  }
+  std::string id;
+  StateWriter::Ticket ticket = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    id = jobs_.Add(*std::move(rec))->status().job_id();
+    SL_LOG(INFO) << "job " << id << " (" << spec.name() << ", W=" << spec.world_size()
+                 << ") submitted";
+    ScheduleLocked();
+    ticket = writer_->last_ticket();
+  }
+  // The job is stored; what scheduling changed (maybe its start) is awaited too, so the answer
+  // comes after every transition it caused is durable. A failure there leaves the coordinator
+  // read-only, but the submission itself stands.
+  (void)writer_->Wait(ticket);
   return id;
 }
 
@@ -413,8 +543,17 @@ std::vector<JobStatus> CoordinatorCore::ListJobs(const std::vector<JobState>& st
 }
 
 absl::Status CoordinatorCore::CancelJob(const std::string& job_id, const std::string& reason) {
+  StateWriter::Ticket ticket = 0;
+  RETURN_IF_ERROR(CancelJobInMemory(job_id, reason, &ticket));
+  return WaitDurable(ticket, absl::StrCat("the cancel of job ", job_id));
+}
+
+absl::Status CoordinatorCore::CancelJobInMemory(const std::string& job_id,
+                                                const std::string& reason,
+                                                StateWriter::Ticket* ticket) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(job_id));
+  RETURN_IF_ERROR(CheckWritable());
   const std::string why = reason.empty() ? "cancelled by a user" : reason;
   JobStateMachine sm(job, clock_->Now());
   if (!IsLegalTransition(job->status().state(), CANCELLED)) return sm.Cancel(why);
@@ -423,6 +562,7 @@ absl::Status CoordinatorCore::CancelJob(const std::string& job_id, const std::st
   SL_LOG(INFO) << "job " << job_id << " cancelled: " << why;
   jobs_.Changed(*job);
   ScheduleLocked();
+  *ticket = writer_->last_ticket();
   return absl::OkStatus();
 }
 
@@ -460,10 +600,21 @@ absl::StatusOr<GetCheckpointResponse> CoordinatorCore::GetCheckpoint(const std::
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(*resp.mutable_info(), checkpoints_.Get(job_id, step));
   }
-  // Only when this machine sees the checkpoint directory (shared storage); else info alone.
-  auto manifest = checkpoint::ReadManifestFile(
-      absl::StrCat(resp.info().path(), "/", checkpoint::kManifestFile));
-  if (manifest.ok()) *resp.mutable_manifest() = *std::move(manifest);
+  // Only when this machine sees the checkpoint directory (shared storage); else info alone. The
+  // path comes from a trainer: read only a regular file, on a helper thread, for a bounded time.
+  const std::string path = absl::StrCat(resp.info().path(), "/", checkpoint::kManifestFile);
+  absl::StatusOr<std::string> text =
+      ReadRegularFileBounded(path, options_.file_read_timeout, kMaxManifestBytes);
+  if (absl::IsNotFound(text.status())) return resp;
+  if (absl::IsFailedPrecondition(text.status()) || absl::IsDeadlineExceeded(text.status()) ||
+      absl::IsOutOfRange(text.status())) {
+    return text.status();
+  }
+  if (!text.ok()) return resp;
+  auto manifest = checkpoint::ManifestFromJson(*text, path);
+  if (manifest.ok() && manifest->format_version() == checkpoint::kFormatVersion) {
+    *resp.mutable_manifest() = *std::move(manifest);
+  }
   return resp;
 }
 

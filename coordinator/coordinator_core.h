@@ -2,7 +2,8 @@
 // thin adapter over it; tests drive it directly with a fake clock.
 //
 // The core owns the job lifecycle (submit, start an attempt, fail / restart it, succeed, cancel;
-// the rules are job_state_machine.h's) and the durable state (state_store.h), and delegates:
+// the rules are job_state_machine.h's) and the durable state (state_store.h, written in order
+// off the mutex by state_writer.h), and delegates:
 //   worker_registry.h      workers, heartbeat liveness, slot reservations   (own lock)
 //   scheduler.h            queue + free slots -> placements (pure; planner.h places ranks)
 //   assignment_outbox.h    per-worker START / STOP queues and stream delivery
@@ -33,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -50,6 +52,7 @@
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/state.pb.h"
 #include "coordinator/state_store.h"
+#include "coordinator/state_writer.h"
 #include "coordinator/worker_registry.h"
 #include "proto/coordinator.pb.h"
 
@@ -69,6 +72,10 @@ struct CoreOptions {
   int32_t stop_grace_period_s = 10;
   // Longest wait a RendezvousGet may ask for (longer requests are capped; clients loop).
   absl::Duration max_rendezvous_wait = absl::Seconds(60);
+  // How often a failed state write is retried (the coordinator is read-only meanwhile).
+  absl::Duration state_retry_interval = absl::Seconds(1);
+  // Longest a GetCheckpoint waits for its MANIFEST.json read (a hung mount, a huge file).
+  absl::Duration file_read_timeout = absl::Seconds(5);
   // Full job spec validation (spec::Validate); the core always applies
   // spec::ValidateForScheduling itself first. Null: only those checks.
   std::function<absl::Status(const JobSpec&)> validate_spec;
@@ -121,17 +128,21 @@ class CoordinatorCore {
   // ---- reports from ranks. Errors: NOT_FOUND (job), FAILED_PRECONDITION for a report of an
   // attempt that is not the job's running one, INVALID_ARGUMENT for a rank outside the world
   // (and for a negative progress step or memory figure; see CheckpointRegistry::Report for the
-  // checkpoint report's own checks).
+  // checkpoint report's own checks). ReportCheckpoint waits until its record is durable:
+  // UNAVAILABLE when the state store cannot be written.
   absl::Status ReportProgress(const ProgressReport& report);
   absl::Status ReportCheckpoint(const CheckpointReport& report);
 
   // ---- jobs
-  // Errors: INVALID_ARGUMENT naming the field; UNAVAILABLE when the job cannot be stored.
+  // Errors: INVALID_ARGUMENT naming the field; UNAVAILABLE when the job cannot be stored or the
+  // coordinator is read-only (CheckWritable; nothing is added then).
   absl::StatusOr<std::string> SubmitJob(const JobSpec& spec);
   absl::StatusOr<JobStatus> GetJob(const std::string& job_id) const;
   // Jobs in any of `states` (empty: all), in submission order.
   std::vector<JobStatus> ListJobs(const std::vector<JobState>& states) const;
-  // Errors: NOT_FOUND; FAILED_PRECONDITION for a finished job.
+  // Errors: NOT_FOUND; FAILED_PRECONDITION for a finished job; UNAVAILABLE while read-only
+  // (nothing changes) or when the cancel's write fails (it stands in memory and is retried in
+  // order; the coordinator is read-only until it is stored).
   absl::Status CancelJob(const std::string& job_id, const std::string& reason);
   // The job's status once its version exceeds `after_version` (or after `wait`, whichever comes
   // first); `*version` receives the version returned. Versions start above 0.
@@ -148,6 +159,9 @@ class CoordinatorCore {
   // ---- checkpoints
   absl::StatusOr<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& job_id) const;
   // Reads <path>/MANIFEST.json when this machine sees the path; otherwise the manifest is empty.
+  // The read runs on a helper thread (bounded_file_read.h). Errors: NOT_FOUND; FAILED_PRECONDITION
+  // when MANIFEST.json is not a regular file (a FIFO there must not block a gRPC thread);
+  // DEADLINE_EXCEEDED after file_read_timeout.
   absl::StatusOr<GetCheckpointResponse> GetCheckpoint(const std::string& job_id,
                                                       int64_t step) const;
 
@@ -185,7 +199,19 @@ class CoordinatorCore {
   // What the STARTs of the job's current attempt share (rank 0's address, resume step...).
   AttemptStartInfo StartInfoLocked(const JobRecord& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stops the running attempt's ranks, frees its slots and closes its rendezvous namespace.
+  // With send_stop, the slot of every rank its worker has reported stays reserved (draining_)
+  // until the worker reports the rank EXITED, stops listing it, or dies: a STOP is SIGTERM and
+  // the rank may hold its device for the whole grace period, longer than a restart backoff.
   void EndAttemptLocked(JobRecord& job, bool send_stop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a heartbeat of `worker` listing `ranks`: frees the slots of its draining ranks that
+  // exited or are no longer listed. Returns whether any slot was freed.
+  // `worker` (on `node`) was declared dead: forgets its draining ranks and notes WORKER_LOST on
+  // each of their jobs that is not finished (it may restart smaller without them).
+  void NoteDrainingRanksLostLocked(const std::string& worker, const std::string& node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ReleaseDrainedLocked(const std::string& worker,
+                            const google::protobuf::RepeatedPtrField<RankStatus>& ranks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailAttemptLocked(JobRecord& job, const std::string& kind, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyFailuresLocked(const std::vector<RankFailure>& failures)
@@ -193,13 +219,23 @@ class CoordinatorCore {
   // Rank `rank` of the job's running attempt exited 0; the job succeeds with its last rank.
   void RankSucceededLocked(JobRecord& job, int32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistWorker(const std::string& worker_id);
+  // OK, or UNAVAILABLE "coordinator is read-only: ..." while a failed state write is retried
+  // (user mutations are refused then; reads and the cluster's own reports go on).
+  absl::Status CheckWritable() const;
+  // Waits (without mu_) until the writes up to `ticket` are durable. Errors: UNAVAILABLE naming
+  // `what` and the store's reason.
+  absl::Status WaitDurable(StateWriter::Ticket ticket, const std::string& what) const;
+  absl::Status CancelJobInMemory(const std::string& job_id, const std::string& reason,
+                                 StateWriter::Ticket* ticket);
+  absl::Status ReportCheckpointInMemory(const CheckpointReport& report,
+                                        StateWriter::Ticket* ticket);
   static std::string Namespace(const JobRecord& rec);
 
   const CoreOptions options_;
   const Clock* clock_;
-  std::unique_ptr<StateStore> store_;  // null: in memory only
-  WorkerRegistry registry_;            // own lock
-  RendezvousStore rendezvous_;         // own lock
+  std::unique_ptr<StateWriter> writer_;  // owns the store (none: in memory only)
+  WorkerRegistry registry_;              // own lock
+  RendezvousStore rendezvous_;           // own lock
 
   mutable absl::Mutex mu_;
   ChangeFeed feed_ ABSL_GUARDED_BY(mu_);
@@ -208,6 +244,10 @@ class CoordinatorCore {
   RankTracker tracker_ ABSL_GUARDED_BY(mu_);
   CheckpointRegistry checkpoints_ ABSL_GUARDED_BY(mu_);
   Counters counters_ ABSL_GUARDED_BY(mu_);  // jobs_by_state filled on read
+  // Ranks of ended attempts still holding their slot, by worker id: (job id, attempt, rank) ->
+  // slot index. Not persisted: after a coordinator restart these slots are free again.
+  using DrainKey = std::tuple<std::string, int32_t, int32_t>;
+  std::map<std::string, std::map<DrainKey, int32_t>> draining_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shardline::coordinator

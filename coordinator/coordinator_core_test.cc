@@ -1,12 +1,16 @@
 #include "coordinator/coordinator_core.h"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/testing/fake_clock.h"
+#include "coordinator/testing/small_fs.h"
 #include "fsdp/layout.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace shardline::coordinator {
@@ -46,6 +50,7 @@ class CoreTest : public ::testing::Test {
     o.heartbeat_interval = absl::Seconds(1);
     o.heartbeat_timeout = absl::Seconds(5);
     o.rank_start_timeout = absl::Seconds(30);
+    o.state_retry_interval = absl::Milliseconds(20);
     auto core = CoordinatorCore::Create(o);
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
@@ -236,6 +241,122 @@ TEST_F(CoreTest, FailedRankRestartsFromLatestCommittedCheckpointAfterBackoff) {
   EXPECT_NE(st->message().find("killed by signal 9"), std::string::npos) << st->message();
 }
 
+TEST_F(CoreTest, SlotOfAStoppedRankStaysReservedUntilItExits) {
+  // Issue #21 item 3: the restart backoff (1 s here) is shorter than the STOP's grace period
+  // (10 s); a rank that ignores SIGTERM holds its device for the whole grace. The next attempt
+  // must not be placed on that slot before the rank is reported EXITED.
+  const std::string a = Register("a", 2);
+  JobSpec spec = Spec("g", 2, /*max_restarts=*/1);
+  spec.mutable_restart()->set_backoff_s(1);
+  auto job = core_->SubmitJob(spec);
+  ASSERT_EQ(core_->GetJob(*job)->state(), RUNNING);
+  auto status = [&](int attempt, int rank, RankStatus::State state, int code) {
+    RankStatus rs;
+    rs.set_job_id(*job);
+    rs.set_attempt(attempt);
+    rs.set_rank(rank);
+    rs.set_state(state);
+    rs.set_exit_code(code);
+    return rs;
+  };
+  auto beat = [&](std::vector<RankStatus> ranks) {
+    HeartbeatRequest hb;
+    hb.set_worker_id(a);
+    for (RankStatus& r : ranks) *hb.add_ranks() = std::move(r);
+    ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  };
+  beat({status(1, 0, RankStatus::RUNNING, 0), status(1, 1, RankStatus::RUNNING, 0)});
+  // Rank 1 fails; rank 0 gets a STOP and ignores SIGTERM.
+  beat({status(1, 0, RankStatus::RUNNING, 0), status(1, 1, RankStatus::EXITED, 3)});
+  ASSERT_EQ(core_->GetJob(*job)->state(), PENDING);
+  EXPECT_EQ(core_->ListWorkers()[0].busy_slots(), 1);  // rank 1's slot is free, rank 0's not
+  for (int s = 0; s < 10; ++s) {  // the whole grace period, far past the backoff
+    clock_.Advance(absl::Seconds(1));
+    beat({status(1, 0, RankStatus::RUNNING, 0), status(1, 1, RankStatus::EXITED, 3)});
+    core_->Tick();
+    ASSERT_EQ(core_->GetJob(*job)->state(), PENDING) << "second " << s;
+    EXPECT_EQ(core_->ListWorkers()[0].busy_slots(), 1);
+  }
+  // SIGKILL: the rank exits; its slot is free and attempt 2 gets both slots.
+  beat({status(1, 0, RankStatus::EXITED, -9), status(1, 1, RankStatus::EXITED, 3)});
+  auto st = core_->GetJob(*job);
+  ASSERT_EQ(st->state(), RUNNING);
+  EXPECT_EQ(st->attempt(), 2);
+  EXPECT_EQ(st->placement_size(), 2);
+  EXPECT_EQ(core_->ListWorkers()[0].busy_slots(), 2);
+}
+
+TEST_F(CoreTest, SlotOfAStoppedRankIsFreedWhenItsWorkerStopsListingItOrDies) {
+  const std::string a = Register("a", 1);
+  const std::string b = Register("b", 1);
+  auto job = core_->SubmitJob(Spec("d", 2));
+  ASSERT_EQ(core_->GetJob(*job)->state(), RUNNING);
+  for (const std::string& w : {a, b}) {
+    const int rank = core_->GetJob(*job)->placement(0).worker_id() == w ? 0 : 1;
+    HeartbeatRequest hb;
+    hb.set_worker_id(w);
+    RankStatus* rs = hb.add_ranks();
+    rs->set_job_id(*job);
+    rs->set_attempt(1);
+    rs->set_rank(rank);
+    rs->set_state(RankStatus::RUNNING);
+    ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  }
+  ASSERT_TRUE(core_->CancelJob(*job, "").ok());
+  EXPECT_EQ(core_->ListWorkers()[0].busy_slots(), 1);
+  EXPECT_EQ(core_->ListWorkers()[1].busy_slots(), 1);
+  Beat(a);  // a no longer lists its rank: gone
+  EXPECT_EQ(core_->ListWorkers()[0].busy_slots(), 0);
+  EXPECT_EQ(core_->ListWorkers()[1].busy_slots(), 1);
+  clock_.Advance(absl::Seconds(6));  // b goes silent and is declared lost
+  Beat(a);
+  core_->Tick();
+  EXPECT_EQ(core_->ListWorkers()[1].state(), WorkerInfo::DEAD);
+  EXPECT_EQ(core_->ListWorkers()[1].busy_slots(), 0);
+}
+
+TEST_F(CoreTest, WorkerLostWhileItsStoppedRanksHoldSlotsIsNotedAndTheJobRestartsSmaller) {
+  // A node dies: its peers fail first (RANK_FAILED), the node's own stopped ranks keep their
+  // slots until it is declared dead; then the job notes WORKER_LOST and restarts without it.
+  const std::string a = Register("a", 1);
+  const std::string b = Register("b", 1);
+  JobSpec spec = Spec("n", 2, /*max_restarts=*/1);
+  spec.mutable_elastic()->set_min_world_size(1);
+  auto job = core_->SubmitJob(spec);
+  ASSERT_EQ(core_->GetJob(*job)->state(), RUNNING);
+  for (const std::string& w : {a, b}) {
+    HeartbeatRequest hb;
+    hb.set_worker_id(w);
+    RankStatus* rs = hb.add_ranks();
+    rs->set_job_id(*job);
+    rs->set_attempt(1);
+    rs->set_rank(core_->GetJob(*job)->placement(0).worker_id() == w ? 0 : 1);
+    rs->set_state(RankStatus::RUNNING);
+    ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  }
+  const int rank_on_a = core_->GetJob(*job)->placement(0).worker_id() == a ? 0 : 1;
+  Exit(a, *job, 1, rank_on_a, 4, "lost a peer");
+  ASSERT_EQ(core_->GetJob(*job)->state(), PENDING);
+  for (int i = 0; i < 6; ++i) {  // b is silent: its rank holds its slot until b is dead
+    clock_.Advance(absl::Seconds(1));
+    Beat(a);
+    core_->Tick();
+  }
+  auto st = core_->GetJob(*job);
+  ASSERT_TRUE(HasEvent(*st, "WORKER_LOST"));
+  for (const JobEvent& e : st->events()) {
+    if (e.kind() != "WORKER_LOST") continue;
+    EXPECT_NE(e.message().find(
+                  absl::StrCat("stopped ranks [", 1 - rank_on_a, "] of attempt 1 lost with it")),
+              std::string::npos)
+        << e.message();
+  }
+  ASSERT_EQ(st->state(), RUNNING);
+  EXPECT_EQ(st->attempt(), 2);
+  EXPECT_EQ(st->world_size(), 1);
+  EXPECT_EQ(st->placement(0).worker_id(), a);
+}
+
 TEST_F(CoreTest, LostWorkerFailsAttemptAndElasticRestartShrinksTheWorld) {
   const std::string a = Register("a", 2);
   const std::string b = Register("b", 2);
@@ -294,6 +415,32 @@ TEST_F(CoreTest, RankMissingFromItsWorkersHeartbeatIsLost) {
         << e.message();
   }
   EXPECT_EQ(st->attempt(), 2);  // restarted at once (no backoff)
+}
+
+TEST_F(CoreTest, GetCheckpointRefusesAManifestThatIsNotARegularFileWithoutBlocking) {
+  // Issue #21 item 8: a FIFO at <reported path>/MANIFEST.json blocked the gRPC thread forever.
+  Register("a", 1);
+  auto job = core_->SubmitJob(Spec("f", 1));
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/fifo/" + *job + "/step_5";
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  ASSERT_EQ(::mkfifo((dir + "/MANIFEST.json").c_str(), 0600), 0);
+  CheckpointReport r;
+  r.set_job_id(*job);
+  r.set_attempt(1);
+  r.set_step(5);
+  r.set_path(dir);
+  r.add_files("shard_00000.bin");
+  r.add_files("MANIFEST.json");
+  r.set_expected_files(1);
+  r.set_manifest_committed(true);
+  ASSERT_TRUE(core_->ReportCheckpoint(r).ok());
+  const absl::Time start = absl::Now();
+  auto got = core_->GetCheckpoint(*job, 5);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(got.status().message(),
+            dir + "/MANIFEST.json is not a regular file (a FIFO); not read");
+  EXPECT_EQ(core_->ListCheckpoints(*job)->size(), 1u);  // the rest keeps working
 }
 
 TEST_F(CoreTest, CheckpointsAreListedWithManifestAndRetained) {
@@ -510,6 +657,52 @@ TEST_F(CoreTest, ProgressIsKeptAndWakesWatchers) {
   EXPECT_EQ(core_->ReportProgress(bad).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(CoreTest, FullStateDiskMakesTheCoordinatorReadOnlyUntilSpaceReturns) {
+  // Issue #21 item 4: a failed state write was only logged, so a cancel answered OK could be
+  // undone by the next restart. Now the RPC fails with the reason, user mutations are refused
+  // while the write is retried, reads go on, and writes resume once space returns.
+  using ::testing::HasSubstr;
+  auto fs = testing::SmallFs::Create(std::string(std::getenv("TEST_TMPDIR")) + "/small", 1 << 20);
+  if (!fs.ok()) GTEST_SKIP() << fs.status();
+  const std::string dir = (*fs)->dir() + "/state";
+  Start(dir);
+  const std::string a = Register("a", 1);
+  auto kept = core_->SubmitJob(Spec("kept", 1));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_TRUE((*fs)->Fill().ok());
+
+  auto refused = core_->SubmitJob(Spec("refused", 1));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("job not submitted: the state store cannot be written: sqlite write: "
+                        "database or disk is full"));
+  absl::Status cancel = core_->CancelJob(*kept, "");
+  EXPECT_EQ(cancel.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(cancel.message(), HasSubstr("the cancel of job " + *kept +
+                                          " is not durable: the state store cannot be written"));
+  // Read-only: mutations are refused with the reason; reads keep working.
+  auto again = core_->SubmitJob(Spec("refused", 1));
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(again.status().message(),
+              HasSubstr("coordinator is read-only: the state store cannot be written (sqlite "
+                        "write: database or disk is full); reads keep working"));
+  EXPECT_EQ(core_->GetJob(*kept)->state(), CANCELLED);
+  EXPECT_EQ(core_->ListJobs({}).size(), 1u);
+  EXPECT_EQ(core_->ListWorkers().size(), 1u);
+
+  ASSERT_TRUE((*fs)->Free().ok());
+  absl::StatusOr<std::string> after = absl::UnavailableError("not tried");
+  for (int i = 0; i < 250 && !after.ok(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    after = core_->SubmitJob(Spec("after", 1));
+  }
+  ASSERT_TRUE(after.ok()) << after.status();
+  Start(dir);  // what was answered OK, and the cancel retried since, is on disk
+  EXPECT_EQ(core_->GetJob(*kept)->state(), CANCELLED);
+  EXPECT_EQ(core_->ListJobs({}).size(), 2u);
+  EXPECT_EQ(core_->ListJobs({}).back().job_id(), *after);
+}
+
 TEST_F(CoreTest, StateSurvivesRestartAndRunningJobWaitsForItsWorkers) {
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/core_restart";
   Start(dir);
@@ -558,7 +751,12 @@ TEST_F(CoreTest, StateSurvivesRestartAndRunningJobWaitsForItsWorkers) {
   EXPECT_TRUE(core_->RendezvousSet(set).ok());
   // A job submitted now does not reuse an id.
   auto next = core_->SubmitJob(Spec("next", 1));
-  EXPECT_EQ(*next, "job-4");
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_NE(*next, *done);
+  EXPECT_NE(*next, *waiting);
+  EXPECT_NE(*next, *running);
+  ASSERT_EQ(core_->ListJobs({}).size(), 4u);
+  EXPECT_EQ(core_->ListJobs({}).back().job_id(), *next);  // submission order goes on
   // The worker never heartbeats again: the attempt fails and restarts from step 7 once a
   // worker is back.
   clock_.Advance(absl::Seconds(6));

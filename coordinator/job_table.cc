@@ -1,6 +1,7 @@
 #include "coordinator/job_table.h"
 
 #include <algorithm>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -8,8 +9,25 @@
 
 namespace shardline::coordinator {
 
-absl::StatusOr<JobRecord*> JobTable::Submit(const JobSpec& spec, absl::Time now) {
-  const std::string id = absl::StrCat("job-", next_seq_);
+namespace {
+constexpr char kBase36[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+}  // namespace
+
+std::string NewJobId(absl::Time now) {
+  std::string time;
+  for (uint64_t ms = static_cast<uint64_t>(std::max<int64_t>(0, absl::ToUnixMillis(now)));
+       ms > 0 || time.empty(); ms /= 36) {
+    time.insert(time.begin(), kBase36[ms % 36]);
+  }
+  std::random_device rd;  // /dev/urandom on Linux
+  std::string suffix;
+  for (int i = 0; i < 4; ++i) suffix.push_back(kBase36[rd() % 36]);
+  return absl::StrCat("job-", time, suffix);
+}
+
+absl::StatusOr<JobRecord> JobTable::NewJob(const JobSpec& spec, absl::Time now) {
+  std::string id = NewJobId(now);
+  while (jobs_.count(id) > 0 || new_ids_.count(id) > 0) id = NewJobId(now);
   JobRecord job;
   job.set_seq(next_seq_);
   JobStatus& st = *job.mutable_status();
@@ -18,13 +36,24 @@ absl::StatusOr<JobRecord*> JobTable::Submit(const JobSpec& spec, absl::Time now)
   st.set_world_size(spec.world_size());
   st.set_total_steps(spec.train().steps());
   if (absl::Status s = JobStateMachine(&job, now).Submit(); !s.ok()) return s;
-  if (store_ != nullptr) {
-    if (absl::Status s = store_->PutJob(job); !s.ok()) return s;
-  }
   next_seq_++;
+  new_ids_.insert(id);
+  return job;
+}
+
+JobRecord* JobTable::Add(JobRecord job) {
+  const std::string id = job.status().job_id();
+  new_ids_.erase(id);
   JobRecord& added = jobs_[id] = std::move(job);
   feed_->JobChanged(id);
   return &added;
+}
+
+absl::StatusOr<JobRecord*> JobTable::Submit(const JobSpec& spec, absl::Time now) {
+  absl::StatusOr<JobRecord> job = NewJob(spec, now);
+  if (!job.ok()) return job.status();
+  if (absl::Status s = writer_->PutJobOrDrop(*job); !s.ok()) return s;
+  return Add(*std::move(job));
 }
 
 JobRecord& JobTable::Restore(const JobRecord& rec) {
@@ -46,12 +75,9 @@ absl::StatusOr<const JobRecord*> JobTable::Find(const std::string& job_id) const
   return &it->second;
 }
 
-void JobTable::Changed(const JobRecord& job) {
+StateWriter::Ticket JobTable::Changed(const JobRecord& job) {
   feed_->JobChanged(job.status().job_id());
-  if (store_ == nullptr) return;
-  if (absl::Status s = store_->PutJob(job); !s.ok()) {
-    SL_LOG(ERROR) << "cannot persist job " << job.status().job_id() << ": " << s;
-  }
+  return writer_->PutJob(job);
 }
 
 std::vector<JobStatus> JobTable::List(const std::vector<JobState>& states) const {

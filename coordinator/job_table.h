@@ -1,7 +1,7 @@
-// JobTable: the job records by id. It gives new jobs their ids ("job-<seq>", seq in submission
-// order), finds and lists them, and makes every change durable (StateStore, when there is one)
-// and visible (ChangeFeed). Which changes a record may undergo is JobStateMachine's; the core
-// drives them.
+// JobTable: the job records by id. It gives new jobs their ids (NewJobId below; seq keeps the
+// submission order), finds and lists them, and makes every change durable (StateStore, when there
+// is one) and visible (ChangeFeed). Which changes a record may undergo is JobStateMachine's; the
+// core drives them.
 //
 // Thread safety: none of its own. CoordinatorCore owns one and calls it only under its mutex.
 #ifndef SHARDLINE_COORDINATOR_JOB_TABLE_H_
@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,19 +17,32 @@
 #include "absl/time/time.h"
 #include "coordinator/change_feed.h"
 #include "coordinator/state.pb.h"
-#include "coordinator/state_store.h"
+#include "coordinator/state_writer.h"
 #include "proto/coordinator.pb.h"
 
 namespace shardline::coordinator {
+
+// A new job id: "job-" + the submission time in unix milliseconds in base 36 (8 characters
+// until the year 2059) + 4 random base-36 characters, e.g. "job-mi5x3k2aq7zp". Short and
+// typeable, and never reused across coordinator lifetimes, with or without a state dir: ids
+// restarting at "job-1" made a new job resume (and overwrite) an old job's checkpoints under
+// <checkpoint.dir>/<job id>. The random part separates jobs submitted in the same millisecond;
+// JobTable also redraws an id it already holds.
+std::string NewJobId(absl::Time now);
 
 class JobTable {
  public:
   using Records = std::map<std::string, JobRecord>;  // by job id
 
-  // `store` (null: in memory only) and `feed` must outlive the table.
-  JobTable(StateStore* store, ChangeFeed* feed) : store_(store), feed_(feed) {}
+  // `writer` and `feed` must outlive the table.
+  JobTable(StateWriter* writer, ChangeFeed* feed) : writer_(writer), feed_(feed) {}
 
-  // A new PENDING job running `spec` (event SUBMITTED at `now`), stored before it is added.
+  // A new PENDING job running `spec` (event SUBMITTED at `now`) with a fresh id and the next
+  // seq; not in the table yet: store it (StateWriter::PutJobOrDrop), then Add it.
+  absl::StatusOr<JobRecord> NewJob(const JobSpec& spec, absl::Time now);
+  // Adds a record made by NewJob (once stored) and reports it to the feed.
+  JobRecord* Add(JobRecord job);
+  // NewJob, PutJobOrDrop, Add: for callers that may block on the store (tests).
   // Errors: the store's (nothing is added then).
   absl::StatusOr<JobRecord*> Submit(const JobSpec& spec, absl::Time now);
   // A record reloaded from the store: added as it is, neither stored again nor reported changed.
@@ -37,8 +51,9 @@ class JobTable {
   // Errors: NOT_FOUND "unknown job <id>".
   absl::StatusOr<JobRecord*> Find(const std::string& job_id);
   absl::StatusOr<const JobRecord*> Find(const std::string& job_id) const;
-  // Stores `job` (a store error is logged; the change stands) and reports it to the feed.
-  void Changed(const JobRecord& job);
+  // Queues `job`'s write (StateWriter: in order, off the caller's thread) and reports it to the
+  // feed. Returns the write's ticket: StateWriter::Wait on it says whether it is durable.
+  StateWriter::Ticket Changed(const JobRecord& job);
 
   // Statuses of the jobs in any of `states` (empty: all), in submission order.
   std::vector<JobStatus> List(const std::vector<JobState>& states) const;
@@ -47,9 +62,10 @@ class JobTable {
   const Records& records() const { return jobs_; }
 
  private:
-  StateStore* const store_;
+  StateWriter* const writer_;
   ChangeFeed* const feed_;
   Records jobs_;
+  std::set<std::string> new_ids_;  // handed out by NewJob, not yet added
   int64_t next_seq_ = 1;
 };
 

@@ -2,12 +2,18 @@
 
 #include <cstdlib>
 
+#include <set>
+
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace shardline::coordinator {
 namespace {
 
 const absl::Time kNow = absl::FromUnixSeconds(1700000000);
+StateWriter kNoStore(/*store=*/nullptr, absl::Seconds(1));
+// 1700000000000 ms in base 36, then 4 random base-36 characters.
+constexpr char kIdAtNow[] = "job-loyw3v28[0-9a-z]{4}";
 
 JobSpec Spec(const std::string& name) {
   JobSpec spec;
@@ -19,42 +25,51 @@ JobSpec Spec(const std::string& name) {
 
 TEST(JobTable, SubmitGivesIdsInSubmissionOrderAndReportsTheChange) {
   ChangeFeed feed;
-  JobTable jobs(/*store=*/nullptr, &feed);
+  JobTable jobs(&kNoStore, &feed);
   auto a = jobs.Submit(Spec("a"), kNow);
   ASSERT_TRUE(a.ok()) << a.status();
   auto b = jobs.Submit(Spec("b"), kNow);
   ASSERT_TRUE(b.ok()) << b.status();
   const JobStatus& st = (*a)->status();
-  EXPECT_EQ(st.job_id(), "job-1");
+  EXPECT_THAT(st.job_id(), ::testing::MatchesRegex(kIdAtNow));
   EXPECT_EQ(st.state(), PENDING);
   EXPECT_EQ(st.world_size(), 2);
   EXPECT_EQ(st.total_steps(), 50);
   EXPECT_EQ(st.spec().name(), "a");
   ASSERT_EQ(st.events_size(), 1);
   EXPECT_EQ(st.events(0).kind(), "SUBMITTED");
-  EXPECT_EQ((*b)->status().job_id(), "job-2");
+  const std::string a_id = st.job_id(), b_id = (*b)->status().job_id();
+  EXPECT_THAT(b_id, ::testing::MatchesRegex(kIdAtNow));
+  EXPECT_NE(a_id, b_id);  // same millisecond: the random part tells them apart
+  EXPECT_EQ((*a)->seq(), 1);
   EXPECT_EQ((*b)->seq(), 2);
-  EXPECT_EQ(feed.Version("job-1"), 1);
-  EXPECT_EQ(feed.Version("job-2"), 2);
+  EXPECT_EQ(feed.Version(a_id), 1);
+  EXPECT_EQ(feed.Version(b_id), 2);
   jobs.Changed(**a);
-  EXPECT_EQ(feed.Version("job-1"), 3);
+  EXPECT_EQ(feed.Version(a_id), 3);
 }
 
 TEST(JobTable, FindListAndCount) {
   ChangeFeed feed;
-  JobTable jobs(nullptr, &feed);
-  for (int i = 0; i < 11; ++i) ASSERT_TRUE(jobs.Submit(Spec("j"), kNow).ok());
-  (*jobs.Find("job-2"))->mutable_status()->set_state(RUNNING);
+  JobTable jobs(&kNoStore, &feed);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 11; ++i) {
+    // Later submissions get later ids, in ms; the list must follow seq all the same.
+    auto j = jobs.Submit(Spec("j"), kNow + absl::Milliseconds(11 - i));
+    ASSERT_TRUE(j.ok());
+    ids.push_back((*j)->status().job_id());
+  }
+  (*jobs.Find(ids[1]))->mutable_status()->set_state(RUNNING);
   auto missing = jobs.Find("job-99");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(missing.status().message(), "unknown job job-99");
-  // Submission order, not id order ("job-10" sorts before "job-2" as a string).
+  // Submission order, not id order (the ids above sort in reverse as strings).
   const std::vector<JobStatus> all = jobs.List({});
   ASSERT_EQ(all.size(), 11u);
-  for (int i = 0; i < 11; ++i) EXPECT_EQ(all[i].job_id(), "job-" + std::to_string(i + 1));
+  for (int i = 0; i < 11; ++i) EXPECT_EQ(all[i].job_id(), ids[i]);
   const std::vector<JobStatus> running = jobs.List({RUNNING});
   ASSERT_EQ(running.size(), 1u);
-  EXPECT_EQ(running[0].job_id(), "job-2");
+  EXPECT_EQ(running[0].job_id(), ids[1]);
   const std::map<JobState, int> counts = jobs.CountByState();
   EXPECT_EQ(counts.at(PENDING), 10);
   EXPECT_EQ(counts.at(RUNNING), 1);
@@ -62,27 +77,31 @@ TEST(JobTable, FindListAndCount) {
 
 TEST(JobTable, JobsAreStoredAndRestoredWithTheirSequence) {
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/job_table";
+  std::string a_id;
   {
     auto store = StateStore::Open(dir);
     ASSERT_TRUE(store.ok()) << store.status();
+    StateWriter writer(*std::move(store), absl::Seconds(1));
     ChangeFeed feed;
-    JobTable jobs(store->get(), &feed);
+    JobTable jobs(&writer, &feed);
     auto a = jobs.Submit(Spec("a"), kNow);
     ASSERT_TRUE(a.ok());
+    a_id = (*a)->status().job_id();
     (*a)->mutable_status()->set_message("changed");
     jobs.Changed(**a);
     ASSERT_TRUE(jobs.Submit(Spec("b"), kNow).ok());
   }
   auto store = StateStore::Open(dir);
   ASSERT_TRUE(store.ok()) << store.status();
-  auto loaded = (*store)->LoadJobs();
+  StateWriter writer(*std::move(store), absl::Seconds(1));
+  auto loaded = writer.store()->LoadJobs();
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ASSERT_EQ(loaded->size(), 2u);
   ChangeFeed feed;
-  JobTable jobs(store->get(), &feed);
+  JobTable jobs(&writer, &feed);
   for (const JobRecord& rec : *loaded) jobs.Restore(rec);
-  EXPECT_EQ((*jobs.Find("job-1"))->status().message(), "changed");
-  EXPECT_EQ(feed.Version("job-1"), 1);  // known, not reported as changed
+  EXPECT_EQ((*jobs.Find(a_id))->status().message(), "changed");
+  EXPECT_EQ(feed.Version(a_id), 1);  // known, not reported as changed
   absl::Mutex mu;
   absl::MutexLock lock(&mu);
   ChangeFeed::Dirty dirty;
@@ -90,7 +109,24 @@ TEST(JobTable, JobsAreStoredAndRestoredWithTheirSequence) {
   EXPECT_TRUE(dirty.jobs.empty());
   auto c = jobs.Submit(Spec("c"), kNow);
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ((*c)->status().job_id(), "job-3");  // numbering goes on after the restored ones
+  EXPECT_EQ((*c)->seq(), 3);  // numbering goes on after the restored ones
+}
+
+TEST(JobTable, IdsAreNotReusedByATableWithoutAStore) {
+  // A coordinator without --state_dir forgets its jobs; the next one must not hand out an id
+  // again (its checkpoints live under <checkpoint.dir>/<job id>): the old scheme gave "job-1"
+  // to the first job of every lifetime.
+  std::set<std::string> seen;
+  for (int life = 0; life < 20; ++life) {
+    ChangeFeed feed;
+    JobTable jobs(&kNoStore, &feed);
+    auto j = jobs.Submit(Spec("same"), kNow + absl::Milliseconds(life));
+    ASSERT_TRUE(j.ok());
+    EXPECT_EQ((*j)->seq(), 1);
+    EXPECT_TRUE(seen.insert((*j)->status().job_id()).second) << (*j)->status().job_id();
+  }
+  EXPECT_EQ(NewJobId(kNow).substr(0, 12), "job-loyw3v28");
+  EXPECT_EQ(NewJobId(kNow + absl::Milliseconds(1)).substr(0, 12), "job-loyw3v29");
 }
 
 }  // namespace

@@ -49,7 +49,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
   absl::MutexLock lock(&store->mu_);
   sqlite3_busy_timeout(db, 5000);
   if (absl::Status s = store->Exec("PRAGMA journal_mode=WAL;"); !s.ok()) return s;
-  if (absl::Status s = store->Exec("PRAGMA synchronous=NORMAL;"); !s.ok()) return s;
+  if (absl::Status s = store->Exec("PRAGMA synchronous=FULL;"); !s.ok()) return s;
   if (absl::Status s = store->Exec(kSchema); !s.ok()) {
     return absl::DataLossError(absl::StrCat("cannot create schema in ", path, ": ", s.message()));
   }

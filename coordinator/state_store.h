@@ -3,8 +3,10 @@
 // record keyed by its id. Every Put is one transaction, so a coordinator killed with SIGKILL
 // loses at most the write in flight; on open, SQLite replays the WAL.
 //
-// synchronous=NORMAL: in WAL mode a committed transaction survives a process crash (it is in the
-// WAL in the OS page cache); only an OS crash or power loss can drop the newest commits.
+// synchronous=FULL: every commit syncs the WAL before it returns, so a transition the
+// coordinator answered for survives an OS crash or power loss too (NORMAL, used before, could
+// drop the newest commits then). The fsync runs on StateWriter's thread, not under the core's
+// mutex.
 //
 // Thread safety: every method may be called from any thread (one internal mutex around the
 // connection).

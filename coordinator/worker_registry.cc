@@ -137,6 +137,15 @@ absl::Status WorkerRegistry::Reserve(absl::string_view worker_id, int32_t slot_i
   return absl::OkStatus();
 }
 
+void WorkerRegistry::ReleaseSlot(absl::string_view worker_id, int32_t slot_index,
+                                 absl::string_view holder) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return;
+  auto b = it->second.busy.find(slot_index);
+  if (b != it->second.busy.end() && b->second == holder) it->second.busy.erase(b);
+}
+
 void WorkerRegistry::ReleaseJob(absl::string_view job_id) {
   absl::MutexLock lock(&mu_);
   for (auto& [id, w] : workers_) {

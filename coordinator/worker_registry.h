@@ -52,11 +52,15 @@ class WorkerRegistry {
   // free slot, ordered by node name.
   std::vector<NodeCapacity> FreeCapacity(Slot::Kind kind) const;
 
-  // Reserves `slot_index` on `worker_id` for `job_id`. Errors: NOT_FOUND (worker or slot),
-  // FAILED_PRECONDITION when the slot is busy or the worker is dead.
-  absl::Status Reserve(absl::string_view worker_id, int32_t slot_index, absl::string_view job_id);
-  // Frees every slot reserved by `job_id`.
-  void ReleaseJob(absl::string_view job_id);
+  // Reserves `slot_index` on `worker_id` for `holder` (the core uses the attempt's
+  // "<job id>/<attempt>", so a new attempt of a job never takes a slot its previous attempt's
+  // rank still holds). Errors: NOT_FOUND (worker or slot), FAILED_PRECONDITION when the slot is
+  // busy or the worker is dead.
+  absl::Status Reserve(absl::string_view worker_id, int32_t slot_index, absl::string_view holder);
+  // Frees every slot reserved by `holder`.
+  void ReleaseJob(absl::string_view holder);
+  // Frees `slot_index` on `worker_id` if `holder` holds it (no-op otherwise).
+  void ReleaseSlot(absl::string_view worker_id, int32_t slot_index, absl::string_view holder);
 
   std::vector<WorkerInfo> List() const;
   absl::StatusOr<WorkerInfo> Get(absl::string_view worker_id) const;

@@ -63,6 +63,7 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> TrainerCheckpointing::Crea
     o.keep_last = policy.keep_last;
     o.optimizer_kind = policy.optimizer_kind;
     o.job_id = policy.job_id;
+    o.attempt = policy.attempt;
     o.commit_timeout = policy.commit_timeout;
     o.on_saved = policy.on_saved;
     ASSIGN_OR_RETURN(o.test_after_data_file, TestPauseFromEnv(saving_step));

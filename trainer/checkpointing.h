@@ -46,6 +46,7 @@ struct CheckpointPolicy {
   int64_t total_steps = 0;     // train.steps (for save_final).
   std::string optimizer_kind;  // "adamw" / "sgd".
   std::string job_id;
+  int32_t attempt = 0;  // Recorded in the manifests with job_id.
   // How long rank 0 waits for the other shard writers before failing the save. The trainer uses
   // its collective timeout: in a synchronous save the other ranks wait that long in a collective.
   absl::Duration commit_timeout = absl::Minutes(10);

@@ -14,6 +14,9 @@
 // inside their sampling collectives. It prints "test pause in sample: rank R" to stderr first,
 // so a failure test can kill that rank while the others sample at a known point
 // (trainer/multiprocess_test.sh). A malformed value exits 2, like a bad environment.
+// Tests only: SHARDLINE_TEST_IGNORE_SIGTERM=1 makes the trainer ignore SIGTERM, so a STOP ends
+// it only with the SIGKILL after the grace period: a rank that holds its slot (its device)
+// through the whole grace (tests/integration/stop_grace_scenario_test.py).
 //
 // Main reads as the order of set-up: each step below is one function returning absl::Status or
 // absl::StatusOr, and Main maps a failed step to its exit code.
@@ -164,7 +167,10 @@ absl::StatusOr<TrainLoopOptions> LoopOptionsFromEnv(const TrainerConfig& c, cons
 
 // Process-wide settings: stop signals, CPU threads, deterministic kernels, TensorFloat-32.
 void ConfigureProcess(const TrainerConfig& c) {
-  signal(SIGTERM, OnSignal);
+  const char* ignore_term = getenv("SHARDLINE_TEST_IGNORE_SIGTERM");  // tests only (see top)
+  const bool ignore = ignore_term != nullptr && std::string(ignore_term) == "1";
+  if (ignore) SL_LOG(WARNING) << "SHARDLINE_TEST_IGNORE_SIGTERM=1: ignoring SIGTERM (tests only)";
+  signal(SIGTERM, ignore ? SIG_IGN : OnSignal);
   signal(SIGINT, OnSignal);
   if (c.cpu_threads > 0) at::set_num_threads(c.cpu_threads);
   if (c.deterministic) {
@@ -273,6 +279,7 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const 
   policy.total_steps = c.steps;
   policy.optimizer_kind = c.optimizer == OptimizerKind::kSgd ? "sgd" : "adamw";
   policy.job_id = env.job_id;
+  policy.attempt = env.attempt;
   policy.commit_timeout = absl::Seconds(c.collective_timeout_s);
   if (!env.coordinator.empty() && !env.job_id.empty()) {
     absl::StatusOr<std::function<void(const checkpoint::SaveEvent&)>> reporter =

@@ -45,7 +45,7 @@ class ClusterTest(unittest.TestCase):
         print(self.cluster.logs())
 
     def spec(self, **kwargs):
-        # Checkpoints under this test's cluster: job ids restart at job-1 in every cluster.
+        # Checkpoints under this test's cluster's directory, removed with it.
         return write_spec(os.path.join(self.cluster.dir, "checkpoints"), **kwargs)
 
     def submit(self, spec, *args):

@@ -57,12 +57,13 @@ class Cluster:
     # `listen`: the coordinator's address (another one than loopback when workers run in other
     # network namespaces); workers=0 starts none (the caller starts them with start_worker).
     # `coordinator_flags`: more flags for the coordinator (e.g. --insecure with a non-loopback
-    # `listen`).
+    # `listen`). `in_memory`: no --state_dir (the coordinator's documented default).
     def __init__(self, workers=2, slots=2, heartbeat_timeout_ms=8000, grace_period_s=5,
-                 listen="127.0.0.1:0", coordinator_flags=()):
+                 listen="127.0.0.1:0", coordinator_flags=(), in_memory=False):
         self.dir = tempfile.mkdtemp(prefix="shardline_it_", dir=os.environ.get("TEST_TMPDIR"))
         self.procs = {}
         self.coordinator_flags = list(coordinator_flags)
+        self.in_memory = in_memory
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.grace_period_s = grace_period_s
         self.start_coordinator(listen)
@@ -76,9 +77,9 @@ class Cluster:
         with open(log_path, "a") as log:
             log.write("---- start\n")
         offset = os.path.getsize(log_path)
+        state = [] if self.in_memory else ["--state_dir=" + os.path.join(self.dir, "coordinator")]
         self.procs["coordinator"] = subprocess.Popen(
-            [BINARIES.coordinator, "--listen=" + listen,
-             "--state_dir=" + os.path.join(self.dir, "coordinator"),
+            [BINARIES.coordinator, "--listen=" + listen] + state + [
              "--heartbeat_interval_ms=500",
              "--heartbeat_timeout_ms=%d" % self.heartbeat_timeout_ms,
              "--stop_grace_s=%d" % self.grace_period_s] + self.coordinator_flags,

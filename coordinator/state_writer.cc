@@ -1,0 +1,151 @@
+#include "coordinator/state_writer.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace shardline::coordinator {
+
+StateWriter::StateWriter(std::unique_ptr<StateStore> store, absl::Duration retry_interval)
+    : store_(std::move(store)), retry_interval_(retry_interval) {
+  if (store_) thread_ = std::thread([this] { Run(); });
+}
+
+StateWriter::~StateWriter() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+StateWriter::Ticket StateWriter::Enqueue(std::function<absl::Status(StateStore*)> apply,
+                                         bool drop_on_failure) {
+  absl::MutexLock lock(&mu_);
+  const Ticket t = next_++;
+  if (!store_) {
+    done_ = t;
+    return t;
+  }
+  queue_.push_back(Write{t, drop_on_failure, std::move(apply)});
+  return t;
+}
+
+StateWriter::Ticket StateWriter::PutJob(const JobRecord& job) {
+  return Enqueue([job](StateStore* s) { return s->PutJob(job); }, false);
+}
+
+StateWriter::Ticket StateWriter::PutCheckpoint(const CheckpointRecord& checkpoint) {
+  return Enqueue([checkpoint](StateStore* s) { return s->PutCheckpoint(checkpoint); }, false);
+}
+
+StateWriter::Ticket StateWriter::DeleteCheckpoint(const std::string& job_id, int64_t step) {
+  return Enqueue([job_id, step](StateStore* s) { return s->DeleteCheckpoint(job_id, step); },
+                 false);
+}
+
+StateWriter::Ticket StateWriter::PutWorker(const WorkerInfo& worker) {
+  return Enqueue([worker](StateStore* s) { return s->PutWorker(worker); }, false);
+}
+
+absl::Status StateWriter::PutJobOrDrop(const JobRecord& job) {
+  const Ticket t = Enqueue([job](StateStore* s) { return s->PutJob(job); }, true);
+  absl::Status s = Wait(t);
+  if (!s.ok()) {
+    // Stuck behind another failed write (or stopping): withdraw it, so it is never applied
+    // after the caller reported the failure. It is not the head: the head is the failed one.
+    absl::MutexLock lock(&mu_);
+    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+      if (it->ticket == t && it != queue_.begin()) {
+        queue_.erase(it);
+        break;
+      }
+    }
+  }
+  return s;
+}
+
+absl::Status StateWriter::Wait(Ticket ticket) {
+  absl::MutexLock lock(&mu_);
+  auto settled = [&] {
+    mu_.AssertHeld();
+    return done_ >= ticket || (failing_ != 0 && failing_ <= ticket) || stop_;
+  };
+  mu_.Await(absl::Condition(&settled));
+  if (dropped_.erase(ticket) > 0) {
+    return absl::UnavailableError(absl::StrCat("the state store cannot be written: ", reason_));
+  }
+  if (done_ >= ticket) return absl::OkStatus();
+  if (failing_ != 0) {
+    return absl::UnavailableError(absl::StrCat("the state store cannot be written: ", reason_,
+                                               " (the write is retried every ",
+                                               absl::FormatDuration(retry_interval_), ")"));
+  }
+  return absl::UnavailableError("the coordinator is shutting down");
+}
+
+StateWriter::Ticket StateWriter::last_ticket() const {
+  absl::MutexLock lock(&mu_);
+  return next_ - 1;
+}
+
+bool StateWriter::stuck() const {
+  absl::MutexLock lock(&mu_);
+  return failing_ != 0;
+}
+
+std::string StateWriter::read_only_reason() const {
+  absl::MutexLock lock(&mu_);
+  return reason_;
+}
+
+void StateWriter::Run() {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    auto ready = [&] {
+      mu_.AssertHeld();
+      return !queue_.empty() || stop_;
+    };
+    mu_.Await(absl::Condition(&ready));
+    if (queue_.empty()) return;  // stopping with nothing left
+    Write& head = queue_.front();
+    const Ticket ticket = head.ticket;
+    auto apply = head.apply;
+    mu_.Unlock();
+    const absl::Status s = apply(store_.get());  // no lock held: the I/O and its fsync
+    mu_.Lock();
+    if (s.ok()) {
+      if (failing_ != 0) {
+        SL_LOG(INFO) << "state store writable again; coordinator read-write";
+      }
+      queue_.pop_front();
+      done_ = ticket;
+      failing_ = 0;
+      reason_.clear();
+      continue;
+    }
+    if (reason_.empty()) {
+      SL_LOG(ERROR) << "state store write failed; coordinator read-only until it succeeds: " << s;
+    }
+    reason_ = std::string(s.message());
+    if (queue_.front().drop_on_failure) {
+      queue_.pop_front();
+      dropped_.insert(ticket);
+      done_ = ticket;
+      continue;
+    }
+    failing_ = ticket;
+    if (stop_) {
+      SL_LOG(ERROR) << "coordinator stops with " << queue_.size() << " state writes not stored";
+      return;
+    }
+    auto stopping = [&] {
+      mu_.AssertHeld();
+      return stop_;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&stopping), retry_interval_);
+  }
+}
+
+}  // namespace shardline::coordinator
