@@ -38,6 +38,99 @@ void RunOnThreads(int n, const std::function<void()>& work) {
   for (std::thread& t : threads) t.join();
 }
 
+// Runs fn(i) for i in [0, count) on `n` threads, each taking the next index; returns the first
+// error in index order (not in time order), so the message does not depend on timing.
+absl::Status ForEachIndexOnThreads(int n, size_t count,
+                                   const std::function<absl::Status(size_t)>& fn) {
+  std::vector<absl::Status> results(count);
+  std::atomic<size_t> next{0};
+  RunOnThreads(n, [&] {
+    for (size_t i = next++; i < count; i = next++) results[i] = fn(i);
+  });
+  for (const absl::Status& r : results) RETURN_IF_ERROR(r);
+  return absl::OkStatus();
+}
+
+// Why a checkpoint's model fingerprint differs from this engine's: the first tensor missing on
+// either side or with another shape.
+std::string DescribeModelDifference(const CheckpointMeta& meta, const fsdp::FsdpEngine& engine) {
+  std::map<std::string, std::vector<int64_t>> theirs, ours;
+  for (const TensorInfo& t : meta.tensors) {
+    if (t.name.find('#') == std::string::npos) theirs[t.name] = t.shape;
+  }
+  for (const auto& f : engine.flat_params()) {
+    for (const fsdp::FlatParamEntry& e : f->entries()) ours[e.name] = e.shape;
+  }
+  for (const auto& [name, shape] : ours) {
+    auto it = theirs.find(name);
+    if (it == theirs.end()) return absl::StrCat("tensor ", name, " is not in the checkpoint");
+    if (it->second != shape) {
+      return absl::StrCat("tensor ", name, " has another shape in the checkpoint");
+    }
+  }
+  for (const auto& [name, shape] : theirs) {
+    if (ours.count(name) == 0) {
+      return absl::StrCat("tensor ", name, " of the checkpoint is not in this model");
+    }
+  }
+  return "(names and shapes agree; the fingerprint differs)";
+}
+
+// Every non-empty local slice names a tensor of the checkpoint with the same global shape.
+absl::Status CheckSlicesInManifest(const CheckpointReader& reader, const std::string& manifest,
+                                   const std::vector<fsdp::ShardSlice>& slices) {
+  for (const fsdp::ShardSlice& s : slices) {
+    if (s.end <= s.start) continue;
+    const int ti = reader.FindTensor(s.name);
+    if (ti < 0) return absl::NotFoundError(absl::StrCat(manifest, " has no tensor ", s.name));
+    if (reader.meta().tensors[ti].shape != s.global_shape) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(manifest, ": tensor ", s.name, " has another shape"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Copies one slice's checked pieces out of the mapping, only through CopyMapped: a data file
+// truncated since it was checked is DATA_LOSS naming it, not a SIGBUS (the model may be partly
+// loaded then; the caller stops on the error). A GPU shard goes through a host buffer.
+absl::Status CopySlice(const CheckpointReader& reader, const fsdp::ShardSlice& slice,
+                       const std::vector<CheckpointReader::MappedPiece>& pieces) {
+  absl::Status read;
+  absl::Status torch = TorchCall("load checkpoint shards", [&] {
+    at::NoGradGuard no_grad;
+    for (const CheckpointReader::MappedPiece& p : pieces) {
+      at::Tensor dst = slice.local.narrow(0, p.offset, p.count);
+      if (dst.device().is_cpu() && dst.scalar_type() == at::kFloat && dst.is_contiguous()) {
+        read = reader.CopyMapped(p, dst.data_ptr<float>());
+        if (!read.ok()) return;
+        continue;
+      }
+      constexpr int64_t kChunk = int64_t{1} << 20;
+      at::Tensor host = at::empty({std::min(kChunk, p.count)}, at::kFloat);
+      for (int64_t done = 0; done < p.count; done += kChunk) {
+        CheckpointReader::MappedPiece part = p;
+        part.src += done;
+        part.count = std::min(kChunk, p.count - done);
+        read = reader.CopyMapped(part, host.data_ptr<float>());
+        if (!read.ok()) return;
+        dst.narrow(0, done, part.count).copy_(host.narrow(0, 0, part.count));
+      }
+    }
+  });
+  return torch.ok() ? read : torch;
+}
+
+TrainingProgress ProgressFrom(const CheckpointMeta& meta) {
+  TrainingProgress p;
+  p.step = meta.step;
+  p.data_epoch = meta.data_epoch;
+  p.data_position = meta.data_position;
+  p.rng_state = meta.rng_state;
+  p.optimizer_step = meta.optimizer_step;
+  return p;
+}
+
 // "<param>.exp_avg" (ShardedOptimizer::LocalState) -> "<param>#exp_avg" (manifest).
 std::string StateManifestName(const std::string& local_name) {
   for (const char* suffix : {"exp_avg_sq", "exp_avg", "momentum_buffer"}) {
@@ -296,33 +389,9 @@ absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
     const std::string manifest = absl::StrCat(reader->dir(), "/", kManifestFile);
     RETURN_IF_ERROR(CheckJobOwner(manifest, meta.job_id, options_.job_id, "resume from"));
     if (meta.model_fingerprint != fingerprint_) {
-      std::map<std::string, std::vector<int64_t>> theirs, ours;
-      for (const TensorInfo& t : meta.tensors) {
-        if (t.name.find('#') == std::string::npos) theirs[t.name] = t.shape;
-      }
-      for (const auto& f : engine_->flat_params()) {
-        for (const fsdp::FlatParamEntry& e : f->entries()) ours[e.name] = e.shape;
-      }
-      std::string diff = "(names and shapes agree; the fingerprint differs)";
-      for (const auto& [name, shape] : ours) {
-        auto it = theirs.find(name);
-        if (it == theirs.end()) {
-          diff = absl::StrCat("tensor ", name, " is not in the checkpoint");
-          break;
-        }
-        if (it->second != shape) {
-          diff = absl::StrCat("tensor ", name, " has another shape in the checkpoint");
-          break;
-        }
-      }
-      for (const auto& [name, shape] : theirs) {
-        if (diff[0] == '(' && ours.count(name) == 0) {
-          diff = absl::StrCat("tensor ", name, " of the checkpoint is not in this model");
-        }
-      }
-      return absl::FailedPreconditionError(
-          absl::StrCat(manifest, " is for another model (fingerprint ", meta.model_fingerprint,
-                       ", this model ", fingerprint_, "): ", diff));
+      return absl::FailedPreconditionError(absl::StrCat(
+          manifest, " is for another model (fingerprint ", meta.model_fingerprint, ", this model ",
+          fingerprint_, "): ", DescribeModelDifference(meta, *engine_)));
     }
     if (optimizer_ != nullptr && meta.optimizer != options_.optimizer_kind) {
       return absl::FailedPreconditionError(absl::StrCat(manifest, " holds optimizer state for '",
@@ -330,37 +399,14 @@ absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
                                                         options_.optimizer_kind, "'"));
     }
     RETURN_IF_ERROR(reader->VerifyFiles());
-    for (size_t i = 0; i < slices.size(); ++i) {
+    RETURN_IF_ERROR(CheckSlicesInManifest(*reader, manifest, slices));
+    // Maps and checksums each slice's pieces, on the loading threads.
+    return ForEachIndexOnThreads(options_.load_threads, slices.size(), [&](size_t i) {
       const fsdp::ShardSlice& s = slices[i];
-      if (s.end <= s.start) continue;
-      const int ti = reader->FindTensor(s.name);
-      if (ti < 0) {
-        return absl::NotFoundError(absl::StrCat(manifest, " has no tensor ", s.name));
-      }
-      if (meta.tensors[ti].shape != s.global_shape) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(manifest, ": tensor ", s.name, " has another shape"));
-      }
-    }
-    // Checks on a few threads, each taking the next slice; the first error (in slice order)
-    // wins so the message does not depend on timing.
-    std::vector<absl::Status> results(slices.size());
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      for (size_t i = next++; i < slices.size(); i = next++) {
-        const fsdp::ShardSlice& s = slices[i];
-        if (s.end <= s.start) continue;
-        auto pieces = reader->MapElements(s.name, s.start, s.end);
-        if (pieces.ok()) {
-          staged[i] = *std::move(pieces);
-        } else {
-          results[i] = pieces.status();
-        }
-      }
-    };
-    RunOnThreads(options_.load_threads, work);
-    for (const absl::Status& r : results) RETURN_IF_ERROR(r);
-    return absl::OkStatus();
+      if (s.end <= s.start) return absl::OkStatus();
+      ASSIGN_OR_RETURN(staged[i], reader->MapElements(s.name, s.start, s.end));
+      return absl::OkStatus();
+    });
   };
   absl::Status local = stage();
 
@@ -375,51 +421,13 @@ absl::StatusOr<TrainingProgress> Checkpointer::Load(int64_t step) {
   }
 
   // Copied on the loading threads too (slices are disjoint views), one slice at a time each.
-  std::vector<absl::Status> copied(slices.size());
-  std::atomic<size_t> next_copy{0};
-  auto copy = [&] {
-    for (size_t i = next_copy++; i < slices.size(); i = next_copy++) {
-      // Out of the mapping only through CopyMapped: a data file truncated since it was checked
-      // is DATA_LOSS naming it, not a SIGBUS (the model may be partly loaded then; the caller
-      // stops on the error).
-      absl::Status read;
-      copied[i] = TorchCall("load checkpoint shards", [&] {
-        at::NoGradGuard no_grad;
-        for (const CheckpointReader::MappedPiece& p : staged[i]) {
-          at::Tensor dst = slices[i].local.narrow(0, p.offset, p.count);
-          if (dst.device().is_cpu() && dst.scalar_type() == at::kFloat && dst.is_contiguous()) {
-            read = reader->CopyMapped(p, dst.data_ptr<float>());
-            if (!read.ok()) return;
-            continue;
-          }
-          // A GPU shard: through a host buffer, a chunk at a time.
-          constexpr int64_t kChunk = int64_t{1} << 20;
-          at::Tensor host = at::empty({std::min(kChunk, p.count)}, at::kFloat);
-          for (int64_t done = 0; done < p.count; done += kChunk) {
-            CheckpointReader::MappedPiece part = p;
-            part.src += done;
-            part.count = std::min(kChunk, p.count - done);
-            read = reader->CopyMapped(part, host.data_ptr<float>());
-            if (!read.ok()) return;
-            dst.narrow(0, done, part.count).copy_(host.narrow(0, 0, part.count));
-          }
-        }
-      });
-      if (copied[i].ok()) copied[i] = read;
-    }
-  };
-  RunOnThreads(options_.load_threads, copy);
-  for (const absl::Status& c : copied) RETURN_IF_ERROR(c);
+  RETURN_IF_ERROR(ForEachIndexOnThreads(options_.load_threads, slices.size(), [&](size_t i) {
+    return CopySlice(*reader, slices[i], staged[i]);
+  }));
   const CheckpointMeta& meta = reader->meta();
   if (optimizer_ != nullptr) optimizer_->set_step_count(meta.optimizer_step);
   SetRngState(meta.rng_state);
-  TrainingProgress p;
-  p.step = meta.step;
-  p.data_epoch = meta.data_epoch;
-  p.data_position = meta.data_position;
-  p.rng_state = meta.rng_state;
-  p.optimizer_step = meta.optimizer_step;
-  return p;
+  return ProgressFrom(meta);
 }
 
 absl::Status LoadSafetensorsIntoEngine(const std::string& path, fsdp::FsdpEngine* engine) {
