@@ -1,9 +1,6 @@
 #include "data/token_dataset.h"
 
-#include <unistd.h>
-
 #include <cmath>
-#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"

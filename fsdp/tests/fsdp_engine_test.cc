@@ -29,6 +29,15 @@
 namespace shardline::fsdp::testing {
 namespace {
 
+// The same initial weights on every rank thread: the global RNG is seeded and read under one
+// lock, so threads building their replicas at once do not interleave its draws.
+TinyGpt SeededTinyGpt(const TinyGptConfig& config) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  torch::manual_seed(1);
+  return TinyGpt(config);
+}
+
 int ShardDegree(const ParityConfig& c) {
   auto layout = ParallelLayout::Create(c.world_size, c.strategy, c.hybrid_shard_degree);
   EXPECT_TRUE(layout.ok()) << layout.status();
@@ -328,13 +337,7 @@ TEST(FsdpEngine, StrategiesIssueTheirScheduleOfCollectives) {
     ASSERT_TRUE(layout.ok()) << layout.status();
     FakeWorld world(k.world, layout->shard_degree());
     auto statuses = RunOnThreads(world, [&](int rank, Communicator* sh, Communicator* rep) {
-      TinyGpt model{nullptr};
-      {
-        static std::mutex mu;
-        std::lock_guard<std::mutex> lock(mu);
-        torch::manual_seed(1);
-        model = TinyGpt(TinyGptConfig{});
-      }
+      TinyGpt model = SeededTinyGpt(TinyGptConfig{});
       FsdpEngineOptions eo;
       eo.rank = rank;
       eo.sync_module_states = false;
@@ -499,13 +502,7 @@ TEST(FsdpEngine, PeerThatStopsMakesOthersFailWithTimeout) {
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
-      TinyGpt model{nullptr};
-      {
-        static std::mutex mu;
-        std::lock_guard<std::mutex> lock(mu);
-        torch::manual_seed(1);
-        model = TinyGpt(TinyGptConfig{});
-      }
+      TinyGpt model = SeededTinyGpt(TinyGptConfig{});
       FsdpEngineOptions eo;
       eo.rank = rank;
       auto engine = FsdpEngine::Create(model.ptr(), *layout, group[rank].get(), nullptr, eo);
@@ -541,13 +538,7 @@ TEST(FsdpEngine, PeerLostInsideForwardComesBackAsTheCollectivesStatus) {
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
-      TinyGpt model{nullptr};
-      {
-        static std::mutex mu;
-        std::lock_guard<std::mutex> lock(mu);
-        torch::manual_seed(1);
-        model = TinyGpt(TinyGptConfig{});
-      }
+      TinyGpt model = SeededTinyGpt(TinyGptConfig{});
       FsdpEngineOptions eo;
       eo.rank = rank;
       auto engine = FsdpEngine::Create(model.ptr(), *layout, group[rank].get(), nullptr, eo);
@@ -1090,13 +1081,7 @@ TEST(FsdpEngine, LimitAllGathersBoundsGatheredBlocksToTwo) {
       auto statuses = RunOnThreads(world, [&](int rank, Communicator* sh, Communicator* rep) {
         TinyGptConfig config;
         config.n_layer = 6;
-        TinyGpt model{nullptr};
-        {
-          static std::mutex mu;
-          std::lock_guard<std::mutex> lock(mu);
-          torch::manual_seed(1);
-          model = TinyGpt(config);
-        }
+        TinyGpt model = SeededTinyGpt(config);
         FsdpEngineOptions eo;
         eo.rank = rank;
         eo.wrap_policy.block_type = "Block";
