@@ -1,26 +1,20 @@
 #include "coordinator/coordinator_core.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "checkpoint/format.h"
-#include "checkpoint/manifest_io.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "coordinator/bounded_file_read.h"
 #include "coordinator/job_state_machine.h"
+#include "coordinator/manifest_fetch.h"
 #include "coordinator/rank_reports.h"
 #include "coordinator/scheduler.h"
 #include "spec/validate.h"
 
 namespace shardline::coordinator {
-namespace {
-// A manifest lists every tensor's ranges: megabytes for large models, never near this.
-constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;
-}  // namespace
 
 CoordinatorCore::CoordinatorCore(const CoreOptions& options, std::unique_ptr<StateStore> store)
     : options_(options),
@@ -89,129 +83,6 @@ absl::Status CoordinatorCore::Load() {
   return absl::OkStatus();
 }
 
-void CoordinatorCore::PersistWorker(const std::string& worker_id) {
-  auto info = registry_.Get(worker_id);
-  if (info.ok()) writer_->PutWorker(*info);  // queued; a failure makes the writer read-only
-}
-
-absl::Status CoordinatorCore::CheckWritable() const {
-  if (!writer_->stuck()) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat(
-      "coordinator is read-only: the state store cannot be written (", writer_->read_only_reason(),
-      "); reads keep working, changes are accepted again once ",
-      "the queued writes succeed (retried every ",
-      absl::FormatDuration(options_.state_retry_interval), ")"));
-}
-
-absl::Status CoordinatorCore::WaitDurable(StateWriter::Ticket ticket,
-                                          const std::string& what) const {
-  absl::Status s = writer_->Wait(ticket);
-  if (s.ok()) return s;
-  return absl::UnavailableError(
-      absl::StrCat(what, " is not durable: ", s.message(),
-                   "; the coordinator is read-only until the state store can be written again"));
-}
-
-// ------------------------------------------------------------------------------- workers
-
-absl::StatusOr<RegisterWorkerResponse> CoordinatorCore::RegisterWorker(
-    const RegisterWorkerRequest& req) {
-  ASSIGN_OR_RETURN(const std::string id, registry_.Register(req));
-  PersistWorker(id);
-  SL_LOG(INFO) << "worker " << id << " (" << req.node_name() << ", " << req.slots_size()
-               << " slots) registered";
-  RegisterWorkerResponse resp;
-  resp.set_worker_id(id);
-  resp.set_heartbeat_interval_ms(
-      static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
-  resp.set_heartbeat_timeout_ms(
-      static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_timeout)));
-  absl::MutexLock lock(&mu_);
-  ScheduleLocked();
-  return resp;
-}
-
-absl::StatusOr<HeartbeatResponse> CoordinatorCore::Heartbeat(const HeartbeatRequest& req) {
-  HeartbeatResponse resp;
-  const std::string& worker = req.worker_id();
-  if (!registry_.Heartbeat(worker).ok()) {
-    resp.set_reregister(true);
-    return resp;
-  }
-  absl::MutexLock lock(&mu_);
-  if (req.ranks_size() == 0 && !tracker_.HasRunningRanks(worker) && !draining_.count(worker)) {
-    return resp;  // common at scale
-  }
-  bool changed = false;
-  RankTracker::RankKeys reported;
-  for (const RankStatus& rs : req.ranks()) {
-    const RankTracker::Observation seen = tracker_.Observe(worker, rs);
-    changed |= rs.state() == RankStatus::EXITED;
-    if (seen.current) reported.insert({rs.job_id(), rs.rank()});
-    if (auto job = jobs_.Find(rs.job_id()); seen.exited_ok && job.ok()) {
-      RankSucceededLocked(**job, rs.rank());
-    }
-    if (seen.failed) ApplyFailuresLocked({*seen.failed});
-    if (seen.stop) {
-      outbox_.PushStop(worker, rs.job_id(), rs.attempt());
-      SL_LOG(INFO) << "worker " << worker << " still runs rank " << rs.rank() << " of "
-                   << rs.job_id() << " attempt " << rs.attempt() << ", which is over: STOP";
-    }
-  }
-  const std::vector<RankFailure> lost = tracker_.LostRanks(worker, reported);
-  ApplyFailuresLocked(lost);
-  changed |= ReleaseDrainedLocked(worker, req.ranks());
-  if (changed || !lost.empty()) ScheduleLocked();
-  return resp;
-}
-
-bool CoordinatorCore::ReleaseDrainedLocked(
-    const std::string& worker, const google::protobuf::RepeatedPtrField<RankStatus>& ranks) {
-  auto w = draining_.find(worker);
-  if (w == draining_.end()) return false;
-  std::set<DrainKey> alive;
-  for (const RankStatus& rs : ranks) {
-    if (rs.state() != RankStatus::EXITED) alive.insert({rs.job_id(), rs.attempt(), rs.rank()});
-  }
-  bool freed = false;
-  for (auto it = w->second.begin(); it != w->second.end();) {
-    if (alive.count(it->first)) {
-      ++it;
-      continue;
-    }
-    const auto& [job_id, attempt, rank] = it->first;
-    registry_.ReleaseSlot(worker, it->second, absl::StrCat(job_id, "/", attempt));
-    it = w->second.erase(it);
-    freed = true;
-  }
-  if (w->second.empty()) draining_.erase(w);
-  return freed;
-}
-
-void CoordinatorCore::NoteDrainingRanksLostLocked(const std::string& worker,
-                                                  const std::string& node) {
-  auto w = draining_.find(worker);
-  if (w == draining_.end()) return;
-  // The registry dropped the dead worker's reservations. A job still waiting to restart learns
-  // why its world may shrink: the stopped ranks on that worker are gone with it.
-  std::map<std::pair<std::string, int32_t>, std::vector<int32_t>> lost;  // (job, attempt)
-  for (const auto& [key, slot] : w->second) {
-    lost[{std::get<0>(key), std::get<1>(key)}].push_back(std::get<2>(key));
-  }
-  draining_.erase(w);
-  for (const auto& [job_attempt, ranks] : lost) {
-    auto job = jobs_.Find(job_attempt.first);
-    if (!job.ok() || IsTerminal((*job)->status().state())) continue;
-    JobStateMachine(*job, clock_->Now())
-        .Note("WORKER_LOST",
-              absl::StrCat("worker ", worker, " (node ", node, ") missed heartbeats for ",
-                           absl::FormatDuration(options_.heartbeat_timeout), "; stopped ranks [",
-                           absl::StrJoin(ranks, ", "), "] of attempt ", job_attempt.second,
-                           " lost with it"));
-    jobs_.Changed(**job);
-  }
-}
-
 void CoordinatorCore::RankSucceededLocked(JobRecord& job, int32_t rank) {
   const auto& done = job.succeeded_ranks();
   if (std::find(done.begin(), done.end(), rank) != done.end()) return;
@@ -227,38 +98,6 @@ void CoordinatorCore::RankSucceededLocked(JobRecord& job, int32_t rank) {
   jobs_.Changed(job);
 }
 
-absl::StatusOr<int64_t> CoordinatorCore::OpenAssignmentStream(const std::string& worker_id) {
-  ASSIGN_OR_RETURN(const WorkerInfo info, registry_.Get(worker_id));
-  if (info.state() != WorkerInfo::ALIVE) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", worker_id, " was declared dead; register again"));
-  }
-  absl::MutexLock lock(&mu_);
-  tracker_.StreamOpened(worker_id);
-  // Only the STARTs of running attempts the worker has not acknowledged (see the header).
-  std::vector<Assignment> resend;
-  for (const auto& [id, job] : jobs_.records()) {
-    if (job.status().state() != RUNNING) continue;
-    for (auto& [worker, start] : outbox_.Starts(job, StartInfoLocked(job), worker_id)) {
-      if (!tracker_.IsAcked(id, start.rank())) resend.push_back(std::move(start));
-    }
-  }
-  return outbox_.Open(worker_id, std::move(resend));
-}
-
-absl::StatusOr<bool> CoordinatorCore::NextAssignment(const std::string& worker_id,
-                                                     int64_t generation, absl::Duration wait,
-                                                     Assignment* out) {
-  absl::MutexLock lock(&mu_);
-  auto running = [this](const std::string& job, int32_t attempt) {
-    mu_.AssertHeld();  // NextLocked calls it with mu_ held (it releases mu_ only to wait)
-    return tracker_.IsRunning(job, attempt);
-  };
-  return outbox_.NextLocked(&mu_, worker_id, generation, wait, running, out);
-}
-
-std::vector<WorkerInfo> CoordinatorCore::ListWorkers() const { return registry_.List(); }
-
 // ------------------------------------------------------------------------------- lifecycle
 
 void CoordinatorCore::ScheduleLocked() {
@@ -268,10 +107,7 @@ void CoordinatorCore::ScheduleLocked() {
   // A job whose previous attempt still has stopped ranks alive waits for them (they hold their
   // slots, maybe a checkpoint save in flight): restarting around them would shrink an elastic
   // job for nothing. Their worker's death ends the wait too.
-  std::map<std::string, int> stopping;
-  for (const auto& [worker, ranks] : draining_) {
-    for (const auto& [key, slot] : ranks) stopping[std::get<0>(key)]++;
-  }
+  const std::map<std::string, int> stopping = draining_.CountByJob();
   for (auto& [id, job] : jobs_.records()) {
     const JobStatus& st = job.status();
     if (st.state() != PENDING) continue;
@@ -312,12 +148,7 @@ absl::Status CoordinatorCore::StartAttemptLocked(JobRecord& job, const Plan& pla
   const std::string job_id = job.status().job_id();
   // The reservations' holder is the new attempt's namespace (Start below numbers it).
   const std::string holder = absl::StrCat(job_id, "/", job.status().attempt() + 1);
-  for (const RankPlan& r : plan.ranks) {
-    if (absl::Status s = registry_.Reserve(r.worker_id, r.slot_index, holder); !s.ok()) {
-      registry_.ReleaseJob(holder);
-      return s;
-    }
-  }
+  RETURN_IF_ERROR(registry_.ReservePlan(plan, holder));
   const JobSpec& spec = job.status().spec();
   std::string reason = DescribePlan(plan, spec.world_size());
   const int64_t resume = checkpoints_.LatestCommitted(job_id);
@@ -365,7 +196,7 @@ void CoordinatorCore::EndAttemptLocked(JobRecord& job, bool send_stop) {
       // the attempt), and a dead worker's ranks are gone with it; a rank its live worker
       // reported may run until the STOP's SIGKILL: its slot waits.
       if (tracker_.IsAcked(st.job_id(), p.rank()) && registry_.IsAlive(p.worker_id())) {
-        draining_[p.worker_id()][{st.job_id(), st.attempt(), p.rank()}] = p.slot_index();
+        draining_.Hold(p.worker_id(), st.job_id(), st.attempt(), p.rank(), p.slot_index());
       } else {
         registry_.ReleaseSlot(p.worker_id(), p.slot_index(), Namespace(job));
       }
@@ -400,24 +231,6 @@ void CoordinatorCore::ApplyFailuresLocked(const std::vector<RankFailure>& failur
     auto job = jobs_.Find(f.job_id);
     if (job.ok() && (*job)->status().state() == RUNNING) FailAttemptLocked(**job, f.kind, f.reason);
   }
-}
-
-void CoordinatorCore::Tick() {
-  const std::vector<std::string> dead = registry_.ReapDead();
-  for (const std::string& w : dead) PersistWorker(w);
-  absl::MutexLock lock(&mu_);
-  for (const std::string& worker_id : dead) {
-    outbox_.Drop(worker_id);  // its stream ends (ABORTED) at its next look
-    auto info = registry_.Get(worker_id);
-    const std::string node = info.ok() ? info->node_name() : "?";
-    SL_LOG(WARNING) << "worker " << worker_id << " (" << node << ") missed heartbeats for "
-                    << absl::FormatDuration(options_.heartbeat_timeout) << "; declared dead";
-    NoteDrainingRanksLostLocked(worker_id, node);
-    ApplyFailuresLocked(tracker_.WorkerDied(worker_id, node, options_.heartbeat_timeout));
-  }
-  // Ranks whose START was never acknowledged in time.
-  ApplyFailuresLocked(tracker_.StartTimeouts(clock_->Now(), options_.rank_start_timeout));
-  ScheduleLocked();
 }
 
 CoordinatorCore::Counters CoordinatorCore::counters() const {
@@ -463,36 +276,25 @@ absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
 
 absl::Status CoordinatorCore::ReportCheckpoint(const CheckpointReport& r) {
   StateWriter::Ticket ticket = 0;
-  RETURN_IF_ERROR(ReportCheckpointInMemory(r, &ticket));
-  return WaitDurable(ticket,
-                     absl::StrCat("the checkpoint record of job ", r.job_id(), " step ", r.step()));
+  {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(ReportCheckpointLocked(r));
+    ticket = writer_->last_ticket();
+  }
+  // The answer waits (without the mutex) until the record is durable: a trainer's retention
+  // deletes older steps only after this acknowledgement.
+  return writer_->WaitDurable(
+      ticket, absl::StrCat("the checkpoint record of job ", r.job_id(), " step ", r.step()));
 }
 
-absl::Status CoordinatorCore::ReportCheckpointInMemory(const CheckpointReport& r,
-                                                       StateWriter::Ticket* ticket) {
-  absl::MutexLock lock(&mu_);
+absl::Status CoordinatorCore::ReportCheckpointLocked(const CheckpointReport& r) {
   ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(r.job_id()));
   RETURN_IF_ERROR(CheckReportSource(job->status(), r.attempt(), r.rank()));
-  JobStatus& st = *job->mutable_status();
-  const CheckpointRegistry::Layout layout{
-      st.world_size(), FsdpSpec::ShardingStrategy_Name(st.spec().fsdp().sharding_strategy()),
-      job->shard_degree()};
-  bool committed = false;
-  ASSIGN_OR_RETURN(const CheckpointRecord rec,
-                   checkpoints_.Report(r, layout, clock_->Now(), &committed));
-  writer_->PutCheckpoint(rec);
-  if (committed) {
-    st.set_latest_checkpoint_step(std::max(st.latest_checkpoint_step(), r.step()));
-    JobStateMachine(job, clock_->Now())
-        .Note("CHECKPOINT_COMMITTED", absl::StrCat("step ", r.step(), " at ", rec.info().path(),
-                                                   " (", rec.files_size(), " data files)"));
-    for (const auto& [jid, step] :
-         checkpoints_.ApplyRetention(r.job_id(), st.spec().checkpoint().keep_last())) {
-      writer_->DeleteCheckpoint(jid, step);
-    }
-    jobs_.Changed(*job);
-  }
-  *ticket = writer_->last_ticket();
+  ASSIGN_OR_RETURN(const CheckpointChange change,
+                   ApplyCheckpointReport(r, job, &checkpoints_, clock_->Now()));
+  writer_->PutCheckpoint(change.record);
+  for (const auto& [job_id, step] : change.retired) writer_->DeleteCheckpoint(job_id, step);
+  if (change.committed) jobs_.Changed(*job);
   return absl::OkStatus();
 }
 
@@ -507,7 +309,7 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(const JobSpec& spec) {
   {
     absl::MutexLock lock(&mu_);
     if (feed_.shut_down()) return absl::UnavailableError("coordinator is shutting down");
-    RETURN_IF_ERROR(CheckWritable());
+    RETURN_IF_ERROR(writer_->CheckWritable());
     rec = jobs_.NewJob(spec, clock_->Now());
   }
   if (!rec.ok()) return rec.status();
@@ -544,16 +346,18 @@ std::vector<JobStatus> CoordinatorCore::ListJobs(const std::vector<JobState>& st
 
 absl::Status CoordinatorCore::CancelJob(const std::string& job_id, const std::string& reason) {
   StateWriter::Ticket ticket = 0;
-  RETURN_IF_ERROR(CancelJobInMemory(job_id, reason, &ticket));
-  return WaitDurable(ticket, absl::StrCat("the cancel of job ", job_id));
+  {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(CancelJobLocked(job_id, reason));
+    ticket = writer_->last_ticket();
+  }
+  return writer_->WaitDurable(ticket, absl::StrCat("the cancel of job ", job_id));
 }
 
-absl::Status CoordinatorCore::CancelJobInMemory(const std::string& job_id,
-                                                const std::string& reason,
-                                                StateWriter::Ticket* ticket) {
-  absl::MutexLock lock(&mu_);
+absl::Status CoordinatorCore::CancelJobLocked(const std::string& job_id,
+                                              const std::string& reason) {
   ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(job_id));
-  RETURN_IF_ERROR(CheckWritable());
+  RETURN_IF_ERROR(writer_->CheckWritable());
   const std::string why = reason.empty() ? "cancelled by a user" : reason;
   JobStateMachine sm(job, clock_->Now());
   if (!IsLegalTransition(job->status().state(), CANCELLED)) return sm.Cancel(why);
@@ -562,7 +366,6 @@ absl::Status CoordinatorCore::CancelJobInMemory(const std::string& job_id,
   SL_LOG(INFO) << "job " << job_id << " cancelled: " << why;
   jobs_.Changed(*job);
   ScheduleLocked();
-  *ticket = writer_->last_ticket();
   return absl::OkStatus();
 }
 
@@ -600,21 +403,10 @@ absl::StatusOr<GetCheckpointResponse> CoordinatorCore::GetCheckpoint(const std::
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(*resp.mutable_info(), checkpoints_.Get(job_id, step));
   }
-  // Only when this machine sees the checkpoint directory (shared storage); else info alone. The
-  // path comes from a trainer: read only a regular file, on a helper thread, for a bounded time.
-  const std::string path = absl::StrCat(resp.info().path(), "/", checkpoint::kManifestFile);
-  absl::StatusOr<std::string> text =
-      ReadRegularFileBounded(path, options_.file_read_timeout, kMaxManifestBytes);
-  if (absl::IsNotFound(text.status())) return resp;
-  if (absl::IsFailedPrecondition(text.status()) || absl::IsDeadlineExceeded(text.status()) ||
-      absl::IsOutOfRange(text.status())) {
-    return text.status();
-  }
-  if (!text.ok()) return resp;
-  auto manifest = checkpoint::ManifestFromJson(*text, path);
-  if (manifest.ok() && manifest->format_version() == checkpoint::kFormatVersion) {
-    *resp.mutable_manifest() = *std::move(manifest);
-  }
+  // Outside the mutex: the path comes from a trainer (manifest_fetch.h bounds the read).
+  ASSIGN_OR_RETURN(std::optional<CheckpointManifest> manifest,
+                   FetchManifest(resp.info().path(), options_.file_read_timeout));
+  if (manifest) *resp.mutable_manifest() = *std::move(manifest);
   return resp;
 }
 

@@ -5,6 +5,7 @@
 // the rules are job_state_machine.h's) and the durable state (state_store.h, written in order
 // off the mutex by state_writer.h), and delegates:
 //   worker_registry.h      workers, heartbeat liveness, slot reservations   (own lock)
+//   draining_slots.h       slots still held by stopped ranks of ended attempts
 //   scheduler.h            queue + free slots -> placements (pure; planner.h places ranks)
 //   assignment_outbox.h    per-worker START / STOP queues and stream delivery
 //   rank_tracker.h         rank liveness (acked / running / stale / lost / start timeout); it
@@ -13,8 +14,11 @@
 //   job_table.h            the job records: ids, lookup, listing, persistence of changes
 //   checkpoint_registry.h  committed checkpoints, retention
 //   rendezvous_store.h     per-attempt KV namespaces                         (own lock)
-// Job table, outbox, tracker, feed and checkpoint registry have no lock of their own: the core
-// calls them only under its mutex.
+//   rank_reports.h         what progress and checkpoint reports change
+//   manifest_fetch.h       GetCheckpoint's bounded MANIFEST.json read
+// Job table, outbox, tracker, feed, draining slots and checkpoint registry have no lock of their
+// own: the core calls them only under its mutex. coordinator_core.cc holds the job lifecycle and
+// the job, report and checkpoint calls; coordinator_core_workers.cc the worker protocol.
 //
 // Restart of the coordinator: every job, event, checkpoint record and worker is reloaded.
 // Workers known ALIVE get one heartbeat timeout to heartbeat again (their ids stay valid); a
@@ -34,7 +38,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -45,6 +48,7 @@
 #include "coordinator/change_feed.h"
 #include "coordinator/checkpoint_registry.h"
 #include "coordinator/clock.h"
+#include "coordinator/draining_slots.h"
 #include "coordinator/job_table.h"
 #include "coordinator/planner.h"
 #include "coordinator/rank_tracker.h"
@@ -199,18 +203,12 @@ class CoordinatorCore {
   // What the STARTs of the job's current attempt share (rank 0's address, resume step...).
   AttemptStartInfo StartInfoLocked(const JobRecord& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stops the running attempt's ranks, frees its slots and closes its rendezvous namespace.
-  // With send_stop, the slot of every rank its worker has reported stays reserved (draining_)
-  // until the worker reports the rank EXITED, stops listing it, or dies: a STOP is SIGTERM and
-  // the rank may hold its device for the whole grace period, longer than a restart backoff.
+  // With send_stop, the slot of every rank its live worker has reported is held in draining_
+  // (draining_slots.h) instead of freed.
   void EndAttemptLocked(JobRecord& job, bool send_stop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After a heartbeat of `worker` listing `ranks`: frees the slots of its draining ranks that
-  // exited or are no longer listed. Returns whether any slot was freed.
   // `worker` (on `node`) was declared dead: forgets its draining ranks and notes WORKER_LOST on
   // each of their jobs that is not finished (it may restart smaller without them).
   void NoteDrainingRanksLostLocked(const std::string& worker, const std::string& node)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool ReleaseDrainedLocked(const std::string& worker,
-                            const google::protobuf::RepeatedPtrField<RankStatus>& ranks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailAttemptLocked(JobRecord& job, const std::string& kind, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -219,16 +217,12 @@ class CoordinatorCore {
   // Rank `rank` of the job's running attempt exited 0; the job succeeds with its last rank.
   void RankSucceededLocked(JobRecord& job, int32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistWorker(const std::string& worker_id);
-  // OK, or UNAVAILABLE "coordinator is read-only: ..." while a failed state write is retried
-  // (user mutations are refused then; reads and the cluster's own reports go on).
-  absl::Status CheckWritable() const;
-  // Waits (without mu_) until the writes up to `ticket` are durable. Errors: UNAVAILABLE naming
-  // `what` and the store's reason.
-  absl::Status WaitDurable(StateWriter::Ticket ticket, const std::string& what) const;
-  absl::Status CancelJobInMemory(const std::string& job_id, const std::string& reason,
-                                 StateWriter::Ticket* ticket);
-  absl::Status ReportCheckpointInMemory(const CheckpointReport& report,
-                                        StateWriter::Ticket* ticket);
+  // The in-memory halves of CancelJob and ReportCheckpoint; the public calls then wait, without
+  // mu_, until what they changed is durable (StateWriter::WaitDurable).
+  absl::Status CancelJobLocked(const std::string& job_id, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReportCheckpointLocked(const CheckpointReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static std::string Namespace(const JobRecord& rec);
 
   const CoreOptions options_;
@@ -243,11 +237,8 @@ class CoordinatorCore {
   AssignmentOutbox outbox_ ABSL_GUARDED_BY(mu_);  // reports to feed_
   RankTracker tracker_ ABSL_GUARDED_BY(mu_);
   CheckpointRegistry checkpoints_ ABSL_GUARDED_BY(mu_);
-  Counters counters_ ABSL_GUARDED_BY(mu_);  // jobs_by_state filled on read
-  // Ranks of ended attempts still holding their slot, by worker id: (job id, attempt, rank) ->
-  // slot index. Not persisted: after a coordinator restart these slots are free again.
-  using DrainKey = std::tuple<std::string, int32_t, int32_t>;
-  std::map<std::string, std::map<DrainKey, int32_t>> draining_ ABSL_GUARDED_BY(mu_);
+  Counters counters_ ABSL_GUARDED_BY(mu_);       // jobs_by_state filled on read
+  DrainingSlots draining_ ABSL_GUARDED_BY(mu_);  // stopped ranks still holding their slot
 };
 
 }  // namespace shardline::coordinator

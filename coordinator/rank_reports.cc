@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "coordinator/job_state_machine.h"
 
 namespace shardline::coordinator {
 
@@ -40,6 +42,25 @@ absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& r, JobStatus*
   if (!std::isnan(r.val_loss()) && r.val_loss() != 0) st->set_val_loss(r.val_loss());
   if (!r.sample().empty()) st->set_sample(r.sample());
   return ProgressChange::kProgress;
+}
+
+absl::StatusOr<CheckpointChange> ApplyCheckpointReport(const CheckpointReport& r, JobRecord* job,
+                                                       CheckpointRegistry* registry,
+                                                       absl::Time now) {
+  JobStatus& st = *job->mutable_status();
+  const CheckpointRegistry::Layout layout{
+      st.world_size(), FsdpSpec::ShardingStrategy_Name(st.spec().fsdp().sharding_strategy()),
+      job->shard_degree()};
+  CheckpointChange change;
+  ASSIGN_OR_RETURN(change.record, registry->Report(r, layout, now, &change.committed));
+  if (change.committed) {
+    st.set_latest_checkpoint_step(std::max(st.latest_checkpoint_step(), r.step()));
+    JobStateMachine(job, now).Note(
+        "CHECKPOINT_COMMITTED", absl::StrCat("step ", r.step(), " at ", change.record.info().path(),
+                                             " (", change.record.files_size(), " data files)"));
+    change.retired = registry->ApplyRetention(r.job_id(), st.spec().checkpoint().keep_last());
+  }
+  return change;
 }
 
 }  // namespace shardline::coordinator

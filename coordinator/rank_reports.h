@@ -1,14 +1,22 @@
-// Reports from ranks (progress, checkpoint shards): which ones a job accepts, and what a progress
-// report does to the job's status. The checkpoint side of a report is checkpoint_registry.h's.
+// Reports from ranks (progress, checkpoint shards): which ones a job accepts, and what a report
+// does to the job: a progress report to its status, a checkpoint report to its checkpoint records
+// (checkpoint_registry.h decides when a step is committed) and, once a step commits, to its latest
+// step, events and retention. The caller stores what changed.
 //
-// Thread safety: pure functions on the caller's status.
+// Thread safety: functions on the caller's objects; the coordinator calls them under its lock.
 #ifndef SHARDLINE_COORDINATOR_RANK_REPORTS_H_
 #define SHARDLINE_COORDINATOR_RANK_REPORTS_H_
 
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "coordinator/checkpoint_registry.h"
+#include "coordinator/state.pb.h"
 #include "proto/coordinator.pb.h"
 
 namespace shardline::coordinator {
@@ -30,6 +38,21 @@ enum class ProgressChange {
 // sample when it has them. Errors: INVALID_ARGUMENT for a negative step or memory figure (then
 // nothing changes).
 absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& report, JobStatus* status);
+
+// What a checkpoint report changed, for the caller to store.
+struct CheckpointChange {
+  CheckpointRecord record;  // the step's record after the report
+  bool committed = false;   // this report committed the step: the job record changed too
+  std::vector<std::pair<std::string, int64_t>> retired;  // (job, step) records retention dropped
+};
+
+// Applies a checkpoint report from an accepted source (CheckReportSource) of `job` to `registry`.
+// When it commits the step: the job's latest_checkpoint_step rises, a CHECKPOINT_COMMITTED event
+// is noted, and the registry keeps only the spec's checkpoint.keep_last newest committed steps.
+// Errors: CheckpointRegistry::Report's (then nothing changes).
+absl::StatusOr<CheckpointChange> ApplyCheckpointReport(const CheckpointReport& report,
+                                                       JobRecord* job, CheckpointRegistry* registry,
+                                                       absl::Time now);
 
 }  // namespace shardline::coordinator
 

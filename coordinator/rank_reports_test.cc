@@ -87,5 +87,64 @@ TEST(RankReports, NegativeStepOrMemoryIsInvalidAndChangesNothing) {
   EXPECT_EQ(st.DebugString(), before.DebugString());
 }
 
+CheckpointReport Commit(int64_t step) {
+  CheckpointReport r;
+  r.set_job_id("job-1");
+  r.set_attempt(2);
+  r.set_step(step);
+  r.set_path(absl::StrCat("/ckpt/job-1/step_", step));
+  r.add_files("shard_00000.bin");
+  r.add_files("MANIFEST.json");
+  r.set_expected_files(1);
+  r.set_manifest_committed(true);
+  return r;
+}
+
+TEST(RankReports, CommittedCheckpointRaisesLatestStepNotesItAndRetiresOldSteps) {
+  JobRecord job;
+  *job.mutable_status() = Running();
+  job.mutable_status()->mutable_spec()->mutable_checkpoint()->set_keep_last(1);
+  job.set_shard_degree(2);
+  CheckpointRegistry registry;
+  const absl::Time now = absl::FromUnixSeconds(1000);
+
+  auto first = ApplyCheckpointReport(Commit(10), &job, &registry, now);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->committed);
+  EXPECT_TRUE(first->record.info().committed());
+  EXPECT_EQ(first->record.info().shard_degree(), 2);
+  EXPECT_TRUE(first->retired.empty());
+  EXPECT_EQ(job.status().latest_checkpoint_step(), 10);
+  ASSERT_GT(job.status().events_size(), 0);
+  EXPECT_EQ(job.status().events(job.status().events_size() - 1).message(),
+            "step 10 at /ckpt/job-1/step_10 (1 data files)");
+
+  auto second = ApplyCheckpointReport(Commit(20), &job, &registry, now);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(job.status().latest_checkpoint_step(), 20);
+  ASSERT_EQ(second->retired.size(), 1u);  // keep_last 1
+  EXPECT_EQ(second->retired[0], (std::pair<std::string, int64_t>{"job-1", 10}));
+}
+
+TEST(RankReports, ShardReportBeforeTheCommitChangesOnlyTheRecord) {
+  JobRecord job;
+  *job.mutable_status() = Running();
+  CheckpointRegistry registry;
+  CheckpointReport shard = Commit(10);
+  shard.clear_files();
+  shard.add_files("shard_00000.bin");
+  shard.set_manifest_committed(false);
+  auto change = ApplyCheckpointReport(shard, &job, &registry, absl::FromUnixSeconds(1000));
+  ASSERT_TRUE(change.ok()) << change.status();
+  EXPECT_FALSE(change->committed);
+  EXPECT_EQ(job.status().latest_checkpoint_step(), 0);
+  EXPECT_EQ(job.status().events_size(), 0);
+
+  CheckpointReport bad = Commit(-1);
+  EXPECT_EQ(
+      ApplyCheckpointReport(bad, &job, &registry, absl::FromUnixSeconds(1000)).status().code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace shardline::coordinator

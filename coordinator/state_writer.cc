@@ -85,6 +85,24 @@ absl::Status StateWriter::Wait(Ticket ticket) {
   return absl::UnavailableError("the coordinator is shutting down");
 }
 
+absl::Status StateWriter::WaitDurable(Ticket ticket, const std::string& what) {
+  absl::Status s = Wait(ticket);
+  if (s.ok()) return s;
+  return absl::UnavailableError(
+      absl::StrCat(what, " is not durable: ", s.message(),
+                   "; the coordinator is read-only until the state store can be written again"));
+}
+
+absl::Status StateWriter::CheckWritable() const {
+  absl::MutexLock lock(&mu_);
+  if (failing_ == 0) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "coordinator is read-only: the state store cannot be written (", reason_,
+      "); reads keep working, changes are accepted again once the queued writes succeed "
+      "(retried every ",
+      absl::FormatDuration(retry_interval_), ")"));
+}
+
 StateWriter::Ticket StateWriter::last_ticket() const {
   absl::MutexLock lock(&mu_);
   return next_ - 1;

@@ -66,6 +66,13 @@ class StateWriter {
   // Why the last write failed; empty once a write succeeds again.
   std::string read_only_reason() const;
 
+  // OK, or UNAVAILABLE "coordinator is read-only: ..." while a failed write is retried: the core
+  // refuses user mutations then (reads and the cluster's own reports go on).
+  absl::Status CheckWritable() const;
+  // Wait(ticket) for an RPC's answer: UNAVAILABLE "<what> is not durable: <reason>; the
+  // coordinator is read-only until ..." when it failed.
+  absl::Status WaitDurable(Ticket ticket, const std::string& what);
+
   // For loading at start-up, before any write is queued. Null without a store.
   StateStore* store() const { return store_.get(); }
 

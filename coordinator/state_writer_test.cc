@@ -64,6 +64,16 @@ TEST(StateWriter, FullDiskMakesItReadOnlyAndFreedSpaceDrainsTheQueueInOrder) {
                                      "database or disk is full (the write is retried every"));
   EXPECT_TRUE(writer.stuck());
   EXPECT_THAT(writer.read_only_reason(), HasSubstr("database or disk is full"));
+  EXPECT_EQ(writer.CheckWritable().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(writer.CheckWritable().message(),
+              HasSubstr("coordinator is read-only: the state store cannot be written (sqlite "
+                        "write: database or disk is full"));
+  s = writer.WaitDurable(cancel, "the cancel of job-a");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(s.message(), HasSubstr("the cancel of job-a is not durable: the state store cannot "
+                                     "be written: sqlite write: database or disk is full"));
+  EXPECT_THAT(s.message(), HasSubstr("; the coordinator is read-only until the state store can "
+                                     "be written again"));
   const StateWriter::Ticket later = writer.PutJob(Job("job-a", 1, "later"));
   // A write that must not outlive its failed RPC is withdrawn, not applied later.
   EXPECT_EQ(writer.PutJobOrDrop(Job("job-dropped", 3)).code(), absl::StatusCode::kUnavailable);
@@ -73,6 +83,7 @@ TEST(StateWriter, FullDiskMakesItReadOnlyAndFreedSpaceDrainsTheQueueInOrder) {
   for (int i = 0; i < 250 && writer.stuck(); ++i) absl::SleepFor(absl::Milliseconds(20));
   EXPECT_TRUE(writer.Wait(later).ok());
   EXPECT_FALSE(writer.stuck());
+  EXPECT_TRUE(writer.CheckWritable().ok());
   EXPECT_EQ(writer.read_only_reason(), "");
   auto jobs = writer.store()->LoadJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();

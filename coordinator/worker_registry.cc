@@ -137,6 +137,16 @@ absl::Status WorkerRegistry::Reserve(absl::string_view worker_id, int32_t slot_i
   return absl::OkStatus();
 }
 
+absl::Status WorkerRegistry::ReservePlan(const Plan& plan, absl::string_view holder) {
+  for (const RankPlan& r : plan.ranks) {
+    if (absl::Status s = Reserve(r.worker_id, r.slot_index, holder); !s.ok()) {
+      ReleaseJob(holder);
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 void WorkerRegistry::ReleaseSlot(absl::string_view worker_id, int32_t slot_index,
                                  absl::string_view holder) {
   absl::MutexLock lock(&mu_);

@@ -57,6 +57,9 @@ class WorkerRegistry {
   // rank still holds). Errors: NOT_FOUND (worker or slot), FAILED_PRECONDITION when the slot is
   // busy or the worker is dead.
   absl::Status Reserve(absl::string_view worker_id, int32_t slot_index, absl::string_view holder);
+  // Reserves the slot of every rank of `plan` for `holder`, all or none. Errors: Reserve's
+  // (nothing stays reserved for `holder` then).
+  absl::Status ReservePlan(const Plan& plan, absl::string_view holder);
   // Frees every slot reserved by `holder`.
   void ReleaseJob(absl::string_view holder);
   // Frees `slot_index` on `worker_id` if `holder` holds it (no-op otherwise).

@@ -173,5 +173,29 @@ TEST(WorkerRegistry, RestoreGivesAliveWorkersOneTimeoutToComeBack) {
   EXPECT_EQ(reg.ReapDead().size(), 2u);
 }
 
+TEST(WorkerRegistry, ReservePlanReservesAllOrNothing) {
+  FakeClock clock;
+  WorkerRegistry reg(&clock, absl::Seconds(10));
+  const std::string a = *reg.Register(Req("a", 2));
+  ASSERT_TRUE(reg.Reserve(a, 1, "job-other/1").ok());
+  Plan plan;
+  for (int32_t rank : {0, 1}) {  // slot 1 is busy: the whole plan fails
+    RankPlan r;
+    r.rank = rank;
+    r.worker_id = a;
+    r.slot_index = rank;
+    plan.ranks.push_back(r);
+  }
+  absl::Status s = reg.ReservePlan(plan, "job-1/1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), absl::StrCat("slot 1 of worker ", a, " is busy with job-other/1"));
+  ASSERT_EQ(reg.FreeCapacity(Slot::CPU).size(), 1u);
+  EXPECT_EQ(reg.FreeCapacity(Slot::CPU)[0].free_slots, (std::vector<int32_t>{0}));  // released
+
+  reg.ReleaseJob("job-other/1");
+  ASSERT_TRUE(reg.ReservePlan(plan, "job-1/1").ok());
+  EXPECT_TRUE(reg.FreeCapacity(Slot::CPU).empty());
+}
+
 }  // namespace
 }  // namespace shardline::coordinator
