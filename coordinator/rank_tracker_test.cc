@@ -119,13 +119,12 @@ TEST(RankTracker, CheckpointDirNotSharedExitIsAFailureNoRestartCanFix) {
   t.StartAttempt(Attempt());
   t.Observe("w-b", Rank(2, RankStatus::RUNNING));
   const RankTracker::Observation seen = t.Observe(
-      "w-b",
-      Rank(2, RankStatus::EXITED, 1, 6, "checkpoint.dir: checkpoint.dir /c is not shared\n"));
+      "w-b", Rank(2, RankStatus::EXITED, 1, 6, "checkpoint: checkpoint.dir /c is not shared\n"));
   ASSERT_TRUE(seen.failed.has_value());
   EXPECT_EQ(seen.failed->kind, "CHECKPOINT_DIR_NOT_SHARED");
   EXPECT_FALSE(seen.failed->restartable);
   EXPECT_EQ(seen.failed->reason,
-            "rank 2 on node b exited with code 6: checkpoint.dir: checkpoint.dir /c is not shared");
+            "rank 2 on node b exited with code 6: checkpoint: checkpoint.dir /c is not shared");
   // Every other failure may be transient.
   const RankTracker::Observation other =
       t.Observe("w-a", Rank(1, RankStatus::EXITED, 1, 4, "peer lost\n"));

@@ -369,9 +369,9 @@ int FailEngine(const absl::Status& s) {
 // is a communication failure; rank 0 unable to write there is a checkpoint (data) error.
 int FailCheckpointDir(const absl::Status& s) {
   if (s.code() == absl::StatusCode::kInvalidArgument) {
-    return Fail(kExitCheckpointDirNotShared, "checkpoint.dir", s);
+    return Fail(kExitCheckpointDirNotShared, "checkpoint", s);
   }
-  return Fail(IsCommError(s) ? kExitCommFailure : kExitDataError, "checkpoint.dir", s);
+  return Fail(IsCommError(s) ? kExitCommFailure : kExitDataError, "checkpoint", s);
 }
 
 // A lost peer while loading is a communication failure; a missing, corrupt or mismatched
