@@ -3,6 +3,7 @@
 //   PENDING --schedule--> RUNNING --all ranks exit 0--> SUCCEEDED
 //      |                    |  \--attempt fails, restarts left--> PENDING (attempt kept, backoff)
 //      |                    |  \--attempt fails, none left------> FAILED
+//      |                    |  \--attempt fails, not restartable-> FAILED (restarts left or not)
 //      +--cancel / fail--> CANCELLED / FAILED <--cancel--+
 //
 // Terminal states (SUCCEEDED, FAILED, CANCELLED) never change again. Every transition appends a
