@@ -211,9 +211,9 @@ void CoordinatorCore::EndAttemptLocked(JobRecord& job, bool send_stop) {
 }
 
 void CoordinatorCore::FailAttemptLocked(JobRecord& job, const std::string& kind,
-                                        const std::string& reason) {
+                                        const std::string& reason, bool restartable) {
   EndAttemptLocked(job, /*send_stop=*/true);
-  auto restarting = JobStateMachine(&job, clock_->Now()).FailAttempt(kind, reason);
+  auto restarting = JobStateMachine(&job, clock_->Now()).FailAttempt(kind, reason, restartable);
   if (!restarting.ok()) {
     SL_LOG(ERROR) << restarting.status();
     return;
@@ -229,7 +229,9 @@ void CoordinatorCore::FailAttemptLocked(JobRecord& job, const std::string& kind,
 void CoordinatorCore::ApplyFailuresLocked(const std::vector<RankFailure>& failures) {
   for (const RankFailure& f : failures) {
     auto job = jobs_.Find(f.job_id);
-    if (job.ok() && (*job)->status().state() == RUNNING) FailAttemptLocked(**job, f.kind, f.reason);
+    if (job.ok() && (*job)->status().state() == RUNNING) {
+      FailAttemptLocked(**job, f.kind, f.reason, f.restartable);
+    }
   }
 }
 

@@ -248,6 +248,7 @@ absl::Status WorkerDaemon::StartRank(const Assignment& a) {
       {"SHARDLINE_RDZV_SECRET", a.rendezvous_secret()},
       {"SHARDLINE_RESUME_STEP", std::to_string(a.resume_step())},
       {"SHARDLINE_ADVERTISE_ADDRESS", options_.advertise_address},
+      {"SHARDLINE_NODE_NAME", options_.node_name},
   };
   if (a.spec().device().kind() == DeviceSpec::CUDA) {
     po.env["CUDA_VISIBLE_DEVICES"] = std::to_string(a.slot_index());
