@@ -473,6 +473,16 @@ absl::Status CoordinatorCore::ReportCheckpointInMemory(const CheckpointReport& r
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(r.job_id()));
   RETURN_IF_ERROR(CheckReportSource(job->status(), r.attempt(), r.rank()));
+  if (r.fallback_from_step() > 0) {  // An event only: no checkpoint record changes.
+    JobStateMachine(job, clock_->Now())
+        .Note("CHECKPOINT_FALLBACK",
+              absl::StrCat("resume step ", r.fallback_from_step(), " is not a committed checkpoint",
+                           " in ", r.path(), "; attempt ", r.attempt(), " resumed from step ",
+                           r.step(), ", the newest committed one there"));
+    jobs_.Changed(*job);
+    *ticket = writer_->last_ticket();
+    return absl::OkStatus();
+  }
   JobStatus& st = *job->mutable_status();
   const CheckpointRegistry::Layout layout{
       st.world_size(), FsdpSpec::ShardingStrategy_Name(st.spec().fsdp().sharding_strategy()),
