@@ -6,12 +6,13 @@ Both tests stop the writer of shard 1 in the save of step 9 (attempt 1) through 
 test-only pause (SHARDLINE_TEST_PAUSE_IN_SAVE, trainer/checkpointing.h), set on the worker
 daemons, so the test acts at a known point of a save:
 
-  - an outage: the coordinator is SIGKILLed during that save and restarted after step 9 has
-    committed, with keep_last 1. Retention used to run right after the commit, deleting step 6,
-    the step the coordinator's registry still named, so every restart failed NOT_FOUND. Now step
-    6 stays until the coordinator acknowledges step 9, after its restart; the step the registry
-    names is on disk at every poll; a rank killed afterwards restarts from it and the job
-    SUCCEEDS.
+  - an outage: with keep_last 1, the coordinator is SIGKILLed during that save; step 9 commits
+    and the job trains to its end during the outage, rank 0 waiting for its reports. Retention
+    used to run right after each commit, deleting step 6, the step the coordinator's registry
+    still named, so a restart failed NOT_FOUND. Now every committed step stays until the
+    coordinator (restarted on its state dir) acknowledges it; the step the registry names is on
+    disk at every poll; the job SUCCEEDS keeping only its last step. If rank 0 is killed during
+    the outage instead, attempt 2 resumes from step 6 and the job SUCCEEDS.
   - a missing registry step: step_6 (the registry's latest) is moved away and the paused rank
     killed. Attempt 2 gets RESUME 6, finds no committed step 6, resumes from step 3 (the newest
     committed checkpoint of the job on disk), the coordinator notes CHECKPOINT_FALLBACK, and the
@@ -75,81 +76,110 @@ class CommitReportScenarioTest(unittest.TestCase):
             time.sleep(0.1)
         return status
 
-    def test_coordinator_outage_across_a_save_keeps_the_acknowledged_checkpoint(self):
+    def outage_across_the_save_of_step_9(self, steps):
+        """Runs a keep_last 1 job until rank 1 pauses in the save of step 9, kills the coordinator
+        there, and waits until the job has trained to the end during the outage (rank 0 then
+        waits for the acknowledgements of its commits). Returns (job, root, rank 0's node,
+        step_6's digest)."""
         self.start(pause_s=8)
-        steps = 45
         job = self.submit(self.spec(steps=steps, extra="restart: {max_restarts: 2, backoff_s: 1}"),
                           "--set", "checkpoint.keep_last=1")
         root = os.path.join(self.cluster.dir, "checkpoints", job)
-        step = lambda n: os.path.join(root, "step_%d" % n)  # noqa: E731
         status = self.wait_for_pause(job)
-        rank0_node = self.node_of(status, 0)
         # Step 6 is committed and acknowledged, and retention after it removed step 3.
         self.cluster.wait_for(job, lambda s: int(s.get("latest_checkpoint_step", 0)) == 6,
                               timeout=30, what="step 6 acknowledged")
         deadline = time.time() + 30
-        while os.path.exists(step(3)) and time.time() < deadline:
+        while os.path.exists(self.step(root, 3)) and time.time() < deadline:
             time.sleep(0.1)
-        self.assertFalse(os.path.exists(step(3)), "retention after step 6 did not remove step 3")
-        self.assertTrue(committed(step(6)))
-        before = tree_digest(step(6))
+        self.assertFalse(os.path.exists(self.step(root, 3)), "retention after 6 kept step 3")
+        self.assertTrue(committed(self.step(root, 6)))
+        before = tree_digest(self.step(root, 6))
 
         coordinator = self.cluster.procs["coordinator"]
         coordinator.send_signal(signal.SIGKILL)
         coordinator.wait()
-        # Step 9 commits during the outage (the pause ends); its report cannot be acknowledged,
-        # so retention does not run: step 6, which the registry names, stays.
-        deadline = time.time() + 90
-        while not committed(step(PAUSE_STEP)):
-            self.assertLess(time.time(), deadline, "step 9 never committed")
+        # Step 9 commits during the outage (the pause ends) and training goes on to the end.
+        # No report can be acknowledged, so retention deletes nothing: step 6, which the
+        # registry names, stays, and so does every step committed since.
+        deadline = time.time() + 120
+        while not committed(self.step(root, steps)):
+            self.assertLess(time.time(), deadline, "the job never saved its last step")
             time.sleep(0.1)
-        time.sleep(3)
-        self.assertTrue(committed(step(6)), "step 6 was deleted before step 9 was acknowledged")
-        self.assertEqual(tree_digest(step(6)), before)
+        time.sleep(2)
+        self.assertEqual(sorted(int(d[5:]) for d in os.listdir(root) if d.startswith("step_")),
+                         list(range(6, steps + 1, 3)))
+        self.assertTrue(all(committed(self.step(root, n)) for n in range(6, steps + 1, 3)))
+        self.assertEqual(tree_digest(self.step(root, 6)), before)
+        rank0_node = self.node_of(status, 0)
         rank0 = self.cluster.rank_log(rank0_node, job, 1, 0)
         self.assertIn("checkpoint step 9 (%s) is committed, but reporting it to the coordinator "
-                      "failed" % step(9), rank0)
+                      "failed" % self.step(root, 9), rank0)
+        self.assertNotIn("finished %d steps" % steps, rank0)  # still waiting for the reports
+        return job, root, rank0_node
 
-        self.cluster.start_coordinator(self.cluster.address)  # same address and state dir
-        # The report of 9 is acknowledged now, and only then does retention remove step 6. At
-        # every poll the step the registry names is committed on disk.
-        latest_of = lambda: int(self.cluster.job(job).get("latest_checkpoint_step", 0))  # noqa
-        deadline = time.time() + 90
+    def step(self, root, n):
+        return os.path.join(root, "step_%d" % n)
+
+    def assert_registry_step_on_disk_until(self, job, root, done, timeout=120):
+        """Polls until done(status); at every poll the step the registry names is on disk."""
+        deadline = time.time() + timeout
         while True:
-            latest = latest_of()
-            if not committed(step(latest)):
+            status = self.cluster.job(job)
+            latest = int(status.get("latest_checkpoint_step", 0))
+            if not committed(self.step(root, latest)):
                 # Retention may have run between the two looks, after a newer acknowledgement.
-                newer = latest_of()
-                self.assertTrue(newer > latest and committed(step(newer)),
+                status = self.cluster.job(job)
+                newer = int(status.get("latest_checkpoint_step", 0))
+                self.assertTrue(newer > latest and committed(self.step(root, newer)),
                                 "the registry names step %d, which is not on disk" % latest)
-                latest = newer
-            if latest >= PAUSE_STEP and not os.path.exists(step(6)):
-                break
-            self.assertLess(time.time(), deadline, "step 9 never acknowledged, or 6 kept")
+            if done(status):
+                return status
+            self.assertLess(time.time(), deadline, "timed out; last status %s" % status)
             time.sleep(0.2)
-        rank0 = self.cluster.rank_log(rank0_node, job, 1, 0)
-        self.assertRegex(rank0, r"the coordinator acknowledged checkpoint step 9 after \d+ attempts")
-        self.assertLess(int(self.cluster.job(job).get("step", 0)), steps,
-                        "the job finished before the rank kill; make it longer")
 
-        # A forced restart resumes from the registry's step, which is on disk.
-        victims = harness.pids_of(os.path.join(self.cluster.worker_dir(1), "jobs", job))
-        self.assertTrue(victims, "no trainer of the job on worker 1")
-        os.kill(victims[0], signal.SIGKILL)
-        status = self.cluster.wait_for(job, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"),
-                                       timeout=300, what="job end after the rank kill")
+    def test_coordinator_outage_across_a_save_keeps_the_acknowledged_checkpoint(self):
+        steps = 30
+        job, root, rank0_node = self.outage_across_the_save_of_step_9(steps)
+        self.cluster.start_coordinator(self.cluster.address)  # same address and state dir
+        # Rank 0's reports are acknowledged now, in order, and retention follows each: step 6
+        # goes only once 9 is acknowledged. The job SUCCEEDS in attempt 1, keeping the last step.
+        status = self.assert_registry_step_on_disk_until(
+            job, root, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"))
+        self.assertEqual(status["state"], "SUCCEEDED", json.dumps(status["events"], indent=1))
+        self.assertEqual(int(status["attempt"]), 1)
+        self.assertEqual(int(status["latest_checkpoint_step"]), steps)
+        rank0 = self.cluster.rank_log(rank0_node, job, 1, 0)
+        self.assertRegex(rank0,
+                         r"the coordinator acknowledged checkpoint step 9 after \d+ attempts")
+        self.assertIn("finished %d steps" % steps, rank0)
+        self.assertEqual(sorted(d for d in os.listdir(root) if d.startswith("step_")),
+                         ["step_%d" % steps])
+        committed_steps = [int(c["step"]) for c in
+                           self.cluster.shardctl_json("checkpoints", job).get("checkpoints", [])
+                           if c.get("committed")]
+        self.assertEqual(committed_steps, [steps])
+
+    def test_rank_lost_during_the_outage_restarts_from_the_acknowledged_checkpoint(self):
+        # The issue's failure: rank 0 dies before any report of the outage got through. The
+        # registry still names step 6; it used to be deleted by then (keep_last 1), so every
+        # restart failed NOT_FOUND and the job ended FAILED. Now attempt 2 resumes from it.
+        steps = 30
+        job, root, rank0_node = self.outage_across_the_save_of_step_9(steps)
+        victim = self.cluster.rank_pid(rank0_node, job, 1, 0)
+        self.assertIsNotNone(victim, "rank 0 is not waiting for its reports")
+        os.kill(victim, signal.SIGKILL)
+        self.cluster.start_coordinator(self.cluster.address)
+        status = self.assert_registry_step_on_disk_until(
+            job, root, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"), timeout=240)
         self.assertEqual(status["state"], "SUCCEEDED", json.dumps(status["events"], indent=1))
         self.assertEqual(int(status["attempt"]), 2)
         self.assertEqual(int(status["step"]), steps)
         scheduled = [e["message"] for e in status["events"] if e["kind"] == "SCHEDULED"]
-        resumed = int(scheduled[-1].rsplit(" ", 1)[1])
-        self.assertGreaterEqual(resumed, PAUSE_STEP, scheduled)
+        self.assertTrue(scheduled[-1].endswith("; resuming from checkpoint step 6"), scheduled)
         rank0 = "".join(self.cluster.rank_log(i, job, 2, 0) for i in (0, 1))
-        self.assertIn("resumed from %s " % step(resumed), rank0)
-        kinds = [e["kind"] for e in status["events"]]
-        self.assertNotIn("CHECKPOINT_FALLBACK", kinds)
-        # keep_last 1 after the last acknowledged save.
-        self.assertTrue(committed(step(steps)))
+        self.assertIn("resumed from %s " % self.step(root, 6), rank0)
+        self.assertNotIn("CHECKPOINT_FALLBACK", [e["kind"] for e in status["events"]])
         self.assertEqual(sorted(d for d in os.listdir(root) if d.startswith("step_")),
                          ["step_%d" % steps])
 
