@@ -78,8 +78,8 @@ class TrainerCheckpointing {
   absl::StatusOr<checkpoint::TrainingProgress> Restore();
   // `steps_done` optimizer steps are complete; (epoch, position) is the sampler's cursor.
   absl::Status AfterStep(int64_t steps_done, int64_t epoch, int64_t position);
-  // Waits for an asynchronous save, then for rank 0's commit reports (each bounded: see
-  // checkpoint::CheckpointPolicy's report_backoff).
+  // Waits for an asynchronous save, then for rank 0's commit reports (each bounded by
+  // checkpoint::Checkpointer::Options::report_backoff, 5 minutes from its commit).
   absl::Status Finish();
 
  private:
