@@ -292,6 +292,15 @@ absl::Status CoordinatorCore::ReportCheckpoint(const CheckpointReport& r) {
 absl::Status CoordinatorCore::ReportCheckpointLocked(const CheckpointReport& r) {
   ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(r.job_id()));
   RETURN_IF_ERROR(CheckReportSource(job->status(), r.attempt(), r.rank()));
+  if (r.fallback_from_step() > 0) {  // An event only: no checkpoint record changes.
+    JobStateMachine(job, clock_->Now())
+        .Note("CHECKPOINT_FALLBACK",
+              absl::StrCat("resume step ", r.fallback_from_step(), " is not a committed checkpoint",
+                           " in ", r.path(), "; attempt ", r.attempt(), " resumed from step ",
+                           r.step(), ", the newest committed one there"));
+    jobs_.Changed(*job);
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(const CheckpointChange change,
                    ApplyCheckpointReport(r, job, &checkpoints_, clock_->Now()));
   writer_->PutCheckpoint(change.record);

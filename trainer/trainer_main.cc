@@ -5,7 +5,8 @@
 // Environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (see config.h);
 // SHARDLINE_PEAK_FLOPS (FLOP/s of one rank's device, for the MFU estimate; default 1e11 on
 // CPU, 989e12 on CUDA, the dense bf16 peak of an H100/H200); SHARDLINE_RESUME_STEP (from the
-// worker daemon: when > 0, resume from that checkpoint step instead of checkpoint.resume_step).
+// worker daemon: when > 0, resume from that checkpoint step instead of checkpoint.resume_step;
+// when it is not committed on disk, from the newest committed one: TrainerCheckpointing::Restore).
 // Exit codes: exit_codes.h. The spec's paths are relative to the spec file. Logs go to
 // stderr; the sample to stdout.
 //
@@ -292,6 +293,10 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const 
   if (const char* r = std::getenv("SHARDLINE_RESUME_STEP");
       r != nullptr && absl::SimpleAtoi(r, &env_resume) && env_resume > 0) {
     policy.resume_step = env_resume;
+    // The coordinator's registry step (not the spec's own resume_step, which the coordinator
+    // passes on for a first attempt): when it is missing on disk, resume from the newest
+    // committed checkpoint there instead, and say so.
+    policy.fallback_if_missing = env_resume != c.resume_step;
   }
   policy.init_from_safetensors = c.init_from_safetensors;
   policy.total_steps = c.steps;
@@ -300,10 +305,12 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const 
   policy.attempt = env.attempt;
   policy.commit_timeout = absl::Seconds(c.collective_timeout_s);
   if (!env.coordinator.empty() && !env.job_id.empty()) {
-    absl::StatusOr<std::function<void(const checkpoint::SaveEvent&)>> reporter =
+    absl::StatusOr<CoordinatorReporter> reporter =
         MakeCoordinatorReporter({env.coordinator, env.token, env.job_id, env.attempt, env.rank});
     if (!reporter.ok()) return reporter.status();
-    policy.on_saved = *std::move(reporter);
+    policy.on_saved = reporter->on_saved;
+    policy.report_commit = reporter->report_commit;
+    policy.report_fallback = reporter->report_fallback;
   }
   return TrainerCheckpointing::Create(policy, fsdp->engine(), fsdp->optimizer(), fsdp->world());
 }
