@@ -54,9 +54,6 @@ struct ServerOptions {
   std::function<absl::Status(const JobSpec&)> validate_spec;
 };
 
-// True for 127.0.0.0/8, ::1, "localhost" and unix: sockets.
-bool IsLoopbackListenAddress(absl::string_view listen);
-
 class CoordinatorServer {
  public:
   // Errors: FAILED_PRECONDITION for a non-loopback address without tokens and without
