@@ -27,8 +27,9 @@ struct CoordinatorReporterOptions {
 // A checkpoint::SaveEvent callback (checkpoint::Checkpointer::Options::on_saved) sending one
 // CheckpointReport per event: writers report their data file; rank 0 reports MANIFEST.json with
 // manifest_committed = true and expected_files. A failed report is logged, never fails the save
-// (the files are on disk; the coordinator's listing is an index of them). Errors: the client's
-// creation errors.
+// (the files are on disk; the coordinator's listing is an index of them). The client's TLS comes
+// from the environment (coordinator/client_tls.h ClientOptionsFromEnv). Errors: the client's
+// creation errors (a TLS file that cannot be read, a clear-text token off loopback).
 absl::StatusOr<std::function<void(const checkpoint::SaveEvent&)>> MakeCoordinatorReporter(
     const CoordinatorReporterOptions& options);
 
