@@ -98,17 +98,28 @@ SAMPLE_PEM = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
 FILE_FLAG = re.compile(r"^--(\w+_file|tls_ca|tls_cert|tls_key|tls_client_ca)=(.+)$")
 
 
-def make_sample_files(args):
-    """Creates the files that `args` name and that do not exist yet: tokens (mode 0600) and PEM."""
+def with_sample_files(args, tmp):
+    """`args` with each file flag's path moved under `tmp` (a recipe's /etc/shardline/x.token
+    becomes TMP/root/etc/shardline/x.token) and that file made: a token (mode 0600, as the
+    binaries require) or a PEM sample."""
+    out = []
     for a in args:
         m = FILE_FLAG.match(a)
-        if not m or os.path.exists(m.group(2)):
+        if not m:
+            out.append(a)
             continue
-        os.makedirs(os.path.dirname(m.group(2)) or ".", exist_ok=True)
+        path = m.group(2)
+        if not path.startswith(tmp):
+            path = os.path.join(tmp, "root", path.lstrip("/"))
+        out.append("--%s=%s" % (m.group(1), path))
+        if os.path.exists(path):
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         is_token = m.group(1).endswith("token_file")
-        fd = os.open(m.group(2), os.O_WRONLY | os.O_CREAT, 0o600 if is_token else 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600 if is_token else 0o644)
         with os.fdopen(fd, "w") as f:
             f.write("sample-token-from-file\n" if is_token else SAMPLE_PEM)
+    return out
 
 
 def main():
@@ -138,14 +149,13 @@ def main():
         checked[name] += 1
         args = [a for a in argv[1:]]
         # Directories named by the recipe are created by systemd/k8s/Slurm; make them here.
-        args = [a.replace("/var/lib/shardline", os.path.join(tmp, "var"))
-                 .replace("/etc/shardline", os.path.join(tmp, "etc")) for a in args]
+        args = [a.replace("/var/lib/shardline", os.path.join(tmp, "var")) for a in args]
         leaked = tokens_on_command_line(args)
         if leaked and not any("/%s/" % d in path for d in TOKEN_CHECK_PENDING):
             failures.append("%s:%d: a token on the command line (readable in /proc/PID/cmdline; "
                             "use a token file or the environment): %s"
                             % (path, line, " ".join(leaked)))
-        make_sample_files(args)
+        args = with_sample_files(args, tmp)
         proc = subprocess.run([binaries[name]] + args + ["--check_flags"],
                               capture_output=True, text=True, timeout=60)
         status = "ok" if proc.returncode == 0 else "FAILED (exit %d)" % proc.returncode
