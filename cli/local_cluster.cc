@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/secret_file.h"
 #include "common/status_macros.h"
 
 namespace shardline::cli {
@@ -65,19 +66,6 @@ absl::StatusOr<ClusterInfo> FromJson(const std::string& text, const std::string&
     }
   }
   return info;
-}
-
-absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << content;
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, ": ", strerror(errno)));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -155,6 +143,7 @@ absl::StatusOr<ClusterInfo> ReadClusterInfo(const std::string& state_dir) {
   if (access(path.c_str(), R_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("no local cluster: ", path, " does not exist"));
   }
+  RETURN_IF_ERROR(CheckOwnerOnlyFile(path, "local cluster"));  // it holds the user token
   ASSIGN_OR_RETURN(ClusterInfo info, FromJson(ReadFile(path), path));
   info.state_dir = state_dir;
   return info;
@@ -177,12 +166,23 @@ absl::StatusOr<ClusterInfo> StartLocalCluster(const ClusterOptions& options) {
   }
   ClusterInfo info;
   info.state_dir = fs::absolute(options.state_dir).string();
+  // Fresh random tokens for each start: a user token for shardctl (kept in cluster.json) and a
+  // distinct worker token, so that other local users of a shared machine can do nothing, and a
+  // trainer (which holds the worker token) cannot submit or cancel jobs. Both reach the
+  // processes as 0600 files, never on a command line.
+  info.token = RandomToken();
+  const std::string user_token_file = info.state_dir + "/coordinator/user.token";
+  const std::string worker_token_file = info.state_dir + "/worker.token";
+  RETURN_IF_ERROR(WriteOwnerOnlyFile(user_token_file, info.token + "\n"));
+  RETURN_IF_ERROR(WriteOwnerOnlyFile(worker_token_file, RandomToken() + "\n"));
   const std::string coord_log = info.state_dir + "/coordinator/coordinator.log";
   unlink(coord_log.c_str());
-  ASSIGN_OR_RETURN(info.coordinator_pid,
-                   SpawnDetached({options.coordinator_bin, "--listen=127.0.0.1:0",
-                                  "--state_dir=" + info.state_dir + "/coordinator"},
-                                 coord_log));
+  ASSIGN_OR_RETURN(
+      info.coordinator_pid,
+      SpawnDetached({options.coordinator_bin, "--listen=127.0.0.1:0",
+                     "--state_dir=" + info.state_dir + "/coordinator",
+                     "--token_file=" + user_token_file, "--worker_token_file=" + worker_token_file},
+                    coord_log));
 
   // The coordinator prints "listening on HOST:PORT" once its port is bound.
   const absl::Time deadline = absl::Now() + options.start_timeout;
@@ -209,11 +209,12 @@ absl::StatusOr<ClusterInfo> StartLocalCluster(const ClusterOptions& options) {
                      SpawnDetached({options.worker_bin, "--coordinator=" + info.coordinator_address,
                                     absl::StrCat("--node_name=local-", i),
                                     absl::StrCat("--slots=", options.slots_per_worker),
-                                    "--work_dir=" + dir, "--trainer=" + options.trainer_bin},
+                                    "--work_dir=" + dir, "--trainer=" + options.trainer_bin,
+                                    "--join_token_file=" + worker_token_file},
                                    dir + "/worker.log"));
     info.worker_pids.push_back(pid);
   }
-  RETURN_IF_ERROR(WriteFileAtomically(info.state_dir + "/cluster.json", ToJson(info)));
+  RETURN_IF_ERROR(WriteOwnerOnlyFile(info.state_dir + "/cluster.json", ToJson(info)));
   return info;
 }
 

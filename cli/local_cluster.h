@@ -1,10 +1,16 @@
 // LocalCluster: `shardctl cluster up|down` — a coordinator and worker daemons on this machine as
 // background processes, with everything under one state directory:
 //
-//   <state_dir>/cluster.json       address, token, pids (read by `cluster down` and by every
-//                                  other shardctl command when no address is given)
-//   <state_dir>/coordinator/       the coordinator's --state_dir and log
+//   <state_dir>/cluster.json       address, user token, pids (read by `cluster down` and by
+//                                  every other shardctl command when no address is given);
+//                                  mode 0600
+//   <state_dir>/coordinator/       the coordinator's --state_dir and log, and user.token
+//   <state_dir>/worker.token       the worker join token (distinct from the user token)
 //   <state_dir>/worker-<i>/        each worker's --work_dir (rank logs) and log
+//
+// Each start makes two random tokens (common/secret_file.h); the files holding them are created
+// with mode 0600, and the processes read them from files (--token_file, --worker_token_file,
+// --join_token_file), so no token appears in a process list.
 //
 // The processes are detached (own session), so they outlive shardctl; `cluster down` sends
 // SIGTERM and, after a grace period, SIGKILL.
@@ -52,7 +58,8 @@ absl::StatusOr<ClusterInfo> StartLocalCluster(const ClusterOptions& options);
 // Errors: NOT_FOUND when there is no cluster.json.
 absl::Status StopLocalCluster(const std::string& state_dir, absl::Duration grace);
 
-// Reads <state_dir>/cluster.json. Errors: NOT_FOUND naming the file.
+// Reads <state_dir>/cluster.json. Errors: NOT_FOUND naming the file; PERMISSION_DENIED when
+// group or other users may read it (CheckOwnerOnlyFile: the message says how to fix it).
 absl::StatusOr<ClusterInfo> ReadClusterInfo(const std::string& state_dir);
 
 // Finds a Shardline binary: beside this executable in Bazel's bazel-bin layout

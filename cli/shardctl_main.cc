@@ -12,7 +12,10 @@
 // Where the coordinator is: --coordinator, else $SHARDLINE_COORDINATOR, else the config file
 // (--config, default ~/.shardline/config, lines "coordinator=HOST:PORT" and "token=..."), else
 // the local cluster started by `cluster up` (<state_dir>/cluster.json). The user token likewise:
-// --token, $SHARDLINE_TOKEN, the config file, the local cluster.
+// --token_file, --token, $SHARDLINE_TOKEN, the config file, the local cluster. TLS: --tls_ca,
+// --tls_cert, --tls_key, --insecure, else the config file's tls_ca=, tls_cert=, tls_key=,
+// insecure=true. A config file or cluster.json holding a token must be mode 0600. Without TLS
+// a token is never sent to a non-loopback coordinator unless --insecure (or insecure=true).
 //
 // Exit codes (also in --help):
 //   0 success (for submit --watch and watch: the job SUCCEEDED)
@@ -45,12 +48,25 @@
 #include "checkpoint/safetensors.h"
 #include "cli/local_cluster.h"
 #include "cli/progress_view.h"
+#include "common/secret_file.h"
+#include "common/status_macros.h"
 #include "coordinator/client.h"
+#include "coordinator/client_tls.h"
 #include "google/protobuf/util/json_util.h"
 #include "spec/job_spec.h"
 
 ABSL_FLAG(std::string, coordinator, "", "Coordinator host:port.");
-ABSL_FLAG(std::string, token, "", "User bearer token.");
+ABSL_FLAG(std::string, token, "",
+          "User bearer token (visible in the process list: prefer --token_file or "
+          "$SHARDLINE_TOKEN).");
+ABSL_FLAG(std::string, token_file, "", "File holding the user token (mode 0600).");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA file to verify the coordinator's certificate: connect with TLS.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS), with --tls_key.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(bool, insecure, false,
+          "Allow sending the token without TLS to a non-loopback coordinator (trusted networks "
+          "only).");
 ABSL_FLAG(std::string, config, "", "Config file (default ~/.shardline/config).");
 ABSL_FLAG(std::string, state_dir, ".cluster", "Local cluster state directory.");
 ABSL_FLAG(int, workers, 2, "cluster up: worker daemons to start.");
@@ -88,7 +104,9 @@ Commands:
   export JOB --out=F [--step=N]  the model of a committed checkpoint as one .safetensors file
   workers                        registered workers and their slots
 Read commands take --json. Coordinator: --coordinator, $SHARDLINE_COORDINATOR, the config file,
-or the local cluster; token: --token, $SHARDLINE_TOKEN, the config file, or the local cluster.
+or the local cluster; token: --token_file, --token, $SHARDLINE_TOKEN, the config file, or the
+local cluster. TLS: --tls_ca=CA.pem [--tls_cert, --tls_key], or tls_ca= etc. in the config file;
+a token goes to a non-loopback coordinator only over TLS, or with --insecure.
 
 Exit codes: 0 ok (watched job SUCCEEDED); 1 watched job FAILED or CANCELLED; 2 usage; 3 invalid
 spec; 4 coordinator unreachable; 5 not found; 6 unauthenticated or permission denied; 7 other.
@@ -124,11 +142,18 @@ int ExitFor(const absl::Status& s) {
   }
 }
 
+// Whether Connect() configured TLS, for the hint on an unreachable coordinator.
+bool g_tls = false;
+
 int Fail(const absl::Status& s) {
   std::cerr << "shardctl: " << s.message() << "\n";
   if (s.code() == absl::StatusCode::kUnavailable) {
     std::cerr << "shardctl: is the coordinator running? (`shardctl cluster up` starts a local "
                  "one; --coordinator or $SHARDLINE_COORDINATOR name another)\n";
+    if (!g_tls) {
+      std::cerr << "shardctl: if the coordinator serves TLS, pass --tls_ca=CA.pem (or tls_ca= "
+                   "in the config file)\n";
+    }
   }
   return ExitFor(s);
 }
@@ -145,11 +170,26 @@ std::string ToJson(const google::protobuf::Message& m) {
 struct Target {
   std::string address;
   std::string token;
+  coordinator::ClientTlsFiles tls;
 };
 
-// Flag, environment, config file, local cluster — the first that names the coordinator wins.
+// "true"/"1" (config file booleans).
+bool IsTrue(absl::string_view v) { return v == "true" || v == "1" || v == "yes"; }
+
+// Flag, environment, config file, local cluster — the first that names the coordinator wins;
+// likewise the token. TLS settings: flags, then the config file.
 absl::StatusOr<Target> ResolveTarget() {
   Target t{absl::GetFlag(FLAGS_coordinator), absl::GetFlag(FLAGS_token)};
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    if (!t.token.empty()) {
+      return absl::InvalidArgumentError("give --token or --token_file, not both");
+    }
+    auto token = ReadTokenFile(absl::GetFlag(FLAGS_token_file), "--token_file");
+    if (!token.ok()) return token.status();
+    t.token = *token;
+  }
+  t.tls = {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+           absl::GetFlag(FLAGS_insecure)};
   auto fill = [&t](const std::string& address, const std::string& token) {
     if (t.address.empty()) t.address = address;
     if (t.token.empty()) t.token = token;
@@ -163,16 +203,33 @@ absl::StatusOr<Target> ResolveTarget() {
   }
   if (std::ifstream in(config); in) {
     std::string line, address, token;
+    coordinator::ClientTlsFiles tls;
     while (std::getline(in, line)) {
       absl::string_view v = line;
-      if (absl::ConsumePrefix(&v, "coordinator="))
-        address = std::string(absl::StripAsciiWhitespace(v));
-      if (absl::ConsumePrefix(&v, "token=")) token = std::string(absl::StripAsciiWhitespace(v));
+      auto value = [&v] { return std::string(absl::StripAsciiWhitespace(v)); };
+      if (absl::ConsumePrefix(&v, "coordinator=")) address = value();
+      if (absl::ConsumePrefix(&v, "token=")) token = value();
+      if (absl::ConsumePrefix(&v, "tls_ca=")) tls.ca = value();
+      if (absl::ConsumePrefix(&v, "tls_cert=")) tls.cert = value();
+      if (absl::ConsumePrefix(&v, "tls_key=")) tls.key = value();
+      if (absl::ConsumePrefix(&v, "insecure=")) tls.insecure = IsTrue(value());
+    }
+    if (!token.empty()) {
+      RETURN_IF_ERROR(CheckOwnerOnlyFile(config, "config file"));  // it holds the token
     }
     fill(address, token);
+    if (t.tls.ca.empty()) t.tls.ca = tls.ca;
+    if (t.tls.cert.empty()) t.tls.cert = tls.cert;
+    if (t.tls.key.empty()) t.tls.key = tls.key;
+    t.tls.insecure = t.tls.insecure || tls.insecure;
   }
-  if (auto local = ReadClusterInfo(absl::GetFlag(FLAGS_state_dir)); local.ok()) {
-    fill(local->coordinator_address, local->token);
+  if (t.address.empty() || t.token.empty()) {
+    auto local = ReadClusterInfo(absl::GetFlag(FLAGS_state_dir));
+    if (local.ok()) {
+      fill(local->coordinator_address, local->token);
+    } else if (local.status().code() != absl::StatusCode::kNotFound) {
+      return local.status();  // e.g. a cluster.json others can read: say so, do not skip it
+    }
   }
   if (t.address.empty()) {
     return absl::NotFoundError(
@@ -189,6 +246,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect() {
   o.address = target->address;
   o.token = target->token;
   o.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  RETURN_IF_ERROR(coordinator::LoadClientTls(target->tls, coordinator::kClientTlsFlags, &o));
+  g_tls = !o.tls_root_certs.empty();
   return CoordinatorClient::Create(o);
 }
 

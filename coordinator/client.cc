@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/loopback.h"
 
 namespace shardline::coordinator {
 namespace {
@@ -56,6 +57,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
   }
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("client timeout must be positive");
+  }
+  if (!options.token.empty() && options.tls_root_certs.empty() && !options.insecure &&
+      !IsLoopbackAddress(options.address)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to send the token in clear text to ", options.address,
+        ", which is not a loopback address: pass --tls_ca=CA.pem to connect with TLS, or "
+        "--insecure to send it in plain text on a trusted network"));
   }
   return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(options));
 }

@@ -2,7 +2,8 @@
 // (worker daemon, shardctl, trainers' rendezvous and reports). Every call carries a deadline
 // (Options::timeout, or the stream's max duration) and, when a token is set, the metadata
 // "authorization: Bearer <token>". Errors are the server's status codes, with the method name
-// prefixed to the message ("SubmitJob: world_size: must be >= 1, got 0").
+// prefixed to the message ("SubmitJob: world_size: must be >= 1, got 0"). Without TLS a client
+// refuses to send a token to a non-loopback address unless told `insecure`.
 //
 // Thread safety: all methods may be called from several threads at once; streams block their
 // caller. CancelStreams() from another thread ends every open stream of this client.
@@ -36,8 +37,13 @@ class CoordinatorClient {
     std::string tls_root_certs;
     std::string tls_cert_chain;
     std::string tls_private_key;
+    // Allows sending `token` without TLS to an address that is not loopback (--insecure).
+    bool insecure = false;
   };
-  // Creates the channel (connects lazily). Errors: INVALID_ARGUMENT for an empty address.
+  // Creates the channel (connects lazily). Errors: INVALID_ARGUMENT for an empty address;
+  // FAILED_PRECONDITION for a token, no TLS root certificates and a non-loopback address
+  // unless `insecure` (a token is never sent in clear text off this machine by default).
+  // Client TLS files and flags: coordinator/client_tls.h.
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Create(const Options& options);
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Create(const std::string& address,
                                                                    const std::string& token);

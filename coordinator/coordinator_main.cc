@@ -14,9 +14,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/secret_file.h"
 #include "common/status_macros.h"
 #include "coordinator/server.h"
 #include "spec/path_policy.h"
@@ -33,11 +33,12 @@ ABSL_FLAG(int32_t, tick_ms, 200, "period of liveness checks and scheduling");
 ABSL_FLAG(int32_t, rank_start_timeout_ms, 120000,
           "a rank not reported by its worker this long after its attempt started fails it");
 ABSL_FLAG(int32_t, stop_grace_s, 10, "seconds between SIGTERM and SIGKILL when ranks stop");
-ABSL_FLAG(std::string, token, "", "bearer token users must send (prefer --token_file)");
-ABSL_FLAG(std::string, token_file, "", "file holding the user token");
+ABSL_FLAG(std::string, token, "",
+          "bearer token users must send (visible in the process list: prefer --token_file)");
+ABSL_FLAG(std::string, token_file, "", "file holding the user token (mode 0600)");
 ABSL_FLAG(std::string, worker_token, "",
           "join token workers and their trainers must send (default: the user token)");
-ABSL_FLAG(std::string, worker_token_file, "", "file holding the worker join token");
+ABSL_FLAG(std::string, worker_token_file, "", "file holding the worker join token (mode 0600)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for the Prometheus endpoint GET /metrics (empty: off; port 0: any, printed "
           "as \"metrics on HOST:PORT\")");
@@ -49,7 +50,8 @@ ABSL_FLAG(std::string, checkpoint_roots, "",
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (chain) file: serve TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key file of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
-          "PEM CA file: require worker daemons to present a client certificate it signed");
+          "PEM CA file: require worker daemons to present a client certificate it signed, naming "
+          "their --node_name (mutual TLS)");
 ABSL_FLAG(bool, check_flags, false,
           "parse and check the flags (token and TLS files readable), then exit 0 (deploy tests)");
 ABSL_FLAG(bool, insecure, false,
@@ -57,7 +59,7 @@ ABSL_FLAG(bool, insecure, false,
 
 namespace {
 
-// The flag's value, or the first line of the file flag's file.
+// The flag's value, or the first line of the file flag's file (which only its owner may read).
 absl::StatusOr<std::string> Token(const std::string& value, const std::string& file,
                                   const char* name) {
   if (!value.empty() && !file.empty()) {
@@ -65,14 +67,7 @@ absl::StatusOr<std::string> Token(const std::string& value, const std::string& f
         absl::StrCat("give --", name, " or --", name, "_file, not both"));
   }
   if (file.empty()) return value;
-  std::ifstream in(file);
-  if (!in) return absl::NotFoundError(absl::StrCat("--", name, "_file: cannot read ", file));
-  std::string line;
-  std::getline(in, line);
-  line = std::string(absl::StripAsciiWhitespace(line));
-  if (line.empty())
-    return absl::InvalidArgumentError(absl::StrCat("--", name, "_file: ", file, " is empty"));
-  return line;
+  return shardline::ReadTokenFile(file, absl::StrCat("--", name, "_file"));
 }
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {

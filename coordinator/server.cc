@@ -4,32 +4,20 @@
 
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/loopback.h"
 
 namespace shardline::coordinator {
 
-bool IsLoopbackListenAddress(absl::string_view listen) {
-  if (absl::StartsWith(listen, "unix:")) return true;
-  absl::string_view host = listen;
-  if (absl::StartsWith(host, "[")) {
-    host = host.substr(
-        1, host.find(']') == absl::string_view::npos ? host.size() - 1 : host.find(']') - 1);
-  } else if (size_t colon = host.rfind(':'); colon != absl::string_view::npos) {
-    host = host.substr(0, colon);
-  }
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
-}
-
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
     const ServerOptions& options) {
-  if (!IsLoopbackListenAddress(options.listen) && !options.insecure &&
+  if (!IsLoopbackAddress(options.listen) && !options.insecure &&
       (options.user_token.empty() || options.worker_token.empty())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "refusing to listen on non-loopback address ", options.listen,
-        " without --token and --worker_token (TLS is not implemented; add --insecure to accept "
-        "plain-text tokens on a trusted network)"));
+        " without --token and --worker_token (add --insecure to run without tokens on a trusted "
+        "network)"));
   }
   if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate and its private key");
@@ -38,9 +26,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
     return absl::InvalidArgumentError("a client CA (mutual TLS) needs a server certificate too");
   }
   const bool tls = !options.tls_cert_pem.empty();
-  if (!tls && !IsLoopbackListenAddress(options.listen)) {
+  if (!tls && !IsLoopbackAddress(options.listen)) {
     SL_LOG(WARNING) << "serving " << options.listen
-                    << " without TLS: tokens and job specs travel in plain text";
+                    << " without TLS: tokens and job specs travel in plain text (--tls_cert and "
+                       "--tls_key serve TLS)";
   }
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   CoreOptions core;

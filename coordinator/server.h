@@ -4,9 +4,11 @@
 //
 // Security rule: a listen address that is not loopback needs a user token and a worker token
 // unless `insecure` is set. TLS (tls_cert_pem/tls_key_pem) is optional; without it tokens travel
-// in plain text and a warning is logged. With tls_client_ca_pem, client certificates are
-// requested and verified, and the daemon's calls (RegisterWorker, Heartbeat, StreamAssignments)
-// require one (mutual TLS for workers); users and trainers still authenticate by token.
+// in plain text and a warning is logged (and clients refuse to send a token to a non-loopback
+// address without TLS unless told --insecure: client.h). With tls_client_ca_pem, client
+// certificates are requested and verified, and the daemon's calls (RegisterWorker, Heartbeat,
+// StreamAssignments) require one (mutual TLS for workers); users and trainers still authenticate
+// by token.
 //
 // Thread safety: Shutdown() may be called from any thread, once Create() returned.
 #ifndef SHARDLINE_COORDINATOR_SERVER_H_
@@ -53,9 +55,6 @@ struct ServerOptions {
   // Passed to the core (spec::Validate in the binary).
   std::function<absl::Status(const JobSpec&)> validate_spec;
 };
-
-// True for 127.0.0.0/8, ::1, "localhost" and unix: sockets.
-bool IsLoopbackListenAddress(absl::string_view listen);
 
 class CoordinatorServer {
  public:

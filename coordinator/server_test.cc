@@ -16,17 +16,6 @@
 namespace shardline::coordinator {
 namespace {
 
-TEST(IsLoopbackListenAddress, RecognisesLoopbackForms) {
-  for (const char* a : {"127.0.0.1:0", "127.1.2.3:7070", "localhost:7070", "[::1]:7070",
-                        "unix:/tmp/coordinator.sock"}) {
-    EXPECT_TRUE(IsLoopbackListenAddress(a)) << a;
-  }
-  for (const char* a : {"0.0.0.0:7070", "[::]:7070", ":7070", "10.1.2.3:7070",
-                        "coordinator.example.com:7070", "128.0.0.1:1"}) {
-    EXPECT_FALSE(IsLoopbackListenAddress(a)) << a;
-  }
-}
-
 TEST(CoordinatorServer, NonLoopbackNeedsBothTokensUnlessInsecure) {
   ServerOptions o;
   o.listen = "0.0.0.0:0";

@@ -12,6 +12,8 @@
 //   SHARDLINE_COORDINATOR, SHARDLINE_TOKEN, SHARDLINE_RDZV_NAMESPACE, SHARDLINE_RDZV_SECRET,
 //   SHARDLINE_JOB_ID, SHARDLINE_ATTEMPT, SHARDLINE_ADVERTISE_ADDRESS, SHARDLINE_NODE_NAME: set by
 //   the worker daemon.
+//   SHARDLINE_TLS_CA (a CA file path: TLS to the coordinator), SHARDLINE_INSECURE=1: also set
+//   by the daemon, read where the coordinator client is made (coordinator/client_tls.h).
 // WORLD_SIZE wins over the spec's world_size (logged when they differ): the spec's batch sizes
 // then define the same training at the new W, or are rejected if they do not divide.
 //

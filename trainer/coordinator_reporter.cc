@@ -5,6 +5,7 @@
 #include "common/logging.h"
 #include "common/retry.h"
 #include "coordinator/client.h"
+#include "coordinator/client_tls.h"
 #include "proto/coordinator.pb.h"
 
 namespace shardline::trainer {
@@ -27,7 +28,10 @@ CheckpointReport ReportOf(const CoordinatorReporterOptions& o, const checkpoint:
 
 absl::StatusOr<CoordinatorReporter> MakeCoordinatorReporter(
     const CoordinatorReporterOptions& options) {
-  auto client = coordinator::CoordinatorClient::Create(options.address, options.token);
+  // TLS as the worker daemon says (SHARDLINE_TLS_CA, SHARDLINE_INSECURE).
+  auto client_options = coordinator::ClientOptionsFromEnv(options.address, options.token);
+  if (!client_options.ok()) return client_options.status();
+  auto client = coordinator::CoordinatorClient::Create(*client_options);
   if (!client.ok()) return client.status();
   std::shared_ptr<coordinator::CoordinatorClient> shared(std::move(*client));
   CoordinatorReporter out;

@@ -43,7 +43,9 @@ struct CoordinatorReporter {
       report_fallback;
 };
 
-// Errors: the client's creation errors.
+// The client's TLS comes from the environment (coordinator/client_tls.h ClientOptionsFromEnv).
+// Errors: the client's creation errors (a TLS file that cannot be read, a clear-text token off
+// loopback).
 absl::StatusOr<CoordinatorReporter> MakeCoordinatorReporter(
     const CoordinatorReporterOptions& options);
 

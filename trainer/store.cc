@@ -6,6 +6,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "coordinator/client.h"
+#include "coordinator/client_tls.h"
 #include "fsdp/tcp_kv_store.h"
 #include "trainer/rendezvous_kv_store.h"
 
@@ -44,8 +45,11 @@ class InMemoryKvStore : public fsdp::KvStore {
 absl::StatusOr<std::unique_ptr<fsdp::KvStore>> CreateBootstrapStore(const RankEnv& env,
                                                                     absl::Duration timeout) {
   if (!env.coordinator.empty() && !env.rdzv_namespace.empty()) {
+    // TLS as the worker daemon says (SHARDLINE_TLS_CA, SHARDLINE_INSECURE).
+    ASSIGN_OR_RETURN(coordinator::CoordinatorClient::Options co,
+                     coordinator::ClientOptionsFromEnv(env.coordinator, env.token));
     ASSIGN_OR_RETURN(std::unique_ptr<coordinator::CoordinatorClient> client,
-                     coordinator::CoordinatorClient::Create(env.coordinator, env.token));
+                     coordinator::CoordinatorClient::Create(co));
     return std::unique_ptr<fsdp::KvStore>(std::make_unique<RendezvousKvStore>(
         std::shared_ptr<coordinator::CoordinatorClient>(std::move(client)), env.rdzv_namespace,
         env.rdzv_secret));

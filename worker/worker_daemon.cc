@@ -22,12 +22,14 @@ constexpr char kVersion[] = "shardline-worker 0.1";
 // briefly unreachable.
 constexpr absl::Duration kKeepExited = absl::Minutes(2);
 
-// A client of the coordinator as this daemon talks to it (join token, per-call deadline).
+// A client of the coordinator as this daemon talks to it (join token, TLS and this node's
+// client certificate, per-call deadline).
 absl::StatusOr<std::unique_ptr<coordinator::CoordinatorClient>> NewClient(const WorkerOptions& o) {
   coordinator::CoordinatorClient::Options co;
   co.address = o.coordinator_address;
   co.token = o.join_token;
   co.timeout = o.rpc_timeout;
+  RETURN_IF_ERROR(coordinator::LoadClientTls(o.tls, coordinator::kClientTlsFlags, &co));
   return coordinator::CoordinatorClient::Create(co);
 }
 
@@ -250,6 +252,9 @@ absl::Status WorkerDaemon::StartRank(const Assignment& a) {
       {"SHARDLINE_ADVERTISE_ADDRESS", options_.advertise_address},
       {"SHARDLINE_NODE_NAME", options_.node_name},
   };
+  // Trainers connect with the CA only: their calls (rendezvous, reports) are not worker calls,
+  // so they need no client certificate, and the node's key stays with the daemon.
+  po.env.merge(coordinator::ClientTlsEnv({options_.tls.ca, "", "", options_.tls.insecure}));
   if (a.spec().device().kind() == DeviceSpec::CUDA) {
     po.env["CUDA_VISIBLE_DEVICES"] = std::to_string(a.slot_index());
   }

@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/client.h"
+#include "coordinator/client_tls.h"
 #include "proto/coordinator.pb.h"
 #include "spec/path_policy.h"
 #include "worker/metrics_tail.h"
@@ -40,11 +41,14 @@ namespace shardline::worker {
 struct WorkerOptions {
   std::string coordinator_address;  // host:port
   std::string join_token;           // sent as "authorization: Bearer <token>" (empty: none)
-  std::string node_name;            // unique per node
-  std::string advertise_address;    // where peers reach this node (collectives bind here)
-  int cpu_slots = 0;                // CPU slots offered (used when no GPU is found)
-  std::string work_dir;             // per-job directories and rank logs
-  std::string trainer_path;         // the trainer binary
+  // TLS to the coordinator (file paths): the CA, and this node's client certificate for mutual
+  // TLS. Trainers get the CA and `insecure` (SHARDLINE_TLS_CA, SHARDLINE_INSECURE), not the key.
+  coordinator::ClientTlsFiles tls;
+  std::string node_name;          // unique per node
+  std::string advertise_address;  // where peers reach this node (collectives bind here)
+  int cpu_slots = 0;              // CPU slots offered (used when no GPU is found)
+  std::string work_dir;           // per-job directories and rank logs
+  std::string trainer_path;       // the trainer binary
   // Where specs may read and write on this node (checked again at each START, with symbolic
   // links resolved; the coordinator's check is lexical). Empty roots: anywhere.
   spec::PathPolicy path_policy;

@@ -1,7 +1,13 @@
 // worker: the Shardline node daemon. See worker/worker_daemon.h.
 //
 //   worker --coordinator=HOST:PORT --slots=2 --work_dir=/var/lib/shardline/worker \
-//          --trainer=/usr/local/bin/trainer [--node_name=NAME] [--address=IP] [--join_token=T]
+//          --trainer=/usr/local/bin/trainer [--node_name=NAME] [--address=IP] \
+//          --join_token_file=/etc/shardline/join.token \
+//          [--tls_ca=ca.pem [--tls_cert=node.pem --tls_key=node.key]] [--insecure]
+//
+// The join token: --join_token_file (mode 0600), else $SHARDLINE_JOIN_TOKEN; --join_token puts
+// it in the process list and is for tests. Without --tls_ca the worker refuses to send it to a
+// non-loopback coordinator unless --insecure.
 //
 // Exit codes: 0 after SIGTERM/SIGINT (every rank stopped first); 2 for bad flags.
 #include <signal.h>
@@ -16,11 +22,24 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/secret_file.h"
 #include "worker/worker_daemon.h"
 
 ABSL_FLAG(std::string, coordinator, "",
           "Coordinator address host:port (or $SHARDLINE_COORDINATOR).");
-ABSL_FLAG(std::string, join_token, "", "Worker join token (or $SHARDLINE_JOIN_TOKEN).");
+ABSL_FLAG(std::string, join_token, "",
+          "Worker join token (visible in the process list: prefer --join_token_file or "
+          "$SHARDLINE_JOIN_TOKEN).");
+ABSL_FLAG(std::string, join_token_file, "",
+          "File holding the worker join token (mode 0600; or $SHARDLINE_JOIN_TOKEN).");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA file to verify the coordinator's certificate: connect with TLS.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate of this node (mutual TLS; its name must be --node_name).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(bool, insecure, false,
+          "Allow sending the join token without TLS to a non-loopback coordinator (trusted "
+          "networks only).");
 ABSL_FLAG(std::string, node_name, "", "Unique node name; default: the host name.");
 ABSL_FLAG(std::string, address, "127.0.0.1", "Address other nodes reach this node at.");
 ABSL_FLAG(int, slots, 0, "CPU slots to offer when the node has no GPU.");
@@ -77,7 +96,23 @@ int main(int argc, char** argv) {
 
   shardline::worker::WorkerOptions o;
   o.coordinator_address = Default(absl::GetFlag(FLAGS_coordinator), "SHARDLINE_COORDINATOR");
+  if (!absl::GetFlag(FLAGS_join_token).empty() && !absl::GetFlag(FLAGS_join_token_file).empty()) {
+    std::fprintf(stderr, "worker: give --join_token or --join_token_file, not both\n");
+    return 2;
+  }
   o.join_token = Default(absl::GetFlag(FLAGS_join_token), "SHARDLINE_JOIN_TOKEN");
+  // The file is read (and its mode checked) on the node it deploys to, not under --check_flags.
+  if (!absl::GetFlag(FLAGS_join_token_file).empty() && !absl::GetFlag(FLAGS_check_flags)) {
+    auto token =
+        shardline::ReadTokenFile(absl::GetFlag(FLAGS_join_token_file), "--join_token_file");
+    if (!token.ok()) {
+      std::fprintf(stderr, "worker: %s\n", std::string(token.status().message()).c_str());
+      return 2;
+    }
+    o.join_token = *token;
+  }
+  o.tls = {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+           absl::GetFlag(FLAGS_insecure)};
   o.node_name = absl::GetFlag(FLAGS_node_name);
   if (o.node_name.empty()) {
     char host[256] = {0};

@@ -19,7 +19,7 @@ import grpc
 
 from shardline import errors
 from shardline._proto import checkpoint_pb2, coordinator_pb2, coordinator_pb2_grpc, job_spec_pb2
-from shardline.target import resolve_target
+from shardline.target import is_loopback, resolve_target
 
 JobState = coordinator_pb2.JobState
 TERMINAL_STATES = frozenset({coordinator_pb2.SUCCEEDED, coordinator_pb2.FAILED,
@@ -50,17 +50,30 @@ class Checkpoint:
         return self.info.committed
 
 
-def _credentials(tls: Union[None, bool, str, bytes, grpc.ChannelCredentials]):
+def _read_bytes(path_or_pem: Union[str, bytes]) -> bytes:
+    if isinstance(path_or_pem, bytes):
+        return path_or_pem
+    with open(path_or_pem, "rb") as f:
+        return f.read()
+
+
+def _credentials(tls: Union[None, bool, str, bytes, grpc.ChannelCredentials],
+                 tls_cert: Union[None, str, bytes], tls_key: Union[None, str, bytes]):
+    if (tls_cert is None) != (tls_key is None):
+        raise errors.ShardlineError("tls_cert and tls_key go together (the client certificate "
+                                    "and its private key)")
     if tls is None or tls is False:
+        if tls_cert is not None:
+            raise errors.ShardlineError("tls_cert needs tls (the CA that signed the "
+                                        "coordinator's certificate)")
         return None
-    if tls is True:
-        return grpc.ssl_channel_credentials()
     if isinstance(tls, grpc.ChannelCredentials):
         return tls
-    if isinstance(tls, str):
-        with open(tls, "rb") as f:
-            tls = f.read()
-    return grpc.ssl_channel_credentials(root_certificates=tls)
+    chain = _read_bytes(tls_cert) if tls_cert is not None else None
+    key = _read_bytes(tls_key) if tls_key is not None else None
+    roots = None if tls is True else _read_bytes(tls)
+    return grpc.ssl_channel_credentials(root_certificates=roots, private_key=key,
+                                        certificate_chain=chain)
 
 
 class Client:
@@ -70,21 +83,31 @@ class Client:
       address: "host:port" of the coordinator. None: $SHARDLINE_COORDINATOR, then the config
         file, then the local cluster's cluster.json, exactly as shardctl (see shardline.target).
       token: the user bearer token; None: resolved from the same sources as the address.
-      tls: None or False: plaintext (as shardctl). True: TLS with the system's root
-        certificates. A str: path of a PEM file of root certificates; bytes: the PEM itself; or
-        a grpc.ChannelCredentials.
+      tls: None: the config file's tls_ca= if any, else plaintext (as shardctl). False:
+        plaintext. True: TLS with the system's root certificates. A str: path of a PEM file of
+        root certificates (shardctl's --tls_ca); bytes: the PEM itself; or a
+        grpc.ChannelCredentials.
+      tls_cert, tls_key: a client certificate (chain) and its private key for mutual TLS, as
+        paths or PEM bytes (shardctl's --tls_cert/--tls_key; default: the config file's).
+      insecure: allow sending the token in plaintext to a non-loopback address (shardctl's
+        --insecure; default: the config file's insecure=). Without it, a token, no TLS and a
+        non-loopback address raise FailedPreconditionError before anything is sent.
       config: the config file (default ~/.shardline/config).
       state_dir: the local cluster's state directory (default ".cluster", as shardctl).
       timeout: deadline of each unary call, seconds (shardctl's --timeout_s).
       shardctl: path of the shardctl binary, used only by export(); None: $SHARDLINE_SHARDCTL,
         then `shardctl` on PATH.
 
-    Raises NotFoundError when no coordinator is configured. The channel connects lazily: an
-    unreachable coordinator raises UnavailableError on the first call.
+    Raises NotFoundError when no coordinator is configured; UnauthenticatedError when a config
+    file or cluster.json holding a token is readable by others; FailedPreconditionError for a
+    plaintext token to a non-loopback address. The channel connects lazily: an unreachable
+    coordinator raises UnavailableError on the first call.
     """
 
     def __init__(self, address: Optional[str] = None, token: Optional[str] = None,
                  tls: Union[None, bool, str, bytes, grpc.ChannelCredentials] = None, *,
+                 tls_cert: Union[None, str, bytes] = None,
+                 tls_key: Union[None, str, bytes] = None, insecure: Optional[bool] = None,
                  config: Optional[str] = None, state_dir: str = ".cluster",
                  timeout: float = 10.0, shardctl: Optional[str] = None):
         target = resolve_target(address, token, config, state_dir)
@@ -92,7 +115,19 @@ class Client:
         self._token = target.token
         self._timeout = timeout
         self._shardctl = shardctl
-        creds = _credentials(tls)
+        if tls is None and target.tls_ca:
+            tls = target.tls_ca
+        if tls_cert is None and tls_key is None and target.tls_cert:
+            tls_cert, tls_key = target.tls_cert, target.tls_key
+        if insecure is None:
+            insecure = target.insecure
+        creds = _credentials(tls, tls_cert, tls_key)
+        if creds is None and self._token and not insecure and not is_loopback(self.address):
+            raise errors.FailedPreconditionError(
+                "refusing to send the token in clear text to %s, which is not a loopback "
+                "address: pass tls=CA.pem to connect with TLS, or insecure=True to send it in "
+                "plain text on a trusted network" % self.address,
+                grpc.StatusCode.FAILED_PRECONDITION)
         self._channel = (grpc.secure_channel(self.address, creds) if creds is not None
                          else grpc.insecure_channel(self.address))
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)

@@ -1,10 +1,16 @@
-"""Every command line in deploy/ must parse with the real binaries.
+"""Every command line in deploy/ must parse with the real binaries, and none may carry a token.
 
 Extracts each invocation of coordinator, worker and shardctl from the recipes (systemd ExecStart
 lines, Kubernetes `command:` lists, Slurm and shell lines), substitutes the recipe's variables
 with sample values, and runs the binary with the same flags plus --check_flags (parse and
 validate the flags, then exit 0). A flag a binary does not have makes absl's parser exit non-zero,
-failing the test with the recipe file and line.
+failing the test with the recipe file and line. Files the flags name (token files, TLS
+certificates) are made as samples first (token files mode 0600, as the binaries require).
+
+A token on a command line is readable by every local user (/proc/PID/cmdline), so a recipe that
+passes --token=, --worker_token= or --join_token= (or a token's value in any argument) fails the
+test: recipes read tokens from files (--token_file, --worker_token_file, --join_token_file) or
+the environment.
 
 Usage (from the Bazel test): recipe_flags_test.py DEPLOY_DIR coordinator=PATH worker=PATH ...
 """
@@ -75,6 +81,47 @@ def shell_commands(path, lines, binaries):
     return out
 
 
+# Flags whose value is a secret, and sample secret values that must never appear in an argument.
+TOKEN_FLAG = re.compile(r"^--?(token|worker_token|join_token)(=|$)")
+SAMPLE_SECRETS = (SAMPLE_ENV["SHARDLINE_TOKEN"], SAMPLE_ENV["SHARDLINE_JOIN_TOKEN"])
+# Recipes another change rewrites (issue 14); the lead empties this when merging it.
+TOKEN_CHECK_PENDING = ()
+
+
+def tokens_on_command_line(args):
+    """The arguments of `args` that put a token on the command line."""
+    return [a for a in args
+            if TOKEN_FLAG.match(a) or any(secret in a for secret in SAMPLE_SECRETS)]
+
+
+SAMPLE_PEM = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
+FILE_FLAG = re.compile(r"^--(\w+_file|tls_ca|tls_cert|tls_key|tls_client_ca)=(.+)$")
+
+
+def with_sample_files(args, tmp):
+    """`args` with each file flag's path moved under `tmp` (a recipe's /etc/shardline/x.token
+    becomes TMP/root/etc/shardline/x.token) and that file made: a token (mode 0600, as the
+    binaries require) or a PEM sample."""
+    out = []
+    for a in args:
+        m = FILE_FLAG.match(a)
+        if not m:
+            out.append(a)
+            continue
+        path = m.group(2)
+        if not path.startswith(tmp):
+            path = os.path.join(tmp, "root", path.lstrip("/"))
+        out.append("--%s=%s" % (m.group(1), path))
+        if os.path.exists(path):
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        is_token = m.group(1).endswith("token_file")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600 if is_token else 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write("sample-token-from-file\n" if is_token else SAMPLE_PEM)
+    return out
+
+
 def main():
     deploy_dir = sys.argv[1]
     binaries = dict(arg.split("=", 1) for arg in sys.argv[2:])
@@ -103,15 +150,12 @@ def main():
         args = [a for a in argv[1:]]
         # Directories named by the recipe are created by systemd/k8s/Slurm; make them here.
         args = [a.replace("/var/lib/shardline", os.path.join(tmp, "var")) for a in args]
-        # Token files come from the recipe's secrets (a Kubernetes Secret volume under
-        # /etc/shardline); --check_flags reads them, so write sample ones.
-        args = [a.replace("/etc/shardline", os.path.join(tmp, "etc")) for a in args]
-        for a in args:
-            m = re.match(r"--\w*token_file=(.+)", a)
-            if m and m.group(1).startswith(tmp):
-                os.makedirs(os.path.dirname(m.group(1)), exist_ok=True)
-                with open(m.group(1), "w") as f:
-                    f.write("sample-token\n")
+        leaked = tokens_on_command_line(args)
+        if leaked and not any("/%s/" % d in path for d in TOKEN_CHECK_PENDING):
+            failures.append("%s:%d: a token on the command line (readable in /proc/PID/cmdline; "
+                            "use a token file or the environment): %s"
+                            % (path, line, " ".join(leaked)))
+        args = with_sample_files(args, tmp)
         proc = subprocess.run([binaries[name]] + args + ["--check_flags"],
                               capture_output=True, text=True, timeout=60)
         status = "ok" if proc.returncode == 0 else "FAILED (exit %d)" % proc.returncode
@@ -127,6 +171,14 @@ def main():
                               capture_output=True, text=True, timeout=60)
         if proc.returncode == 0:
             failures.append("%s accepted an unknown flag: the check proves nothing" % name)
+    # The token check must be able to fail too.
+    for bad in (["--token=x"], ["--join_token", "x"], ["--worker_token=x"],
+                ["--note=" + SAMPLE_ENV["SHARDLINE_TOKEN"]]):
+        if not tokens_on_command_line(bad):
+            failures.append("the token check misses %s: it proves nothing" % bad)
+    for good in (["--token_file=/etc/t"], ["--join_token_file=/t"], ["--tls_ca=/ca.pem"]):
+        if tokens_on_command_line(good):
+            failures.append("the token check refuses %s, a file flag" % good)
     if failures:
         print("\n\n".join(failures))
         sys.exit(1)

@@ -58,10 +58,15 @@ class Cluster:
     # network namespaces); workers=0 starts none (the caller starts them with start_worker).
     # `coordinator_flags`: more flags for the coordinator (e.g. --insecure with a non-loopback
     # `listen`). `in_memory`: no --state_dir (the coordinator's documented default).
+    # `worker_flags(i)`: more flags for worker i (TLS files, token file); `shardctl_flags`: more
+    # flags for every shardctl call (--tls_ca, --token_file).
     def __init__(self, workers=2, slots=2, heartbeat_timeout_ms=8000, grace_period_s=5,
-                 listen="127.0.0.1:0", coordinator_flags=(), in_memory=False):
+                 listen="127.0.0.1:0", coordinator_flags=(), in_memory=False,
+                 worker_flags=None, shardctl_flags=()):
         self.dir = tempfile.mkdtemp(prefix="shardline_it_", dir=os.environ.get("TEST_TMPDIR"))
         self.procs = {}
+        self.worker_flags = worker_flags or (lambda i: [])
+        self.shardctl_flags = list(shardctl_flags)
         self.coordinator_flags = list(coordinator_flags)
         self.in_memory = in_memory
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
@@ -112,7 +117,7 @@ class Cluster:
                "--trainer=" + BINARIES.trainer, "--grace_period_s=%d" % grace_period_s]
         if address:
             cmd.append("--address=" + address)
-        cmd += list(flags)
+        cmd += self.worker_flags(i) + list(flags)
         self.procs["worker-%d" % i] = subprocess.Popen(
             (wrap or []) + cmd, stdout=log, stderr=subprocess.STDOUT,
             env=dict(os.environ, **env) if env else None)
@@ -127,7 +132,8 @@ class Cluster:
         raise RuntimeError("workers did not register")
 
     def shardctl(self, *args, timeout=600, check=True):
-        proc = subprocess.run([BINARIES.shardctl, "--coordinator=" + self.address] + list(args),
+        proc = subprocess.run([BINARIES.shardctl, "--coordinator=" + self.address] +
+                              self.shardctl_flags + list(args),
                               capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
             raise AssertionError("shardctl %s exited %d:\n%s%s" % (
