@@ -22,8 +22,8 @@ import sys
 import tempfile
 
 SAMPLE_ENV = {
-    "SHARDLINE_TOKEN": "user-token",
-    "SHARDLINE_JOIN_TOKEN": "join-token",
+    "SHARDLINE_TOKEN": "sample-user-secret-7f3a",
+    "SHARDLINE_JOIN_TOKEN": "sample-join-secret-9c2e",
     "SHARDLINE_COORDINATOR": "127.0.0.1:7070",
     "NODE_IP": "127.0.0.1",
     "NODE_NAME": "node-0",
