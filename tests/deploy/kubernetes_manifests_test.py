@@ -191,8 +191,23 @@ class KubernetesManifestsTest(unittest.TestCase):
                         with self.subTest(container=c["name"], env=env["name"]):
                             self.assertNotIn("value", env)
                             self.assertIn("secretKeyRef", env.get("valueFrom", {}))
-        worker_env = {e["name"] for e in self.worker.container("worker").get("env", [])}
-        self.assertIn("SHARDLINE_JOIN_TOKEN", worker_env)  # the worker reads it (worker_main.cc)
+        # The worker gets its join token as a file on a Secret volume (checked above).
+        worker_args = self.worker.container("worker")["command"]
+        self.assertTrue(any(a.startswith("--join_token_file=") for a in worker_args), worker_args)
+
+    def test_tls_and_path_roots_everywhere(self):
+        # Clients refuse to send a token in clear text off loopback: the coordinator serves TLS
+        # with mutual TLS for workers, and every worker trusts its CA and presents a node cert.
+        coordinator = self.coordinator.container("coordinator")["command"]
+        worker = self.worker.container("worker")["command"]
+        for flag in ("--tls_cert=", "--tls_key=", "--tls_client_ca="):
+            self.assertTrue(any(a.startswith(flag) for a in coordinator), flag)
+        for flag in ("--tls_ca=", "--tls_cert=", "--tls_key="):
+            self.assertTrue(any(a.startswith(flag) for a in worker), flag)
+        # Both check specs against the same roots; checkpoints only on the shared claim.
+        for args in (coordinator, worker):
+            self.assertIn("--checkpoint_roots=/checkpoints", args)
+            self.assertIn("--read_roots=/data", args)
 
     def test_probes_requests_and_gpus_are_kept(self):
         coordinator = self.coordinator.container("coordinator")
