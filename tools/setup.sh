@@ -5,7 +5,9 @@
 #     yaml-cpp, OpenSSL, Google Benchmark; clang 14 with libFuzzer for tools/fuzz.sh; clang-format.
 #   - A project-local virtual environment at .venv holding torch==2.11.0 from the Python registry;
 #     LibTorch (headers + shared libraries) is taken from that wheel by third_party/torch/torch.bzl.
-#     Also grpcio, grpcio-tools, pyyaml and matplotlib, and the Python client package itself
+#     Also grpcio, grpcio-tools, pyyaml and matplotlib; tensorboard and prometheus-client (pinned:
+#     tests read the trainer's event files and parse the coordinator's /metrics with them); and the
+#     Python client package itself
 #     (python/, `import shardline`; reinstalled when python/ or proto/ change).
 #   - .bazelrc.user with this machine's absolute paths (disk cache shared by all checkouts).
 set -euo pipefail
@@ -47,8 +49,10 @@ fi
 
 # The Python client: its dependencies, then the package (stubs generated from proto/ by its build).
 # setuptools stays below 82 because torch 2.11 requires that (grpcio-tools would pull a newer one).
-PY_PACKAGES=(grpcio grpcio-tools pyyaml matplotlib "setuptools<82")
-if ! "$venv/bin/python" -c "import grpc, grpc_tools, yaml, matplotlib" 2>/dev/null; then
+PY_PACKAGES=(grpcio grpcio-tools pyyaml matplotlib "setuptools<82" "tensorboard==2.21.0"
+  "prometheus-client==0.26.0")
+if ! "$venv/bin/python" -c "import grpc, grpc_tools, yaml, matplotlib, tensorboard, prometheus_client" \
+  2>/dev/null; then
   log "installing ${PY_PACKAGES[*]} into $venv"
   "$venv/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
 fi
