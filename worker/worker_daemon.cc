@@ -388,7 +388,9 @@ void WorkerDaemon::ShipLogs() {
   if (shipped.empty()) return;
   const absl::Status s = client_->ShipLogs(req);
   if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) return;  // kept; sent again later
-  if (!s.ok()) SL_LOG(WARNING) << "log lines refused (dropped): " << s;
+  if (!s.ok()) {
+    SL_LOG(WARNING) << "log lines refused (dropped): " << s;
+  }
   for (auto& [log, p] : shipped) log->Commit(p.lines.size(), p.dropped);
 }
 
