@@ -27,8 +27,9 @@ class JobLogs {
   struct Options {
     int64_t bytes_per_rank = 1 << 20;
     int64_t max_total_bytes = int64_t{256} << 20;
-    // Longest answer of one Get (it says `truncated`; the caller asks again).
-    int64_t max_response_bytes = 4 << 20;
+    // Longest answer of one Get (it says `truncated`; the caller asks again); below gRPC's
+    // default 4 MiB message limit.
+    int64_t max_response_bytes = 2 << 20;
   };
   JobLogs() : JobLogs(Options()) {}
   explicit JobLogs(const Options& options) : options_(options) {}

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -23,8 +24,9 @@ constexpr char kVersion[] = "shardline-worker 0.1";
 constexpr absl::Duration kKeepExited = absl::Minutes(2);
 // How long an exited rank's EXITED waits for its last log lines to reach the coordinator.
 constexpr absl::Duration kLogDrainWait = absl::Seconds(5);
-// Log bytes per rank and per ShipLogs call.
+// Log bytes per rank and per ShipLogs call (gRPC refuses messages over 4 MiB by default).
 constexpr size_t kShipBytesPerRank = 256 << 10;
+constexpr size_t kShipBytesPerCall = 2 << 20;
 
 // A client of the coordinator as this daemon talks to it (join token, per-call deadline).
 absl::StatusOr<std::unique_ptr<coordinator::CoordinatorClient>> NewClient(const WorkerOptions& o) {
@@ -371,9 +373,11 @@ void WorkerDaemon::ShipLogs() {
     if (!registered_) return;
     req.set_worker_id(worker_id_);
     // ranks_ entries (and their RankLogs) are erased only by this thread (SuperviseLoop).
+    size_t budget = kShipBytesPerCall;
     for (auto& [key, rank] : ranks_) {
-      if (rank.process == nullptr) continue;
+      if (rank.process == nullptr || budget < kShipBytesPerRank) continue;  // next round
       RankLog::Pending p = rank.process->log()->Peek(kShipBytesPerRank);
+      for (const std::string& l : p.lines) budget -= std::min(budget, l.size() + 16);
       if (p.lines.empty() && p.dropped == 0) continue;
       RankLogChunk* c = req.add_chunks();
       c->set_job_id(rank.assignment.job_id());
