@@ -4,8 +4,9 @@
 //   shardctl cluster down [--state_dir=.cluster]
 //   shardctl submit SPEC [--set path=value ...] [--watch] [--dry_run]
 //   shardctl status JOB | list | workers | checkpoints JOB     (each takes --json)
-//   shardctl watch JOB
-//   shardctl logs JOB [--rank=N] [--follow]
+//   shardctl watch JOB [--json]
+//   shardctl logs JOB [--rank=N|--all] [--follow] [--tail=K] [--since=10m|RFC3339]
+//   shardctl metrics JOB [--json]
 //   shardctl cancel JOB
 //   shardctl export JOB --out=FILE.safetensors [--step=N]
 //
@@ -77,7 +78,12 @@ ABSL_FLAG(bool, dry_run, false,
           "submit: print the resolved spec (presets, defaults, overrides, absolute paths) and "
           "submit nothing.");
 ABSL_FLAG(int, rank, -1, "logs: only this rank (default: all).");
+ABSL_FLAG(bool, all, false, "logs: every rank (the default without --rank).");
 ABSL_FLAG(bool, follow, false, "logs: keep printing new lines until the job ends.");
+ABSL_FLAG(int, tail, 0, "logs: only the last K lines of each rank (0: all the coordinator keeps).");
+ABSL_FLAG(std::string, since, "",
+          "logs: only lines from this long ago (a duration: 90s, 10m, 2h) or since this time "
+          "(RFC 3339, 2026-01-31T12:00:00Z).");
 ABSL_FLAG(int64_t, step, -1, "export: checkpoint step (default: the latest committed).");
 ABSL_FLAG(std::string, out, "", "export: output .safetensors file.");
 ABSL_FLAG(int, timeout_s, 10, "Deadline of each call to the coordinator, seconds.");
@@ -97,8 +103,9 @@ Commands:
                                  --dry_run: print the resolved spec as YAML, or JSON with --json, and stop)
   status JOB                     state, progress, placement, events, sample
   list                           all jobs, one line each
-  watch JOB                      live progress until the job ends
-  logs JOB [--rank=N] [--follow] rank logs (local cluster)
+  watch JOB                      live progress until the job ends (--json: one JSON object per update)
+  logs JOB [--rank=N|--all]      rank logs from the coordinator (--follow, --tail=K, --since=10m)
+  metrics JOB                    the job's training series: loss, val loss, lr, grad norm, tokens/s...
   cancel JOB                     stop every rank of the job
   checkpoints JOB                committed checkpoints of the job
   export JOB --out=F [--step=N]  the model of a committed checkpoint as one .safetensors file
@@ -258,9 +265,31 @@ int UsageError(const std::string& usage) {
 
 bool IsTerminal(JobState s) { return s == SUCCEEDED || s == FAILED || s == CANCELLED; }
 
+// `m` as JSON on one line (watch --json: one object per line, for tools that read lines).
+std::string ToJsonLine(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+// watch --json: the job's status as one JSON line per update, until it ends.
+int WatchJson(CoordinatorClient& client, const std::string& job_id) {
+  JobState last = JOB_STATE_UNSPECIFIED;
+  const absl::Status s = client.WatchJob(job_id, [&](const JobStatus& st) {
+    std::cout << ToJsonLine(st) << "\n" << std::flush;
+    last = st.state();
+    return true;
+  });
+  if (!s.ok()) return Fail(s);
+  return last == SUCCEEDED ? kOk : kJobFailed;
+}
+
 // Follows the job until it ends. On a terminal: one line redrawn in place; otherwise a plain
 // line per change of step or state.
 int Watch(CoordinatorClient& client, const std::string& job_id) {
+  if (absl::GetFlag(FLAGS_json)) return WatchJson(client, job_id);
   const bool tty = isatty(STDOUT_FILENO);
   JobStatus last;
   std::string last_line;
@@ -484,55 +513,82 @@ int CmdWatch(const std::vector<std::string>& args) {
   return Watch(**client, args[2]);
 }
 
-// Rank logs live on the workers' disks; for a local cluster they are under the state dir:
-// <state_dir>/worker-*/jobs/<job>/attempt-<a>/rank-<r>.log.
+// Rank logs come from the coordinator (GetLogs): the worker daemons ship every rank's lines to
+// it, so this works from any machine that reaches the coordinator, while the job runs (--follow)
+// and after it ended.
 int CmdLogs(const std::vector<std::string>& args) {
-  if (args.size() < 3) return UsageError("usage: shardctl logs JOB [--rank=N] [--follow]");
-  const std::string job = args[2];
-  const std::string dir = absl::GetFlag(FLAGS_state_dir);
-  const int only_rank = absl::GetFlag(FLAGS_rank);
-  std::map<std::string, std::streamoff> offsets;
-  auto print_new = [&]() {
-    std::error_code ec;
-    std::vector<fs::path> files;
-    for (const auto& w : fs::directory_iterator(dir, ec)) {
-      const fs::path jobdir = w.path() / "jobs" / job;
-      if (!fs::is_directory(jobdir, ec)) continue;
-      for (const auto& f : fs::recursive_directory_iterator(jobdir, ec)) {
-        const std::string name = f.path().filename().string();
-        if (!absl::StartsWith(name, "rank-") || !absl::EndsWith(name, ".log")) continue;
-        if (only_rank >= 0 && name != absl::StrCat("rank-", only_rank, ".log")) continue;
-        files.push_back(f.path());
-      }
-    }
-    std::sort(files.begin(), files.end());
-    for (const fs::path& f : files) {
-      std::ifstream in(f);
-      in.seekg(offsets[f.string()]);
-      std::string line;
-      const std::string label = f.parent_path().filename().string() + "/" + f.stem().string();
-      while (std::getline(in, line)) std::cout << label << "| " << line << "\n";
-      in.clear();
-      offsets[f.string()] = in.tellg();
-    }
-    return files.size();
-  };
-  if (print_new() == 0 && !absl::GetFlag(FLAGS_follow)) {
-    return Fail(absl::NotFoundError(
-        absl::StrCat("no rank logs of job ", job, " under ", dir,
-                     "/worker-*/jobs (logs are read from the local cluster's state dir)")));
+  if (args.size() < 3) {
+    return UsageError(
+        "usage: shardctl logs JOB [--rank=N|--all] [--follow] [--tail=K] [--since=10m]");
   }
-  if (!absl::GetFlag(FLAGS_follow)) return kOk;
+  const int rank = absl::GetFlag(FLAGS_rank);
+  if (rank >= 0 && absl::GetFlag(FLAGS_all))
+    return UsageError("logs: --rank and --all exclude each other");
+  if (absl::GetFlag(FLAGS_tail) < 0) return UsageError("logs: --tail must be >= 0");
+  GetLogsRequest req;
+  req.set_job_id(args[2]);
+  req.set_rank(rank >= 0 ? rank : 0);
+  req.set_all_ranks(rank < 0);
+  req.set_tail_lines(absl::GetFlag(FLAGS_tail));
+  if (const std::string since = absl::GetFlag(FLAGS_since); !since.empty()) {
+    absl::Duration ago;
+    absl::Time at;
+    std::string err;
+    if (absl::ParseDuration(since, &ago)) {
+      at = absl::Now() - ago;
+    } else if (!absl::ParseTime(absl::RFC3339_full, since, &at, &err)) {
+      return UsageError(absl::StrCat("logs: --since=", since,
+                                     ": not a duration (10m) or an RFC 3339 time (", err, ")"));
+    }
+    req.set_since_unix_ms(absl::ToUnixMillis(at));
+  }
   auto client = Connect();
   if (!client.ok()) return Fail(client.status());
+  const bool follow = absl::GetFlag(FLAGS_follow);
+  bool seen_finished = false;
   while (true) {
+    auto resp = (*client)->GetLogs(req);
+    if (!resp.ok()) return Fail(resp.status());
+    for (const LogLine& l : resp->lines()) {
+      std::cout << "attempt-" << l.attempt() << "/rank-" << l.rank() << "| " << l.text() << "\n";
+    }
     std::cout << std::flush;
-    auto st = (*client)->GetJob(job);
-    print_new();
-    if (!st.ok()) return Fail(st.status());
-    if (IsTerminal(st->state())) return kOk;
-    absl::SleepFor(absl::Milliseconds(500));
+    req.set_after_seq(resp->next_seq());
+    req.set_tail_lines(0);  // the tail applies to the first answer only
+    if (resp->truncated()) continue;
+    // After the job ended one more look: lines shipped while the last answer was built.
+    if (!follow || seen_finished) return kOk;
+    seen_finished = resp->job_finished();
+    absl::SleepFor(absl::Milliseconds(seen_finished ? 200 : 500));
   }
+}
+
+// The job's training series (GetJobMetrics): one line per stored point.
+int CmdMetrics(const std::vector<std::string>& args) {
+  if (args.size() < 3) return UsageError("usage: shardctl metrics JOB [--json]");
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  auto m = (*client)->GetJobMetrics(args[2]);
+  if (!m.ok()) return Fail(m.status());
+  if (absl::GetFlag(FLAGS_json)) {
+    std::cout << ToJson(*m);
+    return kOk;
+  }
+  std::cout << absl::StrFormat("%s: %s, %d logged steps in %d points (%d step(s) a point)\n",
+                               args[2], JobStateName(m->state()), m->reported_steps(),
+                               m->points_size(), m->stride());
+  std::cout << absl::StrFormat("%-9s %-9s %-9s %-10s %-9s %-11s %-8s %-9s %s\n", "STEP", "LOSS",
+                               "VAL_LOSS", "LR", "GRAD_NORM", "TOKENS/S", "MFU", "STEP_S",
+                               "PEAK_MEM");
+  for (const MetricsPoint& p : m->points()) {
+    std::cout << absl::StrFormat(
+        "%-9d %-9.4f %-9s %-10.3g %-9.3f %-11.0f %-8s %-9.3f %.0fMiB\n", p.step(), p.loss(),
+        p.val_count() > 0 ? absl::StrFormat("%.4f", p.val_loss()) : "-", p.lr(), p.grad_norm(),
+        p.tokens_per_s(), absl::StrFormat("%.2f%%", 100 * p.mfu()), p.step_time_s(),
+        p.peak_memory_bytes() / 1048576.0);
+  }
+  if (m->points_size() == 0) std::cout << "(no progress reported yet)\n";
+  return kOk;
 }
 
 }  // namespace
@@ -569,6 +625,7 @@ int main(int argc, char** argv) {
   if (cmd == "list") return CmdList();
   if (cmd == "watch") return CmdWatch(args);
   if (cmd == "logs") return CmdLogs(args);
+  if (cmd == "metrics") return CmdMetrics(args);
   if (cmd == "cancel") return CmdCancel(args);
   if (cmd == "checkpoints") return CmdCheckpoints(args);
   if (cmd == "workers") return CmdWorkers();

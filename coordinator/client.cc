@@ -210,6 +210,28 @@ absl::StatusOr<GetCheckpointResponse> CoordinatorClient::GetCheckpoint(const std
   return resp;
 }
 
+absl::Status CoordinatorClient::ShipLogs(const ShipLogsRequest& req) {
+  ShipLogsResponse resp;
+  SL_UNARY(ShipLogs, req, resp);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GetLogsResponse> CoordinatorClient::GetLogs(const GetLogsRequest& req) {
+  GetLogsResponse resp;
+  SL_UNARY(GetLogs, req, resp);
+  return resp;
+}
+
+absl::StatusOr<GetJobMetricsResponse> CoordinatorClient::GetJobMetrics(const std::string& job_id,
+                                                                       int64_t after_step) {
+  GetJobMetricsRequest req;
+  req.set_job_id(job_id);
+  req.set_after_step(after_step);
+  GetJobMetricsResponse resp;
+  SL_UNARY(GetJobMetrics, req, resp);
+  return resp;
+}
+
 template <typename Msg>
 absl::Status CoordinatorClient::ReadStream(const char* method, grpc::ClientContext* ctx,
                                            grpc::ClientReader<Msg>* reader,

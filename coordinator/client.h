@@ -90,6 +90,12 @@ class CoordinatorClient {
   absl::StatusOr<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& job_id);
   absl::StatusOr<GetCheckpointResponse> GetCheckpoint(const std::string& job_id, int64_t step);
 
+  // ---- logs and training metrics
+  absl::Status ShipLogs(const ShipLogsRequest& req);
+  absl::StatusOr<GetLogsResponse> GetLogs(const GetLogsRequest& req);
+  absl::StatusOr<GetJobMetricsResponse> GetJobMetrics(const std::string& job_id,
+                                                      int64_t after_step = 0);
+
   // Ends every stream open on this client (they return CANCELLED).
   void CancelStreams();
 

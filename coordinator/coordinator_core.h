@@ -16,6 +16,8 @@
 //   rendezvous_store.h     per-attempt KV namespaces                         (own lock)
 //   rank_reports.h         what progress and checkpoint reports change
 //   manifest_fetch.h       GetCheckpoint's bounded MANIFEST.json read
+//   training_metrics.h     each job's per-step training series, batched writes  (own lock)
+//   job_logs.h             the ranks' log lines the workers ship                (own lock)
 // Job table, outbox, tracker, feed, draining slots and checkpoint registry have no lock of their
 // own: the core calls them only under its mutex. coordinator_core.cc holds the job lifecycle and
 // the job, report and checkpoint calls; coordinator_core_workers.cc the worker protocol.
@@ -49,6 +51,7 @@
 #include "coordinator/checkpoint_registry.h"
 #include "coordinator/clock.h"
 #include "coordinator/draining_slots.h"
+#include "coordinator/job_logs.h"
 #include "coordinator/job_table.h"
 #include "coordinator/planner.h"
 #include "coordinator/rank_tracker.h"
@@ -57,6 +60,7 @@
 #include "coordinator/state.pb.h"
 #include "coordinator/state_store.h"
 #include "coordinator/state_writer.h"
+#include "coordinator/training_metrics.h"
 #include "coordinator/worker_registry.h"
 #include "proto/coordinator.pb.h"
 
@@ -80,6 +84,13 @@ struct CoreOptions {
   absl::Duration state_retry_interval = absl::Seconds(1);
   // Longest a GetCheckpoint waits for its MANIFEST.json read (a hung mount, a huge file).
   absl::Duration file_read_timeout = absl::Seconds(5);
+  // A job's training series is written to the state store at most this often (and at a clean
+  // shutdown); a SIGKILL loses at most this much of it.
+  absl::Duration metrics_flush_interval = absl::Seconds(5);
+  // Points a training series keeps before merging pairs (training_series.h).
+  int metrics_series_capacity = TrainingSeries::kDefaultCapacity;
+  // Bounds of the ranks' log lines kept in memory (job_logs.h).
+  JobLogs::Options logs;
   // Full job spec validation (spec::Validate); the core always applies
   // spec::ValidateForScheduling itself first. Null: only those checks.
   std::function<absl::Status(const JobSpec&)> validate_spec;
@@ -137,6 +148,30 @@ class CoordinatorCore {
   absl::Status ReportProgress(const ProgressReport& report);
   absl::Status ReportCheckpoint(const CheckpointReport& report);
 
+  // ---- logs and training metrics
+  // Takes the chunks' lines (job_logs.h). A chunk of an unknown job (NOT_FOUND), of an attempt
+  // the job has not started or of a rank outside its world (INVALID_ARGUMENT) is refused; the
+  // first such error is returned after the other chunks are taken. Lines of a finished attempt
+  // are taken (the last lines of a rank often arrive after its exit).
+  absl::Status ShipLogs(const ShipLogsRequest& req);
+  // Errors: NOT_FOUND for an unknown job; INVALID_ARGUMENT for a negative tail_lines or rank.
+  absl::StatusOr<GetLogsResponse> GetLogs(const GetLogsRequest& req) const;
+  // The job's training series (training_metrics.h) with its state, per-rank peak memory and
+  // ETA. Errors: NOT_FOUND.
+  absl::StatusOr<GetJobMetricsResponse> GetJobMetrics(const GetJobMetricsRequest& req) const;
+  // The running jobs with their spec name and latest training report (for the Prometheus
+  // exposition): `latest` has count 0 before the first report.
+  struct RunningJobMetrics {
+    std::string job_id;
+    std::string name;
+    int64_t step = 0;
+    int64_t total_steps = 0;
+    double eta_s = 0;
+    std::vector<int64_t> per_rank_peak_memory_bytes;
+    MetricsPoint latest;
+  };
+  std::vector<RunningJobMetrics> RunningJobs() const;
+
   // ---- jobs
   // Errors: INVALID_ARGUMENT naming the field; UNAVAILABLE when the job cannot be stored or the
   // coordinator is read-only (CheckWritable; nothing is added then).
@@ -169,8 +204,9 @@ class CoordinatorCore {
   absl::StatusOr<GetCheckpointResponse> GetCheckpoint(const std::string& job_id,
                                                       int64_t step) const;
 
-  // Reaps dead workers (failing their jobs' attempts) and schedules what fits. The server calls
-  // it periodically; tests call it after moving the fake clock.
+  // Reaps dead workers (failing their jobs' attempts), schedules what fits and queues the
+  // training series due for their batched write. The server calls it periodically; tests call
+  // it after moving the fake clock.
   void Tick();
   // Wakes every blocked caller with UNAVAILABLE; later blocking calls return at once.
   void Shutdown();
@@ -225,12 +261,16 @@ class CoordinatorCore {
   absl::Status ReportCheckpointLocked(const CheckpointReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static std::string Namespace(const JobRecord& rec);
+  // Queues the writes of the training series that are due (every dirty one when `all`).
+  void FlushTrainingMetrics(bool all);
 
   const CoreOptions options_;
   const Clock* clock_;
   std::unique_ptr<StateWriter> writer_;  // owns the store (none: in memory only)
   WorkerRegistry registry_;              // own lock
   RendezvousStore rendezvous_;           // own lock
+  TrainingMetrics training_;             // own lock; taken after mu_ when both are
+  JobLogs logs_;                         // own lock
 
   mutable absl::Mutex mu_;
   ChangeFeed feed_ ABSL_GUARDED_BY(mu_);

@@ -123,19 +123,23 @@ std::vector<WorkerInfo> CoordinatorCore::ListWorkers() const { return registry_.
 void CoordinatorCore::Tick() {
   const std::vector<std::string> dead = registry_.ReapDead();
   for (const std::string& w : dead) PersistWorker(w);
-  absl::MutexLock lock(&mu_);
-  for (const std::string& worker_id : dead) {
-    outbox_.Drop(worker_id);  // its stream ends (ABORTED) at its next look
-    auto info = registry_.Get(worker_id);
-    const std::string node = info.ok() ? info->node_name() : "?";
-    SL_LOG(WARNING) << "worker " << worker_id << " (" << node << ") missed heartbeats for "
-                    << absl::FormatDuration(options_.heartbeat_timeout) << "; declared dead";
-    NoteDrainingRanksLostLocked(worker_id, node);
-    ApplyFailuresLocked(tracker_.WorkerDied(worker_id, node, options_.heartbeat_timeout));
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& worker_id : dead) {
+      outbox_.Drop(worker_id);  // its stream ends (ABORTED) at its next look
+      auto info = registry_.Get(worker_id);
+      const std::string node = info.ok() ? info->node_name() : "?";
+      SL_LOG(WARNING) << "worker " << worker_id << " (" << node << ") missed heartbeats for "
+                      << absl::FormatDuration(options_.heartbeat_timeout) << "; declared dead";
+      NoteDrainingRanksLostLocked(worker_id, node);
+      ApplyFailuresLocked(tracker_.WorkerDied(worker_id, node, options_.heartbeat_timeout));
+    }
+    // Ranks whose START was never acknowledged in time.
+    ApplyFailuresLocked(tracker_.StartTimeouts(clock_->Now(), options_.rank_start_timeout));
+    ScheduleLocked();
   }
-  // Ranks whose START was never acknowledged in time.
-  ApplyFailuresLocked(tracker_.StartTimeouts(clock_->Now(), options_.rank_start_timeout));
-  ScheduleLocked();
+  // Outside mu_: copying a series for its write must not stall heartbeats.
+  FlushTrainingMetrics(/*all=*/false);
 }
 
 }  // namespace shardline::coordinator

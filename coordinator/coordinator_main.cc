@@ -5,6 +5,7 @@
 //       --token_file /etc/shardline/user.token --worker_token_file /etc/shardline/join.token
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -42,6 +43,15 @@ ABSL_FLAG(std::string, worker_token_file, "", "file holding the worker join toke
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for the Prometheus endpoint GET /metrics (empty: off; port 0: any, printed "
           "as \"metrics on HOST:PORT\")");
+ABSL_FLAG(int32_t, metrics_flush_ms, 5000,
+          "a job's training series is written to the state dir at most this often (and at a "
+          "clean shutdown)");
+ABSL_FLAG(
+    int32_t, metrics_points, 2048,
+    "points a job's training series keeps before adjacent pairs merge (docs/observability.md)");
+ABSL_FLAG(int32_t, log_ring_kib_per_rank, 1024, "newest log KiB kept per rank in memory");
+ABSL_FLAG(int32_t, log_ring_total_mib, 256,
+          "log MiB kept in memory in all; past it the least recently written job's logs go");
 ABSL_FLAG(std::string, read_roots, "",
           "comma-separated directories job specs may read data, models and weights under "
           "(empty: anywhere; see spec/path_policy.h)");
@@ -113,6 +123,10 @@ int main(int argc, char** argv) {
   o.worker_token = worker_token->empty() ? *user_token : *worker_token;
   o.insecure = absl::GetFlag(FLAGS_insecure);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  o.metrics_flush_interval = absl::Milliseconds(std::max(0, absl::GetFlag(FLAGS_metrics_flush_ms)));
+  o.metrics_series_capacity = std::max(2, absl::GetFlag(FLAGS_metrics_points));
+  o.logs.bytes_per_rank = int64_t{std::max(1, absl::GetFlag(FLAGS_log_ring_kib_per_rank))} << 10;
+  o.logs.max_total_bytes = int64_t{std::max(1, absl::GetFlag(FLAGS_log_ring_total_mib))} << 20;
   auto cert = ReadPem(absl::GetFlag(FLAGS_tls_cert), "tls_cert");
   auto key = ReadPem(absl::GetFlag(FLAGS_tls_key), "tls_key");
   auto client_ca = ReadPem(absl::GetFlag(FLAGS_tls_client_ca), "tls_client_ca");

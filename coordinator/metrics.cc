@@ -1,6 +1,9 @@
 #include "coordinator/metrics.h"
 
 #include <algorithm>
+#include <functional>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -62,6 +65,76 @@ class MetricsInterceptorFactory : public grpc::experimental::ServerInterceptorFa
  private:
   RpcMetrics* metrics_;
 };
+
+// A label value in the text format: backslash, double quote and newline escaped.
+std::string LabelValue(absl::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// Per-job gauges of the running jobs, labelled by job id and spec name.
+void RenderJobGauges(const CoordinatorCore& core, std::string* out) {
+  const std::vector<CoordinatorCore::RunningJobMetrics> jobs = core.RunningJobs();
+  struct Gauge {
+    const char* name;
+    const char* help;
+    std::function<std::optional<double>(const CoordinatorCore::RunningJobMetrics&)> value;
+  };
+  auto reported = [](const CoordinatorCore::RunningJobMetrics& j) { return j.latest.count() > 0; };
+  const Gauge gauges[] = {
+      {"shardline_job_step", "Latest optimizer step rank 0 reported, per running job.",
+       [](const auto& j) { return std::optional<double>(static_cast<double>(j.step)); }},
+      {"shardline_job_total_steps", "Steps the running job trains in all.",
+       [](const auto& j) { return std::optional<double>(static_cast<double>(j.total_steps)); }},
+      {"shardline_job_loss", "Latest training loss of the running job.",
+       [&](const auto& j) {
+         return reported(j) ? std::optional<double>(j.latest.loss()) : std::nullopt;
+       }},
+      {"shardline_job_tokens_per_second", "Latest training throughput of the running job.",
+       [&](const auto& j) {
+         return reported(j) ? std::optional<double>(j.latest.tokens_per_s()) : std::nullopt;
+       }},
+      {"shardline_job_mfu", "Latest model FLOPs utilisation of the running job (0..1).",
+       [&](const auto& j) {
+         return reported(j) ? std::optional<double>(j.latest.mfu()) : std::nullopt;
+       }},
+      {"shardline_job_step_time_seconds", "Latest step time of the running job.",
+       [&](const auto& j) {
+         return reported(j) ? std::optional<double>(j.latest.step_time_s()) : std::nullopt;
+       }},
+      {"shardline_job_eta_seconds", "Estimated time left of the running job.",
+       [&](const auto& j) { return reported(j) ? std::optional<double>(j.eta_s) : std::nullopt; }},
+  };
+  for (const Gauge& g : gauges) {
+    absl::StrAppend(out, "# HELP ", g.name, " ", g.help, "\n# TYPE ", g.name, " gauge\n");
+    for (const auto& j : jobs) {
+      const std::optional<double> v = g.value(j);
+      if (!v.has_value()) continue;
+      absl::StrAppend(out, g.name, "{job=\"", LabelValue(j.job_id), "\",name=\"",
+                      LabelValue(j.name), "\"} ", absl::StrFormat("%.9g", *v), "\n");
+    }
+  }
+  absl::StrAppend(out,
+                  "# HELP shardline_job_peak_memory_bytes Peak memory of each rank of the running "
+                  "job.\n# TYPE shardline_job_peak_memory_bytes gauge\n");
+  for (const auto& j : jobs) {
+    for (size_t r = 0; r < j.per_rank_peak_memory_bytes.size(); ++r) {
+      absl::StrAppend(out, "shardline_job_peak_memory_bytes{job=\"", LabelValue(j.job_id),
+                      "\",rank=\"", r, "\"} ", j.per_rank_peak_memory_bytes[r], "\n");
+    }
+  }
+}
 
 }  // namespace
 
@@ -164,6 +237,7 @@ std::string RenderMetrics(const CoordinatorCore& core, const RpcMetrics& rpcs) {
                   "# TYPE shardline_restarts_total counter\n"
                   "shardline_restarts_total ",
                   c.restarts, "\n");
+  RenderJobGauges(core, &out);
   rpcs.Render(&out);
   return out;
 }

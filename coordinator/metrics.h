@@ -3,7 +3,9 @@
 //   RpcMetrics      counts and latency histograms per RPC method and status code, fed by a gRPC
 //                   server interceptor (so refused and failed calls count too);
 //   RenderMetrics   the whole exposition: RPCs plus the core's jobs by state, workers alive and
-//                   dead, heartbeat ages, attempts, failures and restarts.
+//                   dead, heartbeat ages, attempts, failures and restarts, and per running job
+//                   (labels job, name) its latest step, loss, tokens/s, MFU, step time, ETA and
+//                   per-rank peak memory.
 //
 // Thread safety: RpcMetrics may be fed and rendered from any thread.
 #ifndef SHARDLINE_COORDINATOR_METRICS_H_

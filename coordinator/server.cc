@@ -40,6 +40,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   core.stop_grace_period_s = options.stop_grace_period_s;
   core.rank_start_timeout = options.rank_start_timeout;
   core.validate_spec = options.validate_spec;
+  core.metrics_flush_interval = options.metrics_flush_interval;
+  core.metrics_series_capacity = options.metrics_series_capacity;
+  core.logs = options.logs;
   auto c = CoordinatorCore::Create(core);
   if (!c.ok()) return c.status();
   s->core_ = std::move(*c);

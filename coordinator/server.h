@@ -52,6 +52,11 @@ struct ServerOptions {
   std::string tls_client_ca_pem;
   // host:port of the Prometheus endpoint (GET /metrics); empty: none.
   std::string metrics_listen;
+  // Training series: written at most this often per job; points kept before pairs merge.
+  absl::Duration metrics_flush_interval = absl::Seconds(5);
+  int metrics_series_capacity = TrainingSeries::kDefaultCapacity;
+  // Bounds of the ranks' log lines kept in memory (job_logs.h).
+  JobLogs::Options logs;
   // Passed to the core (spec::Validate in the binary).
   std::function<absl::Status(const JobSpec&)> validate_spec;
 };

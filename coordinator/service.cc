@@ -564,4 +564,30 @@ grpc::Status CoordinatorService::GetCheckpoint(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::ShipLogs(grpc::ServerContext* ctx, const ShipLogsRequest* req,
+                                          ShipLogsResponse*) {
+  SL_AUTHORIZE(Role::kDaemon);
+  if (grpc::Status node = CheckWorker(ctx, req->worker_id()); !node.ok()) return node;
+  return ToGrpcStatus(core_->ShipLogs(*req));
+}
+
+grpc::Status CoordinatorService::GetLogs(grpc::ServerContext* ctx, const GetLogsRequest* req,
+                                         GetLogsResponse* resp) {
+  SL_AUTHORIZE(Role::kUser);
+  auto r = core_->GetLogs(*req);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::GetJobMetrics(grpc::ServerContext* ctx,
+                                               const GetJobMetricsRequest* req,
+                                               GetJobMetricsResponse* resp) {
+  SL_AUTHORIZE(Role::kUser);
+  auto r = core_->GetJobMetrics(*req);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
 }  // namespace shardline::coordinator

@@ -3,9 +3,10 @@
 //
 // Credentials ("authorization: Bearer <token>" metadata):
 //   - user methods (SubmitJob, GetJob, ListJobs, CancelJob, WatchJob, ListWorkers,
-//     ListCheckpoints, GetCheckpoint) need the user token;
-//   - worker-side methods (RegisterWorker, Heartbeat, StreamAssignments, RendezvousSet/Get,
-//     ReportProgress, ReportCheckpoint; called by daemons and their trainers) need the worker
+//     ListCheckpoints, GetCheckpoint, GetLogs, GetJobMetrics) need the user token;
+//   - worker-side methods (RegisterWorker, Heartbeat, StreamAssignments, ShipLogs,
+//     RendezvousSet/Get, ReportProgress, ReportCheckpoint; called by daemons and their
+//     trainers) need the worker
 //     (join) token, or the user token when no worker token is configured.
 // An empty token turns the check of its class off. A missing or wrong token gets
 // UNAUTHENTICATED before the core is touched, so nothing changes.
@@ -93,6 +94,12 @@ class CoordinatorService final : public CoordinatorServiceBase {
                                ListCheckpointsResponse* resp) override;
   grpc::Status GetCheckpoint(grpc::ServerContext* ctx, const GetCheckpointRequest* req,
                              GetCheckpointResponse* resp) override;
+  grpc::Status ShipLogs(grpc::ServerContext* ctx, const ShipLogsRequest* req,
+                        ShipLogsResponse* resp) override;
+  grpc::Status GetLogs(grpc::ServerContext* ctx, const GetLogsRequest* req,
+                       GetLogsResponse* resp) override;
+  grpc::Status GetJobMetrics(grpc::ServerContext* ctx, const GetJobMetricsRequest* req,
+                             GetJobMetricsResponse* resp) override;
 
  private:
   // kDaemon: worker methods the node daemon calls (client certificate when required).

@@ -19,6 +19,8 @@ CREATE TABLE IF NOT EXISTS checkpoints (
   PRIMARY KEY (job_id, step));
 CREATE TABLE IF NOT EXISTS workers (
   worker_id TEXT PRIMARY KEY, unused INTEGER NOT NULL, record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS job_metrics (
+  job_id TEXT PRIMARY KEY, unused INTEGER NOT NULL, record BLOB NOT NULL);
 )sql";
 
 // Closes a statement on scope exit.
@@ -102,6 +104,11 @@ absl::Status StateStore::PutWorker(const WorkerInfo& w) {
                 w.worker_id(), 0, w.SerializeAsString());
 }
 
+absl::Status StateStore::PutJobMetrics(const JobMetricsRecord& m) {
+  return Upsert("INSERT OR REPLACE INTO job_metrics (job_id, unused, record) VALUES (?1, ?2, ?3)",
+                m.job_id(), 0, m.SerializeAsString());
+}
+
 absl::Status StateStore::DeleteCheckpoint(absl::string_view job_id, int64_t step) {
   absl::MutexLock lock(&mu_);
   Stmt st;
@@ -164,6 +171,11 @@ absl::StatusOr<std::vector<CheckpointRecord>> StateStore::LoadCheckpoints() {
 absl::StatusOr<std::vector<WorkerInfo>> StateStore::LoadWorkers() {
   return ParseAll<WorkerInfo>(LoadBlobs("SELECT record FROM workers ORDER BY worker_id"),
                               "workers");
+}
+
+absl::StatusOr<std::vector<JobMetricsRecord>> StateStore::LoadJobMetrics() {
+  return ParseAll<JobMetricsRecord>(LoadBlobs("SELECT record FROM job_metrics ORDER BY job_id"),
+                                    "job_metrics");
 }
 
 }  // namespace shardline::coordinator

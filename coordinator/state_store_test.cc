@@ -55,6 +55,28 @@ TEST(StateStore, RecordsSurviveReopen) {
   EXPECT_EQ((*store)->LoadWorkers()->at(0).node_name(), "a");
 }
 
+TEST(StateStore, JobMetricsReplaceTheirJobsRowAndSurviveReopen) {
+  const std::string dir = TempDir("store_metrics");
+  {
+    auto store = StateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    JobMetricsRecord m;
+    m.set_job_id("job-1");
+    m.add_points()->set_step(10);
+    ASSERT_TRUE((*store)->PutJobMetrics(m).ok());
+    m.add_points()->set_step(20);  // the batched write replaces the job's row
+    ASSERT_TRUE((*store)->PutJobMetrics(m).ok());
+  }
+  auto store = StateStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto metrics = (*store)->LoadJobMetrics();
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  ASSERT_EQ(metrics->size(), 1u);
+  EXPECT_EQ((*metrics)[0].job_id(), "job-1");
+  ASSERT_EQ((*metrics)[0].points_size(), 2);
+  EXPECT_EQ((*metrics)[0].points(1).step(), 20);
+}
+
 TEST(StateStore, UnwritableDirectoryIsUnavailable) {
   auto store = StateStore::Open("/proc/no/such/dir");
   ASSERT_FALSE(store.ok());

@@ -49,6 +49,10 @@ StateWriter::Ticket StateWriter::PutWorker(const WorkerInfo& worker) {
   return Enqueue([worker](StateStore* s) { return s->PutWorker(worker); }, false);
 }
 
+StateWriter::Ticket StateWriter::PutJobMetrics(const JobMetricsRecord& metrics) {
+  return Enqueue([metrics](StateStore* s) { return s->PutJobMetrics(metrics); }, false);
+}
+
 absl::Status StateWriter::PutJobOrDrop(const JobRecord& job) {
   const Ticket t = Enqueue([job](StateStore* s) { return s->PutJob(job); }, true);
   absl::Status s = Wait(t);

@@ -81,6 +81,8 @@ absl::StatusOr<JobSpec> LoadJobSpecText(absl::string_view text, absl::string_vie
   RETURN_IF_ERROR(MakeAbsolute(base, "checkpoint.dir", spec.mutable_checkpoint()->mutable_dir()));
   RETURN_IF_ERROR(MakeAbsolute(base, "checkpoint.init_from_safetensors",
                                spec.mutable_checkpoint()->mutable_init_from_safetensors()));
+  RETURN_IF_ERROR(
+      MakeAbsolute(base, "train.tensorboard_dir", spec.mutable_train()->mutable_tensorboard_dir()));
   RETURN_IF_ERROR(FillDefaults(&spec, &written));
   RETURN_IF_ERROR(Validate(spec, options.validate));
   return spec;

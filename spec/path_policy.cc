@@ -58,6 +58,8 @@ std::vector<SpecPath> SpecPaths(const JobSpec& spec) {
   add("checkpoint.init_from_safetensors", spec.checkpoint().init_from_safetensors(),
       SpecPath::Access::kRead);
   add("checkpoint.dir", spec.checkpoint().dir(), SpecPath::Access::kCheckpoint);
+  // Written like checkpoints: the same roots bound it.
+  add("train.tensorboard_dir", spec.train().tensorboard_dir(), SpecPath::Access::kCheckpoint);
   return paths;
 }
 

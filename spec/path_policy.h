@@ -33,9 +33,11 @@ namespace shardline::spec {
 
 // One path a spec names.
 struct SpecPath {
-  enum class Access { kRead, kCheckpoint };  // kCheckpoint: read, written and deleted in
-  std::string field;                         // "data.path"
-  std::string path;                          // as in the spec (non-empty)
+  // kCheckpoint: written in (checkpoint.dir is also read and deleted in; train.tensorboard_dir
+  // only written); bounded by the checkpoint roots.
+  enum class Access { kRead, kCheckpoint };
+  std::string field;  // "data.path"
+  std::string path;   // as in the spec (non-empty)
   Access access = Access::kRead;
 };
 

@@ -39,11 +39,13 @@ TEST(PathPolicy, SpecPathsListsEverySetPathField) {
   JobSpec spec = SpecWith("/data/x.txt", "/ckpt");
   spec.mutable_model()->set_torchscript_path("/models/m.pt");
   spec.mutable_checkpoint()->set_init_from_safetensors("/models/w.safetensors");
+  spec.mutable_train()->set_tensorboard_dir("/ckpt/tb");
   std::vector<std::string> fields;
   for (const SpecPath& p : SpecPaths(spec)) fields.push_back(p.field);
-  EXPECT_EQ(fields,
-            (std::vector<std::string>{"data.path", "model.torchscript_path",
-                                      "checkpoint.init_from_safetensors", "checkpoint.dir"}));
+  EXPECT_EQ(fields, (std::vector<std::string>{"data.path", "model.torchscript_path",
+                                              "checkpoint.init_from_safetensors", "checkpoint.dir",
+                                              "train.tensorboard_dir"}));
+  EXPECT_EQ(SpecPaths(spec).back().access, SpecPath::Access::kCheckpoint);
   EXPECT_EQ(SpecPaths(JobSpec()).size(), 0u);
 }
 
@@ -71,6 +73,19 @@ TEST(PathPolicy, OutsideDotDotPrefixTrickAndRelativeAreRefusedNamingFieldAndRoot
               HasSubstr("data.path: /data2/x is outside"));
   EXPECT_THAT(CheckSpecPaths(SpecWith("data/x", "/ckpt"), p, false).message(),
               HasSubstr("data.path: \"data/x\" must be an absolute path under the read roots"));
+}
+
+TEST(PathPolicy, TensorBoardDirIsBoundByTheCheckpointRoots) {
+  const PathPolicy p = Policy({"/data"}, {"/ckpt"});
+  JobSpec spec = SpecWith("/data/x", "/ckpt/a");
+  spec.mutable_train()->set_tensorboard_dir("/ckpt/tb");
+  EXPECT_TRUE(CheckSpecPaths(spec, p, false).ok());
+  spec.mutable_train()->set_tensorboard_dir("/data/tb");  // a read root does not do
+  const absl::Status s = CheckSpecPaths(spec, p, false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.message(),
+            "train.tensorboard_dir: /data/tb is outside the checkpoint roots [/ckpt] allowed by "
+            "the coordinator (--checkpoint_roots)");
 }
 
 TEST(PathPolicy, WorkerCheckRefusesASymlinkOutOfARoot) {

@@ -6,10 +6,11 @@
 #     tools/fuzz.sh; clang-format.
 #   - A project-local virtual environment at .venv holding torch==2.11.0 from the Python registry;
 #     LibTorch (headers + shared libraries) is taken from that wheel by third_party/torch/torch.bzl.
-#     Also grpcio, grpcio-tools, pyyaml and matplotlib, kubernetes-validate (pinned; it ships the
-#     Kubernetes JSON schemas, so //tests/deploy:kubernetes_manifests_test validates offline), and
-#     the Python client package itself (python/, `import shardline`; reinstalled when python/ or
-#     proto/ change).
+#     Also grpcio, grpcio-tools, pyyaml and matplotlib; kubernetes-validate (pinned; it ships the
+#     Kubernetes JSON schemas, so //tests/deploy:kubernetes_manifests_test validates offline);
+#     tensorboard and prometheus-client (pinned: tests read the trainer's event files and parse
+#     the coordinator's /metrics with them); and the Python client package itself (python/,
+#     `import shardline`; reinstalled when python/ or proto/ change).
 #   - .bazelrc.user with this machine's absolute paths (disk cache shared by all checkouts).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -54,8 +55,10 @@ fi
 # kubernetes-validate is pinned: its version decides which Kubernetes schemas it ships.
 KUBERNETES_VALIDATE_VERSION="1.37.0"
 PY_PACKAGES=(grpcio grpcio-tools pyyaml matplotlib "setuptools<82"
-  "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION")
-if ! "$venv/bin/python" -c "import grpc, grpc_tools, yaml, matplotlib, importlib.metadata as m, sys
+  "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" "tensorboard==2.21.0"
+  "prometheus-client==0.26.0")
+if ! "$venv/bin/python" -c "import grpc, grpc_tools, yaml, matplotlib, tensorboard, prometheus_client
+import importlib.metadata as m, sys
 sys.exit(m.version('kubernetes-validate') != '$KUBERNETES_VALIDATE_VERSION')" 2>/dev/null; then
   log "installing ${PY_PACKAGES[*]} into $venv"
   "$venv/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}"

@@ -158,6 +158,7 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
   c.deterministic = t.deterministic();
   c.sample_tokens = t.sample_tokens();
   c.sample_prompt = t.sample_prompt();
+  c.tensorboard_dir = t.tensorboard_dir();
 
   c.cuda = s.device().kind() == DeviceSpec::CUDA;
   c.cpu_threads = s.device().cpu_threads();

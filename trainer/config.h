@@ -101,6 +101,7 @@ struct TrainerConfig {
   bool deterministic = false;
   int sample_tokens = 0;
   std::string sample_prompt;
+  std::string tensorboard_dir;  // train.tensorboard_dir (absolute); empty: no event files.
 
   // Device.
   bool cuda = false;

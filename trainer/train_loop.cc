@@ -194,6 +194,17 @@ class Loop {
       SL_LOG(INFO) << line;
     }
     if (o_.on_log) o_.on_log(m);
+    if (o_.tensorboard != nullptr && o_.rank == 0) {
+      std::vector<std::pair<std::string, double>> scalars = {{"loss", m.loss},
+                                                             {"lr", m.lr},
+                                                             {"grad_norm", m.grad_norm},
+                                                             {"tokens_per_s", m.tokens_per_s}};
+      if (m.val_loss.has_value()) scalars.emplace_back("val_loss", *m.val_loss);
+      const double now =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+              .count();
+      RETURN_IF_ERROR(o_.tensorboard->WriteScalars(m.step, now, scalars));
+    }
     if (o_.metrics != nullptr) return o_.metrics->Write(m);
     return absl::OkStatus();
   }

@@ -35,6 +35,7 @@
 #include "trainer/backend.h"
 #include "trainer/config.h"
 #include "trainer/metrics.h"
+#include "trainer/tensorboard_writer.h"
 
 namespace shardline::trainer {
 
@@ -42,6 +43,7 @@ struct TrainLoopOptions {
   int rank = 0;
   int world_size = 1;
   MetricsWriter* metrics = nullptr;                // Optional; borrowed.
+  TensorBoardWriter* tensorboard = nullptr;        // Optional; borrowed; rank 0 writes to it.
   std::function<void(const StepMetrics&)> on_log;  // Optional; each logged line (tests).
   std::function<bool()> should_stop;               // Optional; polled between steps.
   // Peak FLOP/s of one rank's device, for the MFU estimate.

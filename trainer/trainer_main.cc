@@ -432,6 +432,16 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<MetricsWriter>> metrics = OpenMetrics(args->metrics_out);
   if (!metrics.ok()) return Fail(kExitBadSpec, "metrics", metrics.status());
   loop->metrics = metrics->get();
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  if (!c.tensorboard_dir.empty() && env->rank == 0) {
+    // Under the coordinator one run per job: <dir>/<job id>, as checkpoints.
+    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> tb = TensorBoardWriter::Open(
+        env->job_id.empty() ? c.tensorboard_dir
+                            : absl::StrCat(c.tensorboard_dir, "/", env->job_id));
+    if (!tb.ok()) return Fail(kExitBadSpec, "tensorboard", tb.status());
+    tensorboard = *std::move(tb);
+    loop->tensorboard = tensorboard.get();
+  }
 
   // 3. The backend: the FSDP engine at any W over communicators bootstrapped through the store
   //    (the sharded optimizer and checkpoints live there), or with --backend local the

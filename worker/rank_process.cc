@@ -34,11 +34,19 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(const Options& o
     return absl::InvalidArgumentError(absl::StrCat("rank process: executable ", options.argv[0],
                                                    " is not runnable: ", strerror(errno)));
   }
-  const int log_fd = open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (log_fd < 0) {
+  RankLog::Options lo;
+  lo.path = options.log_path;
+  lo.max_file_bytes = options.log_max_file_bytes;
+  absl::StatusOr<std::unique_ptr<RankLog>> log = RankLog::Open(lo);
+  if (!log.ok()) {
     return absl::InternalError(absl::StrCat("rank process: cannot open log file ", options.log_path,
-                                            ": ", strerror(errno)));
+                                            ": ", log.status().message()));
   }
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("rank process: pipe failed: ", strerror(errno)));
+  }
+  const int log_fd = pipe_fds[1];
 
   // Build argv and envp before fork: the child may only call async-signal-safe functions.
   std::vector<std::string> env_strings;
@@ -60,6 +68,7 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(const Options& o
 
   const pid_t pid = fork();
   if (pid < 0) {
+    close(pipe_fds[0]);
     close(log_fd);
     return absl::InternalError(absl::StrCat("rank process: fork failed: ", strerror(errno)));
   }
@@ -78,9 +87,10 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(const Options& o
     _exit(127);
   }
   close(log_fd);
+  (*log)->Start(pipe_fds[0]);
   // Also set the group from the parent side: whichever runs first, the group exists before Stop.
   setpgid(pid, pid);
-  return std::unique_ptr<RankProcess>(new RankProcess(pid, options.log_path));
+  return std::unique_ptr<RankProcess>(new RankProcess(pid, *std::move(log)));
 }
 
 RankProcess::~RankProcess() {
@@ -126,18 +136,8 @@ int RankProcess::Stop(absl::Duration grace) {
 }
 
 std::string RankProcess::LogTail(size_t max_bytes) const {
-  std::ifstream in(log_path_, std::ios::binary);
-  if (!in) return "";
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  const std::streamoff start = size > static_cast<std::streamoff>(max_bytes) ? size - max_bytes : 0;
-  in.seekg(start);
-  std::string tail((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (start > 0) {
-    const size_t nl = tail.find('\n');
-    if (nl != std::string::npos) tail.erase(0, nl + 1);
-  }
-  return tail;
+  if (exit_code_.has_value()) log_->WaitForEnd(absl::Seconds(1));
+  return log_->Tail(max_bytes);
 }
 
 std::string DescribeExit(int exit_code) {

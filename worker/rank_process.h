@@ -2,7 +2,8 @@
 // daemon.
 //
 // The child runs in its own process group (so a stop reaches anything it started), writes stdout
-// and stderr to its log file, and gets SIGKILL from the kernel if the daemon dies
+// and stderr into a pipe that its RankLog (rank_log.h) reads into the rotated log files and the
+// queue of lines for the coordinator, and gets SIGKILL from the kernel if the daemon dies
 // (PR_SET_PDEATHSIG), so a killed daemon leaves no trainer behind.
 //
 // Thread safety: not thread-safe; the daemon's supervision thread owns each RankProcess.
@@ -20,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "worker/rank_log.h"
 
 namespace shardline::worker {
 
@@ -30,6 +32,9 @@ class RankProcess {
     std::map<std::string, std::string> env;  // Added to (and overriding) the daemon's env.
     std::string log_path;                    // stdout + stderr, created or truncated.
     std::string working_dir;                 // Empty: the daemon's.
+    // The log rotates at this size (log_path.1 keeps the previous part): at most twice this on
+    // disk per rank.
+    int64_t log_max_file_bytes = int64_t{8} << 20;
   };
 
   // Starts the process. Errors: INVALID_ARGUMENT for an empty argv or an executable that does
@@ -40,7 +45,9 @@ class RankProcess {
   ~RankProcess();
 
   pid_t pid() const { return pid_; }
-  const std::string& log_path() const { return log_path_; }
+  const std::string& log_path() const { return log_->path(); }
+  // The rank's output: its files and its lines waiting for the coordinator.
+  RankLog* log() const { return log_.get(); }
 
   // Reaps the process if it ended. Returns its exit code: the code it exited with, or -SIGNAL when
   // a signal killed it; nullopt while it runs.
@@ -53,14 +60,15 @@ class RankProcess {
   // exit code.
   int Stop(absl::Duration grace);
 
-  // The last `max_bytes` of the log file (whole lines), for failure reports.
+  // The last `max_bytes` of the log (whole lines, both files), for failure reports. After the
+  // exit it first waits (up to a second) for the output still in the pipe.
   std::string LogTail(size_t max_bytes = 4096) const;
 
  private:
-  RankProcess(pid_t pid, std::string log_path) : pid_(pid), log_path_(std::move(log_path)) {}
+  RankProcess(pid_t pid, std::unique_ptr<RankLog> log) : pid_(pid), log_(std::move(log)) {}
 
   pid_t pid_;
-  std::string log_path_;
+  std::unique_ptr<RankLog> log_;
   std::optional<int> exit_code_;
 };
 

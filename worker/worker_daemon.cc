@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -21,6 +22,11 @@ constexpr char kVersion[] = "shardline-worker 0.1";
 // How long an exited rank stays in heartbeats, so its exit reaches a coordinator that was
 // briefly unreachable.
 constexpr absl::Duration kKeepExited = absl::Minutes(2);
+// How long an exited rank's EXITED waits for its last log lines to reach the coordinator.
+constexpr absl::Duration kLogDrainWait = absl::Seconds(5);
+// Log bytes per rank and per ShipLogs call (gRPC refuses messages over 4 MiB by default).
+constexpr size_t kShipBytesPerRank = 256 << 10;
+constexpr size_t kShipBytesPerCall = 2 << 20;
 
 // A client of the coordinator as this daemon talks to it (join token, TLS and this node's
 // client certificate, per-call deadline).
@@ -235,6 +241,7 @@ absl::Status WorkerDaemon::StartRank(const Assignment& a) {
   RankProcess::Options po;
   po.argv = {options_.trainer_path, "--spec=" + spec_path, "--metrics_out=" + metrics_path};
   po.log_path = absl::StrCat(dir, "/rank-", a.rank(), ".log");
+  po.log_max_file_bytes = options_.rank_log_max_file_bytes;
   po.working_dir = dir;
   po.env = {
       {"RANK", std::to_string(a.rank())},
@@ -341,6 +348,7 @@ void WorkerDaemon::SuperviseLoop() {
         SL_LOG(WARNING) << s;
       }
     }
+    ShipLogs();
     if (!exits.empty()) {
       absl::MutexLock lock(&mu_);
       for (const auto& [key, code] : exits) {
@@ -348,6 +356,9 @@ void WorkerDaemon::SuperviseLoop() {
         // A rank whose last report has not got through yet stays RUNNING until it has.
         if (it == ranks_.end() || unsent.count(key) > 0) continue;
         Rank& r = it->second;
+        // So do its last log lines, for a while: `shardctl logs` after the job ended has them.
+        if (r.exit_seen == absl::InfiniteFuture()) r.exit_seen = absl::Now();
+        if (!r.process->log()->Drained() && absl::Now() - r.exit_seen < kLogDrainWait) continue;
         r.status.set_state(RankStatus::EXITED);
         r.status.set_exit_code(code);
         if (code != 0) r.status.set_log_tail(r.process->LogTail(4096));
@@ -358,6 +369,39 @@ void WorkerDaemon::SuperviseLoop() {
     }
     absl::SleepFor(absl::Milliseconds(200));
   }
+}
+
+void WorkerDaemon::ShipLogs() {
+  ShipLogsRequest req;
+  std::vector<std::pair<RankLog*, RankLog::Pending>> shipped;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!registered_) return;
+    req.set_worker_id(worker_id_);
+    // ranks_ entries (and their RankLogs) are erased only by this thread (SuperviseLoop).
+    size_t budget = kShipBytesPerCall;
+    for (auto& [key, rank] : ranks_) {
+      if (rank.process == nullptr || budget < kShipBytesPerRank) continue;  // next round
+      RankLog::Pending p = rank.process->log()->Peek(kShipBytesPerRank);
+      for (const std::string& l : p.lines) budget -= std::min(budget, l.size() + 16);
+      if (p.lines.empty() && p.dropped == 0) continue;
+      RankLogChunk* c = req.add_chunks();
+      c->set_job_id(rank.assignment.job_id());
+      c->set_attempt(rank.assignment.attempt());
+      c->set_rank(rank.assignment.rank());
+      c->set_time_unix_ms(p.time_unix_ms);
+      c->set_dropped_lines(p.dropped);
+      for (const std::string& l : p.lines) c->add_lines(l);
+      shipped.emplace_back(rank.process->log(), std::move(p));
+    }
+  }
+  if (shipped.empty()) return;
+  const absl::Status s = client_->ShipLogs(req);
+  if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) return;  // kept; sent again later
+  if (!s.ok()) {
+    SL_LOG(WARNING) << "log lines refused (dropped): " << s;
+  }
+  for (auto& [log, p] : shipped) log->Commit(p.lines.size(), p.dropped);
 }
 
 void WorkerDaemon::HeartbeatLoop() {

@@ -6,8 +6,10 @@
 // Life of an assignment:
 //   START  -> write the spec to <work_dir>/jobs/<job>/attempt-<a>/spec.json, start
 //             `trainer --spec ... --metrics_out ...` with RANK, WORLD_SIZE, LOCAL_RANK, ... and
-//             log to rank-<r>.log there; report it RUNNING in heartbeats;
-//   exit   -> report EXITED with the exit code and, on failure, the log's tail;
+//             log to rank-<r>.log there (rotated to rank-<r>.log.1, rank_log.h); report it
+//             RUNNING in heartbeats; ship its log lines to the coordinator (ShipLogs) as they come;
+//   exit   -> ship its last lines, then report EXITED with the exit code and, on failure, the
+//             log's tail;
 //   STOP   -> SIGTERM, then SIGKILL after the grace period.
 // When the coordinator goes away the daemon keeps its trainers running and reconnects with
 // exponential backoff (re-registering under the same node name); if the daemon itself dies, the
@@ -53,6 +55,8 @@ struct WorkerOptions {
   // links resolved; the coordinator's check is lexical). Empty roots: anywhere.
   spec::PathPolicy path_policy;
   absl::Duration grace_period = absl::Seconds(10);
+  // Each rank's log rotates at this size: at most twice this on disk per rank.
+  int64_t rank_log_max_file_bytes = int64_t{8} << 20;
   absl::Duration rpc_timeout = absl::Seconds(10);
   // Reconnect backoff doubles from 100 ms up to this; kept well below the coordinator's default
   // heartbeat timeout (10 s) so a restarted coordinator gets its streams back quickly.
@@ -79,6 +83,9 @@ class WorkerDaemon {
     std::unique_ptr<MetricsTail> metrics;
     RankStatus status;
     absl::Time exited_at = absl::InfiniteFuture();
+    // When the supervisor first saw the exit; EXITED is published once the log is shipped (or
+    // kLogDrainWait after this).
+    absl::Time exit_seen = absl::InfiniteFuture();
   };
   using RankKey = std::tuple<std::string, int, int>;  // job, attempt, rank
 
@@ -87,6 +94,9 @@ class WorkerDaemon {
   absl::Status Register();
   void HeartbeatLoop();
   void SuperviseLoop();
+  // Sends every rank's new log lines in one ShipLogs call; keeps them when the coordinator is
+  // unreachable (RankLog drops the oldest past its bound).
+  void ShipLogs();
   // Reads the assignment stream until it breaks or shutdown.
   absl::Status ServeAssignments();
   void HandleAssignment(const Assignment& a);

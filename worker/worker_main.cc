@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -53,6 +54,8 @@ ABSL_FLAG(std::string, read_roots, "",
 ABSL_FLAG(std::string, checkpoint_roots, "",
           "comma-separated directories a job's checkpoint.dir must lie under (empty: anywhere)");
 ABSL_FLAG(int, grace_period_s, 10, "Seconds between SIGTERM and SIGKILL when stopping ranks.");
+ABSL_FLAG(int, rank_log_max_mib, 16,
+          "Disk a rank's log may use: rank-N.log rotates to rank-N.log.1 at half of this.");
 ABSL_FLAG(
     bool, check_flags, false,
     "Parse and check the flags (not this machine's GPUs or paths), then exit (deploy tests).");
@@ -125,6 +128,7 @@ int main(int argc, char** argv) {
   o.trainer_path =
       absl::GetFlag(FLAGS_trainer).empty() ? TrainerBesideSelf() : absl::GetFlag(FLAGS_trainer);
   o.grace_period = absl::Seconds(absl::GetFlag(FLAGS_grace_period_s));
+  o.rank_log_max_file_bytes = std::max<int64_t>(1, absl::GetFlag(FLAGS_rank_log_max_mib)) << 19;
   auto read_roots = shardline::spec::ParseRoots("read_roots", absl::GetFlag(FLAGS_read_roots));
   auto checkpoint_roots =
       shardline::spec::ParseRoots("checkpoint_roots", absl::GetFlag(FLAGS_checkpoint_roots));

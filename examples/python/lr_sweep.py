@@ -11,9 +11,8 @@ The coordinator is found like shardctl finds it (--address, $SHARDLINE_COORDINAT
 ~/.shardline/config, or ./.cluster/cluster.json). The default run is short: 3 jobs of 1 rank x
 30 steps, a minute or two on a laptop CPU.
 
-Loss curves come from the progress updates seen while watching (the coordinator keeps only the
-latest loss of a job, not a history); each update carries rank 0's loss at its step, so under
-load a few steps may be skipped, never reordered.
+Loss curves come from the coordinator's training series of each job (Client.metrics: every
+logged step of rank 0, docs/observability.md), read once the job has ended.
 """
 import argparse
 import os
@@ -40,10 +39,8 @@ def spec_for(lr: float, steps: int, data: str) -> dict:
 
 def watch_losses(client: shardline.Client, job: str, out: List[Tuple[int, float]],
                  final: Dict[str, shardline.JobStatus]) -> None:
-    for status in client.watch(job):
-        if status.step > 0 and (not out or status.step > out[-1][0]):
-            out.append((status.step, status.loss))
-        final[job] = status
+    final[job] = client.wait(job)
+    out.extend((p.step, p.loss) for p in client.metrics(job).points)
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 gRPC API (proto/coordinator.proto).
 
 Results are the protobuf messages of that API (JobStatus, WorkerInfo, CheckpointInfo,
-CheckpointManifest), so every field documented there is available; `status.state` compares with
+CheckpointManifest, LogLine, GetJobMetricsResponse), so every field documented there is available; `status.state` compares with
 shardline.SUCCEEDED etc., and shardline.state_name(status) gives "SUCCEEDED". Failed calls raise a
 shardline.ShardlineError subclass carrying the gRPC code and the coordinator's message.
 
@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -254,6 +255,57 @@ class Client:
         Raises NotFoundError for an unknown job, FailedPreconditionError when it already ended."""
         self._call(self._stub.CancelJob, coordinator_pb2.CancelJobRequest(job_id=job,
                                                                           reason=reason))
+
+    # ------------------------------------------------------------------ logs, training metrics
+
+    def logs(self, job: str, rank: Optional[int] = None, attempt: int = 0, tail: int = 0,
+             since: Optional[float] = None, follow: bool = False,
+             poll_interval: float = 0.5) -> Iterator[coordinator_pb2.LogLine]:
+        """Yields the job's log lines as the coordinator keeps them (the worker daemons ship
+        every rank's output to it; docs/observability.md), oldest first. Each LogLine has
+        attempt, rank, time_unix_ms and text.
+
+        Args:
+          rank: only this rank; None: every rank.
+          attempt: only this attempt; 0: all the coordinator holds.
+          tail: only the last `tail` lines of each rank (0: all).
+          since: only lines read at or after this time (seconds since the epoch).
+          follow: keep yielding new lines until the job has ended and its last lines came.
+          poll_interval: seconds between looks while following.
+
+        Raises NotFoundError for an unknown job.
+        """
+        request = coordinator_pb2.GetLogsRequest(
+            job_id=job, rank=rank if rank is not None else 0, all_ranks=rank is None,
+            attempt=attempt, tail_lines=tail,
+            since_unix_ms=int(since * 1000) if since is not None else 0)
+        seen_finished = False
+        while True:
+            resp = self._call(self._stub.GetLogs, request)
+            yield from resp.lines
+            request.after_seq = resp.next_seq
+            request.tail_lines = 0
+            if resp.truncated:
+                continue
+            if not follow or seen_finished:
+                return
+            seen_finished = resp.job_finished
+            time.sleep(poll_interval)
+
+    def metrics(self, job: str, after_step: int = 0) -> coordinator_pb2.GetJobMetricsResponse:
+        """The job's training series: `points` (MetricsPoint: step, loss, val_loss (NaN where no
+        step of the point evaluated), lr, grad_norm, tokens_per_s, mfu, step_time_s,
+        peak_memory_bytes; each the mean of `count` logged steps once a long run is
+        downsampled), `latest` (the newest report), `reported_steps`, `stride`,
+        `per_rank_peak_memory_bytes`, `total_steps`, `eta_s` and `state`.
+
+        Args:
+          after_step: only points whose last step is after this one.
+
+        Raises NotFoundError for an unknown job.
+        """
+        return self._call(self._stub.GetJobMetrics,
+                          coordinator_pb2.GetJobMetricsRequest(job_id=job, after_step=after_step))
 
     # ------------------------------------------------------------------ checkpoints, workers
 

@@ -733,6 +733,50 @@ std::vector<Row> Rows() {
                  return stub->GetCheckpoint(User().get(), g, &resp);
                },
                C::NOT_FOUND, "at step 12345"});
+  // Logs and training metrics (issue 16): the worker-side ShipLogs and the user-side reads.
+  r.push_back({"ShipLogsWithUserToken",
+               [] {
+                 ShipLogsRequest req;
+                 ShipLogsResponse resp;
+                 return stub->ShipLogs(User().get(), req, &resp);
+               },
+               C::UNAUTHENTICATED, "wrong worker join token"});
+  r.push_back({"ShipLogsOfAnAttemptNotStarted",
+               [] {
+                 ShipLogsRequest req;
+                 RankLogChunk* c = req.add_chunks();
+                 c->set_job_id(flags.done_job);
+                 c->set_attempt(9);
+                 c->add_lines("forged");
+                 ShipLogsResponse resp;
+                 return stub->ShipLogs(Worker().get(), req, &resp);
+               },
+               C::INVALID_ARGUMENT, "attempt 9 has not started"});
+  r.push_back({"GetLogsWithWorkerToken",
+               [] {
+                 GetLogsRequest g;
+                 g.set_job_id(flags.done_job);
+                 GetLogsResponse resp;
+                 return stub->GetLogs(Worker().get(), g, &resp);
+               },
+               C::UNAUTHENTICATED, "wrong user token"});
+  r.push_back({"GetLogsNegativeTail",
+               [] {
+                 GetLogsRequest g;
+                 g.set_job_id(flags.done_job);
+                 g.set_tail_lines(-5);
+                 GetLogsResponse resp;
+                 return stub->GetLogs(User().get(), g, &resp);
+               },
+               C::INVALID_ARGUMENT, "tail_lines -5"});
+  r.push_back({"GetJobMetricsUnknownJob",
+               [] {
+                 GetJobMetricsRequest g;
+                 g.set_job_id("job-999999");
+                 GetJobMetricsResponse resp;
+                 return stub->GetJobMetrics(User().get(), g, &resp);
+               },
+               C::NOT_FOUND, "unknown job job-999999"});
   return r;
 }
 

@@ -282,7 +282,13 @@ class BadInputTest(unittest.TestCase):
             ("export_without_out", ["export", self.job], {}, 2, ("--out",)),
             ("unknown_command", ["frobnicate"], {}, 2, ("unknown command \"frobnicate\"",)),
             ("submit_without_spec", ["submit"], {}, 2, ("usage: shardctl submit",)),
-            ("logs_unknown_job", ["logs", "job-424242"], {}, 5, ("no rank logs of job job-424242",)),
+            # Logs come from the coordinator now (GetLogs), which names the unknown job.
+            ("logs_unknown_job", ["logs", "job-424242"], {}, 5, ("unknown job job-424242",)),
+            ("logs_rank_and_all", ["logs", self.job, "--rank=0", "--all"], {}, 2,
+             ("--rank and --all exclude each other",)),
+            ("logs_bad_since", ["logs", self.job, "--since=yesterday"], {}, 2,
+             ("--since=yesterday",)),
+            ("metrics_unknown_job", ["metrics", "job-424242"], {}, 5, ("unknown job job-424242",)),
         ]
         self.run_rows(rows)
         # Unreachable: a port nobody listens on (the cluster is not involved).

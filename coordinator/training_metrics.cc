@@ -1,0 +1,62 @@
+#include "coordinator/training_metrics.h"
+
+namespace shardline::coordinator {
+
+void TrainingMetrics::Add(const std::string& job_id, const MetricsPoint& point) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) it = jobs_.emplace(job_id, Job{TrainingSeries(capacity_)}).first;
+  it->second.series.Add(point);
+  it->second.dirty = true;
+}
+
+void TrainingMetrics::Restore(const JobMetricsRecord& record) {
+  absl::MutexLock lock(&mu_);
+  jobs_.insert_or_assign(record.job_id(),
+                         Job{TrainingSeries::FromRecord(record, capacity_), false, absl::Now()});
+}
+
+GetJobMetricsResponse TrainingMetrics::Get(const std::string& job_id, int64_t after_step) const {
+  GetJobMetricsResponse r;
+  r.set_job_id(job_id);
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return r;
+  const TrainingSeries& s = it->second.series;
+  for (MetricsPoint& p : s.Points()) {
+    if (p.step() > after_step) *r.add_points() = std::move(p);
+  }
+  if (s.latest().count() > 0) *r.mutable_latest() = s.latest();
+  r.set_reported_steps(s.reported_steps());
+  r.set_stride(s.stride());
+  return r;
+}
+
+std::map<std::string, MetricsPoint> TrainingMetrics::Latest(
+    const std::vector<std::string>& job_ids) const {
+  std::map<std::string, MetricsPoint> out;
+  absl::MutexLock lock(&mu_);
+  for (const std::string& id : job_ids) {
+    auto it = jobs_.find(id);
+    if (it != jobs_.end() && it->second.series.latest().count() > 0) {
+      out[id] = it->second.series.latest();
+    }
+  }
+  return out;
+}
+
+std::vector<JobMetricsRecord> TrainingMetrics::TakeDirty(absl::Time now, absl::Duration interval,
+                                                         bool all) {
+  std::vector<JobMetricsRecord> out;
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, job] : jobs_) {
+    if (!job.dirty) continue;
+    if (!all && now - job.written < interval) continue;
+    out.push_back(job.series.ToRecord(id));
+    job.dirty = false;
+    job.written = now;
+  }
+  return out;
+}
+
+}  // namespace shardline::coordinator
