@@ -1,8 +1,6 @@
 #include "coordinator/coordinator_core.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <optional>
 #include <set>
 #include <utility>
@@ -31,13 +29,6 @@ CoordinatorCore::CoordinatorCore(const CoreOptions& options, std::unique_ptr<Sta
 CoordinatorCore::~CoordinatorCore() {
   Shutdown();
   FlushTrainingMetrics(/*all=*/true);  // the writer tries its queue once more as it stops
-}
-
-void CoordinatorCore::FlushTrainingMetrics(bool all) {
-  for (const JobMetricsRecord& r :
-       training_.TakeDirty(clock_->Now(), options_.metrics_flush_interval, all)) {
-    writer_->PutJobMetrics(r);
-  }
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
@@ -285,26 +276,8 @@ absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
   RETURN_IF_ERROR(CheckReportSource(job->status(), r.attempt(), r.rank()));
   ASSIGN_OR_RETURN(const ProgressChange change, ApplyProgress(r, job->mutable_status()));
   if (change == ProgressChange::kProgress) {
-    const JobStatus& st = job->status();
-    MetricsPoint p;
-    p.set_step(r.step());
-    p.set_attempt(r.attempt());
-    p.set_time_unix_ms(absl::ToUnixMillis(clock_->Now()));
-    p.set_loss(r.loss());
-    // As ApplyProgress: 0 and NaN both mean "did not evaluate".
-    p.set_val_loss(std::isnan(r.val_loss()) || r.val_loss() == 0
-                       ? std::numeric_limits<double>::quiet_NaN()
-                       : r.val_loss());
-    p.set_lr(r.lr());
-    p.set_grad_norm(r.grad_norm());
-    p.set_tokens_per_s(r.tokens_per_s());
-    p.set_mfu(r.mfu());
-    p.set_step_time_s(r.step_time_s());
-    int64_t peak = 0;
-    for (int64_t b : st.per_rank_peak_memory_bytes()) peak = std::max(peak, b);
-    p.set_peak_memory_bytes(peak);
-    training_.Add(r.job_id(), p);  // written in batches (FlushTrainingMetrics)
-    jobs_.Changed(*job);           // persisted: rank 0 reports only every log_every steps
+    training_.Add(r.job_id(), MetricsPointFromReport(r, job->status(), clock_->Now()));
+    jobs_.Changed(*job);  // persisted: rank 0 reports only every log_every steps
   } else if (change == ProgressChange::kPeakMemory) {
     feed_.JobChanged(r.job_id());  // watchers hear of it; not persisted
   }
@@ -342,103 +315,6 @@ absl::Status CoordinatorCore::ReportCheckpointLocked(const CheckpointReport& r) 
   for (const auto& [job_id, step] : change.retired) writer_->DeleteCheckpoint(job_id, step);
   if (change.committed) jobs_.Changed(*job);
   return absl::OkStatus();
-}
-
-// ------------------------------------------------------------------------------- logs, metrics
-
-absl::Status CoordinatorCore::ShipLogs(const ShipLogsRequest& req) {
-  absl::Status first_error;
-  std::vector<const RankLogChunk*> accepted;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const RankLogChunk& c : req.chunks()) {
-      auto job = jobs_.Find(c.job_id());
-      absl::Status s = job.status();
-      if (s.ok()) {
-        const JobStatus& st = (*job)->status();
-        const int32_t world = std::max(st.world_size(), st.spec().world_size());
-        if (c.attempt() < 1 || c.attempt() > st.attempt()) {
-          s = absl::InvalidArgumentError(absl::StrCat("logs of job ", c.job_id(), ": attempt ",
-                                                      c.attempt(),
-                                                      " has not started (the job is "
-                                                      "at attempt ",
-                                                      st.attempt(), ")"));
-        } else if (c.rank() < 0 || c.rank() >= world) {
-          s = absl::InvalidArgumentError(absl::StrCat("logs of job ", c.job_id(), ": rank ",
-                                                      c.rank(), " outside world of ", world));
-        }
-      }
-      if (s.ok()) {
-        accepted.push_back(&c);
-      } else if (first_error.ok()) {
-        first_error = s;
-      }
-    }
-  }
-  for (const RankLogChunk* c : accepted) logs_.Append(*c);
-  return first_error;
-}
-
-absl::StatusOr<GetLogsResponse> CoordinatorCore::GetLogs(const GetLogsRequest& req) const {
-  if (req.tail_lines() < 0 || req.rank() < -1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("logs: tail_lines and rank must not be negative, got tail_lines ",
-                     req.tail_lines(), ", rank ", req.rank()));
-  }
-  bool finished = false;
-  {
-    absl::MutexLock lock(&mu_);
-    ASSIGN_OR_RETURN(const JobRecord* job, jobs_.Find(req.job_id()));
-    finished = IsTerminal(job->status().state());
-  }
-  GetLogsRequest r = req;
-  if (r.rank() == -1) r.set_all_ranks(true);
-  GetLogsResponse resp = logs_.Get(r);
-  resp.set_job_finished(finished);
-  return resp;
-}
-
-absl::StatusOr<GetJobMetricsResponse> CoordinatorCore::GetJobMetrics(
-    const GetJobMetricsRequest& req) const {
-  JobStatus st;
-  {
-    absl::MutexLock lock(&mu_);
-    ASSIGN_OR_RETURN(const JobRecord* job, jobs_.Find(req.job_id()));
-    st = job->status();
-  }
-  GetJobMetricsResponse resp = training_.Get(req.job_id(), req.after_step());
-  resp.set_state(st.state());
-  resp.set_total_steps(st.total_steps() > 0 ? st.total_steps() : st.spec().train().steps());
-  resp.set_eta_s(st.eta_s());
-  *resp.mutable_per_rank_peak_memory_bytes() = st.per_rank_peak_memory_bytes();
-  return resp;
-}
-
-std::vector<CoordinatorCore::RunningJobMetrics> CoordinatorCore::RunningJobs() const {
-  std::vector<RunningJobMetrics> out;
-  std::vector<std::string> ids;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [id, job] : jobs_.records()) {
-      const JobStatus& st = job.status();
-      if (st.state() != RUNNING) continue;
-      RunningJobMetrics m;
-      m.job_id = id;
-      m.name = st.spec().name();
-      m.step = st.step();
-      m.total_steps = st.total_steps();
-      m.eta_s = st.eta_s();
-      m.per_rank_peak_memory_bytes.assign(st.per_rank_peak_memory_bytes().begin(),
-                                          st.per_rank_peak_memory_bytes().end());
-      out.push_back(std::move(m));
-      ids.push_back(id);
-    }
-  }
-  const std::map<std::string, MetricsPoint> latest = training_.Latest(ids);
-  for (RunningJobMetrics& m : out) {
-    if (auto it = latest.find(m.job_id); it != latest.end()) m.latest = it->second;
-  }
-  return out;
 }
 
 // ------------------------------------------------------------------------------- jobs

@@ -20,7 +20,8 @@
 //   job_logs.h             the ranks' log lines the workers ship                (own lock)
 // Job table, outbox, tracker, feed, draining slots and checkpoint registry have no lock of their
 // own: the core calls them only under its mutex. coordinator_core.cc holds the job lifecycle and
-// the job, report and checkpoint calls; coordinator_core_workers.cc the worker protocol.
+// the job, report and checkpoint calls; coordinator_core_workers.cc the worker protocol;
+// coordinator_core_observability.cc the logs and training-metrics calls.
 //
 // Restart of the coordinator: every job, event, checkpoint record and worker is reloaded.
 // Workers known ALIVE get one heartbeat timeout to heartbeat again (their ids stay valid); a

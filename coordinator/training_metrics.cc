@@ -1,6 +1,32 @@
 #include "coordinator/training_metrics.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 namespace shardline::coordinator {
+
+MetricsPoint MetricsPointFromReport(const ProgressReport& r, const JobStatus& status,
+                                    absl::Time now) {
+  MetricsPoint p;
+  p.set_step(r.step());
+  p.set_attempt(r.attempt());
+  p.set_time_unix_ms(absl::ToUnixMillis(now));
+  p.set_loss(r.loss());
+  // As ApplyProgress: 0 and NaN both mean "did not evaluate".
+  p.set_val_loss(std::isnan(r.val_loss()) || r.val_loss() == 0
+                     ? std::numeric_limits<double>::quiet_NaN()
+                     : r.val_loss());
+  p.set_lr(r.lr());
+  p.set_grad_norm(r.grad_norm());
+  p.set_tokens_per_s(r.tokens_per_s());
+  p.set_mfu(r.mfu());
+  p.set_step_time_s(r.step_time_s());
+  int64_t peak = 0;
+  for (int64_t b : status.per_rank_peak_memory_bytes()) peak = std::max(peak, b);
+  p.set_peak_memory_bytes(peak);
+  return p;
+}
 
 void TrainingMetrics::Add(const std::string& job_id, const MetricsPoint& point) {
   absl::MutexLock lock(&mu_);

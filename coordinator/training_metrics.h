@@ -23,6 +23,12 @@
 
 namespace shardline::coordinator {
 
+// The series point of rank 0's progress report `r` of the job whose status (after the report)
+// is `status`, received at `now`: a val_loss of 0 or NaN ("did not evaluate") becomes NaN, and
+// the peak memory is the largest any rank reported.
+MetricsPoint MetricsPointFromReport(const ProgressReport& r, const JobStatus& status,
+                                    absl::Time now);
+
 class TrainingMetrics {
  public:
   explicit TrainingMetrics(int capacity = TrainingSeries::kDefaultCapacity) : capacity_(capacity) {}
