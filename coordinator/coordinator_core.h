@@ -14,15 +14,21 @@
 //   job_table.h            the job records: ids, lookup, listing, persistence of changes
 //   checkpoint_registry.h  committed checkpoints, retention
 //   rendezvous_store.h     per-attempt KV namespaces                         (own lock)
+//   attempt_credentials.h  running attempts' credentials -> job and attempt  (own lock)
 //   rank_reports.h         what progress and checkpoint reports change
 //   manifest_fetch.h       GetCheckpoint's bounded MANIFEST.json read
 // Job table, outbox, tracker, feed, draining slots and checkpoint registry have no lock of their
 // own: the core calls them only under its mutex. coordinator_core.cc holds the job lifecycle and
 // the job, report and checkpoint calls; coordinator_core_workers.cc the worker protocol.
 //
-// Restart of the coordinator: every job, event, checkpoint record and worker is reloaded.
-// Workers known ALIVE get one heartbeat timeout to heartbeat again (their ids stay valid); a
-// RUNNING job keeps its placement and rendezvous secret, so its ranks go on; if a worker of it
+// Credentials: RegisterWorker issues each worker a random credential (the registry keeps its
+// SHA-256, stored too); each attempt's rendezvous secret is its attempt credential, valid from
+// its start to its end (attempt_credentials.h). The service checks both before calling in.
+//
+// Restart of the coordinator: every job, event, checkpoint record and worker (with its
+// credential digest) is reloaded. Workers known ALIVE get one heartbeat timeout to heartbeat
+// again (their ids and credentials stay valid); a RUNNING job keeps its placement and rendezvous
+// secret (its attempt credential), so its ranks go on; if a worker of it
 // does not come back in time, the attempt fails as WORKER_LOST and the job restarts from its
 // latest committed checkpoint (or fails when no restarts are left). Rendezvous values are not
 // persisted (ranks read them only while bootstrapping).
@@ -45,6 +51,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/assignment_outbox.h"
+#include "coordinator/attempt_credentials.h"
 #include "coordinator/change_feed.h"
 #include "coordinator/checkpoint_registry.h"
 #include "coordinator/clock.h"
@@ -93,7 +100,14 @@ class CoordinatorCore {
   ~CoordinatorCore();
 
   // ---- workers
+  // The response carries the worker's new credential (the previous one stops working).
   absl::StatusOr<RegisterWorkerResponse> RegisterWorker(const RegisterWorkerRequest& req);
+  // OK when `credential` is the one `worker_id` got at its latest registration. Errors:
+  // NOT_FOUND (unknown worker), PERMISSION_DENIED "worker credential does not match worker <id>".
+  absl::Status CheckWorkerCredential(const std::string& worker_id,
+                                     absl::string_view credential) const {
+    return registry_.CheckCredential(worker_id, credential);
+  }
   // Unknown or dead workers get reregister = true (not an error). Rank statuses of the current
   // attempts are applied: exit 0 counts towards success, any other exit fails the attempt.
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& req);
@@ -129,6 +143,12 @@ class CoordinatorCore {
     return RendezvousWaitFor(req, options_.max_rendezvous_wait);
   }
 
+  // The running attempt whose credential `credential` is; nullopt when none (unknown, or the
+  // attempt ended).
+  std::optional<AttemptIdentity> IdentifyAttempt(absl::string_view credential) const {
+    return attempt_credentials_.Find(credential);
+  }
+
   // ---- reports from ranks. Errors: NOT_FOUND (job), FAILED_PRECONDITION for a report of an
   // attempt that is not the job's running one, INVALID_ARGUMENT for a rank outside the world
   // (and for a negative progress step or memory figure; see CheckpointRegistry::Report for the
@@ -140,7 +160,8 @@ class CoordinatorCore {
   // ---- jobs
   // Errors: INVALID_ARGUMENT naming the field; UNAVAILABLE when the job cannot be stored or the
   // coordinator is read-only (CheckWritable; nothing is added then).
-  absl::StatusOr<std::string> SubmitJob(const JobSpec& spec);
+  // `owner` is recorded as JobStatus.owner.
+  absl::StatusOr<std::string> SubmitJob(const JobSpec& spec, const std::string& owner = "");
   absl::StatusOr<JobStatus> GetJob(const std::string& job_id) const;
   // Jobs in any of `states` (empty: all), in submission order.
   std::vector<JobStatus> ListJobs(const std::vector<JobState>& states) const;
@@ -227,9 +248,10 @@ class CoordinatorCore {
 
   const CoreOptions options_;
   const Clock* clock_;
-  std::unique_ptr<StateWriter> writer_;  // owns the store (none: in memory only)
-  WorkerRegistry registry_;              // own lock
-  RendezvousStore rendezvous_;           // own lock
+  std::unique_ptr<StateWriter> writer_;     // owns the store (none: in memory only)
+  WorkerRegistry registry_;                 // own lock
+  RendezvousStore rendezvous_;              // own lock
+  AttemptCredentials attempt_credentials_;  // own lock
 
   mutable absl::Mutex mu_;
   ChangeFeed feed_ ABSL_GUARDED_BY(mu_);

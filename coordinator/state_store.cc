@@ -19,6 +19,8 @@ CREATE TABLE IF NOT EXISTS checkpoints (
   PRIMARY KEY (job_id, step));
 CREATE TABLE IF NOT EXISTS workers (
   worker_id TEXT PRIMARY KEY, unused INTEGER NOT NULL, record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS worker_credentials (
+  worker_id TEXT PRIMARY KEY, unused INTEGER NOT NULL, record BLOB NOT NULL);
 )sql";
 
 // Closes a statement on scope exit.
@@ -102,6 +104,12 @@ absl::Status StateStore::PutWorker(const WorkerInfo& w) {
                 w.worker_id(), 0, w.SerializeAsString());
 }
 
+absl::Status StateStore::PutWorkerCredential(const WorkerCredentialRecord& r) {
+  return Upsert(
+      "INSERT OR REPLACE INTO worker_credentials (worker_id, unused, record) VALUES (?1, ?2, ?3)",
+      r.worker_id(), 0, r.SerializeAsString());
+}
+
 absl::Status StateStore::DeleteCheckpoint(absl::string_view job_id, int64_t step) {
   absl::MutexLock lock(&mu_);
   Stmt st;
@@ -164,6 +172,11 @@ absl::StatusOr<std::vector<CheckpointRecord>> StateStore::LoadCheckpoints() {
 absl::StatusOr<std::vector<WorkerInfo>> StateStore::LoadWorkers() {
   return ParseAll<WorkerInfo>(LoadBlobs("SELECT record FROM workers ORDER BY worker_id"),
                               "workers");
+}
+
+absl::StatusOr<std::vector<WorkerCredentialRecord>> StateStore::LoadWorkerCredentials() {
+  return ParseAll<WorkerCredentialRecord>(
+      LoadBlobs("SELECT record FROM worker_credentials ORDER BY worker_id"), "worker_credentials");
 }
 
 }  // namespace shardline::coordinator

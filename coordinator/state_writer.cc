@@ -49,6 +49,10 @@ StateWriter::Ticket StateWriter::PutWorker(const WorkerInfo& worker) {
   return Enqueue([worker](StateStore* s) { return s->PutWorker(worker); }, false);
 }
 
+StateWriter::Ticket StateWriter::PutWorkerCredential(const WorkerCredentialRecord& record) {
+  return Enqueue([record](StateStore* s) { return s->PutWorkerCredential(record); }, false);
+}
+
 absl::Status StateWriter::PutJobOrDrop(const JobRecord& job) {
   const Ticket t = Enqueue([job](StateStore* s) { return s->PutJob(job); }, true);
   absl::Status s = Wait(t);

@@ -45,7 +45,7 @@ absl::StatusOr<std::unique_ptr<fsdp::KvStore>> CreateBootstrapStore(const RankEn
                                                                     absl::Duration timeout) {
   if (!env.coordinator.empty() && !env.rdzv_namespace.empty()) {
     ASSIGN_OR_RETURN(std::unique_ptr<coordinator::CoordinatorClient> client,
-                     coordinator::CoordinatorClient::Create(env.coordinator, env.token));
+                     coordinator::CoordinatorClient::Create(env.coordinator, env.rdzv_secret));
     return std::unique_ptr<fsdp::KvStore>(std::make_unique<RendezvousKvStore>(
         std::shared_ptr<coordinator::CoordinatorClient>(std::move(client)), env.rdzv_namespace,
         env.rdzv_secret));

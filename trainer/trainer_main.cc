@@ -283,7 +283,8 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const 
   policy.commit_timeout = absl::Seconds(c.collective_timeout_s);
   if (!env.coordinator.empty() && !env.job_id.empty()) {
     absl::StatusOr<std::function<void(const checkpoint::SaveEvent&)>> reporter =
-        MakeCoordinatorReporter({env.coordinator, env.token, env.job_id, env.attempt, env.rank});
+        MakeCoordinatorReporter(
+            {env.coordinator, env.rdzv_secret, env.job_id, env.attempt, env.rank});
     if (!reporter.ok()) return reporter.status();
     policy.on_saved = *std::move(reporter);
   }

@@ -6,7 +6,8 @@
 // Life of an assignment:
 //   START  -> write the spec to <work_dir>/jobs/<job>/attempt-<a>/spec.json, start
 //             `trainer --spec ... --metrics_out ...` with RANK, WORLD_SIZE, LOCAL_RANK, ... and
-//             log to rank-<r>.log there; report it RUNNING in heartbeats;
+//             the attempt credential (SHARDLINE_RDZV_SECRET; never the join token), and log
+//             to rank-<r>.log there; report it RUNNING in heartbeats;
 //   exit   -> report EXITED with the exit code and, on failure, the log's tail;
 //   STOP   -> SIGTERM, then SIGKILL after the grace period.
 // When the coordinator goes away the daemon keeps its trainers running and reconnects with
@@ -92,6 +93,8 @@ class WorkerDaemon {
 
   absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  // From the latest registration; Heartbeat and StreamAssignments send it.
+  std::string worker_credential_ ABSL_GUARDED_BY(mu_);
   bool registered_ ABSL_GUARDED_BY(mu_) = false;  // Has a worker id to heartbeat with.
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   std::map<RankKey, Rank> ranks_ ABSL_GUARDED_BY(mu_);
