@@ -75,12 +75,16 @@ absl::Status CoordinatorClient::WaitForReady(absl::Duration timeout) {
                                              absl::FormatDuration(timeout)));
 }
 
-std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context(absl::Duration timeout,
-                                                                const std::string& bearer) const {
+std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context(
+    absl::Duration timeout, const std::string& bearer, const std::string& worker_credential) const {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(Deadline(timeout));
   const std::string& token = bearer.empty() ? options_.token : bearer;
   if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+  if (!worker_credential.empty()) {
+    ctx->AddMetadata("x-shardline-worker-credential", worker_credential);
+    return ctx;
+  }
   absl::MutexLock lock(&credential_mu_);
   if (!worker_credential_.empty()) {
     ctx->AddMetadata("x-shardline-worker-credential", worker_credential_);
@@ -108,9 +112,12 @@ absl::StatusOr<RegisterWorkerResponse> CoordinatorClient::RegisterWorker(
   return resp;
 }
 
-absl::StatusOr<HeartbeatResponse> CoordinatorClient::Heartbeat(const HeartbeatRequest& req) {
+absl::StatusOr<HeartbeatResponse> CoordinatorClient::Heartbeat(
+    const HeartbeatRequest& req, const std::string& worker_credential) {
   HeartbeatResponse resp;
-  SL_UNARY(Heartbeat, req, resp);
+  auto ctx = Context(options_.timeout, "", worker_credential);
+  grpc::Status st = stub_->Heartbeat(ctx.get(), req, &resp);
+  if (!st.ok()) return FromGrpcStatus(st, "Heartbeat");
   return resp;
 }
 

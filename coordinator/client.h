@@ -53,7 +53,10 @@ class CoordinatorClient {
   absl::StatusOr<RegisterWorkerResponse> RegisterWorker(const RegisterWorkerRequest& req);
   // The worker credential every later call sends (empty: none).
   void SetWorkerCredential(const std::string& credential);
-  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& req);
+  // `worker_credential`, when set, is sent instead of this client's (one client beating for many
+  // workers: the load benchmark).
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& req,
+                                              const std::string& worker_credential = "");
   absl::StatusOr<std::vector<WorkerInfo>> ListWorkers();
   // Calls `on_assignment` for each assignment until it returns false (then OK), the server ends
   // the stream (its status), `max_duration` passes (DEADLINE_EXCEEDED) or CancelStreams()
@@ -101,9 +104,11 @@ class CoordinatorClient {
 
  private:
   explicit CoordinatorClient(const Options& options);
-  // A context with the deadline `timeout` from now and the token (`bearer` instead when set).
+  // A context with the deadline `timeout` from now, the token (`bearer` instead when set) and
+  // the worker credential (`worker_credential` instead when set).
   std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout,
-                                               const std::string& bearer = "") const;
+                                               const std::string& bearer = "",
+                                               const std::string& worker_credential = "") const;
   template <typename Msg>
   absl::Status ReadStream(const char* method, grpc::ClientContext* ctx,
                           grpc::ClientReader<Msg>* reader,
