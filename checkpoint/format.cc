@@ -97,12 +97,13 @@ absl::StatusOr<int64_t> ResolveStep(const std::string& root, int64_t step) {
   return step;
 }
 
-absl::StatusOr<std::vector<int64_t>> ApplyRetention(const std::string& root, int keep_last) {
+absl::StatusOr<std::vector<int64_t>> ApplyRetention(const std::string& root, int keep_last,
+                                                    int64_t up_to) {
   auto dirs = ListStepDirs(root);
   if (!dirs.ok()) return dirs.status();
   std::vector<int64_t> committed;
   for (const auto& [step, c] : *dirs) {
-    if (c) committed.push_back(step);
+    if (c && step <= up_to) committed.push_back(step);
   }
   std::vector<int64_t> deleted;
   if (committed.empty()) return deleted;

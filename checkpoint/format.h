@@ -6,13 +6,15 @@
 //   <root>/step_<N>/MANIFEST.json            written last, atomically: the commit point
 //
 // A step directory without MANIFEST.json is not a checkpoint: it is listed nowhere and loading
-// never picks it. Retention deletes only older committed checkpoints and never the newest one.
+// never picks it. Retention deletes only older committed checkpoints and never the newest one (of
+// those at or below the step it is given).
 //
 // Thread safety: pure functions on the file system; concurrent writers of one path race.
 #ifndef SHARDLINE_CHECKPOINT_FORMAT_H_
 #define SHARDLINE_CHECKPOINT_FORMAT_H_
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,10 +43,14 @@ absl::StatusOr<std::vector<int64_t>> ListCommittedSteps(const std::string& root)
 // step == -1: the newest committed step (NOT_FOUND when none); step >= 0: that step if committed
 // (NOT_FOUND naming the directory otherwise).
 absl::StatusOr<int64_t> ResolveStep(const std::string& root, int64_t step);
-// Keeps the newest `keep_last` committed checkpoints (0 keeps all; the newest is always kept) and
-// deletes older committed ones plus uncommitted step directories older than the newest committed
-// one (leftovers of interrupted saves). Returns the deleted steps.
-absl::StatusOr<std::vector<int64_t>> ApplyRetention(const std::string& root, int keep_last);
+// Keeps the newest `keep_last` committed checkpoints at or below step `up_to` (0 keeps all; the
+// newest of them is always kept) and deletes older committed ones plus uncommitted step
+// directories older than that newest one (leftovers of interrupted saves). Steps above `up_to`
+// are never touched: the committing rank passes the step the coordinator acknowledged last, so
+// newer checkpoints it has not acknowledged yet, and saves still being written, stay.
+// Returns the deleted steps.
+absl::StatusOr<std::vector<int64_t>> ApplyRetention(
+    const std::string& root, int keep_last, int64_t up_to = std::numeric_limits<int64_t>::max());
 
 // One original tensor: name and global shape (and dtype in the manifest).
 struct TensorInfo {

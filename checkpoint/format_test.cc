@@ -130,6 +130,24 @@ TEST(Retention, KeepsTheLastKAndRemovesSupersededPartials) {
   EXPECT_EQ(*ListCommittedSteps(root), (std::vector<int64_t>{5}));
 }
 
+TEST(Retention, NeverTouchesStepsAboveTheAcknowledgedOne) {
+  // Issue #21 item 2: retention runs after the coordinator acknowledged step up_to. Newer
+  // committed steps (not acknowledged yet) count for nothing and stay, and so does up_to itself.
+  const std::string root = TempDir("retention_bound");
+  for (int64_t step : {3, 6, 9, 12}) WriteTiny(root, step);
+  std::filesystem::create_directories(StepDir(root, 5));   // Interrupted, older than 6: removed.
+  std::filesystem::create_directories(StepDir(root, 10));  // Above the bound: kept.
+  auto deleted = ApplyRetention(root, 1, /*up_to=*/6);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(*deleted, (std::vector<int64_t>{3, 5}));
+  EXPECT_EQ(*ListCommittedSteps(root), (std::vector<int64_t>{6, 9, 12}));
+  EXPECT_TRUE(std::filesystem::exists(StepDir(root, 10)));
+  // Nothing committed at or below the bound: nothing is deleted.
+  EXPECT_TRUE(ApplyRetention(root, 1, /*up_to=*/2)->empty());
+  EXPECT_EQ(*ApplyRetention(root, 1, /*up_to=*/12), (std::vector<int64_t>{6, 9, 10}));
+  EXPECT_EQ(*ListCommittedSteps(root), (std::vector<int64_t>{12}));
+}
+
 TEST(ResolveStep, NamedStepMustBeCommitted) {
   const std::string root = TempDir("resolve");
   EXPECT_EQ(ResolveStep(root, -1).status().code(), absl::StatusCode::kNotFound);

@@ -196,6 +196,7 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(
 Checkpointer::~Checkpointer() {
   cancel_.store(true);
   (void)WaitForPendingSave();
+  commit_reporter_.reset();  // Abandons a report still retrying (WaitForCommitReports first).
 }
 
 std::vector<fsdp::ShardSlice> Checkpointer::LocalSlices() const {
@@ -217,6 +218,11 @@ absl::Status Checkpointer::WaitForPendingSave() {
   return s;
 }
 
+absl::Status Checkpointer::WaitForCommitReports() {
+  if (commit_reporter_ == nullptr) return absl::OkStatus();
+  return commit_reporter_->WaitIdle();
+}
+
 absl::Status Checkpointer::WriteAndCommit(const Slices& sl) {
   if (sl.writer) {
     if (options_.test_after_data_file) options_.test_after_data_file(sl.shard_index);
@@ -234,18 +240,24 @@ absl::Status Checkpointer::WriteAndCommit(const Slices& sl) {
   if (sl.commit) {
     RETURN_IF_ERROR(CommitCheckpoint(sl.step_dir, sl.shard_count, sl.save_id, sl.meta,
                                      options_.commit_timeout, &cancel_));
+    SaveEvent e;
+    e.step = sl.meta.step;
+    e.step_dir = sl.step_dir;
+    e.files = {kManifestFile};
+    // Every data file: the commit report alone commits the step in the coordinator's registry,
+    // whether or not the writers' own (best-effort) reports got through.
+    for (int i = 0; i < sl.shard_count; ++i) e.files.push_back(DataFileName(i));
+    e.manifest_committed = true;
+    e.expected_files = sl.shard_count;
+    if (commit_reporter_ != nullptr) {
+      // Report (retried until acknowledged), then retention, on the reporter's thread.
+      commit_reporter_->Committed(e);
+      return absl::OkStatus();
+    }
     ASSIGN_OR_RETURN(std::vector<int64_t> deleted,
                      ApplyRetention(options_.root, options_.keep_last));
     (void)deleted;
-    if (options_.on_saved) {
-      SaveEvent e;
-      e.step = sl.meta.step;
-      e.step_dir = sl.step_dir;
-      e.files = {kManifestFile};
-      e.manifest_committed = true;
-      e.expected_files = sl.shard_count;
-      options_.on_saved(e);
-    }
+    if (options_.on_saved) options_.on_saved(e);
   }
   return absl::OkStatus();
 }
@@ -322,6 +334,14 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   sl->shard_index = layout.ShardIndex(rank);
   sl->shard_count = layout.shard_degree();
   sl->commit = rank == 0;
+  if (sl->commit && options_.report_commit && commit_reporter_ == nullptr) {
+    CommitReporter::Options ro;
+    ro.root = options_.root;
+    ro.keep_last = options_.keep_last;
+    ro.report = options_.report_commit;
+    ro.backoff = options_.report_backoff;
+    commit_reporter_ = std::make_unique<CommitReporter>(ro);
+  }
   CheckpointMeta& m = sl->meta;
   m.step = progress.step;
   m.model_fingerprint = fingerprint_;

@@ -11,10 +11,14 @@
 // Save (a collective over `world`: every rank calls it at the same step):
 //   rank 0 picks a random save id and broadcasts it; the ranks of replicate index 0 (one per
 //   shard) write their shard's slices (shard_writer.h); rank 0 then waits for every shard's
-//   index, writes MANIFEST.json atomically and applies retention. Synchronous saves end with a
-//   barrier, so every rank returns after the commit. Asynchronous saves copy the slices to host
-//   memory on the calling thread and do the rest on a background thread; the next Save (or
-//   WaitForPendingSave) waits for it first and returns its error.
+//   index and writes MANIFEST.json atomically. Then, with Options.report_commit set (under the
+//   coordinator), rank 0 hands the commit to a CommitReporter (commit_reporter.h): the report is
+//   retried until the coordinator acknowledges it, and only then is retention applied, on that
+//   reporter's thread, so no save waits for the coordinator; without it, rank 0 applies
+//   retention at once. Synchronous saves end with a barrier, so every rank returns after the
+//   commit. Asynchronous saves copy the slices to host memory on the calling thread and do the
+//   rest on a background thread; the next Save (or WaitForPendingSave) waits for it first and
+//   returns its error. WaitForCommitReports waits for the reports (end of training).
 // Load (a collective over `world`): every rank checks the manifest (version, model fingerprint,
 // optimizer kind), that every file exists with its size, and reads and checksums the ranges
 // overlapping its own shard of every parameter and state tensor (read through a mapping of the
@@ -29,7 +33,9 @@
 // also one truncated after it was mapped: names file and tensor), ABORTED on the ranks whose own
 // reads succeeded when another rank's failed. Save: INTERNAL for I/O, FAILED_PRECONDITION (rank 0;
 // ABORTED on the others) for a root holding another job's checkpoint, DEADLINE_EXCEEDED when shard
-// writers do not finish within commit_timeout; collective errors.
+// writers do not finish within commit_timeout; collective errors. A save that runs out of space
+// (ENOSPC) fails with INTERNAL naming the file being written; nothing of it is committed, and
+// the committed checkpoints are untouched.
 //
 // Thread safety: call from the training thread only; callbacks may run on the save thread.
 #ifndef SHARDLINE_CHECKPOINT_SHARDED_CHECKPOINT_H_
@@ -47,7 +53,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "checkpoint/commit_reporter.h"
 #include "checkpoint/format.h"
+#include "common/retry.h"
 #include "fsdp/communicator.h"
 #include "fsdp/fsdp_engine.h"
 #include "fsdp/sharded_optimizer.h"
@@ -77,9 +85,17 @@ class Checkpointer {
     absl::Duration commit_timeout = absl::Minutes(10);
     // Threads reading and checksumming ranges on load (I/O and CRC overlap).
     int load_threads = 4;
-    // After this rank's data file is durable (writers) and after the commit (rank 0); may run
-    // on the save thread.
+    // After this rank's data file is durable (writers), and after the commit (rank 0) when
+    // report_commit is not set; may run on the save thread. Best effort.
     std::function<void(const SaveEvent&)> on_saved;
+    // Rank 0: one attempt at reporting a commit (the event lists MANIFEST.json and every data
+    // file of the step, so it alone commits the step in the coordinator's registry); OK once
+    // acknowledged. When set, retention waits for the acknowledgement (commit_reporter.h).
+    std::function<absl::Status(const SaveEvent&)> report_commit;
+    // Retries of report_commit; total bounds each commit's report (then the save's retention is
+    // skipped). 5 minutes: longer than a coordinator restart and its workers' reconnection,
+    // short enough that the end of training does not hang long on a coordinator that is gone.
+    BackoffPolicy report_backoff;
     // Tests only: runs on writers after the data file is written, before its index (simulates
     // a crash in the middle of a save).
     std::function<void(int shard_index)> test_after_data_file;
@@ -98,6 +114,10 @@ class Checkpointer {
 
   absl::Status Save(const TrainingProgress& progress, bool async);
   absl::Status WaitForPendingSave();
+  // Rank 0 with report_commit: waits until every commit was acknowledged and its retention ran,
+  // or its report was given up (CommitReporter::WaitIdle: returns a retention error). OK
+  // elsewhere. Call after WaitForPendingSave.
+  absl::Status WaitForCommitReports();
   // step -1: the latest committed one. Restores parameters, optimizer state and step count and
   // the RNG state; returns the progress to continue from.
   absl::StatusOr<TrainingProgress> Load(int64_t step);
@@ -123,6 +143,9 @@ class Checkpointer {
   std::map<std::string, std::string> aliases_;
   bool root_checked_ = false;  // CheckRootOwner passed (rank 0)
 
+  // Rank 0 with report_commit: reports commits and applies retention after each is
+  // acknowledged. Created before the first commit.
+  std::unique_ptr<CommitReporter> commit_reporter_;
   std::thread save_thread_;
   // Set by the destructor: a pending commit stops waiting for writers (a failed run must not
   // hang in its exit path until commit_timeout).

@@ -9,11 +9,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <random>
@@ -30,12 +32,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/format.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
+#include "coordinator/testing/small_fs.h"
 #include "data/sampler.h"
 #include "fsdp/comm_groups.h"
 #include "fsdp/fsdp_engine.h"
@@ -81,6 +85,9 @@ struct WorkerArgs {
   bool sgd = false;                  // SGD with momentum instead of AdamW.
   std::string job_id;                // Checkpointer::Options::job_id (in-process runs only).
   int attempt = 0;                   // Checkpointer::Options::attempt (in-process runs only).
+  // Checkpointer::Options::report_commit, retried for report_total (in-process runs only).
+  std::function<absl::Status(const SaveEvent&)> report_commit;
+  absl::Duration report_total = absl::Milliseconds(300);
 };
 
 bool ParseWorkerArgs(int argc, char** argv, WorkerArgs* a) {
@@ -225,6 +232,10 @@ absl::Status RunWorkerImpl(const WorkerArgs& a, WorkerOutcome* outcome) {
   cko.job_id = a.job_id;
   cko.attempt = a.attempt;
   cko.commit_timeout = absl::Milliseconds(a.commit_timeout_ms);
+  cko.report_commit = a.report_commit;
+  cko.report_backoff.initial_delay = absl::Milliseconds(5);
+  cko.report_backoff.max_delay = absl::Milliseconds(20);
+  cko.report_backoff.total = a.report_total;
   int save_index = 0;
   if (a.kill_shard >= 0) {
     cko.test_after_data_file = [&](int shard) {
@@ -304,6 +315,7 @@ absl::Status RunWorkerImpl(const WorkerArgs& a, WorkerOutcome* outcome) {
     }
   }
   RETURN_IF_ERROR(ckpt->WaitForPendingSave());
+  RETURN_IF_ERROR(ckpt->WaitForCommitReports());
   if (!a.full_out.empty()) {
     ASSIGN_OR_RETURN(auto full, engine->FullParamState(/*rank0_only=*/true));
     if (a.rank == 0) {
@@ -733,6 +745,115 @@ TEST(InProcessCheckpoint, AnotherJobsCheckpointIsNeitherResumedNorOverwritten) {
   same.job_id = "job-old";
   same.resume = -1;
   EXPECT_TRUE(RunWorkerImpl(same, &o).ok());
+}
+
+TEST(InProcessCheckpoint, RetentionRunsOnlyAfterTheCoordinatorAcknowledgedTheCommit) {
+  // Issue #21 item 2: the order is commit, report (retried until acknowledged), retention.
+  // keep_last 1; the report of step 4 is never acknowledged (the coordinator is down for it),
+  // those of 2 and 6 are. Step 2, the acknowledged one, outlives the commit of 4; 4 deletes
+  // nothing; the acknowledgement of 6 resumes retention.
+  const std::string dir = TempDir("ack_order");
+  absl::Mutex mu;
+  std::map<int64_t, std::vector<std::vector<int64_t>>> seen;  // step -> committed at each try
+  WorkerArgs a = InProcess(dir, 6);
+  a.save_at = {2, 4, 6};
+  a.keep_last = 1;
+  a.report_commit = [&](const SaveEvent& e) {
+    absl::MutexLock lock(&mu);
+    seen[e.step].push_back(*ListCommittedSteps(dir));
+    // The commit report names every data file and the manifest, so it alone commits the step
+    // in the coordinator's registry.
+    EXPECT_TRUE(e.manifest_committed);
+    EXPECT_EQ(e.files, (std::vector<std::string>{kManifestFile, DataFileName(0)}));
+    return e.step == 4 ? absl::UnavailableError("connection refused") : absl::OkStatus();
+  };
+  WorkerOutcome o;
+  ASSERT_TRUE(RunWorkerImpl(a, &o).ok());
+  ASSERT_EQ(seen[2].size(), 1u);
+  EXPECT_EQ(seen[2][0], (std::vector<int64_t>{2}));
+  ASSERT_GT(seen[4].size(), 2u);  // retried
+  for (const auto& steps : seen[4]) {
+    EXPECT_EQ(steps.front(), 2) << "the acknowledged step 2 was deleted before 4 was acknowledged";
+  }
+  ASSERT_EQ(seen[6].size(), 1u);
+  EXPECT_EQ(seen[6][0], (std::vector<int64_t>{2, 4, 6}));  // nothing deleted for 4
+  EXPECT_EQ(*ListCommittedSteps(dir), (std::vector<int64_t>{6}));
+}
+
+TEST(InProcessCheckpoint, NoAcknowledgementMeansNoRetentionAndTrainingGoesOn) {
+  const std::string dir = TempDir("no_ack");
+  WorkerArgs a = InProcess(dir, 4);
+  a.save_at = {2, 4};
+  a.keep_last = 1;
+  a.report_total = absl::Milliseconds(100);
+  std::atomic<int> calls{0};
+  a.report_commit = [&](const SaveEvent&) {
+    ++calls;
+    return absl::UnavailableError("connection refused");
+  };
+  WorkerOutcome o;
+  absl::Status s = RunWorkerImpl(a, &o);
+  EXPECT_TRUE(s.ok()) << s;  // the checkpoints are committed on disk: training is not failed
+  EXPECT_EQ(o.losses.size(), 4u);
+  EXPECT_GT(calls.load(), 2);
+  EXPECT_EQ(*ListCommittedSteps(dir), (std::vector<int64_t>{2, 4}));
+}
+
+TEST(InProcessCheckpoint, FullDiskFailsTheSaveNamingTheFileAndKeepsThePreviousCheckpoint) {
+  // Issue #21 item 4: a checkpoint root on a tmpfs with room for one checkpoint but not two. The
+  // save that hits ENOSPC fails with INTERNAL naming the file; the previous checkpoint stays
+  // committed, byte for byte, and loads; nothing of the failed step is committed or left in a
+  // temporary file. Training stops with that error (the trainer exits with it; under the
+  // coordinator the attempt fails and restarts from the previous checkpoint).
+  const std::string sizing = TempDir("enospc_size");
+  WorkerArgs probe = InProcess(sizing, 1);
+  probe.save_at = {1};
+  WorkerOutcome o;
+  ASSERT_TRUE(RunWorkerImpl(probe, &o).ok());
+  int64_t bytes = 0;  // One checkpoint, in tmpfs pages.
+  for (const auto& f : std::filesystem::recursive_directory_iterator(sizing)) {
+    if (f.is_regular_file()) bytes += (f.file_size() + 4095) / 4096 * 4096;
+  }
+  ASSERT_GT(bytes, 64 * 1024);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  auto fs = coordinator::testing::SmallFs::Create(
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/enospc_fs"), bytes * 3 / 2);
+  if (!fs.ok()) GTEST_SKIP() << fs.status();
+  const std::string dir = (*fs)->dir() + "/ckpt";
+
+  WorkerArgs first = InProcess(dir, 1);
+  first.save_at = {1};
+  ASSERT_TRUE(RunWorkerImpl(first, &o).ok());
+  const std::string manifest = dir + "/step_1/MANIFEST.json";
+  const std::string manifest_before = FileBytes(manifest);
+  const std::string data_before = FileBytes(dir + "/step_1/" + DataFileName(0));
+  ASSERT_FALSE(manifest_before.empty());
+
+  WorkerArgs full = InProcess(dir, 3);
+  full.resume = -1;
+  full.save_at = {2, 3};
+  full.keep_last = 1;
+  WorkerOutcome failed;
+  absl::Status s = RunWorkerImpl(full, &failed);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "No space left on device")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), dir + "/step_2/")) << s;
+  EXPECT_EQ(failed.losses.size(), 1u);  // step 2 trained, then its save failed
+  EXPECT_EQ(*ListCommittedSteps(dir), (std::vector<int64_t>{1}));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/step_2/MANIFEST.json"));
+  for (const auto& f : std::filesystem::directory_iterator(dir + "/step_2")) {
+    EXPECT_FALSE(absl::StrContains(f.path().filename().string(), ".tmp")) << f.path();
+  }
+  EXPECT_EQ(FileBytes(manifest), manifest_before);
+  EXPECT_EQ(FileBytes(dir + "/step_1/" + DataFileName(0)), data_before);
+  WorkerArgs again = InProcess(dir, 1);
+  again.resume = -1;
+  s = RunWorkerImpl(again, &o);
+  EXPECT_TRUE(s.ok()) << s;
+  auto reader = CheckpointReader::Open(dir, -1);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->meta().step, 1);
+  EXPECT_TRUE((*reader)->VerifyAll().ok());
 }
 
 TEST(InProcessCheckpoint, SafetensorsLackingAParameterIsRefused) {

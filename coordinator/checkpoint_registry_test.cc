@@ -45,6 +45,26 @@ TEST(CheckpointRegistry, CommittedOnlyWhenAllFilesAndManifestReported) {
   EXPECT_FALSE(committed);  // only the first commit says so
 }
 
+TEST(CheckpointRegistry, CommitReportNamingEveryDataFileCommitsAloneAndRepeatsHarmlessly) {
+  // Issue #21 item 2: rank 0's commit report lists MANIFEST.json and every data file, so it
+  // commits the step even when the writers' best-effort reports were lost in an outage; the
+  // retried report (its first answer lost) and late writer reports change nothing.
+  CheckpointRegistry reg;
+  bool committed = false;
+  const CheckpointReport commit =
+      Rep(12, {"MANIFEST.json", "shard_00000.bin", "shard_00001.bin"}, true);
+  auto r = reg.Report(commit, kLayout, kNow, &committed);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(committed);
+  EXPECT_EQ(reg.LatestCommitted("job-1"), 12);
+  r = reg.Report(commit, kLayout, kNow, &committed);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(committed);
+  r = reg.Report(Rep(12, {"shard_00001.bin"}), kLayout, kNow, &committed);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->files_size(), 2);
+}
+
 TEST(CheckpointRegistry, RejectsRelativePathsFileNamesOutsideTheStepAndNegativeCounts) {
   CheckpointRegistry reg;
   bool c;

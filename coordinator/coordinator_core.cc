@@ -220,9 +220,9 @@ void CoordinatorCore::EndAttemptLocked(JobRecord& job, bool send_stop) {
 }
 
 void CoordinatorCore::FailAttemptLocked(JobRecord& job, const std::string& kind,
-                                        const std::string& reason) {
+                                        const std::string& reason, bool restartable) {
   EndAttemptLocked(job, /*send_stop=*/true);
-  auto restarting = JobStateMachine(&job, clock_->Now()).FailAttempt(kind, reason);
+  auto restarting = JobStateMachine(&job, clock_->Now()).FailAttempt(kind, reason, restartable);
   if (!restarting.ok()) {
     SL_LOG(ERROR) << restarting.status();
     return;
@@ -238,7 +238,9 @@ void CoordinatorCore::FailAttemptLocked(JobRecord& job, const std::string& kind,
 void CoordinatorCore::ApplyFailuresLocked(const std::vector<RankFailure>& failures) {
   for (const RankFailure& f : failures) {
     auto job = jobs_.Find(f.job_id);
-    if (job.ok() && (*job)->status().state() == RUNNING) FailAttemptLocked(**job, f.kind, f.reason);
+    if (job.ok() && (*job)->status().state() == RUNNING) {
+      FailAttemptLocked(**job, f.kind, f.reason, f.restartable);
+    }
   }
 }
 
@@ -299,6 +301,15 @@ absl::Status CoordinatorCore::ReportCheckpoint(const CheckpointReport& r) {
 absl::Status CoordinatorCore::ReportCheckpointLocked(const CheckpointReport& r) {
   ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(r.job_id()));
   RETURN_IF_ERROR(CheckReportSource(job->status(), r.attempt(), r.rank()));
+  if (r.fallback_from_step() > 0) {  // An event only: no checkpoint record changes.
+    JobStateMachine(job, clock_->Now())
+        .Note("CHECKPOINT_FALLBACK",
+              absl::StrCat("resume step ", r.fallback_from_step(), " is not a committed checkpoint",
+                           " in ", r.path(), "; attempt ", r.attempt(), " resumed from step ",
+                           r.step(), ", the newest committed one there"));
+    jobs_.Changed(*job);
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(const CheckpointChange change,
                    ApplyCheckpointReport(r, job, &checkpoints_, clock_->Now()));
   writer_->PutCheckpoint(change.record);

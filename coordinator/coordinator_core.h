@@ -231,8 +231,9 @@ class CoordinatorCore {
   // each of their jobs that is not finished (it may restart smaller without them).
   void NoteDrainingRanksLostLocked(const std::string& worker, const std::string& node)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailAttemptLocked(JobRecord& job, const std::string& kind, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `restartable` false: the job FAILS with restarts left (JobStateMachine::FailAttempt).
+  void FailAttemptLocked(JobRecord& job, const std::string& kind, const std::string& reason,
+                         bool restartable = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyFailuresLocked(const std::vector<RankFailure>& failures)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Rank `rank` of the job's running attempt exited 0; the job succeeds with its last rank.

@@ -17,8 +17,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "coordinator/server.h"
 #include "coordinator/user_table.h"
+#include "spec/path_policy.h"
 #include "spec/validate.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
@@ -46,6 +48,11 @@ ABSL_FLAG(std::string, worker_token_file, "", "file holding the worker join toke
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for the Prometheus endpoint GET /metrics (empty: off; port 0: any, printed "
           "as \"metrics on HOST:PORT\")");
+ABSL_FLAG(std::string, read_roots, "",
+          "comma-separated directories job specs may read data, models and weights under "
+          "(empty: anywhere; see spec/path_policy.h)");
+ABSL_FLAG(std::string, checkpoint_roots, "",
+          "comma-separated directories a job's checkpoint.dir must lie under (empty: anywhere)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (chain) file: serve TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key file of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
@@ -131,10 +138,24 @@ int main(int argc, char** argv) {
   o.tls_cert_pem = *cert;
   o.tls_key_pem = *key;
   o.tls_client_ca_pem = *client_ca;
-  o.validate_spec = [](const shardline::JobSpec& spec) {
+  shardline::spec::PathPolicy paths;
+  auto read_roots = shardline::spec::ParseRoots("read_roots", absl::GetFlag(FLAGS_read_roots));
+  auto checkpoint_roots =
+      shardline::spec::ParseRoots("checkpoint_roots", absl::GetFlag(FLAGS_checkpoint_roots));
+  for (const auto* r : {&read_roots, &checkpoint_roots}) {
+    if (!r->ok()) {
+      SL_LOG(ERROR) << r->status();
+      return 2;
+    }
+  }
+  paths.read_roots = *read_roots;
+  paths.checkpoint_roots = *checkpoint_roots;
+  o.validate_spec = [paths](const shardline::JobSpec& spec) {
     shardline::spec::ValidateOptions v;
     v.check_files = false;  // the data lives on the workers' file systems
-    return shardline::spec::Validate(spec, v);
+    RETURN_IF_ERROR(shardline::spec::Validate(spec, v));
+    // Lexical only: the workers check again with their file systems (symbolic links).
+    return shardline::spec::CheckSpecPaths(spec, paths, /*resolve_links=*/false);
   };
   if (absl::GetFlag(FLAGS_check_flags)) {
     auto users = shardline::coordinator::UserTable::Create(o.users_file, o.user_token);

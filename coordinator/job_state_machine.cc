@@ -73,8 +73,8 @@ absl::Status JobStateMachine::Succeed(absl::string_view reason) {
   return Move(SUCCEEDED, "SUCCEEDED", reason);
 }
 
-absl::StatusOr<bool> JobStateMachine::FailAttempt(absl::string_view kind,
-                                                  absl::string_view reason) {
+absl::StatusOr<bool> JobStateMachine::FailAttempt(absl::string_view kind, absl::string_view reason,
+                                                  bool restartable) {
   JobStatus* st = rec_->mutable_status();
   if (st->state() != RUNNING) {
     return absl::FailedPreconditionError(absl::StrCat("job ", st->job_id(), ": illegal transition ",
@@ -83,6 +83,15 @@ absl::StatusOr<bool> JobStateMachine::FailAttempt(absl::string_view kind,
   }
   Note(kind, reason);
   const int32_t max_restarts = st->spec().restart().max_restarts();
+  if (!restartable) {
+    st->set_message(std::string(reason));
+    absl::Status s =
+        Move(FAILED, "FAILED",
+             absl::StrCat("attempt ", st->attempt(), " failed (", kind,
+                          "); not restarted, a new attempt would fail the same way: ", reason));
+    if (!s.ok()) return s;
+    return false;
+  }
   if (rec_->restarts() < max_restarts) {
     rec_->set_restarts(rec_->restarts() + 1);
     const int32_t backoff_s = st->spec().restart().backoff_s();

@@ -3,6 +3,7 @@
 //   PENDING --schedule--> RUNNING --all ranks exit 0--> SUCCEEDED
 //      |                    |  \--attempt fails, restarts left--> PENDING (attempt kept, backoff)
 //      |                    |  \--attempt fails, none left------> FAILED
+//      |                    |  \--attempt fails, not restartable-> FAILED (restarts left or not)
 //      +--cancel / fail--> CANCELLED / FAILED <--cancel--+
 //
 // Terminal states (SUCCEEDED, FAILED, CANCELLED) never change again. Every transition appends a
@@ -42,8 +43,11 @@ class JobStateMachine {
 
   // The current attempt failed (`kind` e.g. RANK_FAILED, WORKER_LOST). RUNNING -> PENDING with
   // a RESTARTING event when restarts are left (restart.max_restarts; the next attempt waits
-  // restart.backoff_s), else RUNNING -> FAILED. Returns true when the job will restart.
-  absl::StatusOr<bool> FailAttempt(absl::string_view kind, absl::string_view reason);
+  // restart.backoff_s), else RUNNING -> FAILED. Not `restartable` (a failure a new attempt would
+  // meet again, e.g. CHECKPOINT_DIR_NOT_SHARED): RUNNING -> FAILED whatever restarts are left.
+  // Returns true when the job will restart.
+  absl::StatusOr<bool> FailAttempt(absl::string_view kind, absl::string_view reason,
+                                   bool restartable = true);
 
   // PENDING or RUNNING -> FAILED (e.g. a job that can never be placed), event FAILED.
   absl::Status Fail(absl::string_view reason);

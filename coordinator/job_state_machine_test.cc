@@ -118,6 +118,27 @@ TEST(JobStateMachine, FailedAttemptRestartsWhileRestartsRemain) {
   EXPECT_EQ(rank_failed, 3);
 }
 
+TEST(JobStateMachine, AttemptFailureNoRestartCanFixFailsTheJobWithRestartsLeft) {
+  JobRecord rec = NewJob(/*max_restarts=*/3);
+  JobStateMachine m(&rec, kNow);
+  ASSERT_TRUE(m.Start(4, "placed").ok());
+  auto restarting = m.FailAttempt("CHECKPOINT_DIR_NOT_SHARED", "checkpoint.dir /c is not shared",
+                                  /*restartable=*/false);
+  ASSERT_TRUE(restarting.ok()) << restarting.status();
+  EXPECT_FALSE(*restarting);
+  EXPECT_EQ(rec.status().state(), FAILED);
+  EXPECT_EQ(rec.restarts(), 0);
+  EXPECT_EQ(rec.status().message(), "checkpoint.dir /c is not shared");
+  const JobEvent& last = *rec.status().events().rbegin();
+  EXPECT_EQ(last.kind(), "FAILED");
+  EXPECT_EQ(last.message(),
+            "attempt 1 failed (CHECKPOINT_DIR_NOT_SHARED); not restarted, a new attempt would "
+            "fail the same way: checkpoint.dir /c is not shared");
+  const JobEvent& cause = *(rec.status().events().rbegin() + 1);
+  EXPECT_EQ(cause.kind(), "CHECKPOINT_DIR_NOT_SHARED");
+  EXPECT_EQ(cause.message(), "checkpoint.dir /c is not shared");
+}
+
 TEST(JobStateMachine, CancelFromPendingAndRunning) {
   for (JobState s : {PENDING, RUNNING}) {
     JobRecord rec = InState(s);

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "trainer/exit_codes.h"
 
 namespace shardline::coordinator {
 namespace {
@@ -91,6 +92,11 @@ RankTracker::Observation RankTracker::Observe(const std::string& worker_id, cons
                    std::abs(rs.exit_code()));
   const std::string last = LastLine(rs.log_tail());
   if (!last.empty()) absl::StrAppend(&reason, ": ", last);
+  if (rs.exit_code() == trainer::kExitCheckpointDirNotShared) {
+    seen.failed = RankFailure{rs.job_id(), "CHECKPOINT_DIR_NOT_SHARED", std::move(reason),
+                              /*restartable=*/false};
+    return seen;
+  }
   seen.failed = RankFailure{rs.job_id(), "RANK_FAILED", std::move(reason)};
   return seen;
 }

@@ -10,6 +10,9 @@
 //   start timeout  a rank not acked within the start timeout of its attempt's start
 //               (RANK_START_TIMEOUT: its START was lost or never acted on).
 //   worker lost a dead worker's attempts fail (WORKER_LOST).
+//   not shared  a rank exited with the trainer's kExitCheckpointDirNotShared (exit_codes.h):
+//               the job's checkpoint.dir is not one directory on every worker it was placed on
+//               (CHECKPOINT_DIR_NOT_SHARED, permanent: a restart would meet the same mounts).
 //
 // The tracker decides; it changes no job. It RETURNS the failures (and STOPs) for the core to
 // apply, and the core tells it when an attempt starts and ends (an attempt is tracked exactly
@@ -34,11 +37,14 @@
 
 namespace shardline::coordinator {
 
-// An attempt the core must fail: JobStateMachine::FailAttempt(kind, reason).
+// An attempt the core must fail: JobStateMachine::FailAttempt(kind, reason, restartable).
 struct RankFailure {
   std::string job_id;
-  std::string kind;  // RANK_FAILED, RANK_LOST, RANK_START_TIMEOUT or WORKER_LOST
+  // RANK_FAILED, RANK_LOST, RANK_START_TIMEOUT, WORKER_LOST or CHECKPOINT_DIR_NOT_SHARED.
+  std::string kind;
   std::string reason;
+  // False when no restart can help: the job fails now, with restarts left.
+  bool restartable = true;
 };
 
 class RankTracker {

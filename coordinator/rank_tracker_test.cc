@@ -114,6 +114,24 @@ TEST(RankTracker, ExitCodesAreSuccessOrRankFailedWithTheLastLogLine) {
   EXPECT_EQ(killed.failed->reason, "rank 2 on node b was killed by signal 9");
 }
 
+TEST(RankTracker, CheckpointDirNotSharedExitIsAFailureNoRestartCanFix) {
+  RankTracker t;
+  t.StartAttempt(Attempt());
+  t.Observe("w-b", Rank(2, RankStatus::RUNNING));
+  const RankTracker::Observation seen = t.Observe(
+      "w-b", Rank(2, RankStatus::EXITED, 1, 6, "checkpoint: checkpoint.dir /c is not shared\n"));
+  ASSERT_TRUE(seen.failed.has_value());
+  EXPECT_EQ(seen.failed->kind, "CHECKPOINT_DIR_NOT_SHARED");
+  EXPECT_FALSE(seen.failed->restartable);
+  EXPECT_EQ(seen.failed->reason,
+            "rank 2 on node b exited with code 6: checkpoint: checkpoint.dir /c is not shared");
+  // Every other failure may be transient.
+  const RankTracker::Observation other =
+      t.Observe("w-a", Rank(1, RankStatus::EXITED, 1, 4, "peer lost\n"));
+  ASSERT_TRUE(other.failed.has_value());
+  EXPECT_TRUE(other.failed->restartable);
+}
+
 TEST(RankTracker, RanksNotAckedWithinTheStartTimeoutFailTheAttempt) {
   RankTracker t;
   t.StartAttempt(Attempt());

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "fsdp/layout.h"
 #include "spec/model_presets.h"
+#include "spec/path_policy.h"
 
 namespace shardline::spec {
 namespace {
@@ -111,13 +112,11 @@ void CheckWritableDir(const std::string& path_field, const std::string& path, Pr
   }
 }
 
-void ValidateModel(const JobSpec& s, const ValidateOptions& opt, Problems* p) {
+void ValidateModel(const JobSpec& s, Problems* p) {
   const ModelSpec& m = s.model();
   if (m.architecture() == ModelSpec::TORCHSCRIPT) {
     if (m.torchscript_path().empty()) {
       p->Add("model.torchscript_path: must be set for architecture TORCHSCRIPT");
-    } else if (opt.check_files) {
-      CheckReadableFile("model.torchscript_path", m.torchscript_path(), p);
     }
   } else {
     if (!m.torchscript_path().empty()) {
@@ -157,13 +156,9 @@ void ValidateModel(const JobSpec& s, const ValidateOptions& opt, Problems* p) {
   }
 }
 
-void ValidateData(const JobSpec& s, const ValidateOptions& opt, Problems* p) {
+void ValidateData(const JobSpec& s, Problems* p) {
   const DataSpec& d = s.data();
-  if (d.path().empty()) {
-    p->Add("data.path: must name the training data file");
-  } else if (opt.check_files) {
-    CheckReadableFile("data.path", d.path(), p);
-  }
+  if (d.path().empty()) p->Add("data.path: must name the training data file");
   if (!(d.val_fraction() >= 0 && d.val_fraction() <= 0.5)) {
     p->Add("data.val_fraction: ", d.val_fraction(), " is not in [0, 0.5]");
   }
@@ -242,17 +237,13 @@ void ValidateTrain(const JobSpec& s, Problems* p) {
   }
 }
 
-void ValidateRest(const JobSpec& s, const ValidateOptions& opt, Problems* p) {
+void ValidateRest(const JobSpec& s, Problems* p) {
   CheckNameAndWorldSize(s, p);
   const CheckpointSpec& c = s.checkpoint();
   if (c.every_steps() < 0) p->Add("checkpoint.every_steps: ", c.every_steps(), " must be >= 0");
   if (c.keep_last() < 0) p->Add("checkpoint.keep_last: ", c.keep_last(), " must be >= 0");
   if (c.resume_step() < -1) {
     p->Add("checkpoint.resume_step: ", c.resume_step(), " must be -1 (latest), 0 or a step");
-  }
-  if (opt.check_files && !c.dir().empty()) CheckWritableDir("checkpoint.dir", c.dir(), p);
-  if (opt.check_files && !c.init_from_safetensors().empty()) {
-    CheckReadableFile("checkpoint.init_from_safetensors", c.init_from_safetensors(), p);
   }
   if (c.dir().empty() && (c.every_steps() > 0 || c.save_final())) {
     p->Add(
@@ -279,12 +270,23 @@ void ValidateRest(const JobSpec& s, const ValidateOptions& opt, Problems* p) {
 
 absl::Status Validate(const JobSpec& spec, const ValidateOptions& options) {
   Problems p;
-  ValidateRest(spec, options, &p);
-  ValidateModel(spec, options, &p);
-  ValidateData(spec, options, &p);
+  ValidateRest(spec, &p);
+  ValidateModel(spec, &p);
+  ValidateData(spec, &p);
   ValidateOptimizer(spec, &p);
   ValidateFsdp(spec, &p);
   ValidateTrain(spec, &p);
+  if (options.check_files) {
+    // Every path field (path_policy.h keeps the one list): files readable, checkpoint dir
+    // creatable.
+    for (const SpecPath& f : SpecPaths(spec)) {
+      if (f.access == SpecPath::Access::kRead) {
+        CheckReadableFile(f.field, f.path, &p);
+      } else {
+        CheckWritableDir(f.field, f.path, &p);
+      }
+    }
+  }
   return p.ToStatus();
 }
 

@@ -5,8 +5,10 @@
 #     yaml-cpp, OpenSSL, Google Benchmark; clang 14 with libFuzzer for tools/fuzz.sh; clang-format.
 #   - A project-local virtual environment at .venv holding torch==2.11.0 from the Python registry;
 #     LibTorch (headers + shared libraries) is taken from that wheel by third_party/torch/torch.bzl.
-#     Also grpcio, grpcio-tools, pyyaml and matplotlib, and the Python client package itself
-#     (python/, `import shardline`; reinstalled when python/ or proto/ change).
+#     Also grpcio, grpcio-tools, pyyaml and matplotlib, kubernetes-validate (pinned; it ships the
+#     Kubernetes JSON schemas, so //tests/deploy:kubernetes_manifests_test validates offline), and
+#     the Python client package itself (python/, `import shardline`; reinstalled when python/ or
+#     proto/ change).
 #   - .bazelrc.user with this machine's absolute paths (disk cache shared by all checkouts).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -47,8 +49,12 @@ fi
 
 # The Python client: its dependencies, then the package (stubs generated from proto/ by its build).
 # setuptools stays below 82 because torch 2.11 requires that (grpcio-tools would pull a newer one).
-PY_PACKAGES=(grpcio grpcio-tools pyyaml matplotlib "setuptools<82")
-if ! "$venv/bin/python" -c "import grpc, grpc_tools, yaml, matplotlib" 2>/dev/null; then
+# kubernetes-validate is pinned: its version decides which Kubernetes schemas it ships.
+KUBERNETES_VALIDATE_VERSION="1.37.0"
+PY_PACKAGES=(grpcio grpcio-tools pyyaml matplotlib "setuptools<82"
+  "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION")
+if ! "$venv/bin/python" -c "import grpc, grpc_tools, yaml, matplotlib, importlib.metadata as m, sys
+sys.exit(m.version('kubernetes-validate') != '$KUBERNETES_VALIDATE_VERSION')" 2>/dev/null; then
   log "installing ${PY_PACKAGES[*]} into $venv"
   "$venv/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
 fi

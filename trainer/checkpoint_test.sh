@@ -3,7 +3,9 @@
 # (keep_last 2); a W = 1 run resumed from step 4 (spec resume_step) and a W = 2 run resumed
 # through SHARDLINE_RESUME_STEP (overriding resume_step 0) log the same losses for steps 5..8 as
 # the uninterrupted run (1e-4 relative: W changes the accumulation order; the strict 1e-5
-# reshard parity is sharded_checkpoint_test's); init_from_safetensors starts from given weights.
+# reshard parity is sharded_checkpoint_test's); a SHARDLINE_RESUME_STEP that is not committed
+# falls back to the newest committed step, or fails naming it when there is none;
+# init_from_safetensors starts from given weights.
 #   $1: the trainer binary   $2: the free-port helper   $3: checkpoint_export
 set -euo pipefail
 TRAINER="$(realpath "$1")"
@@ -74,6 +76,27 @@ code=0
   --set checkpoint.resume_step=5 >/dev/null 2>"$OUT/bad.log" || code=$?
 [[ $code -eq 3 ]] || fail "resume of a missing step exited $code, want 3"
 grep -q "step_5" "$OUT/bad.log" || fail "missing-step error does not name step_5: $(tail -2 "$OUT/bad.log")"
+
+# --- 4b. the coordinator's resume step missing on disk: the newest committed one (step 8) -------
+# (SHARDLINE_RESUME_STEP differs from the spec's resume_step, so it is the registry's step.)
+SHARDLINE_RESUME_STEP=12 "$TRAINER" --spec "$SPEC" --set fsdp.sharding_strategy=NO_SHARD \
+  --set fsdp.hybrid_shard_degree=0 "${COMMON[@]}" >/dev/null 2>"$OUT/fallback.log" ||
+  { fail "fallback resume failed"; tail -20 "$OUT/fallback.log" >&2; }
+grep -q "resume step 12 from the coordinator is not a committed checkpoint on disk" "$OUT/fallback.log" ||
+  fail "no fallback warning: $(tail -3 "$OUT/fallback.log")"
+grep -q "falling back to step 8, the newest committed checkpoint under $CKPT" "$OUT/fallback.log" ||
+  fail "fallback did not pick step 8: $(tail -3 "$OUT/fallback.log")"
+grep -q "resumed from $CKPT/step_8" "$OUT/fallback.log" || fail "fallback did not resume step 8"
+
+# --- 4c. ... and with nothing committed there: a data error naming the directory and step ------
+mkdir -p "$OUT/empty"
+code=0
+SHARDLINE_RESUME_STEP=12 "$TRAINER" --spec "$SPEC" --set fsdp.sharding_strategy=NO_SHARD \
+  --set fsdp.hybrid_shard_degree=0 "${COMMON[@]}" --set checkpoint.dir="$OUT/empty" \
+  >/dev/null 2>"$OUT/empty.log" || code=$?
+[[ $code -eq 3 ]] || fail "resume step missing with nothing committed exited $code, want 3"
+grep -q "resume step 12 from the coordinator: $OUT/empty/step_12 is not a committed checkpoint, and no committed checkpoint is under $OUT/empty; not starting from scratch" "$OUT/empty.log" ||
+  fail "no clear error for nothing committed: $(tail -2 "$OUT/empty.log")"
 
 # --- 5. init_from_safetensors: the step-4 weights give step 5's loss of the reference run -------
 "$EXPORT" "$CKPT" 4 "$OUT/w4.safetensors" || fail "export failed"

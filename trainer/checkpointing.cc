@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include <ATen/ATen.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -13,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/torch_status.h"
 
 namespace shardline::trainer {
 namespace {
@@ -66,20 +69,80 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> TrainerCheckpointing::Crea
     o.attempt = policy.attempt;
     o.commit_timeout = policy.commit_timeout;
     o.on_saved = policy.on_saved;
+    o.report_commit = policy.report_commit;
     ASSIGN_OR_RETURN(o.test_after_data_file, TestPauseFromEnv(saving_step));
     ASSIGN_OR_RETURN(ckpt, checkpoint::Checkpointer::Create(o, engine, optimizer, world));
   }
   return std::unique_ptr<TrainerCheckpointing>(
-      new TrainerCheckpointing(policy, engine, std::move(ckpt), std::move(saving_step)));
+      new TrainerCheckpointing(policy, engine, world, std::move(ckpt), std::move(saving_step)));
+}
+
+absl::StatusOr<int64_t> TrainerCheckpointing::ResumeStepOnDisk() {
+  const int64_t wanted = policy_.resume_step;
+  int64_t chosen = 0;  // Rank 0: the step every rank loads; -1: none.
+  absl::Status why;
+  if (engine_->rank() == 0) {
+    absl::StatusOr<int64_t> found = checkpoint::ResolveStep(policy_.dir, wanted);
+    if (found.ok()) {
+      chosen = wanted;
+    } else if (found.status().code() != absl::StatusCode::kNotFound) {
+      why = found.status();
+    } else {
+      absl::StatusOr<int64_t> newest = checkpoint::ResolveStep(policy_.dir, -1);
+      if (newest.ok()) {
+        chosen = *newest;
+        SL_LOG(WARNING) << "resume step " << wanted << " from the coordinator is not a committed "
+                        << "checkpoint on disk (" << found.status().message()
+                        << "); falling back to step " << chosen
+                        << ", the newest committed checkpoint under " << policy_.dir;
+      } else if (newest.status().code() == absl::StatusCode::kNotFound) {
+        why = absl::NotFoundError(absl::StrCat(
+            "resume step ", wanted, " from the coordinator: ",
+            checkpoint::StepDir(policy_.dir, wanted), " is not a committed checkpoint, and no ",
+            "committed checkpoint is under ", policy_.dir, "; not starting from scratch"));
+      } else {
+        why = newest.status();
+      }
+    }
+    if (!why.ok()) chosen = -1;
+  }
+  // Rank 0's answer to every rank (the others add zeros).
+  int64_t step = 0;
+  RETURN_IF_ERROR(TorchCall("broadcast the resume step", [&] {
+    at::Tensor t = at::full({1}, chosen, at::kLong).to(engine_->device());
+    absl::Status s = world_->AllReduce(t, fsdp::ReduceOp::kSum);
+    if (!s.ok()) {
+      why = why.ok() ? s : why;
+      step = -1;
+      return;
+    }
+    step = t.cpu().item<int64_t>();
+  }));
+  if (!why.ok()) return why;
+  if (step < 0) {
+    return absl::AbortedError(
+        absl::StrCat("resume step ", wanted, ": rank 0 found no committed checkpoint to resume"));
+  }
+  return step;
 }
 
 absl::StatusOr<checkpoint::TrainingProgress> TrainerCheckpointing::Restore() {
   if (ckpt_ != nullptr && policy_.resume_step != 0) {
-    absl::StatusOr<checkpoint::TrainingProgress> p = ckpt_->Load(policy_.resume_step);
+    int64_t step = policy_.resume_step;
+    if (step > 0 && policy_.fallback_if_missing) {
+      ASSIGN_OR_RETURN(step, ResumeStepOnDisk());
+    }
+    absl::StatusOr<checkpoint::TrainingProgress> p = ckpt_->Load(step);
     if (p.ok()) {
       if (engine_->rank() == 0) {
         SL_LOG(INFO) << "resumed from " << checkpoint::StepDir(policy_.dir, p->step)
                      << " (data epoch " << p->data_epoch << " position " << p->data_position << ")";
+        if (step != policy_.resume_step && policy_.report_fallback) {
+          absl::Status s = policy_.report_fallback(policy_.resume_step, p->step, policy_.dir);
+          if (!s.ok()) {
+            SL_LOG(WARNING) << "reporting the checkpoint fallback to the coordinator: " << s;
+          }
+        }
       }
       return p;
     }
@@ -113,7 +176,8 @@ absl::Status TrainerCheckpointing::AfterStep(int64_t steps_done, int64_t epoch, 
 
 absl::Status TrainerCheckpointing::Finish() {
   if (ckpt_ == nullptr) return absl::OkStatus();
-  return ckpt_->WaitForPendingSave();
+  RETURN_IF_ERROR(ckpt_->WaitForPendingSave());
+  return ckpt_->WaitForCommitReports();
 }
 
 }  // namespace shardline::trainer

@@ -9,6 +9,12 @@
 // Restore: resume_step -1 loads the latest committed checkpoint if there is one (fresh start
 // otherwise), N > 0 loads step N (NOT_FOUND if it is not committed), 0 starts fresh; without a
 // checkpoint to resume, init_from_safetensors (if set) loads the weights (optimizer fresh).
+// With fallback_if_missing (N came from the coordinator's registry, not from the spec) and
+// step N not committed on disk, the newest committed checkpoint under dir is loaded instead
+// (Checkpointer::Load refuses another job's), rank 0 logs it and calls report_fallback (the
+// coordinator notes CHECKPOINT_FALLBACK on the job); rank 0 decides and every rank loads its
+// choice. Nothing is deleted. With nothing committed under dir it fails NOT_FOUND naming the
+// directory and step N: it never starts from scratch then.
 // AfterStep saves every every_steps steps and after the last one with save_final; async_save
 // writes from a background thread (the next save waits for the previous one).
 //
@@ -50,7 +56,15 @@ struct CheckpointPolicy {
   // How long rank 0 waits for the other shard writers before failing the save. The trainer uses
   // its collective timeout: in a synchronous save the other ranks wait that long in a collective.
   absl::Duration commit_timeout = absl::Minutes(10);
-  std::function<void(const checkpoint::SaveEvent&)> on_saved;  // Coordinator reports (optional).
+  // Coordinator reports (optional): data files (best effort); rank 0's commits (retried until
+  // acknowledged, retention after: checkpoint/commit_reporter.h); a resume fallback.
+  std::function<void(const checkpoint::SaveEvent&)> on_saved;
+  std::function<absl::Status(const checkpoint::SaveEvent&)> report_commit;
+  std::function<absl::Status(int64_t missing_step, int64_t step, const std::string& dir)>
+      report_fallback;
+  // resume_step came from the coordinator's registry ($SHARDLINE_RESUME_STEP): when it is not
+  // committed on disk, fall back to the newest committed checkpoint (see Restore).
+  bool fallback_if_missing = false;
 };
 
 class TrainerCheckpointing {
@@ -64,18 +78,26 @@ class TrainerCheckpointing {
   absl::StatusOr<checkpoint::TrainingProgress> Restore();
   // `steps_done` optimizer steps are complete; (epoch, position) is the sampler's cursor.
   absl::Status AfterStep(int64_t steps_done, int64_t epoch, int64_t position);
+  // Waits for an asynchronous save, then for rank 0's commit reports (each bounded by
+  // checkpoint::Checkpointer::Options::report_backoff, 5 minutes from its commit).
   absl::Status Finish();
 
  private:
   TrainerCheckpointing(const CheckpointPolicy& policy, fsdp::FsdpEngine* engine,
-                       std::unique_ptr<checkpoint::Checkpointer> ckpt,
+                       fsdp::Communicator* world, std::unique_ptr<checkpoint::Checkpointer> ckpt,
                        std::shared_ptr<std::atomic<int64_t>> saving_step)
       : policy_(policy),
         engine_(engine),
+        world_(world),
         ckpt_(std::move(ckpt)),
         saving_step_(std::move(saving_step)) {}
+  // Collective: policy_.resume_step if it is committed on disk, else the newest committed step
+  // (rank 0 looks, every rank gets its answer). Errors: NOT_FOUND on rank 0 (ABORTED on the
+  // others) when nothing is committed; listing errors.
+  absl::StatusOr<int64_t> ResumeStepOnDisk();
   CheckpointPolicy policy_;
   fsdp::FsdpEngine* engine_;
+  fsdp::Communicator* world_;
   std::unique_ptr<checkpoint::Checkpointer> ckpt_;  // Null without a dir.
   // The step of the save in progress, for the test pause (shared with its hook).
   std::shared_ptr<std::atomic<int64_t>> saving_step_;

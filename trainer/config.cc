@@ -85,6 +85,11 @@ absl::StatusOr<RankEnv> ReadRankEnv(const std::function<const char*(const char*)
     e.advertise_address =
         loopback ? "127.0.0.1" : (gethostname(host, sizeof(host) - 1) == 0 ? host : "");
   }
+  e.node_name = ReadStr(getenv, "SHARDLINE_NODE_NAME");
+  if (e.node_name.empty()) {
+    char host[256] = {0};
+    if (gethostname(host, sizeof(host) - 1) == 0) e.node_name = host;
+  }
   return e;
 }
 

@@ -10,9 +10,10 @@
 //   MASTER_ADDR, MASTER_PORT        the TCP store rank 0 serves; required when WORLD_SIZE > 1
 //                                   unless the coordinator's rendezvous is given (below)
 //   SHARDLINE_COORDINATOR, SHARDLINE_RDZV_NAMESPACE, SHARDLINE_RDZV_SECRET, SHARDLINE_JOB_ID,
-//   SHARDLINE_ATTEMPT, SHARDLINE_ADVERTISE_ADDRESS: set by the worker daemon. The rendezvous
-//   secret is the attempt credential, the trainer's only token: it reports progress and
-//   checkpoints for this job attempt and reads and writes its rendezvous namespace.
+//   SHARDLINE_ATTEMPT, SHARDLINE_ADVERTISE_ADDRESS, SHARDLINE_NODE_NAME: set by the worker
+//   daemon. The rendezvous secret is the attempt credential, the trainer's only token: it
+//   reports progress and checkpoints for this job attempt and reads and writes its rendezvous
+//   namespace.
 // WORLD_SIZE wins over the spec's world_size (logged when they differ): the spec's batch sizes
 // then define the same training at the new W, or are rejected if they do not divide.
 //
@@ -48,6 +49,8 @@ struct RankEnv {
   // Address this rank's collectives bind to and advertise: SHARDLINE_ADVERTISE_ADDRESS, else
   // 127.0.0.1 when MASTER_ADDR is loopback (or unset), else this host's name.
   std::string advertise_address;
+  // The worker's node name (SHARDLINE_NODE_NAME), else this host's name: for messages.
+  std::string node_name;
 };
 
 // Reads the variables above through `getenv` (tests pass a fake).

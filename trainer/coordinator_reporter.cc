@@ -3,32 +3,57 @@
 #include <memory>
 
 #include "common/logging.h"
+#include "common/retry.h"
 #include "coordinator/client.h"
 #include "proto/coordinator.pb.h"
 
 namespace shardline::trainer {
+namespace {
 
-absl::StatusOr<std::function<void(const checkpoint::SaveEvent&)>> MakeCoordinatorReporter(
+CheckpointReport ReportOf(const CoordinatorReporterOptions& o, const checkpoint::SaveEvent& e) {
+  CheckpointReport r;
+  r.set_job_id(o.job_id);
+  r.set_attempt(o.attempt);
+  r.set_rank(o.rank);
+  r.set_step(e.step);
+  r.set_path(e.step_dir);
+  for (const std::string& f : e.files) r.add_files(f);
+  r.set_manifest_committed(e.manifest_committed);
+  r.set_expected_files(e.expected_files);
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<CoordinatorReporter> MakeCoordinatorReporter(
     const CoordinatorReporterOptions& options) {
   auto client = coordinator::CoordinatorClient::Create(options.address, options.token);
   if (!client.ok()) return client.status();
   std::shared_ptr<coordinator::CoordinatorClient> shared(std::move(*client));
-  return std::function<void(const checkpoint::SaveEvent&)>(
-      [shared, options](const checkpoint::SaveEvent& e) {
-        CheckpointReport r;
-        r.set_job_id(options.job_id);
-        r.set_attempt(options.attempt);
-        r.set_rank(options.rank);
-        r.set_step(e.step);
-        r.set_path(e.step_dir);
-        for (const std::string& f : e.files) r.add_files(f);
-        r.set_manifest_committed(e.manifest_committed);
-        r.set_expected_files(e.expected_files);
-        absl::Status s = shared->ReportCheckpoint(r);
-        if (!s.ok()) {
-          SL_LOG(WARNING) << "reporting checkpoint step " << e.step << " to the coordinator: " << s;
-        }
-      });
+  CoordinatorReporter out;
+  out.on_saved = [shared, options](const checkpoint::SaveEvent& e) {
+    absl::Status s = shared->ReportCheckpoint(ReportOf(options, e));
+    if (!s.ok()) {
+      SL_LOG(WARNING) << "reporting checkpoint step " << e.step << " to the coordinator: " << s;
+    }
+  };
+  out.report_commit = [shared, options](const checkpoint::SaveEvent& e) {
+    return shared->ReportCheckpoint(ReportOf(options, e));
+  };
+  out.report_fallback = [shared, options](int64_t missing_step, int64_t step,
+                                          const std::string& root) {
+    CheckpointReport r;
+    r.set_job_id(options.job_id);
+    r.set_attempt(options.attempt);
+    r.set_rank(options.rank);
+    r.set_step(step);
+    r.set_path(root);
+    r.set_fallback_from_step(missing_step);
+    BackoffPolicy policy;
+    policy.total = absl::Seconds(30);
+    return RetryWithBackoff(policy, [&] { return shared->ReportCheckpoint(r); });
+  };
+  return out;
 }
 
 }  // namespace shardline::trainer

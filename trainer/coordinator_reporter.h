@@ -1,16 +1,20 @@
-// Reports a trainer's checkpoint files to the coordinator (CoordinatorClient::ReportCheckpoint),
-// so that it lists a checkpoint only once every shard writer reported and the manifest is
-// committed. Torch-free (the coordinator's protos and LibTorch's bundled protobuf headers do not
-// mix in one translation unit).
+// Reports a trainer's checkpoints to the coordinator (CoordinatorClient::ReportCheckpoint): the
+// writers' data files (best effort), rank 0's commits (one attempt each; the Checkpointer's
+// CommitReporter retries them until acknowledged and only then applies retention), and a
+// resume that fell back from the coordinator's step to another committed one (an event on the
+// job). Torch-free (the coordinator's protos and LibTorch's bundled protobuf headers do not mix
+// in one translation unit).
 //
-// Thread safety: the returned callback may be called from any thread (the save thread), one call
-// at a time per checkpoint::Checkpointer.
+// Thread safety: the callbacks may be called from any thread (the save thread, the commit
+// reporter's thread), concurrently.
 #ifndef SHARDLINE_TRAINER_COORDINATOR_REPORTER_H_
 #define SHARDLINE_TRAINER_COORDINATOR_REPORTER_H_
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "checkpoint/format.h"
 
@@ -24,12 +28,23 @@ struct CoordinatorReporterOptions {
   int rank = 0;
 };
 
-// A checkpoint::SaveEvent callback (checkpoint::Checkpointer::Options::on_saved) sending one
-// CheckpointReport per event: writers report their data file; rank 0 reports MANIFEST.json with
-// manifest_committed = true and expected_files. A failed report is logged, never fails the save
-// (the files are on disk; the coordinator's listing is an index of them). Errors: the client's
-// creation errors.
-absl::StatusOr<std::function<void(const checkpoint::SaveEvent&)>> MakeCoordinatorReporter(
+struct CoordinatorReporter {
+  // checkpoint::Checkpointer::Options::on_saved: a writer's data file, one CheckpointReport; a
+  // failure is logged, never fails the save (rank 0's commit report names every data file).
+  std::function<void(const checkpoint::SaveEvent&)> on_saved;
+  // checkpoint::Checkpointer::Options::report_commit: rank 0's commit (MANIFEST.json and every
+  // data file, manifest_committed, expected_files), one attempt. OK: the coordinator stored the
+  // report, so its registry lists the step committed. Errors: the RPC's.
+  std::function<absl::Status(const checkpoint::SaveEvent&)> report_commit;
+  // Rank 0: this attempt resumed from `step` because `missing_step`, the coordinator's resume
+  // step, is not a committed checkpoint under `root` (CheckpointReport.fallback_from_step).
+  // Retried with backoff for up to 30 s. Errors: the last RPC error.
+  std::function<absl::Status(int64_t missing_step, int64_t step, const std::string& root)>
+      report_fallback;
+};
+
+// Errors: the client's creation errors.
+absl::StatusOr<CoordinatorReporter> MakeCoordinatorReporter(
     const CoordinatorReporterOptions& options);
 
 }  // namespace shardline::trainer

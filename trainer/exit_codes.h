@@ -9,6 +9,10 @@
 //   4    communication failure: rendezvous or a collective failed, timed out, or lost a peer
 //        (the message names the group, operation and step)
 //   5    training diverged: the loss became NaN or infinite (the message names the step)
+//   6    checkpoint.dir is not shared: some rank cannot see the probe rank 0 wrote there at the
+//        start (trainer/checkpoint_dir_probe.h; the message names the directory, the rank and
+//        both hosts). The coordinator fails the job without restarting it: a new attempt would
+//        see the same mounts
 //   128+N  stopped by signal N between steps (143 for SIGTERM, 130 for SIGINT); a SIGKILL
 //        shows as the signal itself to the parent
 #ifndef SHARDLINE_TRAINER_EXIT_CODES_H_
@@ -23,6 +27,7 @@ enum TrainerExitCode : int {
   kExitDataError = 3,
   kExitCommFailure = 4,
   kExitDiverged = 5,
+  kExitCheckpointDirNotShared = 6,
   kExitSignalBase = 128,
 };
 

@@ -5,7 +5,8 @@
 // Environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (see config.h);
 // SHARDLINE_PEAK_FLOPS (FLOP/s of one rank's device, for the MFU estimate; default 1e11 on
 // CPU, 989e12 on CUDA, the dense bf16 peak of an H100/H200); SHARDLINE_RESUME_STEP (from the
-// worker daemon: when > 0, resume from that checkpoint step instead of checkpoint.resume_step).
+// worker daemon: when > 0, resume from that checkpoint step instead of checkpoint.resume_step;
+// when it is not committed on disk, from the newest committed one: TrainerCheckpointing::Restore).
 // Exit codes: exit_codes.h. The spec's paths are relative to the spec file. Logs go to
 // stderr; the sample to stdout.
 //
@@ -48,6 +49,7 @@
 #include "data/token_dataset.h"
 #include "fsdp/comm_groups.h"
 #include "models/model_factory.h"
+#include "trainer/checkpoint_dir_probe.h"
 #include "trainer/checkpointing.h"
 #include "trainer/config.h"
 #include "trainer/coordinator_reporter.h"
@@ -250,6 +252,27 @@ bool WantsCheckpoints(const TrainerConfig& c) {
   return !c.checkpoint_dir.empty() || !c.init_from_safetensors.empty();
 }
 
+// Under the coordinator each job gets its own directory <dir>/<job id>, shared by the job's
+// attempts (a restarted attempt resumes from the latest checkpoint there).
+std::string JobCheckpointDir(const TrainerConfig& c, const RankEnv& env) {
+  return c.checkpoint_dir.empty() || env.job_id.empty()
+             ? c.checkpoint_dir
+             : absl::StrCat(c.checkpoint_dir, "/", env.job_id);
+}
+
+// With checkpoints on and more than one rank: every rank must see the directory rank 0 writes
+// to, or the job would learn it only at its first restart (trainer/checkpoint_dir_probe.h).
+absl::Status CheckCheckpointDir(const TrainerConfig& c, const RankEnv& env, at::Device device,
+                                fsdp::KvStore* store, fsdp::Communicator* world) {
+  if (c.checkpoint_dir.empty() || world == nullptr || world->size() < 2) return absl::OkStatus();
+  CheckpointDirProbeOptions o;
+  o.dir = JobCheckpointDir(c, env);
+  o.configured_dir = c.checkpoint_dir;
+  o.host = env.node_name;
+  o.timeout = absl::Seconds(c.collective_timeout_s);
+  return CheckCheckpointDirShared(o, store, world, device);
+}
+
 // The spec's checkpoint policy over the engine of `fsdp` (null with --backend local, which has
 // no checkpoints). Under the coordinator each save is reported to it.
 absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const TrainerConfig& c,
@@ -260,11 +283,7 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const 
         "checkpoint.dir / init_from_safetensors need the FSDP backend (--backend fsdp or auto)");
   }
   CheckpointPolicy policy;
-  // Under the coordinator each job gets its own directory <dir>/<job id>, shared by the job's
-  // attempts (a restarted attempt resumes from the latest checkpoint there).
-  policy.dir = c.checkpoint_dir.empty() || env.job_id.empty()
-                   ? c.checkpoint_dir
-                   : absl::StrCat(c.checkpoint_dir, "/", env.job_id);
+  policy.dir = JobCheckpointDir(c, env);
   policy.every_steps = c.checkpoint_every_steps;
   policy.keep_last = c.checkpoint_keep_last;
   policy.async_save = c.checkpoint_async;
@@ -274,6 +293,10 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const 
   if (const char* r = std::getenv("SHARDLINE_RESUME_STEP");
       r != nullptr && absl::SimpleAtoi(r, &env_resume) && env_resume > 0) {
     policy.resume_step = env_resume;
+    // The coordinator's registry step (not the spec's own resume_step, which the coordinator
+    // passes on for a first attempt): when it is missing on disk, resume from the newest
+    // committed checkpoint there instead, and say so.
+    policy.fallback_if_missing = env_resume != c.resume_step;
   }
   policy.init_from_safetensors = c.init_from_safetensors;
   policy.total_steps = c.steps;
@@ -282,11 +305,12 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const 
   policy.attempt = env.attempt;
   policy.commit_timeout = absl::Seconds(c.collective_timeout_s);
   if (!env.coordinator.empty() && !env.job_id.empty()) {
-    absl::StatusOr<std::function<void(const checkpoint::SaveEvent&)>> reporter =
-        MakeCoordinatorReporter(
-            {env.coordinator, env.rdzv_secret, env.job_id, env.attempt, env.rank});
+    absl::StatusOr<CoordinatorReporter> reporter = MakeCoordinatorReporter(
+        {env.coordinator, env.rdzv_secret, env.job_id, env.attempt, env.rank});
     if (!reporter.ok()) return reporter.status();
-    policy.on_saved = *std::move(reporter);
+    policy.on_saved = reporter->on_saved;
+    policy.report_commit = reporter->report_commit;
+    policy.report_fallback = reporter->report_fallback;
   }
   return TrainerCheckpointing::Create(policy, fsdp->engine(), fsdp->optimizer(), fsdp->world());
 }
@@ -346,6 +370,15 @@ int FailFlags(const absl::Status& s) {
 // anything else the engine refuses is the spec's.
 int FailEngine(const absl::Status& s) {
   return Fail(IsCommError(s) ? kExitCommFailure : kExitBadSpec, "fsdp", s);
+}
+
+// Some rank cannot see the checkpoint directory: not retried (exit_codes.h). A lost peer or store
+// is a communication failure; rank 0 unable to write there is a checkpoint (data) error.
+int FailCheckpointDir(const absl::Status& s) {
+  if (s.code() == absl::StatusCode::kInvalidArgument) {
+    return Fail(kExitCheckpointDirNotShared, "checkpoint", s);
+  }
+  return Fail(IsCommError(s) ? kExitCommFailure : kExitDataError, "checkpoint", s);
 }
 
 // A lost peer while loading is a communication failure; a missing, corrupt or mismatched
@@ -429,8 +462,14 @@ int Main(int argc, char** argv) {
   }
   LogBackend(*backend, env->rank);
 
-  // 4. Checkpoints: resume (or initialize from safetensors), then save per the spec's policy.
+  // 4. Checkpoints: at every attempt's start, that checkpoint.dir is one directory on every
+  //    rank's worker; then resume (or initialize from safetensors), then save per the spec's
+  //    policy.
   std::unique_ptr<TrainerCheckpointing> ckpt;
+  if (fsdp_backend != nullptr) {
+    absl::Status shared = CheckCheckpointDir(c, *env, *device, store.get(), groups.world.get());
+    if (!shared.ok()) return FailCheckpointDir(shared);
+  }
   if (WantsCheckpoints(c)) {
     absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> created =
         CreateCheckpointing(c, *env, fsdp_backend.get());

@@ -209,13 +209,16 @@ void WorkerDaemon::HandleAssignment(const Assignment& a) {
     r.status.set_attempt(a.attempt());
     r.status.set_rank(a.rank());
     r.status.set_state(RankStatus::EXITED);
-    r.status.set_exit_code(127);
+    // 2 as the trainer's "bad job spec" when this node's path policy refused the spec.
+    r.status.set_exit_code(absl::IsPermissionDenied(s) ? 2 : 127);
     r.status.set_log_tail(std::string(s.message()));
     r.exited_at = absl::Now();
   }
 }
 
 absl::Status WorkerDaemon::StartRank(const Assignment& a) {
+  // The coordinator checked the paths against its roots; this node's roots and links decide.
+  RETURN_IF_ERROR(spec::CheckSpecPaths(a.spec(), options_.path_policy, /*resolve_links=*/true));
   const std::string dir =
       absl::StrCat(options_.work_dir, "/jobs/", a.job_id(), "/attempt-", a.attempt());
   std::error_code ec;
@@ -249,6 +252,7 @@ absl::Status WorkerDaemon::StartRank(const Assignment& a) {
       {"SHARDLINE_RDZV_SECRET", a.rendezvous_secret()},
       {"SHARDLINE_RESUME_STEP", std::to_string(a.resume_step())},
       {"SHARDLINE_ADVERTISE_ADDRESS", options_.advertise_address},
+      {"SHARDLINE_NODE_NAME", options_.node_name},
   };
   // The daemon's own secrets stay with it (its environment may hold them: worker_main reads
   // $SHARDLINE_JOIN_TOKEN, and a shell may export a user's $SHARDLINE_TOKEN).

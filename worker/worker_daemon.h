@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "coordinator/client.h"
 #include "proto/coordinator.pb.h"
+#include "spec/path_policy.h"
 #include "worker/metrics_tail.h"
 #include "worker/rank_process.h"
 
@@ -45,6 +46,9 @@ struct WorkerOptions {
   int cpu_slots = 0;                // CPU slots offered (used when no GPU is found)
   std::string work_dir;             // per-job directories and rank logs
   std::string trainer_path;         // the trainer binary
+  // Where specs may read and write on this node (checked again at each START, with symbolic
+  // links resolved; the coordinator's check is lexical). Empty roots: anywhere.
+  spec::PathPolicy path_policy;
   absl::Duration grace_period = absl::Seconds(10);
   absl::Duration rpc_timeout = absl::Seconds(10);
   // Reconnect backoff doubles from 100 ms up to this; kept well below the coordinator's default

@@ -14,6 +14,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "worker/worker_daemon.h"
 
@@ -27,6 +28,11 @@ ABSL_FLAG(std::string, work_dir, "", "Directory for job files and rank logs.");
 ABSL_FLAG(std::string, trainer, "",
           "Path of the trainer binary; default: ../trainer/trainer (Bazel's layout) if "
           "present, else beside this binary.");
+ABSL_FLAG(std::string, read_roots, "",
+          "comma-separated directories job specs may read data, models and weights under on this "
+          "node (empty: anywhere; see spec/path_policy.h)");
+ABSL_FLAG(std::string, checkpoint_roots, "",
+          "comma-separated directories a job's checkpoint.dir must lie under (empty: anywhere)");
 ABSL_FLAG(int, grace_period_s, 10, "Seconds between SIGTERM and SIGKILL when stopping ranks.");
 ABSL_FLAG(
     bool, check_flags, false,
@@ -84,6 +90,18 @@ int main(int argc, char** argv) {
   o.trainer_path =
       absl::GetFlag(FLAGS_trainer).empty() ? TrainerBesideSelf() : absl::GetFlag(FLAGS_trainer);
   o.grace_period = absl::Seconds(absl::GetFlag(FLAGS_grace_period_s));
+  auto read_roots = shardline::spec::ParseRoots("read_roots", absl::GetFlag(FLAGS_read_roots));
+  auto checkpoint_roots =
+      shardline::spec::ParseRoots("checkpoint_roots", absl::GetFlag(FLAGS_checkpoint_roots));
+  for (const auto* r : {&read_roots, &checkpoint_roots}) {
+    if (!r->ok()) {
+      std::fprintf(stderr, "worker: %s\n", std::string(r->status().message()).c_str());
+      return 2;
+    }
+  }
+  o.path_policy.read_roots = *read_roots;
+  o.path_policy.checkpoint_roots = *checkpoint_roots;
+  o.path_policy.owner = absl::StrCat("worker ", o.node_name);
 
   if (absl::GetFlag(FLAGS_check_flags)) {
     // The flags alone: this machine's GPUs, trainer binary and directories belong to the node

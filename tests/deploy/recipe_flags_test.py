@@ -103,6 +103,15 @@ def main():
         args = [a for a in argv[1:]]
         # Directories named by the recipe are created by systemd/k8s/Slurm; make them here.
         args = [a.replace("/var/lib/shardline", os.path.join(tmp, "var")) for a in args]
+        # Token files come from the recipe's secrets (a Kubernetes Secret volume under
+        # /etc/shardline); --check_flags reads them, so write sample ones.
+        args = [a.replace("/etc/shardline", os.path.join(tmp, "etc")) for a in args]
+        for a in args:
+            m = re.match(r"--\w*token_file=(.+)", a)
+            if m and m.group(1).startswith(tmp):
+                os.makedirs(os.path.dirname(m.group(1)), exist_ok=True)
+                with open(m.group(1), "w") as f:
+                    f.write("sample-token\n")
         proc = subprocess.run([binaries[name]] + args + ["--check_flags"],
                               capture_output=True, text=True, timeout=60)
         status = "ok" if proc.returncode == 0 else "FAILED (exit %d)" % proc.returncode

@@ -102,8 +102,9 @@ class Cluster:
 
     # `address`: the worker's --address (where its trainers bind and peers reach them);
     # `wrap`: a command prefix that runs the daemon, e.g. ["ip", "netns", "exec", "ns1"];
-    # `env`: added to the daemon's environment (its trainers inherit it).
-    def start_worker(self, i, slots, grace_period_s=5, address=None, wrap=None, env=None):
+    # `env`: added to the daemon's environment (its trainers inherit it); `flags`: more flags.
+    def start_worker(self, i, slots, grace_period_s=5, address=None, wrap=None, env=None,
+                     flags=()):
         os.makedirs(self.worker_dir(i), exist_ok=True)
         log = open(os.path.join(self.worker_dir(i), "worker.log"), "a")
         cmd = [BINARIES.worker, "--coordinator=" + self.address, "--node_name=node-%d" % i,
@@ -111,6 +112,7 @@ class Cluster:
                "--trainer=" + BINARIES.trainer, "--grace_period_s=%d" % grace_period_s]
         if address:
             cmd.append("--address=" + address)
+        cmd += list(flags)
         self.procs["worker-%d" % i] = subprocess.Popen(
             (wrap or []) + cmd, stdout=log, stderr=subprocess.STDOUT,
             env=dict(os.environ, **env) if env else None)

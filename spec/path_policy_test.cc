@@ -1,0 +1,109 @@
+#include "spec/path_policy.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace shardline::spec {
+namespace {
+
+using ::testing::HasSubstr;
+
+JobSpec SpecWith(const std::string& data, const std::string& ckpt) {
+  JobSpec spec;
+  spec.mutable_data()->set_path(data);
+  spec.mutable_checkpoint()->set_dir(ckpt);
+  return spec;
+}
+
+PathPolicy Policy(std::vector<std::string> read, std::vector<std::string> ckpt) {
+  PathPolicy p;
+  p.read_roots = std::move(read);
+  p.checkpoint_roots = std::move(ckpt);
+  return p;
+}
+
+TEST(PathPolicy, NormalizeRemovesDotsAndRepeatedSlashes) {
+  EXPECT_EQ(NormalizePath("/a/./b/../c//"), "/a/c");
+  EXPECT_EQ(NormalizePath("/../../etc/passwd"), "/etc/passwd");
+  EXPECT_EQ(NormalizePath("/data/../etc"), "/etc");
+  EXPECT_EQ(NormalizePath("a/../../b"), "../b");
+  EXPECT_EQ(NormalizePath("/"), "/");
+}
+
+TEST(PathPolicy, SpecPathsListsEverySetPathField) {
+  JobSpec spec = SpecWith("/data/x.txt", "/ckpt");
+  spec.mutable_model()->set_torchscript_path("/models/m.pt");
+  spec.mutable_checkpoint()->set_init_from_safetensors("/models/w.safetensors");
+  std::vector<std::string> fields;
+  for (const SpecPath& p : SpecPaths(spec)) fields.push_back(p.field);
+  EXPECT_EQ(fields,
+            (std::vector<std::string>{"data.path", "model.torchscript_path",
+                                      "checkpoint.init_from_safetensors", "checkpoint.dir"}));
+  EXPECT_EQ(SpecPaths(JobSpec()).size(), 0u);
+}
+
+TEST(PathPolicy, PathsInsideTheirRootsPass) {
+  const PathPolicy p = Policy({"/data", "/models"}, {"/ckpt"});
+  EXPECT_TRUE(CheckSpecPaths(SpecWith("/data/a/b.txt", "/ckpt/team"), p, false).ok());
+  EXPECT_TRUE(CheckSpecPaths(SpecWith("/models/x", "/ckpt"), p, false).ok());
+  EXPECT_TRUE(CheckSpecPaths(SpecWith("/data/x", "/anything"), Policy({"/data"}, {}), false).ok());
+  EXPECT_TRUE(CheckSpecPaths(SpecWith("/etc/passwd", "/x"), PathPolicy(), false).ok());
+}
+
+TEST(PathPolicy, OutsideDotDotPrefixTrickAndRelativeAreRefusedNamingFieldAndRoots) {
+  const PathPolicy p = Policy({"/data"}, {"/ckpt"});
+  absl::Status s = CheckSpecPaths(SpecWith("/etc/shadow", "/tmp/x"), p, false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.message(),
+            "data.path: /etc/shadow is outside the read roots [/data] allowed by the coordinator "
+            "(--read_roots)\n"
+            "checkpoint.dir: /tmp/x is outside the checkpoint roots [/ckpt] allowed by the "
+            "coordinator (--checkpoint_roots)");
+  // ".." out of the root, and a sibling sharing the root's prefix.
+  EXPECT_THAT(CheckSpecPaths(SpecWith("/data/../etc/passwd", "/ckpt"), p, false).message(),
+              HasSubstr("data.path: /data/../etc/passwd is outside the read roots"));
+  EXPECT_THAT(CheckSpecPaths(SpecWith("/data2/x", "/ckpt"), p, false).message(),
+              HasSubstr("data.path: /data2/x is outside"));
+  EXPECT_THAT(CheckSpecPaths(SpecWith("data/x", "/ckpt"), p, false).message(),
+              HasSubstr("data.path: \"data/x\" must be an absolute path under the read roots"));
+}
+
+TEST(PathPolicy, WorkerCheckRefusesASymlinkOutOfARoot) {
+  const std::string base = std::string(std::getenv("TEST_TMPDIR")) + "/links";
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base + "/data");
+  std::filesystem::create_directories(base + "/secret");
+  std::filesystem::create_directories(base + "/real_ckpt");
+  std::filesystem::create_symlink(base + "/secret", base + "/data/escape");
+  std::filesystem::create_symlink(base + "/real_ckpt", base + "/ckpt");  // the root is a link
+  PathPolicy p = Policy({base + "/data"}, {base + "/ckpt"});
+  p.owner = "worker node-a";
+  const JobSpec spec = SpecWith(base + "/data/escape/key.pem", base + "/ckpt/job/new_dir");
+  EXPECT_TRUE(CheckSpecPaths(spec, p, /*resolve_links=*/false).ok());  // lexically inside
+  absl::Status s = CheckSpecPaths(spec, p, /*resolve_links=*/true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.message(),
+            "data.path: " + base + "/data/escape/key.pem resolves to " + base +
+                "/secret/key.pem (a symbolic link), which is outside the read roots [" + base +
+                "/data] allowed by the worker node-a (--read_roots)");
+}
+
+TEST(PathPolicy, ParseRootsRefusesRelativeAndSlashOnly) {
+  auto roots = ParseRoots("read_roots", " /data/, /models/./x ,");
+  ASSERT_TRUE(roots.ok()) << roots.status();
+  EXPECT_EQ(*roots, (std::vector<std::string>{"/data", "/models/x"}));
+  EXPECT_TRUE(ParseRoots("read_roots", "")->empty());
+  EXPECT_EQ(ParseRoots("read_roots", "data").status().message(),
+            "--read_roots: root \"data\" must be an absolute path");
+  EXPECT_EQ(ParseRoots("checkpoint_roots", "/a/..").status().message(),
+            "--checkpoint_roots: root \"/a/..\" allows every path; leave --checkpoint_roots "
+            "empty instead");
+}
+
+}  // namespace
+}  // namespace shardline::spec

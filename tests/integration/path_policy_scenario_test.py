@@ -1,0 +1,90 @@
+"""Issue #14 item 4 on a real cluster: a coordinator and a worker started with --read_roots and
+--checkpoint_roots. A spec naming a path outside them is refused at submit (naming the field and
+the allowed roots), ".." cannot climb out, and a symbolic link under a root that points outside
+it, which the coordinator cannot see, is refused by the worker before any trainer starts. A spec
+inside the roots trains as usual, and the coordinator keeps serving throughout."""
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+import cluster_test  # noqa: E402  (imported as a module, so its tests are not collected here)
+
+
+class PathPolicyScenarioTest(unittest.TestCase):
+    def setUp(self):
+        self.base = tempfile.mkdtemp(prefix="roots_", dir=os.environ.get("TEST_TMPDIR"))
+        self.data = os.path.join(self.base, "data")
+        self.ckpt = os.path.join(self.base, "ckpt")
+        self.outside = os.path.join(self.base, "outside")
+        for d in (self.data, self.ckpt, self.outside):
+            os.makedirs(d)
+        shutil.copy(cluster_test.CORPUS, os.path.join(self.data, "corpus.txt"))
+        shutil.copy(cluster_test.CORPUS, os.path.join(self.outside, "corpus.txt"))
+        os.symlink(self.outside, os.path.join(self.data, "escape"))
+        roots = ["--read_roots=" + self.data, "--checkpoint_roots=" + self.ckpt]
+        self.cluster = harness.Cluster(workers=0, grace_period_s=3, coordinator_flags=roots)
+        self.cluster.start_worker(0, 2, grace_period_s=3, flags=roots)
+        self.cluster.wait_for_workers(1)
+
+    tearDown = cluster_test.ClusterTest.tearDown
+
+    def spec(self, data, ckpt, steps=2):
+        path = cluster_test.write_spec(ckpt, steps=steps, world_size=2, degree=2,
+                                       extra="restart: {max_restarts: 0}")
+        with open(path) as f:
+            text = f.read().replace("path: " + cluster_test.CORPUS, "path: " + data)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def refused(self, spec):
+        proc = self.cluster.shardctl("submit", spec, check=False)
+        self.assertNotEqual(proc.returncode, 0, proc.stdout)
+        return proc.stderr
+
+    def test_paths_outside_the_roots_are_refused_and_inside_ones_train(self):
+        corpus = os.path.join(self.data, "corpus.txt")
+        read_roots = "the read roots [%s] allowed by the coordinator (--read_roots)" % self.data
+        ckpt_roots = ("the checkpoint roots [%s] allowed by the coordinator (--checkpoint_roots)"
+                      % self.ckpt)
+
+        # Data outside the read roots, and a checkpoint dir outside the checkpoint roots.
+        err = self.refused(self.spec(os.path.join(self.outside, "corpus.txt"), self.ckpt))
+        self.assertIn("shardctl: SubmitJob: ", err)  # the coordinator refused it, not shardctl
+        self.assertIn("data.path: %s/corpus.txt is outside %s" % (self.outside, read_roots), err)
+        err = self.refused(self.spec(corpus, "/tmp/elsewhere"))
+        self.assertIn("checkpoint.dir: /tmp/elsewhere is outside " + ckpt_roots, err)
+        # ".." cannot climb out of a root.
+        climb = os.path.join(self.ckpt, "..", "outside")
+        err = self.refused(self.spec(corpus, climb))
+        self.assertIn("checkpoint.dir: %s is outside %s" % (climb, ckpt_roots), err)
+        self.assertEqual(self.cluster.shardctl_json("list").get("jobs", []), [])
+
+        # A link under the read root pointing outside it: lexically inside, so the coordinator
+        # accepts it; the worker resolves it and refuses before starting a trainer.
+        linked = os.path.join(self.data, "escape", "corpus.txt")
+        job = self.cluster.shardctl("submit", self.spec(linked, self.ckpt)).stdout.split()[0]
+        status = self.cluster.wait_for(job, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"),
+                                       timeout=120, what="job end")
+        self.assertEqual(status["state"], "FAILED", status)
+        message = " ".join(e.get("message", "") for e in status["events"])
+        self.assertIn("exited with code 2: data.path: %s resolves to %s/corpus.txt (a symbolic "
+                      "link), which is outside the read roots [%s] allowed by the worker node-0 "
+                      "(--read_roots)" % (linked, self.outside, self.data), message)
+        self.assertFalse(os.path.exists(os.path.join(self.ckpt, job)))  # no trainer ran
+
+        # Inside the roots: trains and checkpoints as usual.
+        job = self.cluster.shardctl("submit", self.spec(corpus, self.ckpt)).stdout.split()[0]
+        status = self.cluster.wait_for(job, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"),
+                                       timeout=300, what="job end")
+        self.assertEqual(status["state"], "SUCCEEDED", status)
+        self.assertTrue(os.path.exists(os.path.join(self.ckpt, job, "step_2", "MANIFEST.json")))
+        self.assertEqual(len(self.cluster.shardctl_json("list")["jobs"]), 2)
+
+
+if __name__ == "__main__":
+    harness.run_tests(__name__)
