@@ -60,6 +60,7 @@ std::string ProgressLine(const JobStatus& status, int bar_width) {
 std::string StatusBlock(const JobStatus& status) {
   std::string out;
   absl::StrAppend(&out, "job        ", status.job_id(), "  (", status.spec().name(), ")\n");
+  if (!status.owner().empty()) absl::StrAppend(&out, "owner      ", status.owner(), "\n");
   absl::StrAppend(&out, "state      ", JobStateName(status.state()));
   if (!status.message().empty()) absl::StrAppend(&out, ": ", status.message());
   absl::StrAppend(&out, "\n");

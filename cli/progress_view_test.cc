@@ -57,6 +57,7 @@ TEST(ProgressView, StatusBlockListsPlacementAndEvents) {
   s.mutable_spec()->set_name("tiny");
   s.set_state(FAILED);
   s.set_message("rank 2 exited with code 3");
+  s.set_owner("alice");
   RankPlacement* p = s.add_placement();
   p->set_rank(2);
   p->set_node_name("node-b");
@@ -66,6 +67,7 @@ TEST(ProgressView, StatusBlockListsPlacementAndEvents) {
   const std::string block = StatusBlock(s);
   EXPECT_TRUE(absl::StrContains(block, "state      FAILED: rank 2 exited with code 3")) << block;
   EXPECT_TRUE(absl::StrContains(block, "rank 2   node node-b")) << block;
+  EXPECT_TRUE(absl::StrContains(block, "owner      alice\n")) << block;
   EXPECT_TRUE(absl::StrContains(block, "RANK_FAILED")) << block;
 }
 

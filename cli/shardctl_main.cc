@@ -3,7 +3,7 @@
 //   shardctl cluster up [--state_dir=.cluster] [--workers=2] [--slots=2]
 //   shardctl cluster down [--state_dir=.cluster]
 //   shardctl submit SPEC [--set path=value ...] [--watch] [--dry_run]
-//   shardctl status JOB | list | workers | checkpoints JOB     (each takes --json)
+//   shardctl status JOB | list | workers | checkpoints JOB | whoami   (each takes --json)
 //   shardctl watch JOB [--json]
 //   shardctl logs JOB [--rank=N|--all] [--follow] [--tail=K] [--since=10m|RFC3339]
 //   shardctl metrics JOB [--json]
@@ -110,6 +110,7 @@ Commands:
   checkpoints JOB                committed checkpoints of the job
   export JOB --out=F [--step=N]  the model of a committed checkpoint as one .safetensors file
   workers                        registered workers and their slots
+  whoami                         the user (and admin or not) the coordinator takes the token for
 Read commands take --json. Coordinator: --coordinator, $SHARDLINE_COORDINATOR, the config file,
 or the local cluster; token: --token_file, --token, $SHARDLINE_TOKEN, the config file, or the
 local cluster. TLS: --tls_ca=CA.pem [--tls_cert, --tls_key], or tls_ca= etc. in the config file;
@@ -412,10 +413,29 @@ int CmdList() {
     std::cout << ToJson(r);
     return kOk;
   }
-  std::cout << absl::StrFormat("%-14s %-24s %s\n", "JOB", "NAME", "PROGRESS");
+  std::cout << absl::StrFormat("%-14s %-24s %-12s %s\n", "JOB", "NAME", "OWNER", "PROGRESS");
   for (const JobStatus& j : *jobs) {
-    std::cout << absl::StrFormat("%-14s %-24s %s\n", j.job_id(), j.spec().name(),
-                                 ProgressLine(j, 10));
+    std::cout << absl::StrFormat("%-14s %-24s %-12s %s\n", j.job_id(), j.spec().name(),
+                                 j.owner().empty() ? "-" : j.owner(), ProgressLine(j, 10));
+  }
+  return kOk;
+}
+
+int CmdWhoAmI() {
+  auto client = Connect();
+  if (!client.ok()) return Fail(client.status());
+  auto me = (*client)->WhoAmI();
+  if (!me.ok()) return Fail(me.status());
+  if (absl::GetFlag(FLAGS_json)) {
+    std::cout << ToJson(*me);
+    return kOk;
+  }
+  if (!me->user().empty()) {
+    std::cout << "user       " << me->user() << (me->admin() ? " (admin)" : "") << "\n";
+  }
+  std::cout << "credential " << me->credential() << "\n";
+  if (!me->job_id().empty()) {
+    std::cout << "attempt    " << me->job_id() << " attempt " << me->attempt() << "\n";
   }
   return kOk;
 }
@@ -629,6 +649,7 @@ int main(int argc, char** argv) {
   if (cmd == "cancel") return CmdCancel(args);
   if (cmd == "checkpoints") return CmdCheckpoints(args);
   if (cmd == "workers") return CmdWorkers();
+  if (cmd == "whoami") return CmdWhoAmI();
   if (cmd == "export") return CmdExport(args);
   std::cerr << "shardctl: unknown command \"" << cmd << "\"\n\n" << kUsageText;
   return kUsage;

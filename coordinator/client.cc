@@ -83,11 +83,26 @@ absl::Status CoordinatorClient::WaitForReady(absl::Duration timeout) {
                                              absl::FormatDuration(timeout)));
 }
 
-std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context(absl::Duration timeout) const {
+std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context(
+    absl::Duration timeout, const std::string& bearer, const std::string& worker_credential) const {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(Deadline(timeout));
-  if (!options_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + options_.token);
+  const std::string& token = bearer.empty() ? options_.token : bearer;
+  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+  if (!worker_credential.empty()) {
+    ctx->AddMetadata("x-shardline-worker-credential", worker_credential);
+    return ctx;
+  }
+  absl::MutexLock lock(&credential_mu_);
+  if (!worker_credential_.empty()) {
+    ctx->AddMetadata("x-shardline-worker-credential", worker_credential_);
+  }
   return ctx;
+}
+
+void CoordinatorClient::SetWorkerCredential(const std::string& credential) {
+  absl::MutexLock lock(&credential_mu_);
+  worker_credential_ = credential;
 }
 
 #define SL_UNARY(Method, req, resp)                           \
@@ -101,12 +116,16 @@ absl::StatusOr<RegisterWorkerResponse> CoordinatorClient::RegisterWorker(
     const RegisterWorkerRequest& req) {
   RegisterWorkerResponse resp;
   SL_UNARY(RegisterWorker, req, resp);
+  SetWorkerCredential(resp.worker_credential());
   return resp;
 }
 
-absl::StatusOr<HeartbeatResponse> CoordinatorClient::Heartbeat(const HeartbeatRequest& req) {
+absl::StatusOr<HeartbeatResponse> CoordinatorClient::Heartbeat(
+    const HeartbeatRequest& req, const std::string& worker_credential) {
   HeartbeatResponse resp;
-  SL_UNARY(Heartbeat, req, resp);
+  auto ctx = Context(options_.timeout, "", worker_credential);
+  grpc::Status st = stub_->Heartbeat(ctx.get(), req, &resp);
+  if (!st.ok()) return FromGrpcStatus(st, "Heartbeat");
   return resp;
 }
 
@@ -145,16 +164,29 @@ absl::StatusOr<std::vector<std::string>> CoordinatorClient::RendezvousGet(
   return std::vector<std::string>(resp.values().begin(), resp.values().end());
 }
 
-absl::Status CoordinatorClient::ReportProgress(const ProgressReport& report) {
+absl::Status CoordinatorClient::ReportProgress(const ProgressReport& report,
+                                               const std::string& attempt_credential) {
   ReportProgressResponse resp;
-  SL_UNARY(ReportProgress, report, resp);
+  auto ctx = Context(options_.timeout, attempt_credential);
+  grpc::Status st = stub_->ReportProgress(ctx.get(), report, &resp);
+  if (!st.ok()) return FromGrpcStatus(st, "ReportProgress");
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorClient::ReportCheckpoint(const CheckpointReport& report) {
+absl::Status CoordinatorClient::ReportCheckpoint(const CheckpointReport& report,
+                                                 const std::string& attempt_credential) {
   ReportCheckpointResponse resp;
-  SL_UNARY(ReportCheckpoint, report, resp);
+  auto ctx = Context(options_.timeout, attempt_credential);
+  grpc::Status st = stub_->ReportCheckpoint(ctx.get(), report, &resp);
+  if (!st.ok()) return FromGrpcStatus(st, "ReportCheckpoint");
   return absl::OkStatus();
+}
+
+absl::StatusOr<WhoAmIResponse> CoordinatorClient::WhoAmI() {
+  WhoAmIRequest req;
+  WhoAmIResponse resp;
+  SL_UNARY(WhoAmI, req, resp);
+  return resp;
 }
 
 absl::StatusOr<std::string> CoordinatorClient::SubmitJob(const JobSpec& spec) {

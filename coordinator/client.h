@@ -1,9 +1,11 @@
 // CoordinatorClient: the typed client every other binary uses to talk to the coordinator
 // (worker daemon, shardctl, trainers' rendezvous and reports). Every call carries a deadline
 // (Options::timeout, or the stream's max duration) and, when a token is set, the metadata
-// "authorization: Bearer <token>". Errors are the server's status codes, with the method name
-// prefixed to the message ("SubmitJob: world_size: must be >= 1, got 0"). Without TLS a client
-// refuses to send a token to a non-loopback address unless told `insecure`.
+// "authorization: Bearer <token>"; once RegisterWorker succeeded (or SetWorkerCredential was
+// called), also "x-shardline-worker-credential: <the worker's credential>". Errors are the server's
+// status codes, with the method name prefixed to the message ("SubmitJob: world_size: must be >= 1,
+// got 0"). Without TLS a client refuses to send a token to a non-loopback address unless told
+// `insecure`.
 //
 // Thread safety: all methods may be called from several threads at once; streams block their
 // caller. CancelStreams() from another thread ends every open stream of this client.
@@ -30,7 +32,8 @@ class CoordinatorClient {
  public:
   struct Options {
     std::string address;  // host:port
-    std::string token;    // user token or worker join token; empty: none sent
+    // User token, worker join token or (trainers) the attempt credential; empty: none sent.
+    std::string token;
     absl::Duration timeout = absl::Seconds(10);
     // TLS: PEM contents (not paths). Root certificates turn TLS on; the certificate chain and
     // key are the client certificate for mutual TLS (worker daemons).
@@ -52,8 +55,14 @@ class CoordinatorClient {
   absl::Status WaitForReady(absl::Duration timeout);
 
   // ---- workers
+  // On success the response's worker_credential becomes this client's (SetWorkerCredential).
   absl::StatusOr<RegisterWorkerResponse> RegisterWorker(const RegisterWorkerRequest& req);
-  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& req);
+  // The worker credential every later call sends (empty: none).
+  void SetWorkerCredential(const std::string& credential);
+  // `worker_credential`, when set, is sent instead of this client's (one client beating for many
+  // workers: the load benchmark).
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& req,
+                                              const std::string& worker_credential = "");
   absl::StatusOr<std::vector<WorkerInfo>> ListWorkers();
   // Calls `on_assignment` for each assignment until it returns false (then OK), the server ends
   // the stream (its status), `max_duration` passes (DEADLINE_EXCEEDED) or CancelStreams()
@@ -71,9 +80,12 @@ class CoordinatorClient {
                                                          const std::vector<std::string>& keys,
                                                          absl::Duration timeout);
 
-  // ---- reports
-  absl::Status ReportProgress(const ProgressReport& report);
-  absl::Status ReportCheckpoint(const CheckpointReport& report);
+  // ---- reports. `attempt_credential`, when set, is sent as the bearer token instead of
+  // Options::token (a daemon relaying its trainers' progress uses the attempt's credential).
+  absl::Status ReportProgress(const ProgressReport& report,
+                              const std::string& attempt_credential = "");
+  absl::Status ReportCheckpoint(const CheckpointReport& report,
+                                const std::string& attempt_credential = "");
 
   // ---- jobs
   absl::StatusOr<std::string> SubmitJob(const JobSpec& spec);
@@ -95,14 +107,19 @@ class CoordinatorClient {
   absl::StatusOr<GetLogsResponse> GetLogs(const GetLogsRequest& req);
   absl::StatusOr<GetJobMetricsResponse> GetJobMetrics(const std::string& job_id,
                                                       int64_t after_step = 0);
+  // ---- identity
+  absl::StatusOr<WhoAmIResponse> WhoAmI();
 
   // Ends every stream open on this client (they return CANCELLED).
   void CancelStreams();
 
  private:
   explicit CoordinatorClient(const Options& options);
-  // A context with the deadline `timeout` from now and the token.
-  std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
+  // A context with the deadline `timeout` from now, the token (`bearer` instead when set) and
+  // the worker credential (`worker_credential` instead when set).
+  std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout,
+                                               const std::string& bearer = "",
+                                               const std::string& worker_credential = "") const;
   template <typename Msg>
   absl::Status ReadStream(const char* method, grpc::ClientContext* ctx,
                           grpc::ClientReader<Msg>* reader,
@@ -114,6 +131,8 @@ class CoordinatorClient {
   absl::Mutex mu_;
   std::set<grpc::ClientContext*> streams_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  mutable absl::Mutex credential_mu_;
+  std::string worker_credential_ ABSL_GUARDED_BY(credential_mu_);
 };
 
 }  // namespace shardline::coordinator

@@ -56,6 +56,11 @@ absl::Status CoordinatorCore::Load() {
   StateStore* store = writer_->store();
   ASSIGN_OR_RETURN(const std::vector<WorkerInfo> workers, store->LoadWorkers());
   for (const WorkerInfo& w : workers) registry_.Restore(w);
+  ASSIGN_OR_RETURN(const std::vector<WorkerCredentialRecord> credentials,
+                   store->LoadWorkerCredentials());
+  for (const WorkerCredentialRecord& c : credentials) {
+    registry_.RestoreCredential(c.worker_id(), c.credential_sha256());
+  }
   ASSIGN_OR_RETURN(const std::vector<CheckpointRecord> checkpoints, store->LoadCheckpoints());
   ASSIGN_OR_RETURN(const std::vector<JobRecord> jobs, store->LoadJobs());
   ASSIGN_OR_RETURN(const std::vector<JobMetricsRecord> series, store->LoadJobMetrics());
@@ -73,6 +78,8 @@ absl::Status CoordinatorCore::Load() {
       all_reserved &= registry_.Reserve(p.worker_id(), p.slot_index(), Namespace(rec)).ok();
     }
     rendezvous_.Open(Namespace(rec), rec.rendezvous_secret());
+    attempt_credentials_.Add(rec.rendezvous_secret(),
+                             {rec.status().job_id(), rec.status().attempt(), Namespace(rec)});
     tracker_.RestoreAttempt(rec.status());
     JobStateMachine(&job, clock_->Now())
         .Note("COORDINATOR_RESTARTED",
@@ -173,6 +180,7 @@ absl::Status CoordinatorCore::StartAttemptLocked(JobRecord& job, const Plan& pla
   st.mutable_per_rank_peak_memory_bytes()->Resize(plan.world_size, 0);
   st.set_total_steps(spec.train().steps());
   rendezvous_.Open(Namespace(job), job.rendezvous_secret());
+  attempt_credentials_.Add(job.rendezvous_secret(), {job_id, st.attempt(), Namespace(job)});
   tracker_.StartAttempt(st);
   outbox_.PushStarts(job, StartInfoLocked(job));
   SL_LOG(INFO) << "job " << job_id << " attempt " << st.attempt() << ": " << reason;
@@ -214,7 +222,8 @@ void CoordinatorCore::EndAttemptLocked(JobRecord& job, bool send_stop) {
   }
   tracker_.EndAttempt(st.job_id());
   rendezvous_.Close(Namespace(job));
-  feed_.NamespaceChanged(Namespace(job));  // waiting Gets end (ABORTED)
+  attempt_credentials_.Remove(Namespace(job));  // late reports of this attempt find nothing
+  feed_.NamespaceChanged(Namespace(job));       // waiting Gets end (ABORTED)
 }
 
 void CoordinatorCore::FailAttemptLocked(JobRecord& job, const std::string& kind,
@@ -319,7 +328,8 @@ absl::Status CoordinatorCore::ReportCheckpointLocked(const CheckpointReport& r) 
 
 // ------------------------------------------------------------------------------- jobs
 
-absl::StatusOr<std::string> CoordinatorCore::SubmitJob(const JobSpec& spec) {
+absl::StatusOr<std::string> CoordinatorCore::SubmitJob(const JobSpec& spec,
+                                                       const std::string& owner) {
   RETURN_IF_ERROR(spec::ValidateForScheduling(spec));
   if (options_.validate_spec) RETURN_IF_ERROR(options_.validate_spec(spec));
   // The job is stored before it is added, and without the mutex (an fsync must not stall
@@ -332,6 +342,7 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(const JobSpec& spec) {
     rec = jobs_.NewJob(spec, clock_->Now());
   }
   if (!rec.ok()) return rec.status();
+  rec->mutable_status()->set_owner(owner);
   if (absl::Status s = writer_->PutJobOrDrop(*rec); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("job not submitted: ", s.message()));
   }

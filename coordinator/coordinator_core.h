@@ -14,6 +14,7 @@
 //   job_table.h            the job records: ids, lookup, listing, persistence of changes
 //   checkpoint_registry.h  committed checkpoints, retention
 //   rendezvous_store.h     per-attempt KV namespaces                         (own lock)
+//   attempt_credentials.h  running attempts' credentials -> job and attempt  (own lock)
 //   rank_reports.h         what progress and checkpoint reports change
 //   manifest_fetch.h       GetCheckpoint's bounded MANIFEST.json read
 //   training_metrics.h     each job's per-step training series, batched writes  (own lock)
@@ -23,9 +24,14 @@
 // the job, report and checkpoint calls; coordinator_core_workers.cc the worker protocol;
 // coordinator_core_observability.cc the logs and training-metrics calls.
 //
-// Restart of the coordinator: every job, event, checkpoint record and worker is reloaded.
-// Workers known ALIVE get one heartbeat timeout to heartbeat again (their ids stay valid); a
-// RUNNING job keeps its placement and rendezvous secret, so its ranks go on; if a worker of it
+// Credentials: RegisterWorker issues each worker a random credential (the registry keeps its
+// SHA-256, stored too); each attempt's rendezvous secret is its attempt credential, valid from
+// its start to its end (attempt_credentials.h). The service checks both before calling in.
+//
+// Restart of the coordinator: every job, event, checkpoint record and worker (with its
+// credential digest) is reloaded. Workers known ALIVE get one heartbeat timeout to heartbeat
+// again (their ids and credentials stay valid); a RUNNING job keeps its placement and rendezvous
+// secret (its attempt credential), so its ranks go on; if a worker of it
 // does not come back in time, the attempt fails as WORKER_LOST and the job restarts from its
 // latest committed checkpoint (or fails when no restarts are left). Rendezvous values are not
 // persisted (ranks read them only while bootstrapping).
@@ -48,6 +54,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/assignment_outbox.h"
+#include "coordinator/attempt_credentials.h"
 #include "coordinator/change_feed.h"
 #include "coordinator/checkpoint_registry.h"
 #include "coordinator/clock.h"
@@ -105,7 +112,14 @@ class CoordinatorCore {
   ~CoordinatorCore();
 
   // ---- workers
+  // The response carries the worker's new credential (the previous one stops working).
   absl::StatusOr<RegisterWorkerResponse> RegisterWorker(const RegisterWorkerRequest& req);
+  // OK when `credential` is the one `worker_id` got at its latest registration. Errors:
+  // NOT_FOUND (unknown worker), PERMISSION_DENIED "worker credential does not match worker <id>".
+  absl::Status CheckWorkerCredential(const std::string& worker_id,
+                                     absl::string_view credential) const {
+    return registry_.CheckCredential(worker_id, credential);
+  }
   // Unknown or dead workers get reregister = true (not an error). Rank statuses of the current
   // attempts are applied: exit 0 counts towards success, any other exit fails the attempt.
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& req);
@@ -139,6 +153,12 @@ class CoordinatorCore {
   // The wait a RendezvousGet request gets: timeout_ms capped by max_rendezvous_wait.
   absl::Duration RendezvousWait(const RendezvousGetRequest& req) const {
     return RendezvousWaitFor(req, options_.max_rendezvous_wait);
+  }
+
+  // The running attempt whose credential `credential` is; nullopt when none (unknown, or the
+  // attempt ended).
+  std::optional<AttemptIdentity> IdentifyAttempt(absl::string_view credential) const {
+    return attempt_credentials_.Find(credential);
   }
 
   // ---- reports from ranks. Errors: NOT_FOUND (job), FAILED_PRECONDITION for a report of an
@@ -176,7 +196,8 @@ class CoordinatorCore {
   // ---- jobs
   // Errors: INVALID_ARGUMENT naming the field; UNAVAILABLE when the job cannot be stored or the
   // coordinator is read-only (CheckWritable; nothing is added then).
-  absl::StatusOr<std::string> SubmitJob(const JobSpec& spec);
+  // `owner` is recorded as JobStatus.owner.
+  absl::StatusOr<std::string> SubmitJob(const JobSpec& spec, const std::string& owner = "");
   absl::StatusOr<JobStatus> GetJob(const std::string& job_id) const;
   // Jobs in any of `states` (empty: all), in submission order.
   std::vector<JobStatus> ListJobs(const std::vector<JobState>& states) const;
@@ -267,11 +288,12 @@ class CoordinatorCore {
 
   const CoreOptions options_;
   const Clock* clock_;
-  std::unique_ptr<StateWriter> writer_;  // owns the store (none: in memory only)
-  WorkerRegistry registry_;              // own lock
-  RendezvousStore rendezvous_;           // own lock
-  TrainingMetrics training_;             // own lock; taken after mu_ when both are
-  JobLogs logs_;                         // own lock
+  std::unique_ptr<StateWriter> writer_;     // owns the store (none: in memory only)
+  WorkerRegistry registry_;                 // own lock
+  RendezvousStore rendezvous_;              // own lock
+  AttemptCredentials attempt_credentials_;  // own lock
+  TrainingMetrics training_;                // own lock; taken after mu_ when both are
+  JobLogs logs_;                            // own lock
 
   mutable absl::Mutex mu_;
   ChangeFeed feed_ ABSL_GUARDED_BY(mu_);

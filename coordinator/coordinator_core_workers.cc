@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/coordinator_core.h"
+#include "coordinator/credentials.h"
 #include "coordinator/job_state_machine.h"
 
 namespace shardline::coordinator {
@@ -22,12 +23,19 @@ void CoordinatorCore::PersistWorker(const std::string& worker_id) {
 
 absl::StatusOr<RegisterWorkerResponse> CoordinatorCore::RegisterWorker(
     const RegisterWorkerRequest& req) {
-  ASSIGN_OR_RETURN(const std::string id, registry_.Register(req));
+  const std::string credential = RandomSecret();
+  const std::string digest = Sha256Hex(credential);
+  ASSIGN_OR_RETURN(const std::string id, registry_.Register(req, digest));
   PersistWorker(id);
+  WorkerCredentialRecord record;
+  record.set_worker_id(id);
+  record.set_credential_sha256(digest);
+  writer_->PutWorkerCredential(record);
   SL_LOG(INFO) << "worker " << id << " (" << req.node_name() << ", " << req.slots_size()
                << " slots) registered";
   RegisterWorkerResponse resp;
   resp.set_worker_id(id);
+  resp.set_worker_credential(credential);
   resp.set_heartbeat_interval_ms(
       static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
   resp.set_heartbeat_timeout_ms(

@@ -242,7 +242,9 @@ class CoordinatorIntegrationTest : public ::testing::Test {
     }
     return false;
   }
-  void CommitCheckpoint(const std::string& job, int attempt, int64_t step) {
+  // Reports a committed checkpoint as the attempt's trainer would: with its credential.
+  void CommitCheckpoint(const std::string& job, int attempt, int64_t step,
+                        const std::string& attempt_credential) {
     CheckpointReport r;
     r.set_job_id(job);
     r.set_attempt(attempt);
@@ -253,7 +255,8 @@ class CoordinatorIntegrationTest : public ::testing::Test {
     r.add_files("MANIFEST.json");
     r.set_expected_files(1);
     r.set_manifest_committed(true);
-    ASSERT_TRUE(worker_->ReportCheckpoint(r).ok());
+    const absl::Status s = worker_->ReportCheckpoint(r, attempt_credential);
+    ASSERT_TRUE(s.ok()) << s;
   }
 
   std::string state_dir_;
@@ -312,7 +315,9 @@ TEST_F(CoordinatorIntegrationTest, RegisterSubmitStreamAssignmentsAndWatchToSucc
   pr.set_step(5);
   pr.set_loss(3.25);
   pr.set_step_time_s(0.1);
-  ASSERT_TRUE(worker_->ReportProgress(pr).ok());
+  // Reports carry the attempt credential (the START's rendezvous secret), not the join token.
+  EXPECT_EQ(worker_->ReportProgress(pr).code(), absl::StatusCode::kUnauthenticated);
+  ASSERT_TRUE(worker_->ReportProgress(pr, got[0].rendezvous_secret()).ok());
   absl::SleepFor(absl::Milliseconds(300));
   hb.SetRanks({Exited(*job, 1, 0, 0), Exited(*job, 1, 1, 0)});
   watcher.join();  // ends by itself after the terminal status
@@ -354,8 +359,9 @@ TEST_F(CoordinatorIntegrationTest, FailedRankRestartsFromCommittedCheckpoint) {
   AssignmentCollector stream(worker_.get(), reg->worker_id());
   auto job = user_->SubmitJob(ValidSpec("restart", 1, /*max_restarts=*/1));
   ASSERT_TRUE(job.ok());
-  ASSERT_EQ(stream.WaitFor(1).size(), 1u);
-  CommitCheckpoint(*job, 1, 5);
+  const std::vector<Assignment> first = stream.WaitFor(1);
+  ASSERT_EQ(first.size(), 1u);
+  CommitCheckpoint(*job, 1, 5, first[0].rendezvous_secret());
   auto cps = user_->ListCheckpoints(*job);
   ASSERT_TRUE(cps.ok());
   ASSERT_EQ(cps->size(), 1u);
@@ -387,6 +393,17 @@ TEST_F(CoordinatorIntegrationTest, SigkillAndRestartKeepsJobsEventsAndCheckpoint
   ASSERT_TRUE(running.ok() && cancelled.ok());
   ASSERT_TRUE(user_->CancelJob(*cancelled, "changed my mind").ok());
   WaitJob(*running, [](const JobStatus& s) { return s.state() == RUNNING; });
+  // The attempt's credential, from its START on a stream of a client of its own.
+  std::string credential;
+  {
+    auto streamer = *CoordinatorClient::Create(proc_->address(), kWorkerToken);
+    streamer->SetWorkerCredential(reg->worker_credential());
+    AssignmentCollector stream(streamer.get(), reg->worker_id());
+    const std::vector<Assignment> starts = stream.WaitFor(1);
+    ASSERT_FALSE(starts.empty());
+    credential = starts[0].rendezvous_secret();
+    streamer->CancelStreams();
+  }
   // The daemon lists its running ranks in every heartbeat.
   std::vector<RankStatus> ranks;
   for (int r = 0; r < 2; ++r) {
@@ -394,7 +411,7 @@ TEST_F(CoordinatorIntegrationTest, SigkillAndRestartKeepsJobsEventsAndCheckpoint
     ranks.back().set_state(RankStatus::RUNNING);
   }
   hb->SetRanks(ranks);
-  CommitCheckpoint(*running, 1, 42);
+  CommitCheckpoint(*running, 1, 42, credential);
   const JobStatus before = *user_->GetJob(*running);
   const JobStatus cancelled_before = *user_->GetJob(*cancelled);
 
@@ -404,6 +421,14 @@ TEST_F(CoordinatorIntegrationTest, SigkillAndRestartKeepsJobsEventsAndCheckpoint
   hb->Stop();
   StartCoordinator();  // same state_dir, new port
   worker_ = *CoordinatorClient::Create(proc_->address(), kWorkerToken);
+  // The worker's credential survived the restart (only its digest is stored).
+  worker_->SetWorkerCredential(reg->worker_credential());
+  HeartbeatRequest probe;
+  probe.set_worker_id(reg->worker_id());
+  for (const RankStatus& r : ranks) *probe.add_ranks() = r;
+  auto answer = worker_->Heartbeat(probe);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_FALSE(answer->reregister());
   hb = std::make_unique<Heartbeater>(worker_.get(), reg->worker_id(), ranks);
 
   auto jobs = user_->ListJobs();
@@ -508,8 +533,9 @@ TEST_F(CoordinatorIntegrationTest, RendezvousKvStoreOverGrpc) {
   ASSERT_TRUE(user_->SubmitJob(ValidSpec("kv", 1)).ok());
   auto got = stream.WaitFor(1);
   ASSERT_EQ(got.size(), 1u);
+  // A trainer's client: the attempt credential is its token.
   std::shared_ptr<CoordinatorClient> shared =
-      *CoordinatorClient::Create(proc_->address(), kWorkerToken);
+      *CoordinatorClient::Create(proc_->address(), got[0].rendezvous_secret());
   trainer::RendezvousKvStore kv(shared, got[0].rendezvous_namespace(), got[0].rendezvous_secret());
   std::thread late([&] {
     absl::SleepFor(absl::Milliseconds(200));
@@ -568,7 +594,7 @@ TEST_F(CoordinatorIntegrationTest, WaitingRendezvousGetsAndStreamsHoldNoThreads)
   req.set_timeout_ms(20000);
   for (int i = 0; i < kWaiters; ++i) {
     auto c = std::make_unique<Call>();
-    c->ctx.AddMetadata("authorization", std::string("Bearer ") + kWorkerToken);
+    c->ctx.AddMetadata("authorization", "Bearer " + secret);
     c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     c->reader = stub->AsyncRendezvousGet(&c->ctx, req, &cq);
     c->reader->Finish(&c->resp, &c->status, c.get());
@@ -579,7 +605,10 @@ TEST_F(CoordinatorIntegrationTest, WaitingRendezvousGetsAndStreamsHoldNoThreads)
   EXPECT_LT(threads_waiting - threads_before, 20)
       << "before " << threads_before << ", with " << kWaiters << " waiting calls "
       << threads_waiting;
-  ASSERT_TRUE(worker_->RendezvousSet(ns, secret, "ready", "go").ok());
+  ASSERT_TRUE(CoordinatorClient::Create(proc_->address(), secret)
+                  .value()
+                  ->RendezvousSet(ns, secret, "ready", "go")
+                  .ok());
   int done = 0;
   void* tag;
   bool ok;

@@ -2,7 +2,7 @@
 // it serves (tests and `shardctl` read that line), then logs to stderr until SIGINT/SIGTERM.
 //
 //   coordinator --listen 0.0.0.0:7070 --state_dir /var/lib/shardline
-//       --token_file /etc/shardline/user.token --worker_token_file /etc/shardline/join.token
+//       --users_file /etc/shardline/users --worker_token_file /etc/shardline/join.token
 #include <signal.h>
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include "common/secret_file.h"
 #include "common/status_macros.h"
 #include "coordinator/server.h"
+#include "coordinator/user_table.h"
 #include "spec/path_policy.h"
 #include "spec/validate.h"
 
@@ -35,10 +36,15 @@ ABSL_FLAG(int32_t, rank_start_timeout_ms, 120000,
           "a rank not reported by its worker this long after its attempt started fails it");
 ABSL_FLAG(int32_t, stop_grace_s, 10, "seconds between SIGTERM and SIGKILL when ranks stop");
 ABSL_FLAG(std::string, token, "",
-          "bearer token users must send (visible in the process list: prefer --token_file)");
-ABSL_FLAG(std::string, token_file, "", "file holding the user token (mode 0600)");
+          "bearer token of the admin user \"admin\" (prefer --token_file or --users_file)");
+ABSL_FLAG(std::string, token_file, "", "file holding the token of the admin user \"admin\" (mode 0600)");
+ABSL_FLAG(std::string, users_file, "",
+          "named users, one a line: <name> <token> [admin] (# comments); mode 0600 or "
+          "stricter; reloaded when it changes (a bad edit keeps the old users)");
 ABSL_FLAG(std::string, worker_token, "",
-          "join token workers and their trainers must send (default: the user token)");
+          "join token worker daemons must send (trainers get per-attempt credentials instead); "
+          "required off loopback and with --users_file, and must differ from every user token; "
+          "on loopback it defaults to --token");
 ABSL_FLAG(std::string, worker_token_file, "", "file holding the worker join token (mode 0600)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for the Prometheus endpoint GET /metrics (empty: off; port 0: any, printed "
@@ -120,7 +126,8 @@ int main(int argc, char** argv) {
   o.stop_grace_period_s = absl::GetFlag(FLAGS_stop_grace_s);
   o.rank_start_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rank_start_timeout_ms));
   o.user_token = *user_token;
-  o.worker_token = worker_token->empty() ? *user_token : *worker_token;
+  o.users_file = absl::GetFlag(FLAGS_users_file);
+  o.worker_token = *worker_token;  // empty on loopback: --token (CoordinatorServer)
   o.insecure = absl::GetFlag(FLAGS_insecure);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.metrics_flush_interval = absl::Milliseconds(std::max(0, absl::GetFlag(FLAGS_metrics_flush_ms)));
@@ -158,7 +165,14 @@ int main(int argc, char** argv) {
     // Lexical only: the workers check again with their file systems (symbolic links).
     return shardline::spec::CheckSpecPaths(spec, paths, /*resolve_links=*/false);
   };
-  if (absl::GetFlag(FLAGS_check_flags)) return 0;
+  if (absl::GetFlag(FLAGS_check_flags)) {
+    auto users = shardline::coordinator::UserTable::Create(o.users_file, o.user_token);
+    if (!users.ok()) {
+      SL_LOG(ERROR) << users.status();
+      return 2;
+    }
+    return 0;
+  }
   if (o.state_dir.empty()) {
     SL_LOG(WARNING) << "no --state_dir: state is kept in memory and lost on exit";
   }
@@ -174,7 +188,7 @@ int main(int argc, char** argv) {
   }
   std::cout << "listening on " << (*server)->address() << std::endl;
   SL_LOG(INFO) << "serving on " << (*server)->address()
-               << (o.user_token.empty() ? " (no user token)" : "")
+               << (o.user_token.empty() && o.users_file.empty() ? " (no user token)" : "")
                << (o.state_dir.empty() ? "" : absl::StrCat(", state in ", o.state_dir));
 
   shardline::coordinator::CoordinatorServer* s = server->get();

@@ -1,5 +1,8 @@
 #include "coordinator/rendezvous_store.h"
 
+#include <sys/random.h>
+
+#include <cerrno>
 #include <random>
 
 #include "absl/strings/escaping.h"
@@ -20,9 +23,17 @@ bool SecretEquals(absl::string_view a, absl::string_view b) {
 }
 
 std::string RandomSecret() {
-  std::random_device rd;  // /dev/urandom on Linux
   std::string bytes(32, '\0');
-  for (char& c : bytes) c = static_cast<char>(rd() & 0xff);
+  size_t got = 0;
+  while (got < bytes.size()) {  // the kernel's CSPRNG; blocks only before it is seeded at boot
+    const ssize_t n = getrandom(bytes.data() + got, bytes.size() - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n < 0 && errno != EINTR) {
+      std::random_device rd;  // getrandom missing (pre-3.17 kernel): the library's source
+      for (; got < bytes.size(); ++got) bytes[got] = static_cast<char>(rd() & 0xff);
+    }
+  }
   return absl::BytesToHexString(bytes);
 }
 

@@ -75,7 +75,8 @@ class RendezvousStore {
 // Constant-time comparison of secrets and tokens (no early exit on the first differing byte).
 bool SecretEquals(absl::string_view a, absl::string_view b);
 
-// 32 random bytes, hex encoded, from the system's random device.
+// 32 random bytes (getrandom(2), the kernel's CSPRNG), hex encoded: attempt and worker
+// credentials.
 std::string RandomSecret();
 
 }  // namespace shardline::coordinator

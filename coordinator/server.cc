@@ -12,12 +12,41 @@ namespace shardline::coordinator {
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
     const ServerOptions& options) {
-  if (!IsLoopbackAddress(options.listen) && !options.insecure &&
-      (options.user_token.empty() || options.worker_token.empty())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "refusing to listen on non-loopback address ", options.listen,
-        " without --token and --worker_token (add --insecure to run without tokens on a trusted "
-        "network)"));
+  absl::StatusOr<std::unique_ptr<UserTable>> users =
+      UserTable::Create(options.users_file, options.user_token);
+  if (!users.ok()) return users.status();
+  const bool loopback = IsLoopbackAddress(options.listen);
+  if (!options.users_file.empty() && options.worker_token.empty()) {
+    return absl::FailedPreconditionError(
+        "--users_file needs --worker_token_file (or --worker_token): workers join with a token "
+        "of their own, never a user's");
+  }
+  if (!loopback && (*users)->empty() && options.worker_token.empty()) {
+    if (!options.insecure) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "refusing to listen on non-loopback address ", options.listen,
+          " without --token and --worker_token (add --insecure to run without tokens on a "
+          "trusted network)"));
+    }
+  } else if (!loopback) {
+    if (options.worker_token.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("refusing to listen on non-loopback address ", options.listen,
+                       " without a worker join token of its own: set --worker_token_file (or "
+                       "--worker_token); off loopback workers never join with the user token "
+                       "(--token/--token_file/--users_file)"));
+    }
+    if (std::optional<User> u = (*users)->Find(options.worker_token)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("refusing to listen on non-loopback address ", options.listen,
+                       ": --worker_token equals the token of user ", u->name,
+                       " (--token/--token_file/--users_file); give workers a token of their own"));
+    }
+    if ((*users)->empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("refusing to listen on non-loopback address ", options.listen,
+                       " with a worker token but no users: set --token_file or --users_file"));
+    }
   }
   if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate and its private key");
@@ -46,7 +75,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   auto c = CoordinatorCore::Create(core);
   if (!c.ok()) return c.status();
   s->core_ = std::move(*c);
+  s->users_ = std::shared_ptr<UserTable>(std::move(*users));
   ServiceOptions so;
+  so.users = s->users_;
   so.user_token = options.user_token;
   so.worker_token = options.worker_token;
   so.require_worker_client_cert = !options.tls_client_ca_pem.empty();
@@ -89,7 +120,21 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   s->tick_ = options.tick;
   CoordinatorServer* self = s.get();
   s->ticker_ = std::thread([self] {
-    while (!self->stop_.WaitForNotificationWithTimeout(self->tick_)) self->core_->Tick();
+    absl::Time next_users_check = absl::Now() + absl::Seconds(1);
+    while (!self->stop_.WaitForNotificationWithTimeout(self->tick_)) {
+      self->core_->Tick();
+      if (absl::Now() >= next_users_check) {
+        next_users_check = absl::Now() + absl::Seconds(1);
+        const size_t before = self->users_->size();
+        absl::StatusOr<bool> r = self->users_->ReloadIfChanged();
+        if (!r.ok()) {
+          SL_LOG(ERROR) << "users file not reloaded, keeping the previous " << before
+                        << " user(s): " << r.status();
+        } else if (*r) {
+          SL_LOG(INFO) << "users file reloaded: " << self->users_->size() << " user(s)";
+        }
+      }
+    }
   });
   return s;
 }

@@ -2,13 +2,17 @@
 // service and the health service on one listening port, and the periodic tick (worker liveness,
 // scheduling).
 //
-// Security rule: a listen address that is not loopback needs a user token and a worker token
-// unless `insecure` is set. TLS (tls_cert_pem/tls_key_pem) is optional; without it tokens travel
-// in plain text and a warning is logged (and clients refuse to send a token to a non-loopback
-// address without TLS unless told --insecure: client.h). With tls_client_ca_pem, client
+// Security rules: a listen address that is not loopback needs users (a user token or a users
+// file) and a worker join token of its own (set, and no user's token), unless it has no tokens
+// at all and `insecure` is set. On loopback an unset worker token falls back to the single user
+// token (the old behaviour); with a users file a worker token is required everywhere. The users
+// file is polled on the tick thread (about once a second) and reloaded when it changes; a
+// refused reload keeps the old users and is logged. TLS (tls_cert_pem/tls_key_pem) is optional;
+// without it tokens travel in plain text and a warning is logged (and clients refuse to send a
+// token to a non-loopback address without TLS unless told --insecure: client.h). With tls_client_ca_pem, client
 // certificates are requested and verified, and the daemon's calls (RegisterWorker, Heartbeat,
-// StreamAssignments) require one (mutual TLS for workers); users and trainers still authenticate
-// by token.
+// StreamAssignments) require one (mutual TLS for workers); users and trainers still authenticate by
+// token.
 //
 // Thread safety: Shutdown() may be called from any thread, once Create() returned.
 #ifndef SHARDLINE_COORDINATOR_SERVER_H_
@@ -31,6 +35,7 @@
 #include "coordinator/metrics.h"
 #include "coordinator/metrics_http_server.h"
 #include "coordinator/service.h"
+#include "coordinator/user_table.h"
 
 namespace shardline::coordinator {
 
@@ -43,7 +48,9 @@ struct ServerOptions {
   absl::Duration tick = absl::Milliseconds(200);
   absl::Duration rank_start_timeout = absl::Minutes(2);
   int32_t stop_grace_period_s = 10;
+  // The legacy single user token (admin user "admin") and/or a users file (user_table.h).
   std::string user_token;
+  std::string users_file;
   std::string worker_token;
   bool insecure = false;
   // PEM contents (not paths). Cert and key together turn TLS on.
@@ -64,8 +71,9 @@ struct ServerOptions {
 class CoordinatorServer {
  public:
   // Errors: FAILED_PRECONDITION for a non-loopback address without tokens and without
-  // `insecure`; INVALID_ARGUMENT / UNAVAILABLE from the core; UNAVAILABLE when the port cannot
-  // be bound.
+  // `insecure`, or with users but no worker token of its own, and for a users file without a
+  // worker token; the users file's errors (UserTable::Create); INVALID_ARGUMENT / UNAVAILABLE from
+  // the core; UNAVAILABLE when the port cannot be bound.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Create(const ServerOptions& options);
   ~CoordinatorServer();
 
@@ -85,6 +93,7 @@ class CoordinatorServer {
 
   RealClock clock_;
   std::unique_ptr<CoordinatorCore> core_;
+  std::shared_ptr<UserTable> users_;
   std::unique_ptr<CoordinatorService> service_;
   RpcMetrics rpc_metrics_;
   std::unique_ptr<MetricsHttpServer> metrics_;

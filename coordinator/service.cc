@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "coordinator/job_state_machine.h"
@@ -291,7 +293,16 @@ class PendingGet : public grpc::ServerUnaryReactor, public PumpedStreamBase {
 }  // namespace
 
 CoordinatorService::CoordinatorService(CoordinatorCore* core, ServiceOptions options)
-    : core_(core), options_(std::move(options)), hub_(std::make_unique<StreamHub>()) {
+    : core_(core),
+      options_(std::move(options)),
+      users_(options_.users),
+      worker_token_(options_.worker_token.empty() ? options_.user_token : options_.worker_token),
+      hub_(std::make_unique<StreamHub>()) {
+  if (users_ == nullptr) {
+    auto table = UserTable::Create("", options_.user_token);  // cannot fail without a file
+    users_ =
+        table.ok() ? std::shared_ptr<UserTable>(std::move(*table)) : std::make_shared<UserTable>();
+  }
   pump_ = std::thread([this] {
     absl::Time next_sweep = absl::Now() + options_.sweep;
     CoordinatorCore::Dirty dirty;
@@ -326,8 +337,68 @@ CoordinatorService::~CoordinatorService() {
   hub_->WaitEmpty(absl::Seconds(5));
 }
 
-grpc::Status CoordinatorService::Authorize(const grpc::ServerContextBase* ctx, Role role) const {
-  if (role == Role::kDaemon && options_.require_worker_client_cert) {
+namespace {
+
+constexpr char kWorkerCredentialHeader[] = "x-shardline-worker-credential";
+
+// The "authorization" metadata of a call: whether it was sent and its bearer token (empty for a
+// value without the "Bearer " prefix).
+struct Bearer {
+  bool present = false;
+  std::string token;
+};
+
+Bearer BearerOf(const grpc::ServerContextBase* ctx) {
+  Bearer b;
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) return b;
+  b.present = true;
+  absl::string_view value(it->second.data(), it->second.size());
+  if (absl::ConsumePrefix(&value, "Bearer ")) b.token = std::string(value);
+  return b;
+}
+
+grpc::Status MissingBearer() {
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      "missing \"authorization: Bearer <token>\" metadata");
+}
+
+// What an attempt credential may do, for a call it may not make.
+grpc::Status AttemptMayNot(const AttemptIdentity& a, const char* method, const char* needs) {
+  return grpc::Status(
+      grpc::StatusCode::PERMISSION_DENIED,
+      absl::StrCat("an attempt credential (job ", a.job_id, " attempt ", a.attempt,
+                   ") may only call ReportProgress and ReportCheckpoint for that attempt and "
+                   "RendezvousSet/RendezvousGet in its namespace ",
+                   a.rendezvous_namespace, "; ", method, " needs ", needs));
+}
+
+}  // namespace
+
+grpc::Status CoordinatorService::AuthorizeUser(const grpc::ServerContextBase* ctx,
+                                               const char* method, User* user) const {
+  const Bearer b = BearerOf(ctx);
+  if (b.present) {
+    if (std::optional<User> u = users_->Find(b.token)) {
+      *user = *u;
+      return grpc::Status::OK;
+    }
+    if (std::optional<AttemptIdentity> a = core_->IdentifyAttempt(b.token)) {
+      return AttemptMayNot(*a, method, "a user token");
+    }
+  }
+  if (users_->empty()) {  // user authentication is off
+    *user = User{"anonymous", true};
+    return grpc::Status::OK;
+  }
+  if (!b.present) return MissingBearer();
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong user token");
+}
+
+grpc::Status CoordinatorService::AuthorizeDaemon(const grpc::ServerContextBase* ctx,
+                                                 const char* method) const {
+  if (options_.require_worker_client_cert) {
     auto auth = ctx->auth_context();
     if (auth == nullptr || !auth->IsPeerAuthenticated()) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
@@ -335,24 +406,89 @@ grpc::Status CoordinatorService::Authorize(const grpc::ServerContextBase* ctx, R
                           "client CA");
     }
   }
-  if (role == Role::kDaemon) role = Role::kWorker;
-  const std::string& expected = role == Role::kWorker && !options_.worker_token.empty()
-                                    ? options_.worker_token
-                                    : options_.user_token;
-  if (expected.empty()) return grpc::Status::OK;
+  const Bearer b = BearerOf(ctx);
+  if (b.present && !worker_token_.empty() && SecretEquals(b.token, worker_token_)) {
+    return grpc::Status::OK;
+  }
+  if (b.present) {
+    if (std::optional<AttemptIdentity> a = core_->IdentifyAttempt(b.token)) {
+      return AttemptMayNot(*a, method, "the worker join token");
+    }
+  }
+  if (worker_token_.empty()) return grpc::Status::OK;  // worker authentication is off
+  if (!b.present) return MissingBearer();
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong worker join token");
+}
+
+grpc::Status CoordinatorService::CheckWorkerCredential(const grpc::ServerContextBase* ctx,
+                                                       const std::string& worker_id) const {
   const auto& md = ctx->client_metadata();
-  auto it = md.find("authorization");
+  auto it = md.find(kWorkerCredentialHeader);
   if (it == md.end()) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "missing \"authorization: Bearer <token>\" metadata");
+                        absl::StrCat("missing \"", kWorkerCredentialHeader,
+                                     "\" metadata: send the worker_credential RegisterWorker "
+                                     "returned"));
   }
-  const absl::string_view value(it->second.data(), it->second.size());
-  constexpr absl::string_view kPrefix = "Bearer ";
-  if (!absl::StartsWith(value, kPrefix) || !SecretEquals(value.substr(kPrefix.size()), expected)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        role == Role::kWorker ? "wrong worker join token" : "wrong user token");
+  const absl::Status s = core_->CheckWorkerCredential(
+      worker_id, absl::string_view(it->second.data(), it->second.size()));
+  // An unknown id is the core's business (re-register / NOT_FOUND), not an identity question.
+  if (absl::IsNotFound(s)) return grpc::Status::OK;
+  return ToGrpcStatus(s);
+}
+
+grpc::Status CoordinatorService::AuthorizeAttempt(const grpc::ServerContextBase* ctx,
+                                                  const char* method,
+                                                  AttemptIdentity* attempt) const {
+  const Bearer b = BearerOf(ctx);
+  if (!b.present) {
+    return grpc::Status(
+        grpc::StatusCode::UNAUTHENTICATED,
+        absl::StrCat("missing \"authorization: Bearer <attempt credential>\" metadata: ", method,
+                     " needs the credential of a running job attempt (its trainers' "
+                     "SHARDLINE_RDZV_SECRET)"));
   }
+  std::optional<AttemptIdentity> a = core_->IdentifyAttempt(b.token);
+  if (!a) {
+    return grpc::Status(
+        grpc::StatusCode::UNAUTHENTICATED,
+        absl::StrCat(method,
+                     " needs the credential of a running job attempt (its trainers' "
+                     "SHARDLINE_RDZV_SECRET); the token sent is none (user and worker tokens are "
+                     "not, and an attempt's stops working when the attempt ends)"));
+  }
+  *attempt = *std::move(a);
   return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::CheckReportFor(const AttemptIdentity& caller,
+                                                const std::string& job_id, int32_t attempt) {
+  if (caller.job_id == job_id && caller.attempt == attempt) return grpc::Status::OK;
+  return grpc::Status(
+      grpc::StatusCode::PERMISSION_DENIED,
+      absl::StrCat("the attempt credential of job ", caller.job_id, " attempt ", caller.attempt,
+                   " may not report for job ", job_id, " attempt ", attempt));
+}
+
+grpc::Status CoordinatorService::CheckNamespaceFor(const AttemptIdentity& caller,
+                                                   const std::string& ns) {
+  if (caller.rendezvous_namespace == ns) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      absl::StrCat("the attempt credential of job ", caller.job_id, " attempt ",
+                                   caller.attempt, " may only use rendezvous namespace ",
+                                   caller.rendezvous_namespace, ", not ", ns));
+}
+
+grpc::Status CoordinatorService::CheckOwner(const User& user, const std::string& job_id,
+                                            const char* action) const {
+  if (user.admin) return grpc::Status::OK;
+  auto st = core_->GetJob(job_id);
+  if (!st.ok()) return ToGrpcStatus(st.status());
+  if (st->owner() == user.name) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      absl::StrCat("job ", job_id, " is owned by ",
+                                   st->owner().empty() ? "nobody recorded" : st->owner(),
+                                   "; only its owner or an admin may ", action));
 }
 
 grpc::Status CoordinatorService::CheckNode(const grpc::ServerContextBase* ctx,
@@ -377,17 +513,17 @@ grpc::Status CoordinatorService::CheckWorker(const grpc::ServerContextBase* ctx,
   return CheckNode(ctx, info->node_name());
 }
 
-#define SL_AUTHORIZE(role)                            \
-  do {                                                \
-    grpc::Status auth_status_ = Authorize(ctx, role); \
-    if (!auth_status_.ok()) return auth_status_;      \
+#define SL_RETURN_IF_DENIED(expr)                \
+  do {                                           \
+    grpc::Status auth_status_ = (expr);          \
+    if (!auth_status_.ok()) return auth_status_; \
   } while (0)
 
 grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* ctx,
                                                 const RegisterWorkerRequest* req,
                                                 RegisterWorkerResponse* resp) {
-  SL_AUTHORIZE(Role::kDaemon);
-  if (grpc::Status node = CheckNode(ctx, req->node_name()); !node.ok()) return node;
+  SL_RETURN_IF_DENIED(AuthorizeDaemon(ctx, "RegisterWorker"));
+  SL_RETURN_IF_DENIED(CheckNode(ctx, req->node_name()));
   auto r = core_->RegisterWorker(*req);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = std::move(*r);
@@ -398,8 +534,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
                                                         const HeartbeatRequest* req,
                                                         HeartbeatResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  grpc::Status status = Authorize(ctx, Role::kDaemon);
+  grpc::Status status = AuthorizeDaemon(ctx, "Heartbeat");
   if (status.ok()) status = CheckWorker(ctx, req->worker_id());
+  if (status.ok()) status = CheckWorkerCredential(ctx, req->worker_id());
   if (status.ok()) {
     auto r = core_->Heartbeat(*req);  // never blocks beyond the core's short locks
     if (r.ok()) {
@@ -414,12 +551,10 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
 
 grpc::ServerWriteReactor<Assignment>* CoordinatorService::StreamAssignments(
     grpc::CallbackServerContext* ctx, const StreamAssignmentsRequest* req) {
-  if (grpc::Status auth = Authorize(ctx, Role::kDaemon); !auth.ok()) {
-    return new RefusedStream<Assignment>(auth);
-  }
-  if (grpc::Status node = CheckWorker(ctx, req->worker_id()); !node.ok()) {
-    return new RefusedStream<Assignment>(node);
-  }
+  grpc::Status auth = AuthorizeDaemon(ctx, "StreamAssignments");
+  if (auth.ok()) auth = CheckWorker(ctx, req->worker_id());
+  if (auth.ok()) auth = CheckWorkerCredential(ctx, req->worker_id());
+  if (!auth.ok()) return new RefusedStream<Assignment>(auth);
   if (shutdown_) return new RefusedStream<Assignment>(Unavailable());
   const std::string worker_id = req->worker_id();
   auto gen = core_->OpenAssignmentStream(worker_id);
@@ -441,7 +576,8 @@ grpc::ServerWriteReactor<Assignment>* CoordinatorService::StreamAssignments(
 
 grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* ctx, const ListWorkersRequest*,
                                              ListWorkersResponse* resp) {
-  SL_AUTHORIZE(Role::kUser);
+  User user;
+  SL_RETURN_IF_DENIED(AuthorizeUser(ctx, "ListWorkers", &user));
   for (WorkerInfo& w : core_->ListWorkers()) *resp->add_workers() = std::move(w);
   return grpc::Status::OK;
 }
@@ -449,14 +585,18 @@ grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* ctx, const Lis
 grpc::Status CoordinatorService::RendezvousSet(grpc::ServerContext* ctx,
                                                const RendezvousSetRequest* req,
                                                RendezvousSetResponse*) {
-  SL_AUTHORIZE(Role::kWorker);
+  AttemptIdentity caller;
+  SL_RETURN_IF_DENIED(AuthorizeAttempt(ctx, "RendezvousSet", &caller));
+  SL_RETURN_IF_DENIED(CheckNamespaceFor(caller, req->namespace_()));
   return ToGrpcStatus(core_->RendezvousSet(*req));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RendezvousGet(grpc::CallbackServerContext* ctx,
                                                             const RendezvousGetRequest* req,
                                                             RendezvousGetResponse* resp) {
-  grpc::Status auth = Authorize(ctx, Role::kWorker);
+  AttemptIdentity caller;
+  grpc::Status auth = AuthorizeAttempt(ctx, "RendezvousGet", &caller);
+  if (auth.ok()) auth = CheckNamespaceFor(caller, req->namespace_());
   if (auth.ok() && shutdown_) auth = Unavailable();
   if (auth.ok() && req->timeout_ms() < 0) {
     auth = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -474,23 +614,28 @@ grpc::ServerUnaryReactor* CoordinatorService::RendezvousGet(grpc::CallbackServer
 
 grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext* ctx, const ProgressReport* req,
                                                 ReportProgressResponse*) {
-  SL_AUTHORIZE(Role::kWorker);
+  AttemptIdentity caller;
+  SL_RETURN_IF_DENIED(AuthorizeAttempt(ctx, "ReportProgress", &caller));
+  SL_RETURN_IF_DENIED(CheckReportFor(caller, req->job_id(), req->attempt()));
   return ToGrpcStatus(core_->ReportProgress(*req));
 }
 
 grpc::Status CoordinatorService::ReportCheckpoint(grpc::ServerContext* ctx,
                                                   const CheckpointReport* req,
                                                   ReportCheckpointResponse*) {
-  SL_AUTHORIZE(Role::kWorker);
+  AttemptIdentity caller;
+  SL_RETURN_IF_DENIED(AuthorizeAttempt(ctx, "ReportCheckpoint", &caller));
+  SL_RETURN_IF_DENIED(CheckReportFor(caller, req->job_id(), req->attempt()));
   return ToGrpcStatus(core_->ReportCheckpoint(*req));
 }
 
 grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* ctx, const SubmitJobRequest* req,
                                            SubmitJobResponse* resp) {
-  SL_AUTHORIZE(Role::kUser);
+  User user;
+  SL_RETURN_IF_DENIED(AuthorizeUser(ctx, "SubmitJob", &user));
   auto resolved = ResolveSubmittedSpec(*req);
   if (!resolved.ok()) return ToGrpcStatus(resolved.status());
-  auto id = core_->SubmitJob(*resolved);
+  auto id = core_->SubmitJob(*resolved, user.name);
   if (!id.ok()) return ToGrpcStatus(id.status());
   resp->set_job_id(*id);
   return grpc::Status::OK;
@@ -498,7 +643,8 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* ctx, const Submi
 
 grpc::Status CoordinatorService::GetJob(grpc::ServerContext* ctx, const GetJobRequest* req,
                                         JobStatus* resp) {
-  SL_AUTHORIZE(Role::kUser);
+  User user;
+  SL_RETURN_IF_DENIED(AuthorizeUser(ctx, "GetJob", &user));
   auto st = core_->GetJob(req->job_id());
   if (!st.ok()) return ToGrpcStatus(st.status());
   *resp = std::move(*st);
@@ -507,7 +653,8 @@ grpc::Status CoordinatorService::GetJob(grpc::ServerContext* ctx, const GetJobRe
 
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* ctx, const ListJobsRequest* req,
                                           ListJobsResponse* resp) {
-  SL_AUTHORIZE(Role::kUser);
+  User user;
+  SL_RETURN_IF_DENIED(AuthorizeUser(ctx, "ListJobs", &user));
   std::vector<JobState> states;
   for (int s : req->states()) states.push_back(static_cast<JobState>(s));
   for (JobStatus& j : core_->ListJobs(states)) *resp->add_jobs() = std::move(j);
@@ -516,13 +663,16 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* ctx, const ListJo
 
 grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* ctx, const CancelJobRequest* req,
                                            CancelJobResponse*) {
-  SL_AUTHORIZE(Role::kUser);
+  User user;
+  SL_RETURN_IF_DENIED(AuthorizeUser(ctx, "CancelJob", &user));
+  SL_RETURN_IF_DENIED(CheckOwner(user, req->job_id(), "cancel it"));
   return ToGrpcStatus(core_->CancelJob(req->job_id(), req->reason()));
 }
 
 grpc::ServerWriteReactor<JobStatus>* CoordinatorService::WatchJob(grpc::CallbackServerContext* ctx,
                                                                   const WatchJobRequest* req) {
-  if (grpc::Status auth = Authorize(ctx, Role::kUser); !auth.ok()) {
+  User user;
+  if (grpc::Status auth = AuthorizeUser(ctx, "WatchJob", &user); !auth.ok()) {
     return new RefusedStream<JobStatus>(auth);
   }
   if (shutdown_) return new RefusedStream<JobStatus>(Unavailable());
@@ -547,7 +697,9 @@ grpc::ServerWriteReactor<JobStatus>* CoordinatorService::WatchJob(grpc::Callback
 grpc::Status CoordinatorService::ListCheckpoints(grpc::ServerContext* ctx,
                                                  const ListCheckpointsRequest* req,
                                                  ListCheckpointsResponse* resp) {
-  SL_AUTHORIZE(Role::kUser);
+  User user;
+  SL_RETURN_IF_DENIED(AuthorizeUser(ctx, "ListCheckpoints", &user));
+  SL_RETURN_IF_DENIED(CheckOwner(user, req->job_id(), "list its checkpoints"));
   auto list = core_->ListCheckpoints(req->job_id());
   if (!list.ok()) return ToGrpcStatus(list.status());
   for (CheckpointInfo& c : *list) *resp->add_checkpoints() = std::move(c);
@@ -557,7 +709,9 @@ grpc::Status CoordinatorService::ListCheckpoints(grpc::ServerContext* ctx,
 grpc::Status CoordinatorService::GetCheckpoint(grpc::ServerContext* ctx,
                                                const GetCheckpointRequest* req,
                                                GetCheckpointResponse* resp) {
-  SL_AUTHORIZE(Role::kUser);
+  User user;
+  SL_RETURN_IF_DENIED(AuthorizeUser(ctx, "GetCheckpoint", &user));
+  SL_RETURN_IF_DENIED(CheckOwner(user, req->job_id(), "read its checkpoints"));
   auto r = core_->GetCheckpoint(req->job_id(), req->step());
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = std::move(*r);
@@ -566,14 +720,18 @@ grpc::Status CoordinatorService::GetCheckpoint(grpc::ServerContext* ctx,
 
 grpc::Status CoordinatorService::ShipLogs(grpc::ServerContext* ctx, const ShipLogsRequest* req,
                                           ShipLogsResponse*) {
-  SL_AUTHORIZE(Role::kDaemon);
-  if (grpc::Status node = CheckWorker(ctx, req->worker_id()); !node.ok()) return node;
+  grpc::Status status = AuthorizeDaemon(ctx, "ShipLogs");
+  if (status.ok()) status = CheckWorker(ctx, req->worker_id());
+  if (status.ok()) status = CheckWorkerCredential(ctx, req->worker_id());
+  if (!status.ok()) return status;
   return ToGrpcStatus(core_->ShipLogs(*req));
 }
 
 grpc::Status CoordinatorService::GetLogs(grpc::ServerContext* ctx, const GetLogsRequest* req,
                                          GetLogsResponse* resp) {
-  SL_AUTHORIZE(Role::kUser);
+  User user;
+  SL_RETURN_IF_DENIED(AuthorizeUser(ctx, "GetLogs", &user));
+  SL_RETURN_IF_DENIED(CheckOwner(user, req->job_id(), "read its logs"));
   auto r = core_->GetLogs(*req);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = std::move(*r);
@@ -583,11 +741,46 @@ grpc::Status CoordinatorService::GetLogs(grpc::ServerContext* ctx, const GetLogs
 grpc::Status CoordinatorService::GetJobMetrics(grpc::ServerContext* ctx,
                                                const GetJobMetricsRequest* req,
                                                GetJobMetricsResponse* resp) {
-  SL_AUTHORIZE(Role::kUser);
+  User user;
+  SL_RETURN_IF_DENIED(AuthorizeUser(ctx, "GetJobMetrics", &user));
+  SL_RETURN_IF_DENIED(CheckOwner(user, req->job_id(), "read its metrics"));
   auto r = core_->GetJobMetrics(*req);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = std::move(*r);
   return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::WhoAmI(grpc::ServerContext* ctx, const WhoAmIRequest*,
+                                        WhoAmIResponse* resp) {
+  const Bearer b = BearerOf(ctx);
+  if (b.present) {
+    if (std::optional<User> u = users_->Find(b.token)) {
+      resp->set_user(u->name);
+      resp->set_admin(u->admin);
+      resp->set_credential("user token");
+      return grpc::Status::OK;
+    }
+    if (!worker_token_.empty() && SecretEquals(b.token, worker_token_)) {
+      resp->set_credential("worker join token");
+      return grpc::Status::OK;
+    }
+    if (std::optional<AttemptIdentity> a = core_->IdentifyAttempt(b.token)) {
+      resp->set_credential("attempt credential");
+      resp->set_job_id(a->job_id);
+      resp->set_attempt(a->attempt);
+      return grpc::Status::OK;
+    }
+  }
+  if (users_->empty()) {
+    resp->set_user("anonymous");
+    resp->set_admin(true);
+    resp->set_credential("none");
+    return grpc::Status::OK;
+  }
+  if (!b.present) return MissingBearer();
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      "wrong token: no user's, not the worker join token, and no running job "
+                      "attempt's credential");
 }
 
 }  // namespace shardline::coordinator

@@ -1,15 +1,26 @@
 // CoordinatorService: the gRPC face of CoordinatorCore. Each method checks credentials, converts
 // the request, calls the core and converts the status (common/grpc_status.h); nothing else.
 //
-// Credentials ("authorization: Bearer <token>" metadata):
+// Credentials (docs/security.md has the table). Every call carries "authorization: Bearer <token>":
 //   - user methods (SubmitJob, GetJob, ListJobs, CancelJob, WatchJob, ListWorkers,
-//     ListCheckpoints, GetCheckpoint, GetLogs, GetJobMetrics) need the user token;
-//   - worker-side methods (RegisterWorker, Heartbeat, StreamAssignments, ShipLogs,
-//     RendezvousSet/Get, ReportProgress, ReportCheckpoint; called by daemons and their
-//     trainers) need the worker
-//     (join) token, or the user token when no worker token is configured.
-// An empty token turns the check of its class off. A missing or wrong token gets
-// UNAUTHENTICATED before the core is touched, so nothing changes.
+//     ListCheckpoints, GetCheckpoint, GetLogs, GetJobMetrics) need a user's token (UserTable: --users_file, and the
+//     legacy --token as admin "admin"). Listing and watching are open to every user; CancelJob,
+//     ListCheckpoints, GetCheckpoint, GetLogs and GetJobMetrics only to the job's owner or an admin (PERMISSION_DENIED
+//     "job <id> is owned by <owner>; only its owner or an admin may <action>"). With no users,
+//     user authentication is off and every caller is "anonymous", an admin.
+//   - daemon methods (RegisterWorker, Heartbeat, StreamAssignments, ShipLogs) need the worker join token
+//     (the user token when no worker token is configured: CoordinatorServer allows that on
+//     loopback only); Heartbeat, StreamAssignments and ShipLogs also need the worker's own credential
+//     from RegisterWorker as "x-shardline-worker-credential" metadata (UNAUTHENTICATED when
+//     missing, PERMISSION_DENIED "worker credential does not match worker <id>" when it is
+//     another worker's or outdated).
+//   - attempt methods (ReportProgress, ReportCheckpoint, RendezvousSet/Get) need the credential
+//     of a running job attempt (its rendezvous secret, which its trainers get): a report only
+//     for that job and attempt, rendezvous only in its namespace (PERMISSION_DENIED otherwise);
+//     any other token, or none, is UNAUTHENTICATED. These checks hold with or without tokens.
+//   - an attempt credential sent to any other method is PERMISSION_DENIED naming what it may do.
+//   - WhoAmI answers for any valid credential.
+// A refused call gets its code before the core changes anything.
 //
 // The long-lived calls (StreamAssignments, WatchJob, and RendezvousGet, which may wait for keys)
 // use gRPC's callback API, so a waiting call holds no thread (one per connected worker or
@@ -30,12 +41,17 @@
 
 #include "absl/time/time.h"
 #include "coordinator/coordinator_core.h"
+#include "coordinator/user_table.h"
 #include "proto/coordinator.grpc.pb.h"
 
 namespace shardline::coordinator {
 
 struct ServiceOptions {
+  // The users; null: a table with the one admin user "admin" holding user_token (none when
+  // user_token is empty). The server reloads the table it passes.
+  std::shared_ptr<UserTable> users;
   std::string user_token;
+  // Empty: the daemon methods take the user token (loopback only; see CoordinatorServer).
   std::string worker_token;
   // Mutual TLS for workers: RegisterWorker, Heartbeat and StreamAssignments also need a client
   // certificate the server verified, naming the worker's node (its subject alternative names or
@@ -100,11 +116,28 @@ class CoordinatorService final : public CoordinatorServiceBase {
                        GetLogsResponse* resp) override;
   grpc::Status GetJobMetrics(grpc::ServerContext* ctx, const GetJobMetricsRequest* req,
                              GetJobMetricsResponse* resp) override;
+  grpc::Status WhoAmI(grpc::ServerContext* ctx, const WhoAmIRequest* req,
+                      WhoAmIResponse* resp) override;
 
  private:
-  // kDaemon: worker methods the node daemon calls (client certificate when required).
-  enum class Role { kUser, kWorker, kDaemon };
-  grpc::Status Authorize(const grpc::ServerContextBase* ctx, Role role) const;
+  // A user method: *user receives the caller ("anonymous", an admin, when there are no users).
+  grpc::Status AuthorizeUser(const grpc::ServerContextBase* ctx, const char* method,
+                             User* user) const;
+  // A daemon method: the join token (and the client certificate when required).
+  grpc::Status AuthorizeDaemon(const grpc::ServerContextBase* ctx, const char* method) const;
+  // The worker's own credential ("x-shardline-worker-credential") for `worker_id`.
+  grpc::Status CheckWorkerCredential(const grpc::ServerContextBase* ctx,
+                                     const std::string& worker_id) const;
+  // An attempt method: *attempt receives the attempt the bearer credential belongs to.
+  grpc::Status AuthorizeAttempt(const grpc::ServerContextBase* ctx, const char* method,
+                                AttemptIdentity* attempt) const;
+  // A report of (job_id, attempt) by `caller`.
+  static grpc::Status CheckReportFor(const AttemptIdentity& caller, const std::string& job_id,
+                                     int32_t attempt);
+  // Rendezvous in `ns` by `caller`.
+  static grpc::Status CheckNamespaceFor(const AttemptIdentity& caller, const std::string& ns);
+  // OK for an admin or the job's owner; PERMISSION_DENIED naming the owner and `action`.
+  grpc::Status CheckOwner(const User& user, const std::string& job_id, const char* action) const;
   // With mutual TLS: PERMISSION_DENIED unless the client certificate names `node_name`.
   grpc::Status CheckNode(const grpc::ServerContextBase* ctx, const std::string& node_name) const;
   // The same for a worker id (its registered node name).
@@ -112,6 +145,8 @@ class CoordinatorService final : public CoordinatorServiceBase {
 
   CoordinatorCore* core_;
   const ServiceOptions options_;
+  std::shared_ptr<UserTable> users_;
+  std::string worker_token_;  // options_.worker_token, or the user token when that is empty
   std::unique_ptr<StreamHub> hub_;
   std::thread pump_;
   std::atomic<bool> shutdown_{false};

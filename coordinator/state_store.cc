@@ -21,6 +21,8 @@ CREATE TABLE IF NOT EXISTS workers (
   worker_id TEXT PRIMARY KEY, unused INTEGER NOT NULL, record BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS job_metrics (
   job_id TEXT PRIMARY KEY, unused INTEGER NOT NULL, record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS worker_credentials (
+  worker_id TEXT PRIMARY KEY, unused INTEGER NOT NULL, record BLOB NOT NULL);
 )sql";
 
 // Closes a statement on scope exit.
@@ -109,6 +111,12 @@ absl::Status StateStore::PutJobMetrics(const JobMetricsRecord& m) {
                 m.job_id(), 0, m.SerializeAsString());
 }
 
+absl::Status StateStore::PutWorkerCredential(const WorkerCredentialRecord& r) {
+  return Upsert(
+      "INSERT OR REPLACE INTO worker_credentials (worker_id, unused, record) VALUES (?1, ?2, ?3)",
+      r.worker_id(), 0, r.SerializeAsString());
+}
+
 absl::Status StateStore::DeleteCheckpoint(absl::string_view job_id, int64_t step) {
   absl::MutexLock lock(&mu_);
   Stmt st;
@@ -176,6 +184,11 @@ absl::StatusOr<std::vector<WorkerInfo>> StateStore::LoadWorkers() {
 absl::StatusOr<std::vector<JobMetricsRecord>> StateStore::LoadJobMetrics() {
   return ParseAll<JobMetricsRecord>(LoadBlobs("SELECT record FROM job_metrics ORDER BY job_id"),
                                     "job_metrics");
+}
+
+absl::StatusOr<std::vector<WorkerCredentialRecord>> StateStore::LoadWorkerCredentials() {
+  return ParseAll<WorkerCredentialRecord>(
+      LoadBlobs("SELECT record FROM worker_credentials ORDER BY worker_id"), "worker_credentials");
 }
 
 }  // namespace shardline::coordinator

@@ -1,6 +1,8 @@
 // StateStore: the coordinator's durable state in one SQLite database (WAL mode) under a state
-// directory: jobs (with their events), checkpoint records, workers and the jobs' training series
-// (training_metrics.h), each row one serialized
+// directory: jobs (with their events), checkpoint records, workers, the jobs' training series
+// (training_metrics.h) and the SHA-256 of each worker's credential (a table of its own, so a
+// database from before worker credentials still loads: its workers have no credential and must
+// register again), each row one serialized
 // record keyed by its id. Every Put is one transaction, so a coordinator killed with SIGKILL
 // loses at most the write in flight; on open, SQLite replays the WAL.
 //
@@ -42,12 +44,14 @@ class StateStore {
   absl::Status DeleteCheckpoint(absl::string_view job_id, int64_t step);
   absl::Status PutWorker(const WorkerInfo& worker);
   absl::Status PutJobMetrics(const JobMetricsRecord& metrics);
+  absl::Status PutWorkerCredential(const WorkerCredentialRecord& record);
 
   // Everything stored. Errors: DATA_LOSS for a row that does not parse.
   absl::StatusOr<std::vector<JobRecord>> LoadJobs();
   absl::StatusOr<std::vector<CheckpointRecord>> LoadCheckpoints();
   absl::StatusOr<std::vector<WorkerInfo>> LoadWorkers();
   absl::StatusOr<std::vector<JobMetricsRecord>> LoadJobMetrics();
+  absl::StatusOr<std::vector<WorkerCredentialRecord>> LoadWorkerCredentials();
 
  private:
   explicit StateStore(sqlite3* db) : db_(db) {}

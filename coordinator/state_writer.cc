@@ -53,6 +53,10 @@ StateWriter::Ticket StateWriter::PutJobMetrics(const JobMetricsRecord& metrics) 
   return Enqueue([metrics](StateStore* s) { return s->PutJobMetrics(metrics); }, false);
 }
 
+StateWriter::Ticket StateWriter::PutWorkerCredential(const WorkerCredentialRecord& record) {
+  return Enqueue([record](StateStore* s) { return s->PutWorkerCredential(record); }, false);
+}
+
 absl::Status StateWriter::PutJobOrDrop(const JobRecord& job) {
   const Ticket t = Enqueue([job](StateStore* s) { return s->PutJob(job); }, true);
   absl::Status s = Wait(t);

@@ -51,6 +51,7 @@ class StateWriter {
   Ticket DeleteCheckpoint(const std::string& job_id, int64_t step);
   Ticket PutWorker(const WorkerInfo& worker);
   Ticket PutJobMetrics(const JobMetricsRecord& metrics);
+  Ticket PutWorkerCredential(const WorkerCredentialRecord& record);
   // Stores `job` and waits for it; on failure the write is dropped (not retried) and the error
   // returned (UNAVAILABLE naming the reason). Call without holding locks the writer may need.
   absl::Status PutJobOrDrop(const JobRecord& job);

@@ -129,8 +129,10 @@ TEST_F(TlsTest, WorkerDaemonCallsNeedAClientCertificateFromTheClientCa) {
   HeartbeatRequest as_b;
   as_b.set_worker_id(b->worker_id());
   EXPECT_EQ(worker->Heartbeat(as_b).status().code(), absl::StatusCode::kPermissionDenied);
-  // Trainers' calls (rendezvous, reports) need only the token.
-  EXPECT_EQ(no_cert->RendezvousSet("job-1/1", "s", "k", "v").code(), absl::StatusCode::kNotFound);
+  // Trainers' calls (rendezvous, reports) need no certificate but an attempt credential, which
+  // the join token is not.
+  EXPECT_EQ(no_cert->RendezvousSet("job-1/1", "s", "k", "v").code(),
+            absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(Client("user-token", true)->ListWorkers()->size(), 2u);
 }
 

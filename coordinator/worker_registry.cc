@@ -6,13 +6,15 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/credentials.h"
 
 namespace shardline::coordinator {
 
 WorkerRegistry::WorkerRegistry(const Clock* clock, absl::Duration heartbeat_timeout)
     : clock_(clock), timeout_(heartbeat_timeout) {}
 
-absl::StatusOr<std::string> WorkerRegistry::Register(const RegisterWorkerRequest& req) {
+absl::StatusOr<std::string> WorkerRegistry::Register(const RegisterWorkerRequest& req,
+                                                     absl::string_view credential_sha256) {
   if (req.node_name().empty()) {
     return absl::InvalidArgumentError("RegisterWorker: node_name must not be empty");
   }
@@ -49,12 +51,39 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const RegisterWorkerRequest
   *w.info.mutable_labels() = req.labels();
   w.info.set_state(WorkerInfo::ALIVE);
   w.last_heartbeat = clock_->Now();
+  w.credential_sha256 = std::string(credential_sha256);
   if (!was_alive) w.busy.clear();
   // Reservations of slots that no longer exist are dropped.
   for (auto b = w.busy.begin(); b != w.busy.end();) {
     b = indices.count(b->first) ? std::next(b) : w.busy.erase(b);
   }
   return id;
+}
+
+absl::Status WorkerRegistry::CheckCredential(absl::string_view worker_id,
+                                             absl::string_view credential) const {
+  const std::string digest = Sha256Hex(credential);
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id));
+  if (it->second.credential_sha256.empty() || !DigestEquals(it->second.credential_sha256, digest)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker credential does not match worker ", worker_id));
+  }
+  return absl::OkStatus();
+}
+
+std::string WorkerRegistry::CredentialDigest(absl::string_view worker_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  return it == workers_.end() ? std::string() : it->second.credential_sha256;
+}
+
+void WorkerRegistry::RestoreCredential(absl::string_view worker_id,
+                                       absl::string_view credential_sha256) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it != workers_.end()) it->second.credential_sha256 = std::string(credential_sha256);
 }
 
 absl::Status WorkerRegistry::Heartbeat(absl::string_view worker_id) {

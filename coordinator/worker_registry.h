@@ -2,9 +2,12 @@
 // reserved by jobs.
 //
 // A worker registers with a node name; its id is stable across re-registrations of that node
-// name. A worker whose last heartbeat is older than the heartbeat timeout is declared DEAD by
-// ReapDead(); its reservations are dropped (the caller fails the jobs that held them). A dead
-// worker comes back only by registering again.
+// name. Each registration sets the SHA-256 of the worker's new credential (the core issues it);
+// CheckCredential compares a presented credential's digest with it, so one worker cannot speak
+// for another. The digest is never part of WorkerInfo (ListWorkers, metrics). A worker whose last
+// heartbeat is older than the heartbeat timeout is declared DEAD by ReapDead(); its reservations
+// are dropped (the caller fails the jobs that held them). A dead worker comes back only by
+// registering again.
 //
 // Thread safety: every method may be called from any thread (one internal mutex; Heartbeat is a
 // hash lookup and a time store, so concurrent heartbeats from many workers stay cheap).
@@ -36,7 +39,16 @@ class WorkerRegistry {
   // Registers `req.node_name` (or re-registers it: address, slots and labels are replaced, the
   // worker is ALIVE again, reservations of a live worker are kept). Returns the worker id.
   // Errors: INVALID_ARGUMENT naming the field (empty node_name, no slots, duplicate slot index).
-  absl::StatusOr<std::string> Register(const RegisterWorkerRequest& req);
+  // `credential_sha256` replaces the worker's credential digest (empty: none).
+  absl::StatusOr<std::string> Register(const RegisterWorkerRequest& req,
+                                       absl::string_view credential_sha256 = "");
+
+  // OK when `credential` is the one issued at the worker's latest registration. Errors:
+  // NOT_FOUND for an unknown id, PERMISSION_DENIED "worker credential does not match worker
+  // <id>" otherwise (also for a worker restored without a stored digest: it must re-register).
+  absl::Status CheckCredential(absl::string_view worker_id, absl::string_view credential) const;
+  // The stored digest (for persistence); empty when none or unknown.
+  std::string CredentialDigest(absl::string_view worker_id) const;
 
   // Records a heartbeat now. Errors: NOT_FOUND for an unknown id, FAILED_PRECONDITION for a
   // worker already declared dead (it must re-register).
@@ -71,6 +83,8 @@ class WorkerRegistry {
   // Re-creates a worker from a stored record (after a coordinator restart). A worker stored as
   // ALIVE gets a fresh heartbeat time of now, so it has one timeout to come back.
   void Restore(const WorkerInfo& info);
+  // Restores a worker's credential digest (after Restore).
+  void RestoreCredential(absl::string_view worker_id, absl::string_view credential_sha256);
 
   int alive_count() const;
 
@@ -79,6 +93,7 @@ class WorkerRegistry {
     WorkerInfo info;  // state, slots, labels; busy_slots/last_heartbeat filled on read
     absl::Time last_heartbeat;
     std::map<int32_t, std::string> busy;  // slot index -> job id
+    std::string credential_sha256;        // of the latest registration's credential
   };
   WorkerInfo ToInfo(const Worker& w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -59,7 +59,6 @@ absl::StatusOr<RankEnv> ReadRankEnv(const std::function<const char*(const char*)
   }
   e.master_addr = ReadStr(getenv, "MASTER_ADDR");
   e.coordinator = ReadStr(getenv, "SHARDLINE_COORDINATOR");
-  e.token = ReadStr(getenv, "SHARDLINE_TOKEN");
   e.rdzv_namespace = ReadStr(getenv, "SHARDLINE_RDZV_NAMESPACE");
   e.rdzv_secret = ReadStr(getenv, "SHARDLINE_RDZV_SECRET");
   e.job_id = ReadStr(getenv, "SHARDLINE_JOB_ID");

@@ -9,9 +9,11 @@
 //   RANK, WORLD_SIZE, LOCAL_RANK    default 0, 1, RANK when all are unset (a single process)
 //   MASTER_ADDR, MASTER_PORT        the TCP store rank 0 serves; required when WORLD_SIZE > 1
 //                                   unless the coordinator's rendezvous is given (below)
-//   SHARDLINE_COORDINATOR, SHARDLINE_TOKEN, SHARDLINE_RDZV_NAMESPACE, SHARDLINE_RDZV_SECRET,
-//   SHARDLINE_JOB_ID, SHARDLINE_ATTEMPT, SHARDLINE_ADVERTISE_ADDRESS, SHARDLINE_NODE_NAME: set by
-//   the worker daemon.
+//   SHARDLINE_COORDINATOR, SHARDLINE_RDZV_NAMESPACE, SHARDLINE_RDZV_SECRET, SHARDLINE_JOB_ID,
+//   SHARDLINE_ATTEMPT, SHARDLINE_ADVERTISE_ADDRESS, SHARDLINE_NODE_NAME: set by the worker
+//   daemon. The rendezvous secret is the attempt credential, the trainer's only token: it
+//   reports progress and checkpoints for this job attempt and reads and writes its rendezvous
+//   namespace.
 //   SHARDLINE_TLS_CA (a CA file path: TLS to the coordinator), SHARDLINE_INSECURE=1: also set
 //   by the daemon, read where the coordinator client is made (coordinator/client_tls.h).
 // WORLD_SIZE wins over the spec's world_size (logged when they differ): the spec's batch sizes
@@ -42,9 +44,8 @@ struct RankEnv {
   int master_port = 0;      // 0 when unset.
   // Coordinator rendezvous (worker daemon); empty when standalone.
   std::string coordinator;
-  std::string token;
   std::string rdzv_namespace;
-  std::string rdzv_secret;
+  std::string rdzv_secret;  // also the attempt credential: the bearer token of every call
   std::string job_id;
   int attempt = 0;
   // Address this rank's collectives bind to and advertise: SHARDLINE_ADVERTISE_ADDRESS, else

@@ -22,7 +22,7 @@ namespace shardline::trainer {
 
 struct CoordinatorReporterOptions {
   std::string address;  // host:port ($SHARDLINE_COORDINATOR).
-  std::string token;
+  std::string token;    // the attempt credential ($SHARDLINE_RDZV_SECRET)
   std::string job_id;
   int attempt = 0;
   int rank = 0;

@@ -47,7 +47,7 @@ absl::StatusOr<std::unique_ptr<fsdp::KvStore>> CreateBootstrapStore(const RankEn
   if (!env.coordinator.empty() && !env.rdzv_namespace.empty()) {
     // TLS as the worker daemon says (SHARDLINE_TLS_CA, SHARDLINE_INSECURE).
     ASSIGN_OR_RETURN(coordinator::CoordinatorClient::Options co,
-                     coordinator::ClientOptionsFromEnv(env.coordinator, env.token));
+                     coordinator::ClientOptionsFromEnv(env.coordinator, env.rdzv_secret));
     ASSIGN_OR_RETURN(std::unique_ptr<coordinator::CoordinatorClient> client,
                      coordinator::CoordinatorClient::Create(co));
     return std::unique_ptr<fsdp::KvStore>(std::make_unique<RendezvousKvStore>(

@@ -305,8 +305,8 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const 
   policy.attempt = env.attempt;
   policy.commit_timeout = absl::Seconds(c.collective_timeout_s);
   if (!env.coordinator.empty() && !env.job_id.empty()) {
-    absl::StatusOr<CoordinatorReporter> reporter =
-        MakeCoordinatorReporter({env.coordinator, env.token, env.job_id, env.attempt, env.rank});
+    absl::StatusOr<CoordinatorReporter> reporter = MakeCoordinatorReporter(
+        {env.coordinator, env.rdzv_secret, env.job_id, env.attempt, env.rank});
     if (!reporter.ok()) return reporter.status();
     policy.on_saved = reporter->on_saved;
     policy.report_commit = reporter->report_commit;

@@ -55,6 +55,7 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(const Options& o
     const char* eq = strchr(*e, '=');
     if (eq != nullptr) merged[std::string(*e, eq - *e)] = eq + 1;
   }
+  for (const std::string& k : options.drop_env) merged.erase(k);
   for (const auto& [k, v] : options.env) merged[k] = v;
   for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
   std::vector<char*> envp;

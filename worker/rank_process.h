@@ -30,6 +30,7 @@ class RankProcess {
   struct Options {
     std::vector<std::string> argv;           // argv[0] is the executable path.
     std::map<std::string, std::string> env;  // Added to (and overriding) the daemon's env.
+    std::vector<std::string> drop_env;       // Removed from the daemon's env (secrets).
     std::string log_path;                    // stdout + stderr, created or truncated.
     std::string working_dir;                 // Empty: the daemon's.
     // The log rotates at this size (log_path.1 keeps the previous part): at most twice this on

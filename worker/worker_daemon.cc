@@ -111,9 +111,11 @@ absl::Status WorkerDaemon::Register() {
   req.set_address(options_.advertise_address);
   req.set_version(kVersion);
   for (const Slot& s : DiscoverSlots()) *req.add_slots() = s;
+  // The client keeps the response's worker credential for the heartbeats.
   ASSIGN_OR_RETURN(RegisterWorkerResponse resp, client_->RegisterWorker(req));
   absl::MutexLock lock(&mu_);
   worker_id_ = resp.worker_id();
+  worker_credential_ = resp.worker_credential();
   registered_ = true;
   if (resp.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(resp.heartbeat_interval_ms());
@@ -166,6 +168,7 @@ absl::Status WorkerDaemon::ServeAssignments() {
   {
     absl::MutexLock lock(&mu_);
     worker_id = worker_id_;
+    stream_client->SetWorkerCredential(worker_credential_);
     stream_client_ = stream_client;
   }
   if (shutdown_.load()) return absl::OkStatus();
@@ -250,7 +253,8 @@ absl::Status WorkerDaemon::StartRank(const Assignment& a) {
       {"LOCAL_WORLD_SIZE", std::to_string(a.local_world_size())},
       {"MASTER_ADDR", a.master_addr()},
       {"SHARDLINE_COORDINATOR", options_.coordinator_address},
-      {"SHARDLINE_TOKEN", options_.join_token},
+      // The attempt credential: the trainers' only token (never the join token); it reports
+      // for this job attempt and reads its rendezvous namespace, and ends with the attempt.
       {"SHARDLINE_JOB_ID", a.job_id()},
       {"SHARDLINE_ATTEMPT", std::to_string(a.attempt())},
       {"SHARDLINE_RDZV_NAMESPACE", a.rendezvous_namespace()},
@@ -262,6 +266,9 @@ absl::Status WorkerDaemon::StartRank(const Assignment& a) {
   // Trainers connect with the CA only: their calls (rendezvous, reports) are not worker calls,
   // so they need no client certificate, and the node's key stays with the daemon.
   po.env.merge(coordinator::ClientTlsEnv({options_.tls.ca, "", "", options_.tls.insecure}));
+  // The daemon's own secrets stay with it (its environment may hold them: worker_main reads
+  // $SHARDLINE_JOIN_TOKEN, and a shell may export a user's $SHARDLINE_TOKEN).
+  po.drop_env = {"SHARDLINE_JOIN_TOKEN", "SHARDLINE_TOKEN"};
   if (a.spec().device().kind() == DeviceSpec::CUDA) {
     po.env["CUDA_VISIBLE_DEVICES"] = std::to_string(a.slot_index());
   }
@@ -303,12 +310,17 @@ void WorkerDaemon::StopAttempt(const std::string& job_id, int attempt, absl::Dur
 void WorkerDaemon::SuperviseLoop() {
   // Reports the coordinator could not take (it was down): the latest per rank is sent again,
   // since each report carries the rank's whole latest state (and the last one the sample).
-  std::map<RankKey, ProgressReport> unsent;
+  std::map<RankKey, std::pair<ProgressReport, std::string>> unsent;  // with its credential
   while (!shutdown_.load()) {
     // Exits are detected first and published only after the metrics written before them are
     // relayed: a heartbeat saying "exited" may end the job, after which the coordinator refuses
     // progress for it, so the last step (and the sample) must reach it first.
-    std::vector<std::pair<RankKey, ProgressReport>> reports;
+    struct Relay {
+      RankKey key;
+      ProgressReport report;
+      std::string credential;  // the attempt's
+    };
+    std::vector<Relay> reports;
     std::vector<std::pair<RankKey, int>> exits;
     {
       absl::MutexLock lock(&mu_);
@@ -322,14 +334,14 @@ void WorkerDaemon::SuperviseLoop() {
         std::vector<ProgressReport> fresh =
             r.metrics != nullptr ? r.metrics->Poll() : std::vector<ProgressReport>();
         if (fresh.empty()) {
-          if (auto u = unsent.find(it->first); u != unsent.end()) fresh.push_back(u->second);
+          if (auto u = unsent.find(it->first); u != unsent.end()) fresh.push_back(u->second.first);
         }
         unsent.erase(it->first);
         for (ProgressReport& p : fresh) {
           p.set_job_id(r.assignment.job_id());
           p.set_attempt(r.assignment.attempt());
           p.set_rank(r.assignment.rank());
-          reports.emplace_back(it->first, std::move(p));
+          reports.push_back({it->first, std::move(p), r.assignment.rendezvous_secret()});
         }
         if (absl::Now() - r.exited_at > kKeepExited) {
           it = ranks_.erase(it);
@@ -339,11 +351,11 @@ void WorkerDaemon::SuperviseLoop() {
       }
     }
     if (!reports.empty()) SL_LOG(DEBUG) << "relaying " << reports.size() << " progress report(s)";
-    for (const auto& [key, p] : reports) {
-      const absl::Status s = client_->ReportProgress(p);
+    for (const Relay& relay : reports) {
+      const absl::Status s = client_->ReportProgress(relay.report, relay.credential);
       if (s.ok()) continue;
       if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
-        unsent[key] = p;  // Later reports of the rank overwrite it.
+        unsent[relay.key] = {relay.report, relay.credential};  // later reports overwrite it
       } else {
         SL_LOG(WARNING) << s;
       }
@@ -409,10 +421,12 @@ void WorkerDaemon::HeartbeatLoop() {
     HeartbeatRequest req;
     absl::Duration interval;
     bool registered;
+    std::string credential;
     {
       absl::MutexLock lock(&mu_);
       registered = registered_;
       interval = heartbeat_interval_;
+      credential = worker_credential_;
       req.set_worker_id(worker_id_);
       for (const auto& [key, rank] : ranks_) *req.add_ranks() = rank.status;
     }
@@ -423,6 +437,16 @@ void WorkerDaemon::HeartbeatLoop() {
         absl::MutexLock lock(&mu_);
         registered_ = false;
         if (stream_client_ != nullptr) stream_client_->CancelStreams();
+      } else if (absl::IsPermissionDenied(resp.status())) {
+        // The coordinator no longer takes this worker's credential (another registration of
+        // the node, or a state without it): register again, unless that already happened
+        // while this heartbeat was in flight.
+        SL_LOG(WARNING) << resp.status() << "; registering again";
+        absl::MutexLock lock(&mu_);
+        if (worker_credential_ == credential) {
+          registered_ = false;
+          if (stream_client_ != nullptr) stream_client_->CancelStreams();
+        }
       } else if (!resp.ok()) {
         SL_LOG(WARNING) << resp.status();
       }

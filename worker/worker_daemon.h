@@ -6,8 +6,9 @@
 // Life of an assignment:
 //   START  -> write the spec to <work_dir>/jobs/<job>/attempt-<a>/spec.json, start
 //             `trainer --spec ... --metrics_out ...` with RANK, WORLD_SIZE, LOCAL_RANK, ... and
-//             log to rank-<r>.log there (rotated to rank-<r>.log.1, rank_log.h); report it
-//             RUNNING in heartbeats; ship its log lines to the coordinator (ShipLogs) as they come;
+//             the attempt credential (SHARDLINE_RDZV_SECRET; never the join token), and log
+//             to rank-<r>.log there (rotated to rank-<r>.log.1, rank_log.h); report it RUNNING
+//             in heartbeats; ship its log lines to the coordinator (ShipLogs) as they come;
 //   exit   -> ship its last lines, then report EXITED with the exit code and, on failure, the
 //             log's tail;
 //   STOP   -> SIGTERM, then SIGKILL after the grace period.
@@ -110,6 +111,8 @@ class WorkerDaemon {
 
   absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  // From the latest registration; Heartbeat and StreamAssignments send it.
+  std::string worker_credential_ ABSL_GUARDED_BY(mu_);
   bool registered_ ABSL_GUARDED_BY(mu_) = false;  // Has a worker id to heartbeat with.
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   std::map<RankKey, Rank> ranks_ ABSL_GUARDED_BY(mu_);

@@ -114,7 +114,8 @@ std::string PlanningTable(int ranks) {
 // Holds one assignment stream open per worker with the async API (one thread for all).
 class OpenStreams {
  public:
-  OpenStreams(const std::string& address, const std::vector<std::string>& ids) {
+  OpenStreams(const std::string& address, const std::vector<std::string>& ids,
+              const std::vector<std::string>& credentials) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // its own connection
     auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
@@ -124,6 +125,7 @@ class OpenStreams {
       Call& c = calls_[i];
       shardline::StreamAssignmentsRequest req;
       req.set_worker_id(ids[i]);
+      c.ctx.AddMetadata("x-shardline-worker-credential", credentials[i]);
       c.reader = stub_->PrepareAsyncStreamAssignments(&c.ctx, req, &cq_);
       c.reader->StartCall(&c);
     }
@@ -252,6 +254,7 @@ LoadResult RunLoad(const std::string& binary, int n_workers) {
   (void)clients[0]->WaitForReady(absl::Seconds(10));
   const int n_threads = std::max(1, absl::GetFlag(FLAGS_threads));
   std::vector<std::string> ids(n_workers);
+  std::vector<std::string> credentials(n_workers);  // each worker's own (RegisterWorker's)
   std::atomic<int64_t> errors{0};
   const absl::Time reg_start = absl::Now();
   {
@@ -270,6 +273,7 @@ LoadResult RunLoad(const std::string& binary, int n_workers) {
           auto resp = clients[t % n_channels]->RegisterWorker(req);
           if (resp.ok()) {
             ids[i] = resp->worker_id();
+            credentials[i] = resp->worker_credential();
           } else {
             errors++;
           }
@@ -282,7 +286,7 @@ LoadResult RunLoad(const std::string& binary, int n_workers) {
             << absl::FormatDuration(absl::Now() - reg_start) << "\n";
   std::unique_ptr<OpenStreams> streams;
   if (absl::GetFlag(FLAGS_streams)) {
-    streams = std::make_unique<OpenStreams>((*proc)->address(), ids);
+    streams = std::make_unique<OpenStreams>((*proc)->address(), ids, credentials);
     absl::SleepFor(absl::Seconds(2));  // let the streams open
   }
   const absl::Duration duration = absl::Seconds(absl::GetFlag(FLAGS_duration_s));
@@ -306,7 +310,7 @@ LoadResult RunLoad(const std::string& binary, int n_workers) {
           shardline::HeartbeatRequest hb;
           hb.set_worker_id(ids[i]);
           const absl::Time t0 = absl::Now();
-          auto resp = clients[t % n_channels]->Heartbeat(hb);
+          auto resp = clients[t % n_channels]->Heartbeat(hb, credentials[i]);
           lat[t].push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
           if (!resp.ok()) {
             if (errors++ == 0) std::cerr << "first heartbeat error: " << resp.status() << "\n";

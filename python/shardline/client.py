@@ -252,7 +252,9 @@ class Client:
     def cancel(self, job: str, reason: str = "cancelled from the Python client") -> None:
         """Stops every rank of the job; it ends CANCELLED.
 
-        Raises NotFoundError for an unknown job, FailedPreconditionError when it already ended."""
+        Raises NotFoundError for an unknown job, FailedPreconditionError when it already ended,
+        UnauthenticatedError (code PERMISSION_DENIED) unless the caller owns the job
+        (JobStatus.owner) or is an admin."""
         self._call(self._stub.CancelJob, coordinator_pb2.CancelJobRequest(job_id=job,
                                                                           reason=reason))
 
@@ -323,6 +325,11 @@ class Client:
                     coordinator_pb2.GetCheckpointRequest(job_id=job, step=info.step)).manifest
             out.append(Checkpoint(info, manifest))
         return out
+
+    def whoami(self) -> coordinator_pb2.WhoAmIResponse:
+        """Who the coordinator takes this client's token for: user (name), admin, and credential
+        ("user token", "worker join token", "attempt credential" or "none")."""
+        return self._call(self._stub.WhoAmI, coordinator_pb2.WhoAmIRequest())
 
     def workers(self) -> List[coordinator_pb2.WorkerInfo]:
         """Registered workers with their slots, state and busy slots."""

@@ -89,8 +89,20 @@ std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token, int timeout_s
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
   return ctx;
 }
+// The fake worker's credential (RegisterWorker's answer) and the fake job's attempt credential
+// (its rendezvous secret, from its START).
+std::string fake_worker_credential;
 std::unique_ptr<grpc::ClientContext> User() { return Ctx(flags.user_token); }
-std::unique_ptr<grpc::ClientContext> Worker() { return Ctx(flags.worker_token); }
+// The daemon's calls: the join token and the worker's own credential.
+std::unique_ptr<grpc::ClientContext> Worker(int timeout_s = 10) {
+  auto ctx = Ctx(flags.worker_token, timeout_s);
+  if (!fake_worker_credential.empty()) {
+    ctx->AddMetadata("x-shardline-worker-credential", fake_worker_credential);
+  }
+  return ctx;
+}
+// A trainer's calls: the fake job's attempt credential is its token.
+std::unique_ptr<grpc::ClientContext> Attempt() { return Ctx(fake_secret); }
 
 // A complete, valid CPU spec as shardctl would send it (parsed, defaulted, validated); rows
 // break one field of it. No file checks: the coordinator does not make them either.
@@ -178,7 +190,7 @@ ProgressReport Progress(const std::string& job, int32_t attempt, int32_t rank) {
 }
 grpc::Status SendProgress(const ProgressReport& r) {
   ReportProgressResponse resp;
-  return stub->ReportProgress(Worker().get(), r, &resp);
+  return stub->ReportProgress(Attempt().get(), r, &resp);
 }
 
 CheckpointReport CkptReport(const std::string& job, int32_t attempt, int32_t rank, int64_t step,
@@ -195,7 +207,7 @@ CheckpointReport CkptReport(const std::string& job, int32_t attempt, int32_t ran
 }
 grpc::Status SendCkpt(const CheckpointReport& r) {
   ReportCheckpointResponse resp;
-  return stub->ReportCheckpoint(Worker().get(), r, &resp);
+  return stub->ReportCheckpoint(Attempt().get(), r, &resp);
 }
 
 grpc::Status RvSet(const std::string& ns, const std::string& secret, const std::string& key,
@@ -216,7 +228,7 @@ grpc::Status RvGet(const std::string& ns, const std::string& secret,
   for (const std::string& k : keys) req.add_keys(k);
   req.set_timeout_ms(timeout_ms);
   RendezvousGetResponse resp;
-  return stub->RendezvousGet(Worker().get(), req, &resp);
+  return stub->RendezvousGet(Attempt().get(), req, &resp);
 }
 
 RegisterWorkerRequest FakeNode(const std::string& name, int slots) {
@@ -245,8 +257,9 @@ class FakeGpuWorker : public ::testing::Environment {
     grpc::Status s = stub->RegisterWorker(Worker().get(), FakeNode("bad-input-fake-gpu", 2), &reg);
     ASSERT_TRUE(s.ok()) << "register fake worker: " << s.error_message();
     fake_worker_id = reg.worker_id();
+    fake_worker_credential = reg.worker_credential();
     heartbeat_ = std::thread([this] { HeartbeatLoop(); });
-    stream_ctx_ = Ctx(flags.worker_token, 3600);
+    stream_ctx_ = Worker(3600);
     stream_ = std::thread([this] { StreamLoop(); });
 
     JobSpec spec = ValidSpec();
@@ -403,9 +416,46 @@ std::vector<Row> Rows() {
                  return stub->ListJobs(ctx.get(), ListJobsRequest(), &resp);
                },
                C::UNAUTHENTICATED, "wrong user token"});
+  // Rendezvous and reports take only an attempt credential (issue #14): not a user's token, not
+  // the join token.
   r.push_back({"RendezvousSetWithUserToken",
                [] { return RvSet(fake_namespace, fake_secret, "k", "v", flags.user_token); },
-               C::UNAUTHENTICATED, "wrong worker join token"});
+               C::UNAUTHENTICATED, "RendezvousSet needs the credential of a running job attempt"});
+  r.push_back({"RendezvousSetWithWorkerJoinToken",
+               [] { return RvSet(fake_namespace, fake_secret, "k", "v", flags.worker_token); },
+               C::UNAUTHENTICATED, "RendezvousSet needs the credential of a running job attempt"});
+  r.push_back({"ProgressWithWorkerJoinToken",
+               [] {
+                 ReportProgressResponse resp;
+                 return stub->ReportProgress(Ctx(flags.worker_token).get(),
+                                             Progress(fake_job_id, fake_attempt, 0), &resp);
+               },
+               C::UNAUTHENTICATED, "ReportProgress needs the credential of a running job attempt"});
+  r.push_back({"CheckpointWithUserToken",
+               [] {
+                 CheckpointReport c =
+                     CkptReport(fake_job_id, fake_attempt, 0, 1000000000000, "/tmp/forged/step");
+                 c.set_manifest_committed(true);
+                 c.set_expected_files(1);
+                 ReportCheckpointResponse resp;
+                 return stub->ReportCheckpoint(User().get(), c, &resp);
+               },
+               C::UNAUTHENTICATED,
+               "ReportCheckpoint needs the credential of a running job attempt"});
+  r.push_back({"HeartbeatWithoutWorkerCredential",
+               [] {
+                 HeartbeatResponse resp;
+                 return stub->Heartbeat(Ctx(flags.worker_token).get(), FakeHeartbeat(), &resp);
+               },
+               C::UNAUTHENTICATED, "missing \"x-shardline-worker-credential\" metadata"});
+  r.push_back({"HeartbeatWithAWrongWorkerCredential",
+               [] {
+                 auto ctx = Ctx(flags.worker_token);
+                 ctx->AddMetadata("x-shardline-worker-credential", fake_secret);
+                 HeartbeatResponse resp;
+                 return stub->Heartbeat(ctx.get(), FakeHeartbeat(), &resp);
+               },
+               C::PERMISSION_DENIED, "worker credential does not match worker"});
   // ---- job specs that bypass shardctl's local validation
   r.push_back({"SubmitEmptySpec", [] { return Submit(JobSpec(), flags.user_token); },
                C::INVALID_ARGUMENT, "name: \"\" must be 1-64 characters of [a-zA-Z0-9._-]"});
@@ -576,11 +626,13 @@ std::vector<Row> Rows() {
                },
                C::OK, ""});
   // ---- reports from ranks
+  // A report for a job or attempt its credential does not belong to is refused before the core
+  // looks the job up (issue #14).
   r.push_back({"ProgressUnknownJob", [] { return SendProgress(Progress("job-999999", 1, 0)); },
-               C::NOT_FOUND, "unknown job job-999999"});
+               C::PERMISSION_DENIED, "may not report for job job-999999 attempt 1"});
   r.push_back({"ProgressForFinishedJob",
-               [] { return SendProgress(Progress(flags.done_job, 1, 0)); }, C::FAILED_PRECONDITION,
-               "is not running (job is SUCCEEDED"});
+               [] { return SendProgress(Progress(flags.done_job, 1, 0)); }, C::PERMISSION_DENIED,
+               "may not report for job " + flags.done_job + " attempt 1"});
   r.push_back({"ProgressRankOutsideWorld",
                [] { return SendProgress(Progress(fake_job_id, fake_attempt, 7)); },
                C::INVALID_ARGUMENT, "rank: 7 outside world of 2"});
@@ -589,7 +641,7 @@ std::vector<Row> Rows() {
                C::INVALID_ARGUMENT, "rank: -1 outside world of 2"});
   r.push_back({"ProgressWrongAttempt",
                [] { return SendProgress(Progress(fake_job_id, fake_attempt + 5, 0)); },
-               C::FAILED_PRECONDITION, "is not running (job is RUNNING at attempt"});
+               C::PERMISSION_DENIED, " may not report for job "});
   r.push_back({"ProgressNegativeStep",
                [] {
                  ProgressReport p = Progress(fake_job_id, fake_attempt, 0);
@@ -604,10 +656,10 @@ std::vector<Row> Rows() {
                  c.set_expected_files(1);
                  return SendCkpt(c);
                },
-               C::FAILED_PRECONDITION, "is not running (job is SUCCEEDED"});
+               C::PERMISSION_DENIED, "may not report for job " + flags.done_job + " attempt 1"});
   r.push_back({"CheckpointUnknownJob",
                [] { return SendCkpt(CkptReport("job-999999", 1, 0, 2, "/tmp/x/step_2")); },
-               C::NOT_FOUND, "unknown job job-999999"});
+               C::PERMISSION_DENIED, "may not report for job job-999999 attempt 1"});
   r.push_back(
       {"CheckpointNegativeStep",
        [] { return SendCkpt(CkptReport(fake_job_id, fake_attempt, 0, -3, "/tmp/fake/step_-3")); },
@@ -661,37 +713,34 @@ std::vector<Row> Rows() {
                C::FAILED_PRECONDITION, "new file sneaked_in.bin reported after the commit"});
   // ---- rendezvous
   r.push_back({"RendezvousSetWrongSecret",
-               [] { return RvSet(fake_namespace, "wrong-secret", "k", "v", flags.worker_token); },
+               [] { return RvSet(fake_namespace, "wrong-secret", "k", "v", fake_secret); },
                C::PERMISSION_DENIED, "wrong secret"});
   r.push_back({"RendezvousGetWrongSecret",
                [] { return RvGet(fake_namespace, "wrong-secret", {"k"}, 0); }, C::PERMISSION_DENIED,
                "wrong secret"});
+  // Another namespace than the credential's attempt: refused before the store looks it up.
   r.push_back({"RendezvousSetUnknownNamespace",
-               [] { return RvSet("job-999999/1", fake_secret, "k", "v", flags.worker_token); },
-               C::NOT_FOUND, "rendezvous namespace job-999999/1 does not exist"});
+               [] { return RvSet("job-999999/1", fake_secret, "k", "v", fake_secret); },
+               C::PERMISSION_DENIED, "may only use rendezvous namespace"});
   r.push_back({"RendezvousGetFinishedJobsNamespace",
-               [] { return RvGet(flags.done_job + "/1", "any", {"k"}, 0); }, C::NOT_FOUND,
-               "does not exist"});
+               [] { return RvGet(flags.done_job + "/1", "any", {"k"}, 0); }, C::PERMISSION_DENIED,
+               "not " + flags.done_job + "/1"});
   r.push_back({"RendezvousSetEmptyKey",
-               [] { return RvSet(fake_namespace, fake_secret, "", "v", flags.worker_token); },
+               [] { return RvSet(fake_namespace, fake_secret, "", "v", fake_secret); },
                C::INVALID_ARGUMENT, "rendezvous key must not be empty"});
   r.push_back({"RendezvousGetNegativeTimeout",
                [] { return RvGet(fake_namespace, fake_secret, {"k"}, -1); }, C::INVALID_ARGUMENT,
                "timeout_ms: must be >= 0, got -1"});
+  r.push_back({"RendezvousSetValueOverStoreLimit",
+               [] { return RvSet(fake_namespace, fake_secret, "big", Big(2 << 20), fake_secret); },
+               C::RESOURCE_EXHAUSTED, "rendezvous value for big has 2097152 bytes; limit"});
   r.push_back(
-      {"RendezvousSetValueOverStoreLimit",
-       [] { return RvSet(fake_namespace, fake_secret, "big", Big(2 << 20), flags.worker_token); },
-       C::RESOURCE_EXHAUSTED, "rendezvous value for big has 2097152 bytes; limit"});
-  r.push_back({"RendezvousSetKeyOverLimit",
-               [] {
-                 return RvSet(fake_namespace, fake_secret, Big(64 << 10, 'k'), "v",
-                              flags.worker_token);
-               },
-               C::RESOURCE_EXHAUSTED, "rendezvous key of 65536 bytes; limit 4096"});
-  r.push_back(
-      {"RendezvousSetOverMessageLimit",
-       [] { return RvSet(fake_namespace, fake_secret, "huge", Big(5 << 20), flags.worker_token); },
-       C::RESOURCE_EXHAUSTED, "Received message larger than max"});
+      {"RendezvousSetKeyOverLimit",
+       [] { return RvSet(fake_namespace, fake_secret, Big(64 << 10, 'k'), "v", fake_secret); },
+       C::RESOURCE_EXHAUSTED, "rendezvous key of 65536 bytes; limit 4096"});
+  r.push_back({"RendezvousSetOverMessageLimit",
+               [] { return RvSet(fake_namespace, fake_secret, "huge", Big(5 << 20), fake_secret); },
+               C::RESOURCE_EXHAUSTED, "Received message larger than max"});
   r.push_back({"RendezvousGetMissingKeyTimesOut",
                [] { return RvGet(fake_namespace, fake_secret, {"never-set"}, 200); },
                C::DEADLINE_EXCEEDED, "keys [never-set] missing after"});

@@ -54,8 +54,9 @@ class PythonClientTest(unittest.TestCase):
     def setUpClass(cls):
         global shardline
         shardline = import_shardline()
-        # The coordinator refuses calls without the token; workers join with it (the worker token
-        # defaults to the user token) and the harness's shardctl calls send it from the environment.
+        # The coordinator refuses calls without the token; workers join with it (on loopback the
+        # worker token defaults to the user token) and the harness's shardctl calls send it from
+        # the environment. The daemons keep both variables from their trainers.
         os.environ["SHARDLINE_TOKEN"] = TOKEN
         os.environ["SHARDLINE_JOIN_TOKEN"] = TOKEN
         cls.cluster = harness.Cluster(workers=2, slots=2, grace_period_s=3,
@@ -143,6 +144,8 @@ class PythonClientTest(unittest.TestCase):
         final = self.client.wait(job, timeout=120)
         self.assertEqual(shardline.state_name(final), "CANCELLED")
         self.assertIn("test cancels it", final.message)
+        # --token is the admin user "admin", who submitted (owns) the job.
+        self.assertEqual(final.owner, "admin")
         with self.assertRaises(shardline.FailedPreconditionError):
             self.client.cancel(job)
 
@@ -194,6 +197,14 @@ class PythonClientTest(unittest.TestCase):
             with self.assertRaises(shardline.UnauthenticatedError):
                 bad.submit(small_job("py-intruder", 2, "ckpt"))
         self.assertNotIn("py-intruder", [j.spec.name for j in self.client.list()])
+
+    def test_whoami_names_the_token_user(self):
+        me = self.client.whoami()
+        self.assertEqual((me.user, me.admin, me.credential), ("admin", True, "user token"))
+        with shardline.Client(address=self.cluster.address, token="wrong") as bad:
+            with self.assertRaises(shardline.UnauthenticatedError) as cm:
+                bad.whoami()
+            self.assertIn("wrong token", cm.exception.message)
 
     def test_workers_lists_the_alive_workers_and_their_slots(self):
         workers = self.client.workers()
