@@ -37,7 +37,8 @@ ABSL_FLAG(int32_t, rank_start_timeout_ms, 120000,
 ABSL_FLAG(int32_t, stop_grace_s, 10, "seconds between SIGTERM and SIGKILL when ranks stop");
 ABSL_FLAG(std::string, token, "",
           "bearer token of the admin user \"admin\" (prefer --token_file or --users_file)");
-ABSL_FLAG(std::string, token_file, "", "file holding the token of the admin user \"admin\" (mode 0600)");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the token of the admin user \"admin\" (mode 0600)");
 ABSL_FLAG(std::string, users_file, "",
           "named users, one a line: <name> <token> [admin] (# comments); mode 0600 or "
           "stricter; reloaded when it changes (a bad edit keeps the old users)");

@@ -9,10 +9,10 @@
 // file is polled on the tick thread (about once a second) and reloaded when it changes; a
 // refused reload keeps the old users and is logged. TLS (tls_cert_pem/tls_key_pem) is optional;
 // without it tokens travel in plain text and a warning is logged (and clients refuse to send a
-// token to a non-loopback address without TLS unless told --insecure: client.h). With tls_client_ca_pem, client
-// certificates are requested and verified, and the daemon's calls (RegisterWorker, Heartbeat,
-// StreamAssignments) require one (mutual TLS for workers); users and trainers still authenticate by
-// token.
+// token to a non-loopback address without TLS unless told --insecure: client.h). With
+// tls_client_ca_pem, client certificates are requested and verified, and the daemon's calls
+// (RegisterWorker, Heartbeat, StreamAssignments) require one (mutual TLS for workers); users and
+// trainers still authenticate by token.
 //
 // Thread safety: Shutdown() may be called from any thread, once Create() returned.
 #ifndef SHARDLINE_COORDINATOR_SERVER_H_

@@ -3,16 +3,18 @@
 //
 // Credentials (docs/security.md has the table). Every call carries "authorization: Bearer <token>":
 //   - user methods (SubmitJob, GetJob, ListJobs, CancelJob, WatchJob, ListWorkers,
-//     ListCheckpoints, GetCheckpoint, GetLogs, GetJobMetrics) need a user's token (UserTable: --users_file, and the
-//     legacy --token as admin "admin"). Listing and watching are open to every user; CancelJob,
-//     ListCheckpoints, GetCheckpoint, GetLogs and GetJobMetrics only to the job's owner or an admin (PERMISSION_DENIED
-//     "job <id> is owned by <owner>; only its owner or an admin may <action>"). With no users,
-//     user authentication is off and every caller is "anonymous", an admin.
-//   - daemon methods (RegisterWorker, Heartbeat, StreamAssignments, ShipLogs) need the worker join token
+//     ListCheckpoints, GetCheckpoint, GetLogs, GetJobMetrics) need a user's token (UserTable:
+//     --users_file, and the legacy --token as admin "admin"). Listing and watching are open to
+//     every user; CancelJob, ListCheckpoints, GetCheckpoint, GetLogs and GetJobMetrics only to the
+//     job's owner or an admin (PERMISSION_DENIED "job <id> is owned by <owner>; only its owner or
+//     an admin may <action>"). With no users, user authentication is off and every caller is
+//     "anonymous", an admin.
+//   - daemon methods (RegisterWorker, Heartbeat, StreamAssignments, ShipLogs) need the worker join
+//   token
 //     (the user token when no worker token is configured: CoordinatorServer allows that on
-//     loopback only); Heartbeat, StreamAssignments and ShipLogs also need the worker's own credential
-//     from RegisterWorker as "x-shardline-worker-credential" metadata (UNAUTHENTICATED when
-//     missing, PERMISSION_DENIED "worker credential does not match worker <id>" when it is
+//     loopback only); Heartbeat, StreamAssignments and ShipLogs also need the worker's own
+//     credential from RegisterWorker as "x-shardline-worker-credential" metadata (UNAUTHENTICATED
+//     when missing, PERMISSION_DENIED "worker credential does not match worker <id>" when it is
 //     another worker's or outdated).
 //   - attempt methods (ReportProgress, ReportCheckpoint, RendezvousSet/Get) need the credential
 //     of a running job attempt (its rendezvous secret, which its trainers get): a report only
