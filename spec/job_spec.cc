@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "hf/config.h"
 #include "spec/defaults.h"
 #include "spec/proto_yaml.h"
 
@@ -81,6 +82,17 @@ absl::StatusOr<JobSpec> LoadJobSpecText(absl::string_view text, absl::string_vie
   RETURN_IF_ERROR(MakeAbsolute(base, "checkpoint.dir", spec.mutable_checkpoint()->mutable_dir()));
   RETURN_IF_ERROR(MakeAbsolute(base, "checkpoint.init_from_safetensors",
                                spec.mutable_checkpoint()->mutable_init_from_safetensors()));
+  RETURN_IF_ERROR(MakeAbsolute(base, "model.hf_dir", spec.mutable_model()->mutable_hf_dir()));
+  RETURN_IF_ERROR(MakeAbsolute(base, "data.val_path", spec.mutable_data()->mutable_val_path()));
+  RETURN_IF_ERROR(
+      MakeAbsolute(base, "data.vocab_path", spec.mutable_data()->mutable_vocab_path()));
+  for (int i = 0; i < spec.data().paths_size(); ++i) {
+    RETURN_IF_ERROR(MakeAbsolute(base, absl::StrCat("data.paths[", i, "]"),
+                                 spec.mutable_data()->mutable_paths(i)));
+  }
+  // The model of a Hugging Face folder: sizes from its config.json, where the files are visible
+  // (the coordinator leaves it to the trainer).
+  if (options.validate.check_files) RETURN_IF_ERROR(hf::ResolveHfModel(spec.mutable_model()));
   RETURN_IF_ERROR(FillDefaults(&spec, &written));
   RETURN_IF_ERROR(Validate(spec, options.validate));
   return spec;

@@ -33,8 +33,9 @@ namespace shardline::spec {
 
 // One path a spec names.
 struct SpecPath {
-  enum class Access { kRead, kCheckpoint };  // kCheckpoint: read, written and deleted in
-  std::string field;                         // "data.path"
+  // kReadDir: a folder read (model.hf_dir); kCheckpoint: read, written and deleted in.
+  enum class Access { kRead, kReadDir, kCheckpoint };
+  std::string field;  // "data.path", "data.paths[1]"
   std::string path;                          // as in the spec (non-empty)
   Access access = Access::kRead;
 };
