@@ -124,14 +124,15 @@ absl::StatusOr<ModelSpec> Llama(const Config& c) {
   ASSIGN_OR_RETURN(int64_t vocab, c.Int("vocab_size"));
   ASSIGN_OR_RETURN(int64_t positions, c.IntOr("max_position_embeddings", 2048));
   if (hidden % heads != 0) {
-    return c.Error("hidden_size", absl::StrCat(hidden, " is not divisible by num_attention_heads ",
-                                               heads));
+    return c.Error("hidden_size",
+                   absl::StrCat(hidden, " is not divisible by num_attention_heads ", heads));
   }
   if (c.Has("head_dim")) {
     ASSIGN_OR_RETURN(int64_t head_dim, c.Int("head_dim"));
     if (head_dim != hidden / heads) {
-      return c.Error("head_dim", absl::StrCat(head_dim, " is not hidden_size / num_attention_heads = ",
-                                              hidden / heads, " (our attention needs that)"));
+      return c.Error("head_dim",
+                     absl::StrCat(head_dim, " is not hidden_size / num_attention_heads = ",
+                                  hidden / heads, " (our attention needs that)"));
     }
   }
   if (heads % kv_heads != 0) {
@@ -187,12 +188,14 @@ absl::StatusOr<ModelSpec> Gpt2(const Config& c) {
     return c.Error("layer_norm_epsilon", absl::StrCat(eps, " is not 1e-5 (our GPT's LayerNorm)"));
   }
   ASSIGN_OR_RETURN(bool scale, c.BoolOr("scale_attn_weights", true));
-  if (!scale) return c.Error("scale_attn_weights", "false is not supported (ours scales by 1/sqrt(D))");
-  RETURN_IF_ERROR(RequireFalse(c, "scale_attn_by_inverse_layer_idx",
-                               "our attention does not scale by layer"));
+  if (!scale)
+    return c.Error("scale_attn_weights", "false is not supported (ours scales by 1/sqrt(D))");
+  RETURN_IF_ERROR(
+      RequireFalse(c, "scale_attn_by_inverse_layer_idx", "our attention does not scale by layer"));
   RETURN_IF_ERROR(RequireFalse(c, "add_cross_attention", "our GPT is decoder-only"));
   ASSIGN_OR_RETURN(bool tied, c.BoolOr("tie_word_embeddings", true));
-  if (!tied) return c.Error("tie_word_embeddings", "false is not supported (our GPT ties its head)");
+  if (!tied)
+    return c.Error("tie_word_embeddings", "false is not supported (our GPT ties its head)");
   m.set_n_embd(static_cast<int32_t>(n_embd));
   m.set_n_layer(static_cast<int32_t>(n_layer));
   m.set_n_head(static_cast<int32_t>(n_head));
@@ -209,9 +212,9 @@ absl::Status Agree(const char* field, int64_t config_value, int32_t (ModelSpec::
   if (mine == 0) {
     (model->*set)(static_cast<int32_t>(config_value));
   } else if (mine != config_value && !(may_be_smaller && mine < config_value)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.", field, ": ", mine, may_be_smaller ? " exceeds " : " does not match ", source,
-        "'s ", config_value, " (leave it unset to take the config's)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.", field, ": ", mine, may_be_smaller ? " exceeds " : " does not match ",
+                     source, "'s ", config_value, " (leave it unset to take the config's)"));
   }
   return absl::OkStatus();
 }
@@ -222,7 +225,8 @@ std::string Num(double v) { return absl::StrFormat("%.17g", v); }
 
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
   struct stat st;
-  if (stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
+  if (stat(path.c_str(), &st) != 0)
+    return absl::NotFoundError(absl::StrCat(path, " does not exist"));
   if (st.st_size > kMaxJsonBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is ", st.st_size, " bytes; at most ", kMaxJsonBytes, " are read"));
@@ -268,17 +272,16 @@ absl::Status ResolveHfModel(ModelSpec* model) {
   if (model->architecture() == ModelSpec::ARCHITECTURE_UNSPECIFIED) {
     model->set_architecture(hf.architecture());
   } else if (model->architecture() != hf.architecture()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.architecture: ", ModelSpec::Architecture_Name(model->architecture()),
-                     " does not match ", path, "'s ",
-                     ModelSpec::Architecture_Name(hf.architecture())));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.architecture: ", ModelSpec::Architecture_Name(model->architecture()),
+        " does not match ", path, "'s ", ModelSpec::Architecture_Name(hf.architecture())));
   }
-  RETURN_IF_ERROR(Agree("n_embd", hf.n_embd(), &ModelSpec::n_embd, &ModelSpec::set_n_embd, path,
-                        model));
-  RETURN_IF_ERROR(Agree("n_layer", hf.n_layer(), &ModelSpec::n_layer, &ModelSpec::set_n_layer,
-                        path, model));
-  RETURN_IF_ERROR(Agree("n_head", hf.n_head(), &ModelSpec::n_head, &ModelSpec::set_n_head, path,
-                        model));
+  RETURN_IF_ERROR(
+      Agree("n_embd", hf.n_embd(), &ModelSpec::n_embd, &ModelSpec::set_n_embd, path, model));
+  RETURN_IF_ERROR(
+      Agree("n_layer", hf.n_layer(), &ModelSpec::n_layer, &ModelSpec::set_n_layer, path, model));
+  RETURN_IF_ERROR(
+      Agree("n_head", hf.n_head(), &ModelSpec::n_head, &ModelSpec::set_n_head, path, model));
   RETURN_IF_ERROR(Agree("vocab_size", hf.vocab_size(), &ModelSpec::vocab_size,
                         &ModelSpec::set_vocab_size, path, model));
   RETURN_IF_ERROR(Agree("block_size", hf.block_size(), &ModelSpec::block_size,
@@ -289,10 +292,9 @@ absl::Status ResolveHfModel(ModelSpec* model) {
                           &ModelSpec::set_ffn_hidden, path, model));
     RETURN_IF_ERROR(Agree("n_kv_head", hf.n_kv_head(), &ModelSpec::n_kv_head,
                           &ModelSpec::set_n_kv_head, path, model));
-    for (auto [field, mine, theirs] :
-         {std::tuple<const char*, double, double>{"rope_theta", model->rope_theta(),
-                                                  hf.rope_theta()},
-          {"norm_eps", model->norm_eps(), hf.norm_eps()}}) {
+    for (auto [field, mine, theirs] : {std::tuple<const char*, double, double>{
+                                           "rope_theta", model->rope_theta(), hf.rope_theta()},
+                                       {"norm_eps", model->norm_eps(), hf.norm_eps()}}) {
       if (mine != 0 && mine != theirs) {
         return absl::InvalidArgumentError(absl::StrCat("model.", field, ": ", mine,
                                                        " does not match ", path, "'s ", theirs,
@@ -326,9 +328,9 @@ absl::StatusOr<std::string> ConfigJsonFromModelSpec(const ModelSpec& m) {
   if (m.architecture() == ModelSpec::GPT) {
     return absl::StrCat(
         "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n",
-        "  \"n_embd\": ", m.n_embd(), ",\n  \"n_layer\": ", m.n_layer(), ",\n  \"n_head\": ",
-        m.n_head(), ",\n  \"n_positions\": ", m.block_size(), ",\n  \"vocab_size\": ",
-        m.vocab_size(),
+        "  \"n_embd\": ", m.n_embd(), ",\n  \"n_layer\": ", m.n_layer(),
+        ",\n  \"n_head\": ", m.n_head(), ",\n  \"n_positions\": ", m.block_size(),
+        ",\n  \"vocab_size\": ", m.vocab_size(),
         ",\n  \"n_inner\": null,\n  \"activation_function\": \"gelu_new\",\n"
         "  \"layer_norm_epsilon\": 1e-05,\n  \"scale_attn_weights\": true,\n"
         "  \"scale_attn_by_inverse_layer_idx\": false,\n  \"reorder_and_upcast_attn\": false,\n"

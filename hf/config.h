@@ -36,7 +36,8 @@ namespace shardline::hf {
 
 // Sizes of config.json `json` (read from `source`, for messages) as a ModelSpec: architecture,
 // sizes, n_kv_head, rope_theta, norm_eps. Errors: INVALID_ARGUMENT naming source and key.
-absl::StatusOr<ModelSpec> ModelSpecFromConfigJson(absl::string_view json, const std::string& source);
+absl::StatusOr<ModelSpec> ModelSpecFromConfigJson(absl::string_view json,
+                                                  const std::string& source);
 
 // When model->hf_dir() is set: reads <hf_dir>/config.json and fills the architecture and every
 // size field that is 0; a set one must agree with config.json (block_size may be smaller for

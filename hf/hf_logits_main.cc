@@ -57,11 +57,12 @@ absl::Status Run(int argc, char** argv) {
   torch::NoGradGuard no_grad;
   for (auto& item : (*model)->module().named_parameters(/*recurse=*/true)) {
     auto it = weights->find(item.key());
-    if (it == weights->end()) return absl::NotFoundError(absl::StrCat("no weights for ", item.key()));
+    if (it == weights->end())
+      return absl::NotFoundError(absl::StrCat("no weights for ", item.key()));
     at::Tensor src = at::from_blob(it->second.values.data(), it->second.shape, at::kFloat);
     if (src.sizes() != item.value().sizes()) {
-      return absl::InvalidArgumentError(absl::StrCat(item.key(), ": shape ", src.sizes().vec().size(),
-                                                      "-d differs from the model's"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          item.key(), ": shape ", src.sizes().vec().size(), "-d differs from the model's"));
     }
     item.value().copy_(src);
   }

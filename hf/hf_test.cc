@@ -24,9 +24,7 @@ std::string TempDir(const std::string& name) {
   return dir;
 }
 
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 std::string Replace(std::string s, const std::string& from, const std::string& to) {
   s.replace(s.find(from), from.size(), to);
@@ -123,13 +121,11 @@ TEST(HfWeights, ShardedIndexIsReadAndAFileOutsideTheFolderIsRefused) {
     std::vector<int64_t> shape = {4};
     if (m.ours == "wte.weight") shape = {5, 4};
     if (m.ours == "wpe.weight") shape = {3, 4};
-    if (m.layout == Layout::kTransposed) shape = m.ours.find("c_attn") != std::string::npos
-                                                     ? std::vector<int64_t>{4, 12}
-                                                 : m.ours.find("c_fc") != std::string::npos
-                                                     ? std::vector<int64_t>{4, 16}
-                                                 : m.ours.find("mlp.c_proj") != std::string::npos
-                                                     ? std::vector<int64_t>{16, 4}
-                                                     : std::vector<int64_t>{4, 4};
+    if (m.layout == Layout::kTransposed)
+      shape = m.ours.find("c_attn") != std::string::npos       ? std::vector<int64_t>{4, 12}
+              : m.ours.find("c_fc") != std::string::npos       ? std::vector<int64_t>{4, 16}
+              : m.ours.find("mlp.c_proj") != std::string::npos ? std::vector<int64_t>{16, 4}
+                                                               : std::vector<int64_t>{4, 4};
     if (m.ours.find("c_attn.bias") != std::string::npos) shape = {12};
     if (m.ours.find("c_fc.bias") != std::string::npos) shape = {16};
     int64_t n = 1;

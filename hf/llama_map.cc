@@ -14,8 +14,8 @@ std::vector<TensorMapping> LlamaMapping(const ModelSpec& m) {
     t.push_back({ours + "attention_norm.weight", hf + "input_layernorm.weight"});
     t.push_back({ours + "attention.wq.weight", hf + "self_attn.q_proj.weight",
                  Layout::kRotaryHalves, m.n_head()});
-    t.push_back({ours + "attention.wk.weight", hf + "self_attn.k_proj.weight",
-                 Layout::kRotaryHalves, kv});
+    t.push_back(
+        {ours + "attention.wk.weight", hf + "self_attn.k_proj.weight", Layout::kRotaryHalves, kv});
     t.push_back({ours + "attention.wv.weight", hf + "self_attn.v_proj.weight"});
     t.push_back({ours + "attention.wo.weight", hf + "self_attn.o_proj.weight"});
     t.push_back({ours + "ffn_norm.weight", hf + "post_attention_layernorm.weight"});

@@ -80,9 +80,9 @@ class Files {
       }
       const std::string& name = file.string_value();
       if (name.empty() || absl::StrContains(name, "/") || name == "." || name == "..") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            index, ": weight_map[\"", tensor, "\"] = \"", name,
-            "\" is not a plain file name in the folder"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(index, ": weight_map[\"", tensor, "\"] = \"", name,
+                         "\" is not a plain file name in the folder"));
       }
       auto it = by_file.find(name);
       if (it == by_file.end()) {
@@ -111,8 +111,8 @@ class Files {
       return out;
     }
     if (e.dtype != "BF16" && e.dtype != "F16") {
-      return absl::InvalidArgumentError(absl::StrCat(r.path(), ": tensor ", e.name, " is ",
-                                                     e.dtype, "; only F32, F16 and BF16 are read"));
+      return absl::InvalidArgumentError(absl::StrCat(r.path(), ": tensor ", e.name, " is ", e.dtype,
+                                                     "; only F32, F16 and BF16 are read"));
     }
     std::vector<uint16_t> raw(static_cast<size_t>(e.numel));
     RETURN_IF_ERROR(r.Read(e, raw.data()));
@@ -144,9 +144,9 @@ absl::Status CheckShape(const TensorMapping& m, const std::vector<int64_t>& our_
                         const std::string& where) {
   if (m.layout == Layout::kSame) return absl::OkStatus();
   if (our_shape.size() != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": tensor ", m.hf_name, " has ", our_shape.size(),
-                     " dimensions; a projection has 2"));
+    return absl::InvalidArgumentError(absl::StrCat(where, ": tensor ", m.hf_name, " has ",
+                                                   our_shape.size(),
+                                                   " dimensions; a projection has 2"));
   }
   if (m.layout == Layout::kRotaryHalves &&
       (m.heads <= 0 || our_shape[0] % m.heads != 0 || (our_shape[0] / m.heads) % 2 != 0)) {

@@ -62,8 +62,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
     k = k.repeat_interleave(n_head_ / n_kv_head_, /*dim=*/1);
     v = v.repeat_interleave(n_head_ / n_kv_head_, /*dim=*/1);
   }
-  at::Tensor y =
-      CausalAttention(q, k, v, is_training() ? dropout_ : 0.0, kernel_);  // [B, H, T, D]
+  at::Tensor y = CausalAttention(q, k, v, is_training() ? dropout_ : 0.0, kernel_);  // [B, H, T, D]
   return wo_->forward(y.transpose(1, 2).contiguous().view({b, t, c}));
 }
 
@@ -133,8 +132,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig
   c.norm_eps = spec.norm_eps;
   if (c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.vocab_size <= 0 || c.block_size <= 0 ||
       c.ffn_hidden <= 0 || c.n_embd % c.n_head != 0 || (c.n_embd / c.n_head) % 2 != 0 ||
-      c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0 || !(c.rope_theta > 0) ||
-      !(c.norm_eps > 0)) {
+      c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0 || !(c.rope_theta > 0) || !(c.norm_eps > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model: LLAMA sizes n_embd ", c.n_embd, ", n_layer ", c.n_layer, ", n_head ", c.n_head,
         ", n_kv_head ", c.n_kv_head, ", vocab_size ", c.vocab_size, ", block_size ", c.block_size,
@@ -157,10 +155,10 @@ double LlamaModel::TrainingFlopsPerToken(int64_t seq_len) const {
 std::string LlamaModel::Describe() const {
   int64_t n = 0;
   for (const at::Tensor& p : net_->parameters()) n += p.numel();
-  return absl::StrFormat("Llama %dx%d, %d heads (%d kv), ffn %d, vocab %d, block %d: %.2fM parameters",
-                         config_.n_layer, config_.n_embd, config_.n_head, config_.n_kv_head,
-                         config_.ffn_hidden,
-                         config_.vocab_size, config_.block_size, n / 1e6);
+  return absl::StrFormat(
+      "Llama %dx%d, %d heads (%d kv), ffn %d, vocab %d, block %d: %.2fM parameters",
+      config_.n_layer, config_.n_embd, config_.n_head, config_.n_kv_head, config_.ffn_hidden,
+      config_.vocab_size, config_.block_size, n / 1e6);
 }
 
 }  // namespace shardline::models

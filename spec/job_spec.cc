@@ -84,8 +84,7 @@ absl::StatusOr<JobSpec> LoadJobSpecText(absl::string_view text, absl::string_vie
                                spec.mutable_checkpoint()->mutable_init_from_safetensors()));
   RETURN_IF_ERROR(MakeAbsolute(base, "model.hf_dir", spec.mutable_model()->mutable_hf_dir()));
   RETURN_IF_ERROR(MakeAbsolute(base, "data.val_path", spec.mutable_data()->mutable_val_path()));
-  RETURN_IF_ERROR(
-      MakeAbsolute(base, "data.vocab_path", spec.mutable_data()->mutable_vocab_path()));
+  RETURN_IF_ERROR(MakeAbsolute(base, "data.vocab_path", spec.mutable_data()->mutable_vocab_path()));
   for (int i = 0; i < spec.data().paths_size(); ++i) {
     RETURN_IF_ERROR(MakeAbsolute(base, absl::StrCat("data.paths[", i, "]"),
                                  spec.mutable_data()->mutable_paths(i)));

@@ -56,8 +56,8 @@ std::vector<SpecPath> SpecPaths(const JobSpec& spec) {
   add("data.path", spec.data().path(), SpecPath::Access::kRead);
   for (int i = 0; i < spec.data().paths_size(); ++i) {
     // An empty entry is listed too, so validation names it.
-    paths.push_back({absl::StrCat("data.paths[", i, "]"), spec.data().paths(i),
-                     SpecPath::Access::kRead});
+    paths.push_back(
+        {absl::StrCat("data.paths[", i, "]"), spec.data().paths(i), SpecPath::Access::kRead});
   }
   add("data.val_path", spec.data().val_path(), SpecPath::Access::kRead);
   add("data.vocab_path", spec.data().vocab_path(), SpecPath::Access::kRead);

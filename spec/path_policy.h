@@ -36,7 +36,7 @@ struct SpecPath {
   // kReadDir: a folder read (model.hf_dir); kCheckpoint: read, written and deleted in.
   enum class Access { kRead, kReadDir, kCheckpoint };
   std::string field;  // "data.path", "data.paths[1]"
-  std::string path;                          // as in the spec (non-empty)
+  std::string path;   // as in the spec (non-empty)
   Access access = Access::kRead;
 };
 

@@ -138,8 +138,8 @@ void ValidateLlamaFields(const ModelSpec& m, Problems* p) {
   } else if (m.n_kv_head() > 0 && m.n_head() > 0 && m.n_head() % m.n_kv_head() != 0) {
     p->Add("model.n_kv_head: ", m.n_kv_head(), " does not divide model.n_head ", m.n_head());
   }
-  for (auto [field, value] : {std::pair<const char*, double>{"rope_theta", m.rope_theta()},
-                              {"norm_eps", m.norm_eps()}}) {
+  for (auto [field, value] :
+       {std::pair<const char*, double>{"rope_theta", m.rope_theta()}, {"norm_eps", m.norm_eps()}}) {
     if (!(value >= 0) || !std::isfinite(value)) {
       p->Add("model.", field, ": ", value, " must be >= 0 (0: the default)");
     } else if (value > 0 && !llama) {
@@ -214,7 +214,7 @@ void ValidateData(const JobSpec& s, Problems* p) {
     // data.seq_len defaults to block_size, known once model.hf_dir is read.
   } else if (d.seq_len() <= 0) {
     p->Add("data.seq_len: ", d.seq_len(), " must be positive");
-  } else if (s.model().architecture() != ModelSpec::TORCHSCRIPT &&
+  } else if (s.model().architecture() != ModelSpec::TORCHSCRIPT && !UnresolvedHf(s.model()) &&
              d.seq_len() > s.model().block_size()) {
     p->Add("data.seq_len: ", d.seq_len(), " exceeds model.block_size ", s.model().block_size());
   }

@@ -43,6 +43,9 @@ struct CheckpointPolicy {
   bool save_final = false;
   int64_t resume_step = -1;
   std::string init_from_safetensors;
+  // model.hf_dir: a transformers folder whose weights start a job that resumes nothing (unless
+  // init_from_safetensors is set, which wins).
+  std::string init_from_hf;
   int64_t total_steps = 0;     // train.steps (for save_final).
   std::string optimizer_kind;  // "adamw" / "sgd".
   std::string job_id;
@@ -74,6 +77,8 @@ class TrainerCheckpointing {
         engine_(engine),
         ckpt_(std::move(ckpt)),
         saving_step_(std::move(saving_step)) {}
+  // policy_.init_from_hf's weights (hf/weights.h) into the engine.
+  absl::Status LoadHfWeights();
   CheckpointPolicy policy_;
   fsdp::FsdpEngine* engine_;
   std::unique_ptr<checkpoint::Checkpointer> ckpt_;  // Null without a dir.
