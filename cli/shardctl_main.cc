@@ -48,8 +48,8 @@
 #include "cli/progress_view.h"
 #include "coordinator/client.h"
 #include "google/protobuf/util/json_util.h"
-#include "hf/config.h"
 #include "hf/export.h"
+#include "spec/hf_config.h"
 #include "spec/job_spec.h"
 
 ABSL_FLAG(std::string, coordinator, "", "Coordinator host:port.");
@@ -419,7 +419,7 @@ int CmdExport(const std::vector<std::string>& args) {
     auto job = (*client)->GetJob(args[2]);
     if (!job.ok()) return Fail(job.status());
     ModelSpec model = job->spec().model();
-    s = hf::ResolveHfModel(&model);
+    s = spec::ResolveHfModel(&model);
     if (s.ok()) s = hf::ExportHfFromStepDir(chosen->path(), model, absl::GetFlag(FLAGS_out));
   } else {
     s = checkpoint::ExportSafetensors(root, chosen->step(), absl::GetFlag(FLAGS_out));

@@ -4,14 +4,14 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "common/status_macros.h"
-#include "hf/config.h"
 #include "hf/weights.h"
+#include "spec/hf_config.h"
 
 namespace shardline::hf {
 
 absl::Status ExportHfFromStepDir(const std::string& step_dir, const ModelSpec& model,
                                  const std::string& out_dir) {
-  ASSIGN_OR_RETURN(std::string config, ConfigJsonFromModelSpec(model));
+  ASSIGN_OR_RETURN(std::string config, spec::HfConfigFromModelSpec(model));
   ASSIGN_OR_RETURN(auto reader, checkpoint::CheckpointReader::OpenDir(step_dir));
   RETURN_IF_ERROR(reader->VerifyFiles());
   const checkpoint::CheckpointMeta& meta = reader->meta();

@@ -3,7 +3,7 @@
 // `shardctl export --format=hf` and `checkpoint_export --hf_spec`.
 //
 // The checkpoint does not record the model's hyperparameters (head counts, rope theta), so the
-// caller passes the job's model spec, resolved (hf/config.h ResolveHfModel for an hf_dir job).
+// caller passes the job's model spec, resolved (spec/hf_config.h ResolveHfModel for an hf_dir job).
 //
 // Thread safety: pure function over the file system.
 #ifndef SHARDLINE_HF_EXPORT_H_

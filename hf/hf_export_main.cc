@@ -8,8 +8,8 @@
 #include <iostream>
 
 #include "absl/status/status.h"
-#include "hf/config.h"
 #include "hf/export.h"
+#include "spec/hf_config.h"
 #include "spec/job_spec.h"
 
 int main(int argc, char** argv) {
@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   options.validate.check_files = false;  // Only the model section matters here.
   auto spec = shardline::spec::LoadJobSpecFile(argv[1], options);
   absl::Status s = spec.status();
-  if (s.ok()) s = shardline::hf::ResolveHfModel(spec->mutable_model());
+  if (s.ok()) s = shardline::spec::ResolveHfModel(spec->mutable_model());
   if (s.ok()) s = shardline::hf::ExportHfFromStepDir(argv[2], spec->model(), argv[3]);
   if (!s.ok()) {
     std::cerr << "hf_export: " << s << "\n";

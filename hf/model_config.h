@@ -12,7 +12,7 @@
 
 namespace shardline::hf {
 
-// Errors: as hf/config.h ResolveHfModel.
+// Errors: as spec/hf_config.h ResolveHfModel.
 absl::StatusOr<models::ModelConfig> ModelConfigFromHfDir(const std::string& hf_dir);
 
 }  // namespace shardline::hf

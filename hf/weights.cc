@@ -15,8 +15,8 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_reader.h"
 #include "common/status_macros.h"
-#include "hf/config.h"
 #include "hf/weight_map.h"
+#include "spec/hf_config.h"
 
 namespace shardline::hf {
 namespace {
@@ -55,7 +55,7 @@ class Files {
     Files f;
     const std::string single = absl::StrCat(dir, "/model.safetensors");
     const std::string index = absl::StrCat(dir, "/model.safetensors.index.json");
-    absl::StatusOr<std::string> json = ReadSmallFile(index);
+    absl::StatusOr<std::string> json = spec::ReadSmallJsonFile(index);
     if (!json.ok()) {
       if (json.status().code() != absl::StatusCode::kNotFound) return json.status();
       ASSIGN_OR_RETURN(auto reader, SafetensorsReader::Open(single));
@@ -220,8 +220,8 @@ std::vector<TensorMapping> MappingFor(const ModelSpec& model) {
 
 absl::StatusOr<std::map<std::string, HostTensor>> ReadHfWeights(const std::string& hf_dir) {
   const std::string config_path = absl::StrCat(hf_dir, "/config.json");
-  ASSIGN_OR_RETURN(std::string json, ReadSmallFile(config_path));
-  ASSIGN_OR_RETURN(ModelSpec model, ModelSpecFromConfigJson(json, config_path));
+  ASSIGN_OR_RETURN(std::string json, spec::ReadSmallJsonFile(config_path));
+  ASSIGN_OR_RETURN(ModelSpec model, spec::ModelSpecFromHfConfig(json, config_path));
   ASSIGN_OR_RETURN(Files files, Files::Open(hf_dir));
   std::map<std::string, HostTensor> out;
   for (const TensorMapping& m : MappingFor(model)) {
@@ -247,7 +247,8 @@ absl::StatusOr<std::map<std::string, HostTensor>> ReadHfWeights(const std::strin
 absl::Status WriteHfFolder(
     const std::string& out_dir, const std::string& config_json,
     const std::function<absl::StatusOr<HostTensor>(const std::string& our_name)>& get) {
-  ASSIGN_OR_RETURN(ModelSpec model, ModelSpecFromConfigJson(config_json, "exported config.json"));
+  ASSIGN_OR_RETURN(ModelSpec model,
+                   spec::ModelSpecFromHfConfig(config_json, "exported config.json"));
   RETURN_IF_ERROR(checkpoint::MakeDirsDurable(out_dir));
   std::vector<checkpoint::SafetensorsTensor> tensors;
   for (const TensorMapping& m : MappingFor(model)) {

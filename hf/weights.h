@@ -2,7 +2,7 @@
 // Torch-free: the trainer turns ReadHfWeights' tensors into its engine's state; export writes
 // from a Shardline checkpoint without LibTorch.
 //
-//   DIR/config.json                       hf/config.h
+//   DIR/config.json                       spec/hf_config.h
 //   DIR/model.safetensors                 one file, or
 //   DIR/model.safetensors.index.json      {"weight_map": {"<tensor>": "<file>"}} and its shards
 //
@@ -38,7 +38,7 @@ struct HostTensor {
 absl::StatusOr<std::map<std::string, HostTensor>> ReadHfWeights(const std::string& hf_dir);
 
 // Writes <out_dir>/config.json and <out_dir>/model.safetensors (float32, HF names and layouts)
-// for the model of `config_json` (a config from ConfigJsonFromModelSpec), taking each parameter
+// for the model of `config_json` (a config from HfConfigFromModelSpec), taking each parameter
 // from `get(our_name)`. out_dir is created if missing. Files are written atomically.
 // Errors: those of `get`; INVALID_ARGUMENT for a shape that does not fit the layout; INTERNAL
 // for I/O.

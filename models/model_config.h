@@ -40,7 +40,7 @@ struct ModelConfig {
   double norm_eps = 1e-5;       // Llama only: RMSNorm epsilon.
   double dropout = 0.0;
   std::string torchscript_path;
-  std::string hf_dir;  // A Hugging Face folder the sizes came from (hf/config.h); "" for none.
+  std::string hf_dir;  // A Hugging Face folder the sizes came from (spec/hf_config.h); "" for none.
   uint64_t init_seed = 0;
   // Not in the job spec: always kSdpa there. Tests set kExplicit to check the fused kernels.
   AttentionKernel attention = AttentionKernel::kSdpa;
@@ -48,7 +48,7 @@ struct ModelConfig {
 
 // Resolves the preset (spec/model_presets.h) and copies the fields; Llama's 0 fields become their
 // defaults (n_kv_head: n_head, rope_theta: 10000, norm_eps: 1e-5). A spec with model.hf_dir must
-// have been resolved already (spec loading does: hf/config.h).
+// have been resolved already (spec loading does: spec/hf_config.h).
 // Errors: INVALID_ARGUMENT for an unknown preset or an unspecified architecture.
 absl::StatusOr<ModelConfig> ModelConfigFromSpec(const ModelSpec& spec);
 

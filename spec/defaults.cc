@@ -24,7 +24,7 @@ absl::Status FillDefaults(JobSpec* s, const FieldPaths* w) {
   if (s->world_size() == 0 && !Written(w, "world_size")) s->set_world_size(1);
 
   ModelSpec* m = s->mutable_model();
-  // A model.hf_dir not yet resolved (hf/config.h; the coordinator cannot read it) keeps its
+  // A model.hf_dir not yet resolved (spec/hf_config.h; the coordinator cannot read it) keeps its
   // model fields as written: the trainer fills them from config.json.
   const bool unresolved_hf =
       !m->hf_dir().empty() && m->architecture() == ModelSpec::ARCHITECTURE_UNSPECIFIED;

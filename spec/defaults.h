@@ -13,7 +13,7 @@
 //   name: "job"                          world_size: 1
 //   model.preset: "tiny" when architecture is unspecified and no size is given; then sizes and
 //     architecture from the preset (spec/model_presets.h); model.architecture: GPT. None of
-//     these while model.hf_dir is set and unresolved (hf/config.h fills them from config.json)
+//     these while model.hf_dir is set and unresolved (spec/hf_config.h fills them from config.json)
 //   model.vocab_size: 256 (byte-level)   *model.init_seed: 1337
 //   data.format: TEXT                    data.seq_len: model.block_size
 //   *data.val_fraction: 0.1 (0 with data.val_path)   (*data.shuffle_seed stays 0)

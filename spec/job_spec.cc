@@ -11,8 +11,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "hf/config.h"
 #include "spec/defaults.h"
+#include "spec/hf_config.h"
 #include "spec/proto_yaml.h"
 
 namespace shardline::spec {
@@ -91,7 +91,7 @@ absl::StatusOr<JobSpec> LoadJobSpecText(absl::string_view text, absl::string_vie
   }
   // The model of a Hugging Face folder: sizes from its config.json, where the files are visible
   // (the coordinator leaves it to the trainer).
-  if (options.validate.check_files) RETURN_IF_ERROR(hf::ResolveHfModel(spec.mutable_model()));
+  if (options.validate.check_files) RETURN_IF_ERROR(spec::ResolveHfModel(spec.mutable_model()));
   RETURN_IF_ERROR(FillDefaults(&spec, &written));
   RETURN_IF_ERROR(Validate(spec, options.validate));
   return spec;

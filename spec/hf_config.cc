@@ -1,4 +1,4 @@
-#include "hf/config.h"
+#include "spec/hf_config.h"
 
 #include <sys/stat.h>
 
@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
-namespace shardline::hf {
+namespace shardline::spec {
 namespace {
 
 using google::protobuf::Struct;
@@ -229,7 +229,7 @@ std::string Num(double v) {
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
+absl::StatusOr<std::string> ReadSmallJsonFile(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0)
     return absl::NotFoundError(absl::StrCat(path, " does not exist"));
@@ -244,8 +244,7 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
   return text.str();
 }
 
-absl::StatusOr<ModelSpec> ModelSpecFromConfigJson(absl::string_view json,
-                                                  const std::string& source) {
+absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(absl::string_view json, const std::string& source) {
   Struct s;
   const auto parsed = google::protobuf::util::JsonStringToMessage(
       google::protobuf::StringPiece(json.data(), json.size()), &s);
@@ -265,12 +264,12 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfigJson(absl::string_view json,
 absl::Status ResolveHfModel(ModelSpec* model) {
   if (model->hf_dir().empty()) return absl::OkStatus();
   const std::string path = absl::StrCat(model->hf_dir(), "/config.json");
-  absl::StatusOr<std::string> json = ReadSmallFile(path);
+  absl::StatusOr<std::string> json = ReadSmallJsonFile(path);
   if (!json.ok()) {
     return absl::Status(json.status().code(),
                         absl::StrCat("model.hf_dir: ", json.status().message()));
   }
-  ASSIGN_OR_RETURN(ModelSpec hf, ModelSpecFromConfigJson(*json, path));
+  ASSIGN_OR_RETURN(ModelSpec hf, ModelSpecFromHfConfig(*json, path));
   if (!model->preset().empty()) {
     return absl::InvalidArgumentError(absl::StrCat("model.preset: \"", model->preset(),
                                                    "\" cannot be combined with model.hf_dir"));
@@ -313,7 +312,7 @@ absl::Status ResolveHfModel(ModelSpec* model) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ConfigJsonFromModelSpec(const ModelSpec& m) {
+absl::StatusOr<std::string> HfConfigFromModelSpec(const ModelSpec& m) {
   if (m.architecture() == ModelSpec::LLAMA) {
     const int64_t kv = m.n_kv_head() > 0 ? m.n_kv_head() : m.n_head();
     const double theta = m.rope_theta() > 0 ? m.rope_theta() : 10000.0;
@@ -348,4 +347,4 @@ absl::StatusOr<std::string> ConfigJsonFromModelSpec(const ModelSpec& m) {
                    " has no Hugging Face config (only GPT and LLAMA)"));
 }
 
-}  // namespace shardline::hf
+}  // namespace shardline::spec

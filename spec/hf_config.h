@@ -22,8 +22,8 @@
 // the embedding and trained separately (exported untied).
 //
 // Thread safety: pure functions (ResolveHfModel reads the file system).
-#ifndef SHARDLINE_HF_CONFIG_H_
-#define SHARDLINE_HF_CONFIG_H_
+#ifndef SHARDLINE_SPEC_HF_CONFIG_H_
+#define SHARDLINE_SPEC_HF_CONFIG_H_
 
 #include <string>
 
@@ -32,12 +32,11 @@
 #include "absl/strings/string_view.h"
 #include "proto/job_spec.pb.h"
 
-namespace shardline::hf {
+namespace shardline::spec {
 
 // Sizes of config.json `json` (read from `source`, for messages) as a ModelSpec: architecture,
 // sizes, n_kv_head, rope_theta, norm_eps. Errors: INVALID_ARGUMENT naming source and key.
-absl::StatusOr<ModelSpec> ModelSpecFromConfigJson(absl::string_view json,
-                                                  const std::string& source);
+absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(absl::string_view json, const std::string& source);
 
 // When model->hf_dir() is set: reads <hf_dir>/config.json and fills the architecture and every
 // size field that is 0; a set one must agree with config.json (block_size may be smaller for
@@ -47,12 +46,12 @@ absl::Status ResolveHfModel(ModelSpec* model);
 
 // config.json for a resolved GPT or LLAMA spec, as `transformers` (4.x and 5.x) reads it.
 // Errors: INVALID_ARGUMENT for TORCHSCRIPT.
-absl::StatusOr<std::string> ConfigJsonFromModelSpec(const ModelSpec& model);
+absl::StatusOr<std::string> HfConfigFromModelSpec(const ModelSpec& model);
 
 // The contents of a small JSON file (config.json, an index), at most 16 MiB.
 // Errors: NOT_FOUND, INVALID_ARGUMENT (too large), INTERNAL (read error).
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path);
+absl::StatusOr<std::string> ReadSmallJsonFile(const std::string& path);
 
-}  // namespace shardline::hf
+}  // namespace shardline::spec
 
-#endif  // SHARDLINE_HF_CONFIG_H_
+#endif  // SHARDLINE_SPEC_HF_CONFIG_H_
