@@ -9,6 +9,7 @@
 //   shardctl metrics JOB [--json]
 //   shardctl cancel JOB
 //   shardctl export JOB --out=FILE.safetensors [--step=N]
+//   shardctl export JOB --format=hf --out=DIR [--step=N]   (a transformers folder: hf/export.h)
 //
 // Where the coordinator is: --coordinator, else $SHARDLINE_COORDINATOR, else the config file
 // (--config, default ~/.shardline/config, lines "coordinator=HOST:PORT" and "token=..."), else
@@ -54,6 +55,8 @@
 #include "coordinator/client.h"
 #include "coordinator/client_tls.h"
 #include "google/protobuf/util/json_util.h"
+#include "hf/export.h"
+#include "spec/hf_config.h"
 #include "spec/job_spec.h"
 
 ABSL_FLAG(std::string, coordinator, "", "Coordinator host:port.");
@@ -85,7 +88,10 @@ ABSL_FLAG(std::string, since, "",
           "logs: only lines from this long ago (a duration: 90s, 10m, 2h) or since this time "
           "(RFC 3339, 2026-01-31T12:00:00Z).");
 ABSL_FLAG(int64_t, step, -1, "export: checkpoint step (default: the latest committed).");
-ABSL_FLAG(std::string, out, "", "export: output .safetensors file.");
+ABSL_FLAG(std::string, out, "", "export: output .safetensors file (--format=hf: folder).");
+ABSL_FLAG(std::string, format, "safetensors",
+          "export: safetensors (Shardline's names, one file) or hf (a Hugging Face transformers "
+          "folder: config.json + model.safetensors, GPT and LLAMA models).");
 ABSL_FLAG(int, timeout_s, 10, "Deadline of each call to the coordinator, seconds.");
 ABSL_FLAG(bool, check_flags, false, "Parse the flags and exit (used by deploy tests).");
 
@@ -109,6 +115,7 @@ Commands:
   cancel JOB                     stop every rank of the job
   checkpoints JOB                committed checkpoints of the job
   export JOB --out=F [--step=N]  the model of a committed checkpoint as one .safetensors file
+                                 (--format=hf --out=DIR: a folder transformers loads)
   workers                        registered workers and their slots
   whoami                         the user (and admin or not) the coordinator takes the token for
 Read commands take --json. Coordinator: --coordinator, $SHARDLINE_COORDINATOR, the config file,
@@ -489,7 +496,12 @@ int CmdCheckpoints(const std::vector<std::string>& args) {
 // checkpoint directory must be visible on this machine (a shared file system, or a local cluster).
 int CmdExport(const std::vector<std::string>& args) {
   if (args.size() < 3 || absl::GetFlag(FLAGS_out).empty()) {
-    return UsageError("usage: shardctl export JOB --out=FILE.safetensors [--step=N]");
+    return UsageError(
+        "usage: shardctl export JOB --out=FILE.safetensors [--step=N] [--format=safetensors|hf]");
+  }
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (format != "safetensors" && format != "hf") {
+    return UsageError(absl::StrCat("export: --format=", format, " is not safetensors or hf"));
   }
   auto client = Connect();
   if (!client.ok()) return Fail(client.status());
@@ -508,8 +520,18 @@ int CmdExport(const std::vector<std::string>& args) {
                   : absl::StrCat("job ", args[2], " has no committed checkpoint")));
   }
   const std::string root = fs::path(chosen->path()).parent_path().string();
-  const absl::Status s =
-      checkpoint::ExportSafetensors(root, chosen->step(), absl::GetFlag(FLAGS_out));
+  absl::Status s;
+  if (format == "hf") {
+    // The checkpoint does not record head counts or rope theta: the job's spec gives them (a
+    // model.hf_dir is read here, so it must be visible on this machine like the checkpoint).
+    auto job = (*client)->GetJob(args[2]);
+    if (!job.ok()) return Fail(job.status());
+    ModelSpec model = job->spec().model();
+    s = spec::ResolveHfModel(&model);
+    if (s.ok()) s = hf::ExportHfFromStepDir(chosen->path(), model, absl::GetFlag(FLAGS_out));
+  } else {
+    s = checkpoint::ExportSafetensors(root, chosen->step(), absl::GetFlag(FLAGS_out));
+  }
   if (!s.ok()) return Fail(s);
   std::cout << "wrote " << absl::GetFlag(FLAGS_out) << " (step " << chosen->step() << " of "
             << args[2] << ")\n";

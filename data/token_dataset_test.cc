@@ -137,5 +137,39 @@ TEST(TokenDataset, SequenceReadAfterTheFileWasTruncatedIsDataLossNamingTheFile) 
       << s;
 }
 
+TEST(TokenDataset, TrainingFilesAreOneStreamAndValPathIsTheValidationPart) {
+  // Two U16 training files (ids 0..9 and 10..15) and a validation file (ids 20..26).
+  auto u16 = [](int from, int to) {
+    std::string bytes;
+    for (int i = from; i < to; ++i) bytes += std::string{static_cast<char>(i), '\0'};
+    return bytes;
+  };
+  TokenDataset::Options o{"", TokenFormat::kU16, 0.0, 4, 64};
+  o.paths = {WriteFile("a.u16", u16(0, 10)), WriteFile("b.u16", u16(10, 16))};
+  o.val_path = WriteFile("v.u16", u16(20, 27));
+  auto ds = TokenDataset::Open(o);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ((*ds)->num_tokens(), 16);
+  EXPECT_EQ((*ds)->num_samples(Split::kTrain), 3);  // (16 - 1) / 4
+  EXPECT_EQ((*ds)->num_samples(Split::kVal), 1);    // (7 - 1) / 4
+  std::vector<int64_t> seq(5);
+  ASSERT_TRUE((*ds)->Read(Split::kTrain, 2, seq.data()).ok());  // spans both files
+  EXPECT_EQ(seq, (std::vector<int64_t>{8, 9, 10, 11, 12}));
+  ASSERT_TRUE((*ds)->Read(Split::kVal, 0, seq.data()).ok());
+  EXPECT_EQ(seq, (std::vector<int64_t>{20, 21, 22, 23, 24}));
+
+  o.val_fraction = 0.1;
+  auto both = TokenDataset::Open(o);
+  EXPECT_EQ(both.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(both.status().message().find("must be 0 with data.val_path"), std::string::npos);
+  o.val_fraction = 0;
+  o.vocab_size = 25;
+  auto big_id = TokenDataset::Open(o);
+  EXPECT_EQ(big_id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(big_id.status().message().find("v.u16\": token id 26 is >= model.vocab_size 25"),
+            std::string::npos)
+      << big_id.status();
+}
+
 }  // namespace
 }  // namespace shardline::data

@@ -38,21 +38,31 @@ at::Tensor RmsNormImpl::forward(const at::Tensor& x) {
 }
 
 AttentionImpl::AttentionImpl(const Config& c)
-    : n_head_(c.n_head), dropout_(c.dropout), kernel_(c.attention) {
+    : n_head_(c.n_head),
+      n_kv_head_(c.n_kv_head > 0 ? c.n_kv_head : c.n_head),
+      dropout_(c.dropout),
+      kernel_(c.attention) {
+  const int64_t kv_width = c.n_embd / c.n_head * n_kv_head_;
   wq_ = register_module("wq", NoBias(c.n_embd, c.n_embd));
-  wk_ = register_module("wk", NoBias(c.n_embd, c.n_embd));
-  wv_ = register_module("wv", NoBias(c.n_embd, c.n_embd));
+  wk_ = register_module("wk", NoBias(c.n_embd, kv_width));
+  wv_ = register_module("wv", NoBias(c.n_embd, kv_width));
   wo_ = register_module("wo", NoBias(c.n_embd, c.n_embd));
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
                                   const at::Tensor& sin) {
   const int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / n_head_;
-  auto heads = [&](const at::Tensor& y) { return y.view({b, t, n_head_, d}).transpose(1, 2); };
-  at::Tensor q = ApplyRotary(heads(wq_->forward(x)), cos, sin);
-  at::Tensor k = ApplyRotary(heads(wk_->forward(x)), cos, sin);
-  at::Tensor y = CausalAttention(q, k, heads(wv_->forward(x)), is_training() ? dropout_ : 0.0,
-                                 kernel_);  // [B, H, T, D]
+  auto heads = [&](const at::Tensor& y, int64_t n) {
+    return y.view({b, t, n, d}).transpose(1, 2);  // [B, n, T, D]
+  };
+  at::Tensor q = ApplyRotary(heads(wq_->forward(x), n_head_), cos, sin);
+  at::Tensor k = ApplyRotary(heads(wk_->forward(x), n_kv_head_), cos, sin);
+  at::Tensor v = heads(wv_->forward(x), n_kv_head_);
+  if (n_kv_head_ != n_head_) {  // Key/value head j serves query heads [j * G, (j + 1) * G).
+    k = k.repeat_interleave(n_head_ / n_kv_head_, /*dim=*/1);
+    v = v.repeat_interleave(n_head_ / n_kv_head_, /*dim=*/1);
+  }
+  at::Tensor y = CausalAttention(q, k, v, is_training() ? dropout_ : 0.0, kernel_);  // [B, H, T, D]
   return wo_->forward(y.transpose(1, 2).contiguous().view({b, t, c}));
 }
 
@@ -117,12 +127,17 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig
   llama::Config c{spec.n_embd,     spec.n_layer,    spec.n_head, spec.vocab_size,
                   spec.block_size, spec.ffn_hidden, spec.dropout};
   c.attention = spec.attention;
+  c.n_kv_head = spec.n_kv_head > 0 ? spec.n_kv_head : spec.n_head;
+  c.rope_theta = spec.rope_theta;
+  c.norm_eps = spec.norm_eps;
   if (c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.vocab_size <= 0 || c.block_size <= 0 ||
-      c.ffn_hidden <= 0 || c.n_embd % c.n_head != 0 || (c.n_embd / c.n_head) % 2 != 0) {
+      c.ffn_hidden <= 0 || c.n_embd % c.n_head != 0 || (c.n_embd / c.n_head) % 2 != 0 ||
+      c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0 || !(c.rope_theta > 0) || !(c.norm_eps > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model: LLAMA sizes n_embd ", c.n_embd, ", n_layer ", c.n_layer, ", n_head ", c.n_head,
-        ", vocab_size ", c.vocab_size, ", block_size ", c.block_size, ", ffn_hidden ", c.ffn_hidden,
-        " must be positive with an even head size n_embd / n_head"));
+        ", n_kv_head ", c.n_kv_head, ", vocab_size ", c.vocab_size, ", block_size ", c.block_size,
+        ", ffn_hidden ", c.ffn_hidden, ", rope_theta ", c.rope_theta, ", norm_eps ", c.norm_eps,
+        " must be positive with an even head size n_embd / n_head and n_kv_head dividing n_head"));
   }
   llama::Llama net(c);
   InitParameters(*net, spec.init_seed,
@@ -132,15 +147,18 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig
 
 double LlamaModel::TrainingFlopsPerToken(int64_t seq_len) const {
   const double c = config_.n_embd, l = config_.n_layer, f = config_.ffn_hidden;
-  return 6 * (l * (4 * c * c + 3 * c * f) + config_.vocab_size * c) + 12 * l * c * seq_len;
+  const double kv = c / config_.n_head * config_.n_kv_head;
+  return 6 * (l * (2 * c * c + 2 * c * kv + 3 * c * f) + config_.vocab_size * c) +
+         12 * l * c * seq_len;
 }
 
 std::string LlamaModel::Describe() const {
   int64_t n = 0;
   for (const at::Tensor& p : net_->parameters()) n += p.numel();
-  return absl::StrFormat("Llama %dx%d, %d heads, ffn %d, vocab %d, block %d: %.2fM parameters",
-                         config_.n_layer, config_.n_embd, config_.n_head, config_.ffn_hidden,
-                         config_.vocab_size, config_.block_size, n / 1e6);
+  return absl::StrFormat(
+      "Llama %dx%d, %d heads (%d kv), ffn %d, vocab %d, block %d: %.2fM parameters",
+      config_.n_layer, config_.n_embd, config_.n_head, config_.n_kv_head, config_.ffn_hidden,
+      config_.vocab_size, config_.block_size, n / 1e6);
 }
 
 }  // namespace shardline::models

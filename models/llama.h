@@ -6,9 +6,13 @@
 //   x = drop(tok_embeddings[tokens])                                   [B, T, C]
 //   L times, each block one FSDP unit (RunUnit):
 //     x = x + wo(attn(rope(wq(n)), rope(wk(n)), wv(n)))   n = attention_norm(x) (RMSNorm)
+//         grouped-query attention: KV = n_kv_head key/value heads, each shared by H / KV query
+//         heads (KV = H: ordinary multi-head attention)
 //     x = x + w2(silu(w1(m)) * w3(m))                     m = ffn_norm(x), SwiGLU C -> F -> C
 //   logits = output(norm(x))                                           [B, T, V] (untied head)
 //
+// Rotary embedding: channel pairs (2i, 2i+1) of each head rotate by t * rope_theta^(-2i/D)
+// (Meta's layout; hf/weight_map.h converts Hugging Face's half-split layout).
 // No biases. Rotary tables (cos/sin, [block_size, D/2]) are plain tensors, not parameters or
 // buffers, so the FSDP engine never shards them; they follow the input's device.
 //
@@ -36,6 +40,7 @@ namespace llama {
 struct Config {
   int64_t n_embd, n_layer, n_head, vocab_size, block_size, ffn_hidden;
   double dropout;
+  int64_t n_kv_head = 0;  // 0: n_head.
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   AttentionKernel attention = AttentionKernel::kSdpa;
@@ -59,10 +64,11 @@ class AttentionImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
  private:
-  int64_t n_head_;
+  int64_t n_head_, n_kv_head_;
   double dropout_;
   AttentionKernel kernel_;
-  torch::nn::Linear wq_{nullptr}, wk_{nullptr}, wv_{nullptr}, wo_{nullptr};  // [C, C] each.
+  torch::nn::Linear wq_{nullptr}, wo_{nullptr};  // [C, C] each.
+  torch::nn::Linear wk_{nullptr}, wv_{nullptr};  // [KV * D, C]: KV = n_kv_head key/value heads.
 };
 TORCH_MODULE(Attention);
 

@@ -19,6 +19,7 @@ ModelSpec ToSpec(const ModelConfig& c) {
   m.set_vocab_size(static_cast<int32_t>(c.vocab_size));
   m.set_block_size(static_cast<int32_t>(c.block_size));
   m.set_ffn_hidden(static_cast<int32_t>(c.ffn_hidden));
+  m.set_n_kv_head(static_cast<int32_t>(c.n_kv_head));
   return m;
 }
 
@@ -50,7 +51,11 @@ absl::StatusOr<ModelConfig> ModelConfigFromSpec(const ModelSpec& input) {
   c.block_size = spec.block_size();
   c.ffn_hidden = spec.ffn_hidden();
   c.dropout = spec.dropout();
+  c.n_kv_head = spec.n_kv_head() > 0 ? spec.n_kv_head() : spec.n_head();
+  if (spec.rope_theta() > 0) c.rope_theta = spec.rope_theta();
+  if (spec.norm_eps() > 0) c.norm_eps = spec.norm_eps();
   c.torchscript_path = spec.torchscript_path();
+  c.hf_dir = spec.hf_dir();
   c.init_seed = spec.init_seed();
   return c;
 }

@@ -35,14 +35,20 @@ struct ModelConfig {
   int64_t vocab_size = 0;
   int64_t block_size = 0;
   int64_t ffn_hidden = 0;  // Llama only (resolved: never 0 for LLAMA).
+  int64_t n_kv_head = 0;   // Llama only: key/value heads (resolved: n_head when the spec has 0).
+  double rope_theta = 10000.0;  // Llama only.
+  double norm_eps = 1e-5;       // Llama only: RMSNorm epsilon.
   double dropout = 0.0;
   std::string torchscript_path;
+  std::string hf_dir;  // A Hugging Face folder the sizes came from (spec/hf_config.h); "" for none.
   uint64_t init_seed = 0;
   // Not in the job spec: always kSdpa there. Tests set kExplicit to check the fused kernels.
   AttentionKernel attention = AttentionKernel::kSdpa;
 };
 
-// Resolves the preset (spec/model_presets.h) and copies the fields.
+// Resolves the preset (spec/model_presets.h) and copies the fields; Llama's 0 fields become their
+// defaults (n_kv_head: n_head, rope_theta: 10000, norm_eps: 1e-5). A spec with model.hf_dir must
+// have been resolved already (spec loading does: spec/hf_config.h).
 // Errors: INVALID_ARGUMENT for an unknown preset or an unspecified architecture.
 absl::StatusOr<ModelConfig> ModelConfigFromSpec(const ModelSpec& spec);
 

@@ -24,19 +24,27 @@ absl::Status FillDefaults(JobSpec* s, const FieldPaths* w) {
   if (s->world_size() == 0 && !Written(w, "world_size")) s->set_world_size(1);
 
   ModelSpec* m = s->mutable_model();
+  // A model.hf_dir not yet resolved (spec/hf_config.h; the coordinator cannot read it) keeps its
+  // model fields as written: the trainer fills them from config.json.
+  const bool unresolved_hf =
+      !m->hf_dir().empty() && m->architecture() == ModelSpec::ARCHITECTURE_UNSPECIFIED;
   if (m->architecture() == ModelSpec::ARCHITECTURE_UNSPECIFIED && m->preset().empty() &&
-      m->n_embd() == 0 && m->n_layer() == 0 && m->n_head() == 0) {
+      m->n_embd() == 0 && m->n_layer() == 0 && m->n_head() == 0 && !unresolved_hf) {
     m->set_preset("tiny");
   }
   RETURN_IF_ERROR(ResolvePreset(m));
-  if (m->architecture() == ModelSpec::ARCHITECTURE_UNSPECIFIED) m->set_architecture(ModelSpec::GPT);
-  if (m->vocab_size() == 0) m->set_vocab_size(256);
+  if (!unresolved_hf) {
+    if (m->architecture() == ModelSpec::ARCHITECTURE_UNSPECIFIED) {
+      m->set_architecture(ModelSpec::GPT);
+    }
+    if (m->vocab_size() == 0) m->set_vocab_size(256);
+  }
   if (Unwritten(w, "model.init_seed")) m->set_init_seed(1337);
 
   DataSpec* d = s->mutable_data();
   if (d->format() == DataSpec::FORMAT_UNSPECIFIED) d->set_format(DataSpec::TEXT);
   if (d->seq_len() == 0) d->set_seq_len(m->block_size());
-  if (Unwritten(w, "data.val_fraction")) d->set_val_fraction(0.1f);
+  if (Unwritten(w, "data.val_fraction")) d->set_val_fraction(d->val_path().empty() ? 0.1f : 0.0f);
 
   OptimizerSpec* o = s->mutable_optimizer();
   if (o->kind() == OptimizerSpec::KIND_UNSPECIFIED) o->set_kind(OptimizerSpec::ADAMW);

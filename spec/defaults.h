@@ -12,10 +12,11 @@
 // The defaults (path: value; * marks "zero is meaningful"):
 //   name: "job"                          world_size: 1
 //   model.preset: "tiny" when architecture is unspecified and no size is given; then sizes and
-//     architecture from the preset (spec/model_presets.h); model.architecture: GPT
+//     architecture from the preset (spec/model_presets.h); model.architecture: GPT. None of
+//     these while model.hf_dir is set and unresolved (spec/hf_config.h fills them from config.json)
 //   model.vocab_size: 256 (byte-level)   *model.init_seed: 1337
 //   data.format: TEXT                    data.seq_len: model.block_size
-//   *data.val_fraction: 0.1              (*data.shuffle_seed stays 0)
+//   *data.val_fraction: 0.1 (0 with data.val_path)   (*data.shuffle_seed stays 0)
 //   optimizer.kind: ADAMW                optimizer.lr: 3e-4          optimizer.eps: 1e-8
 //   *optimizer.weight_decay: 0.1 (AdamW) *optimizer.beta1: 0.9       *optimizer.beta2: 0.95
 //   *optimizer.momentum: 0.9 (SGD)       *optimizer.grad_clip: 1.0   *optimizer.min_lr: lr / 10

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "spec/defaults.h"
+#include "spec/hf_config.h"
 #include "spec/proto_yaml.h"
 
 namespace shardline::spec {
@@ -83,6 +84,16 @@ absl::StatusOr<JobSpec> LoadJobSpecText(absl::string_view text, absl::string_vie
                                spec.mutable_checkpoint()->mutable_init_from_safetensors()));
   RETURN_IF_ERROR(
       MakeAbsolute(base, "train.tensorboard_dir", spec.mutable_train()->mutable_tensorboard_dir()));
+  RETURN_IF_ERROR(MakeAbsolute(base, "model.hf_dir", spec.mutable_model()->mutable_hf_dir()));
+  RETURN_IF_ERROR(MakeAbsolute(base, "data.val_path", spec.mutable_data()->mutable_val_path()));
+  RETURN_IF_ERROR(MakeAbsolute(base, "data.vocab_path", spec.mutable_data()->mutable_vocab_path()));
+  for (int i = 0; i < spec.data().paths_size(); ++i) {
+    RETURN_IF_ERROR(MakeAbsolute(base, absl::StrCat("data.paths[", i, "]"),
+                                 spec.mutable_data()->mutable_paths(i)));
+  }
+  // The model of a Hugging Face folder: sizes from its config.json, where the files are visible
+  // (the coordinator leaves it to the trainer).
+  if (options.validate.check_files) RETURN_IF_ERROR(spec::ResolveHfModel(spec.mutable_model()));
   RETURN_IF_ERROR(FillDefaults(&spec, &written));
   RETURN_IF_ERROR(Validate(spec, options.validate));
   return spec;

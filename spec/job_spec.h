@@ -1,9 +1,11 @@
 // Loading a job spec: the one pipeline shared by `trainer --spec`, `shardctl submit` and tests.
 //
-//   parse YAML/JSON  ->  apply --set overrides  ->  resolve relative paths  ->  fill defaults
+//   parse YAML/JSON  ->  apply --set overrides  ->  resolve relative paths  ->  read
+//   model.hf_dir's config.json (spec/hf_config.h; only with validate.check_files)  ->  fill defaults
 //   (spec/defaults.h)  ->  validate (spec/validate.h)
 //
-// Relative paths (data.path, model.torchscript_path, checkpoint.dir,
+// Relative paths (every path_policy.h SpecPaths field: data.path, data.paths, data.val_path,
+// data.vocab_path, model.torchscript_path, model.hf_dir, checkpoint.dir,
 // checkpoint.init_from_safetensors) are taken relative to LoadOptions::base_dir (the spec file's
 // directory for LoadJobSpecFile) and made absolute, so the job does not depend on the caller's
 // working directory. The coordinator, which resolves specs sent as text (SubmitJobRequest

@@ -4,10 +4,14 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "spec/model_presets.h"
 #include "spec/validate.h"
 
@@ -367,6 +371,67 @@ TEST(ModelPresets, Gpt2SmallHas124MParameters) {
   ASSERT_TRUE(ResolvePreset(&llama).ok());
   EXPECT_EQ(llama.architecture(), ModelSpec::LLAMA);
   EXPECT_EQ(llama.ffn_hidden(), 192);
+}
+
+TEST(LoadJobSpec, HfDirFillsTheModelWhereFilesAreVisibleAndStaysUnresolvedAtTheCoordinator) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/hf_llama";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << R"({"model_type": "llama", "hidden_size": 64,
+      "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 8,
+      "num_key_value_heads": 2, "vocab_size": 300, "max_position_embeddings": 128,
+      "rope_theta": 500000.0, "rms_norm_eps": 1e-6})";
+  const std::string text =
+      absl::StrCat("model: {hf_dir: ", dir, "}\ndata: {path: data/tinyshakespeare.txt}\n");
+  auto spec = Load(text);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().architecture(), ModelSpec::LLAMA);
+  EXPECT_EQ(spec->model().n_kv_head(), 2);
+  EXPECT_EQ(spec->model().ffn_hidden(), 96);
+  EXPECT_DOUBLE_EQ(spec->model().rope_theta(), 500000.0);
+  EXPECT_EQ(spec->data().seq_len(), 128);  // = the config's max_position_embeddings.
+
+  LoadOptions coordinator;
+  coordinator.validate.check_files = false;
+  auto unresolved = LoadJobSpecText(text, "job.yaml", coordinator);
+  ASSERT_TRUE(unresolved.ok()) << unresolved.status();
+  EXPECT_EQ(unresolved->model().architecture(), ModelSpec::ARCHITECTURE_UNSPECIFIED);
+  EXPECT_EQ(unresolved->model().n_embd(), 0);
+  EXPECT_EQ(unresolved->data().seq_len(), 0);
+  EXPECT_TRUE(LoadJobSpecText(
+                  absl::StrCat("model: {hf_dir: ", dir, "}\ndata: {path: x.txt, seq_len: 16}\n"),
+                  "job.yaml", coordinator)
+                  .ok());
+
+  auto disagree = Load(text, {"model.n_layer=3"});
+  EXPECT_EQ(disagree.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(disagree.status().message().find("model.n_layer: 3 does not match"), std::string::npos)
+      << disagree.status();
+  auto missing = Load("model: {hf_dir: /no/such/folder}\ndata: {path: data/tinyshakespeare.txt}\n");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("model.hf_dir: /no/such/folder/config.json"),
+            std::string::npos)
+      << missing.status();
+}
+
+TEST(LoadJobSpec, DataPathsValPathAndKvHeadsAreChecked) {
+  auto both = Load("data: {path: data/tinyshakespeare.txt, paths: [data/tinyshakespeare.txt]}\n");
+  EXPECT_NE(both.status().message().find("data.path: \""), std::string::npos) << both.status();
+  EXPECT_NE(both.status().message().find("and data.paths are both set"), std::string::npos);
+  auto val = Load(kBase, {"data.val_path=data/tinyshakespeare.txt", "data.val_fraction=0.2"});
+  EXPECT_NE(val.status().message().find("data.val_fraction: 0.2 must be 0 when data.val_path"),
+            std::string::npos)
+      << val.status();
+  auto defaulted = Load(kBase, {"data.val_path=data/tinyshakespeare.txt"});
+  ASSERT_TRUE(defaulted.ok()) << defaulted.status();
+  EXPECT_EQ(defaulted->data().val_fraction(), 0.0f);
+  auto kv = Load(kBase, {"model.architecture=LLAMA", "model.n_kv_head=3"});
+  EXPECT_NE(kv.status().message().find("model.n_kv_head: 3 does not divide model.n_head 4"),
+            std::string::npos)
+      << kv.status();
+  auto gpt_kv = Load(kBase, {"model.n_kv_head=2"});
+  EXPECT_NE(gpt_kv.status().message().find("model.n_kv_head: 2 is only used by LLAMA models"),
+            std::string::npos)
+      << gpt_kv.status();
 }
 
 }  // namespace

@@ -70,8 +70,10 @@ int64_t CountParameters(const ModelSpec& m) {
              2 * d;
     case ModelSpec::LLAMA: {
       const int64_t h = m.ffn_hidden();
-      // tok embeddings + per block (2 RMSNorms, q/k/v/o, w1/w2/w3) + norm + untied head.
-      return v * d + l * (2 * d + 4 * d * d + 3 * d * h) + d + v * d;
+      // Key/value width: n_kv_head heads of d / n_head (grouped-query attention).
+      const int64_t kv = m.n_kv_head() > 0 && m.n_head() > 0 ? d / m.n_head() * m.n_kv_head() : d;
+      // tok embeddings + per block (2 RMSNorms, q/o, k/v, w1/w2/w3) + norm + untied head.
+      return v * d + l * (2 * d + 2 * d * d + 2 * d * kv + 3 * d * h) + d + v * d;
     }
     default:
       return 0;

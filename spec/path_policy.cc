@@ -54,7 +54,15 @@ std::vector<SpecPath> SpecPaths(const JobSpec& spec) {
     if (!path.empty()) paths.push_back({field, path, access});
   };
   add("data.path", spec.data().path(), SpecPath::Access::kRead);
+  for (int i = 0; i < spec.data().paths_size(); ++i) {
+    // An empty entry is listed too, so validation names it.
+    paths.push_back(
+        {absl::StrCat("data.paths[", i, "]"), spec.data().paths(i), SpecPath::Access::kRead});
+  }
+  add("data.val_path", spec.data().val_path(), SpecPath::Access::kRead);
+  add("data.vocab_path", spec.data().vocab_path(), SpecPath::Access::kRead);
   add("model.torchscript_path", spec.model().torchscript_path(), SpecPath::Access::kRead);
+  add("model.hf_dir", spec.model().hf_dir(), SpecPath::Access::kReadDir);
   add("checkpoint.init_from_safetensors", spec.checkpoint().init_from_safetensors(),
       SpecPath::Access::kRead);
   add("checkpoint.dir", spec.checkpoint().dir(), SpecPath::Access::kCheckpoint);
@@ -104,7 +112,7 @@ absl::StatusOr<std::vector<std::string>> ParseRoots(absl::string_view flag, absl
 absl::Status CheckSpecPaths(const JobSpec& spec, const PathPolicy& policy, bool resolve_links) {
   std::vector<std::string> problems;
   for (const SpecPath& p : SpecPaths(spec)) {
-    const bool read = p.access == SpecPath::Access::kRead;
+    const bool read = p.access != SpecPath::Access::kCheckpoint;
     const std::vector<std::string>& roots = read ? policy.read_roots : policy.checkpoint_roots;
     if (roots.empty()) continue;
     const char* flag = read ? "read_roots" : "checkpoint_roots";

@@ -33,10 +33,10 @@ namespace shardline::spec {
 
 // One path a spec names.
 struct SpecPath {
-  // kCheckpoint: written in (checkpoint.dir is also read and deleted in; train.tensorboard_dir
-  // only written); bounded by the checkpoint roots.
-  enum class Access { kRead, kCheckpoint };
-  std::string field;  // "data.path"
+  // kReadDir: a folder read (model.hf_dir); kCheckpoint: written in (checkpoint.dir is also read
+  // and deleted in; train.tensorboard_dir only written); bounded by the checkpoint roots.
+  enum class Access { kRead, kReadDir, kCheckpoint };
+  std::string field;  // "data.path", "data.paths[1]"
   std::string path;   // as in the spec (non-empty)
   Access access = Access::kRead;
 };

@@ -120,5 +120,26 @@ TEST(PathPolicy, ParseRootsRefusesRelativeAndSlashOnly) {
             "empty instead");
 }
 
+TEST(PathPolicy, SpecPathsListsTheDataListHfFolderValidationAndVocabulary) {
+  JobSpec spec;
+  spec.mutable_data()->add_paths("/data/a.bin");
+  spec.mutable_data()->add_paths("/data/b.bin");
+  spec.mutable_data()->set_val_path("/data/val.bin");
+  spec.mutable_data()->set_vocab_path("/data/tokens.vocab");
+  spec.mutable_model()->set_hf_dir("/models/llama");
+  std::vector<std::string> fields;
+  for (const SpecPath& p : SpecPaths(spec)) fields.push_back(p.field);
+  EXPECT_EQ(fields, (std::vector<std::string>{"data.paths[0]", "data.paths[1]", "data.val_path",
+                                              "data.vocab_path", "model.hf_dir"}));
+  EXPECT_EQ(SpecPaths(spec).back().access, SpecPath::Access::kReadDir);
+  // Every one is a read path: outside the read roots is refused by field.
+  spec.mutable_data()->set_paths(1, "/etc/passwd");
+  spec.mutable_model()->set_hf_dir("/home/x/llama");
+  const absl::Status s = CheckSpecPaths(spec, Policy({"/data", "/models"}, {"/ckpt"}), false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(s.message().find("data.paths[1]: /etc/passwd is outside"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("model.hf_dir: /home/x/llama is outside"), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace shardline::spec

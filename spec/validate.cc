@@ -82,6 +82,23 @@ void CheckLayout(const JobSpec& s, Problems* p) {
   }
 }
 
+// A spec whose model comes from model.hf_dir, not yet resolved (the coordinator cannot read the
+// folder: sizes are filled and checked where the files are, by shardctl and the trainer).
+bool UnresolvedHf(const ModelSpec& m) {
+  return !m.hf_dir().empty() && m.architecture() == ModelSpec::ARCHITECTURE_UNSPECIFIED;
+}
+
+void CheckReadableDir(const std::string& path_field, const std::string& path, Problems* p) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    p->Add(path_field, ": \"", Shown(path), "\" does not exist");
+  } else if (!S_ISDIR(st.st_mode)) {
+    p->Add(path_field, ": \"", Shown(path), "\" is not a directory");
+  } else if (access(path.c_str(), R_OK | X_OK) != 0) {
+    p->Add(path_field, ": \"", Shown(path), "\" is not readable");
+  }
+}
+
 void CheckReadableFile(const std::string& path_field, const std::string& path, Problems* p) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
@@ -112,8 +129,32 @@ void CheckWritableDir(const std::string& path_field, const std::string& path, Pr
   }
 }
 
+void ValidateLlamaFields(const ModelSpec& m, Problems* p) {
+  const bool llama = m.architecture() == ModelSpec::LLAMA;
+  if (m.n_kv_head() < 0) {
+    p->Add("model.n_kv_head: ", m.n_kv_head(), " must be >= 0");
+  } else if (m.n_kv_head() > 0 && !llama) {
+    p->Add("model.n_kv_head: ", m.n_kv_head(), " is only used by LLAMA models");
+  } else if (m.n_kv_head() > 0 && m.n_head() > 0 && m.n_head() % m.n_kv_head() != 0) {
+    p->Add("model.n_kv_head: ", m.n_kv_head(), " does not divide model.n_head ", m.n_head());
+  }
+  for (auto [field, value] :
+       {std::pair<const char*, double>{"rope_theta", m.rope_theta()}, {"norm_eps", m.norm_eps()}}) {
+    if (!(value >= 0) || !std::isfinite(value)) {
+      p->Add("model.", field, ": ", value, " must be >= 0 (0: the default)");
+    } else if (value > 0 && !llama) {
+      p->Add("model.", field, ": ", value, " is only used by LLAMA models");
+    }
+  }
+}
+
 void ValidateModel(const JobSpec& s, Problems* p) {
   const ModelSpec& m = s.model();
+  if (!m.hf_dir().empty() && m.architecture() == ModelSpec::TORCHSCRIPT) {
+    p->Add("model.hf_dir: \"", Shown(m.hf_dir()), "\" is not used with architecture TORCHSCRIPT");
+  }
+  if (UnresolvedHf(m)) return;  // Checked where the folder is read.
+  ValidateLlamaFields(m, p);
   if (m.architecture() == ModelSpec::TORCHSCRIPT) {
     if (m.torchscript_path().empty()) {
       p->Add("model.torchscript_path: must be set for architecture TORCHSCRIPT");
@@ -158,13 +199,22 @@ void ValidateModel(const JobSpec& s, Problems* p) {
 
 void ValidateData(const JobSpec& s, Problems* p) {
   const DataSpec& d = s.data();
-  if (d.path().empty()) p->Add("data.path: must name the training data file");
+  if (d.path().empty() && d.paths_size() == 0) {
+    p->Add("data.path: must name the training data file (or data.paths the files)");
+  } else if (!d.path().empty() && d.paths_size() > 0) {
+    p->Add("data.path: \"", Shown(d.path()), "\" and data.paths are both set; use one of them");
+  }
   if (!(d.val_fraction() >= 0 && d.val_fraction() <= 0.5)) {
     p->Add("data.val_fraction: ", d.val_fraction(), " is not in [0, 0.5]");
+  } else if (!d.val_path().empty() && d.val_fraction() != 0) {
+    p->Add("data.val_fraction: ", d.val_fraction(),
+           " must be 0 when data.val_path names the validation file");
   }
-  if (d.seq_len() <= 0) {
+  if (UnresolvedHf(s.model()) && d.seq_len() == 0) {
+    // data.seq_len defaults to block_size, known once model.hf_dir is read.
+  } else if (d.seq_len() <= 0) {
     p->Add("data.seq_len: ", d.seq_len(), " must be positive");
-  } else if (s.model().architecture() != ModelSpec::TORCHSCRIPT &&
+  } else if (s.model().architecture() != ModelSpec::TORCHSCRIPT && !UnresolvedHf(s.model()) &&
              d.seq_len() > s.model().block_size()) {
     p->Add("data.seq_len: ", d.seq_len(), " exceeds model.block_size ", s.model().block_size());
   }
@@ -282,6 +332,8 @@ absl::Status Validate(const JobSpec& spec, const ValidateOptions& options) {
     for (const SpecPath& f : SpecPaths(spec)) {
       if (f.access == SpecPath::Access::kRead) {
         CheckReadableFile(f.field, f.path, &p);
+      } else if (f.access == SpecPath::Access::kReadDir) {
+        CheckReadableDir(f.field, f.path, &p);
       } else {
         CheckWritableDir(f.field, f.path, &p);
       }

@@ -15,9 +15,11 @@
 namespace shardline::spec {
 
 struct ValidateOptions {
-  // Check that data.path, model.torchscript_path and checkpoint.init_from_safetensors exist and
-  // are readable files, and that checkpoint.dir can be created (its nearest existing ancestor is
-  // a writable directory). Off for the coordinator, which does not see the workers' file systems.
+  // Check that every path field (path_policy.h SpecPaths: data.path, data.paths, data.val_path,
+  // data.vocab_path, model.torchscript_path, checkpoint.init_from_safetensors) is a readable file,
+  // model.hf_dir a readable directory, and that checkpoint.dir can be created (its nearest existing
+  // ancestor is a writable directory). Off for the coordinator, which does not see the workers'
+  // file systems.
   bool check_files = true;
 };
 

@@ -8,7 +8,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-OURS=(proto common spec data fsdp models checkpoint coordinator trainer worker cli)
+OURS=(proto common spec data fsdp models checkpoint hf coordinator trainer worker cli)
 # package -> the packages (or single targets, written //pkg:target) it may depend on.
 declare -A ALLOWED=(
   [proto]=""
@@ -18,13 +18,14 @@ declare -A ALLOWED=(
   [fsdp]="proto common"
   [models]="proto common spec data fsdp"
   [checkpoint]="proto common spec data fsdp"
+  [hf]="proto common spec //fsdp:layout //models:model_config checkpoint"
   [coordinator]="proto common spec //fsdp:layout checkpoint //trainer:exit_codes"
-  [trainer]="proto common spec data fsdp models checkpoint coordinator"
+  [trainer]="proto common spec data fsdp models checkpoint hf coordinator"
   [worker]="proto common spec //fsdp:layout coordinator"
-  [cli]="proto common spec //fsdp:layout checkpoint coordinator"
+  [cli]="proto common spec //fsdp:layout checkpoint hf coordinator"
 )
 # Layers that must never link LibTorch or CUDA.
-TORCH_FREE=(proto spec coordinator worker cli)
+TORCH_FREE=(proto spec hf coordinator worker cli)
 
 failed=0
 errlog="$(mktemp)"

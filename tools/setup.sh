@@ -11,6 +11,9 @@
 #     tensorboard and prometheus-client (pinned: tests read the trainer's event files and parse
 #     the coordinator's /metrics with them); and the Python client package itself (python/,
 #     `import shardline`; reinstalled when python/ or proto/ change).
+#     Hugging Face interop and data preparation (hf/, tools/prepare_data.py): transformers (the
+#     logits tests of imported/exported models), tokenizers (tokenizer.json files, offline BPE
+#     training), sentencepiece (.model files). Pinned: the tests compare against their numerics.
 #   - .bazelrc.user with this machine's absolute paths (disk cache shared by all checkouts).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -72,6 +75,16 @@ if [[ "$(cat "$stamp_file" 2>/dev/null)" != "$py_stamp" ]] ||
   "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps ./python
   rm -rf python/build python/*.egg-info
   echo "$py_stamp" > "$stamp_file"
+fi
+
+# Hugging Face interop and data preparation (see the header).
+HF_PACKAGES=("transformers==5.24.0" "tokenizers==0.23.3" "sentencepiece==0.2.3")
+if ! "$venv/bin/python" -c "
+import sys, transformers, tokenizers, sentencepiece
+sys.exit(0 if (transformers.__version__, tokenizers.__version__, sentencepiece.__version__) ==
+         ('5.24.0', '0.23.3', '0.2.3') else 1)" 2>/dev/null; then
+  log "installing ${HF_PACKAGES[*]} into $venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "${HF_PACKAGES[@]}"
 fi
 
 # Machine-specific Bazel settings live outside version control.

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
+#include "hf/weights.h"
 
 namespace shardline::trainer {
 namespace {
@@ -157,8 +159,32 @@ absl::StatusOr<checkpoint::TrainingProgress> TrainerCheckpointing::Restore() {
     if (engine_->rank() == 0) {
       SL_LOG(INFO) << "initialized the weights from " << policy_.init_from_safetensors;
     }
+  } else if (!policy_.init_from_hf.empty()) {
+    RETURN_IF_ERROR(LoadHfWeights());
+    if (engine_->rank() == 0) {
+      SL_LOG(INFO) << "initialized the weights from the Hugging Face folder "
+                   << policy_.init_from_hf;
+    }
   }
   return checkpoint::TrainingProgress();
+}
+
+absl::Status TrainerCheckpointing::LoadHfWeights() {
+  ASSIGN_OR_RETURN(auto weights, hf::ReadHfWeights(policy_.init_from_hf));
+  std::map<std::string, at::Tensor> state;
+  RETURN_IF_ERROR(TorchCall("wrap Hugging Face weights", [&] {
+    for (auto& [name, t] : weights) {
+      state[name] = at::from_blob(t.values.data(), t.shape, at::kFloat);  // views; copied below
+    }
+  }));
+  absl::Status s;
+  RETURN_IF_ERROR(
+      TorchCall("load Hugging Face weights", [&] { s = engine_->LoadFullParamState(state); }));
+  if (!s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("model.hf_dir ", policy_.init_from_hf, ": ", s.message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status TrainerCheckpointing::AfterStep(int64_t steps_done, int64_t epoch, int64_t position) {

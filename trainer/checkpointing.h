@@ -49,6 +49,9 @@ struct CheckpointPolicy {
   bool save_final = false;
   int64_t resume_step = -1;
   std::string init_from_safetensors;
+  // model.hf_dir: a transformers folder whose weights start a job that resumes nothing (unless
+  // init_from_safetensors is set, which wins).
+  std::string init_from_hf;
   int64_t total_steps = 0;     // train.steps (for save_final).
   std::string optimizer_kind;  // "adamw" / "sgd".
   std::string job_id;
@@ -95,6 +98,8 @@ class TrainerCheckpointing {
   // (rank 0 looks, every rank gets its answer). Errors: NOT_FOUND on rank 0 (ABORTED on the
   // others) when nothing is committed; listing errors.
   absl::StatusOr<int64_t> ResumeStepOnDisk();
+  // policy_.init_from_hf's weights (hf/weights.h) into the engine.
+  absl::Status LoadHfWeights();
   CheckpointPolicy policy_;
   fsdp::FsdpEngine* engine_;
   fsdp::Communicator* world_;

@@ -119,6 +119,9 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
   ASSIGN_OR_RETURN(c.model, models::ModelConfigFromSpec(s.model()));
 
   c.data_path = s.data().path();
+  c.data_paths.assign(s.data().paths().begin(), s.data().paths().end());
+  c.val_path = s.data().val_path();
+  c.vocab_path = s.data().vocab_path();
   c.data_format = s.data().format() == DataSpec::TOKENS_U16   ? data::TokenFormat::kU16
                   : s.data().format() == DataSpec::TOKENS_U32 ? data::TokenFormat::kU32
                                                               : data::TokenFormat::kText;

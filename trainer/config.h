@@ -70,7 +70,10 @@ struct TrainerConfig {
   models::ModelConfig model;
 
   // Data.
-  std::string data_path;  // Absolute.
+  std::string data_path;                // Absolute; "" when data_paths are given.
+  std::vector<std::string> data_paths;  // data.paths: training files in order.
+  std::string val_path;                 // data.val_path: "" for the training data's tail.
+  std::string vocab_path;               // data.vocab_path (data/vocab.h); "" for none.
   data::TokenFormat data_format = data::TokenFormat::kText;
   double val_fraction = 0.1;
   int seq_len = 0;

@@ -157,7 +157,9 @@ class Loop {
   absl::StatusOr<std::string> Sample() {
     const bool text = c_.data_format == data::TokenFormat::kText;
     std::vector<int64_t> prompt;
-    if (text) {
+    if (o_.vocab != nullptr && !c_.sample_prompt.empty()) {
+      ASSIGN_OR_RETURN(prompt, o_.vocab->Encode(c_.sample_prompt));
+    } else if (text) {
       prompt = data::ByteTokenizer().Encode(c_.sample_prompt.empty() ? "\n" : c_.sample_prompt);
     } else {
       std::vector<int64_t> first(data_.seq_len() + 1);
@@ -176,10 +178,11 @@ class Loop {
       return logits;
     };
     ASSIGN_OR_RETURN(std::vector<int64_t> ids, models::Generate(model_, prompt, opts, device_));
-    if (text) {
+    if (text || o_.vocab != nullptr) {
       std::vector<int64_t> all = prompt;
       all.insert(all.end(), ids.begin(), ids.end());
-      return data::ByteTokenizer().DecodeForDisplay(all);
+      return o_.vocab != nullptr ? o_.vocab->DecodeForDisplay(all)
+                                 : data::ByteTokenizer().DecodeForDisplay(all);
     }
     return absl::StrJoin(ids, " ");
   }

@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "data/sampler.h"
 #include "data/token_dataset.h"
+#include "data/vocab.h"
 #include "models/language_model.h"
 #include "trainer/backend.h"
 #include "trainer/config.h"
@@ -58,6 +59,9 @@ struct TrainLoopOptions {
   // Optional; tests only: runs when this rank reaches the final sample, before its first
   // sampling forward (SHARDLINE_TEST_PAUSE_IN_SAMPLE, trainer/trainer_main.cc).
   std::function<void()> before_sample;
+  // Optional, borrowed: data.vocab_path's vocabulary; the sample prompt is encoded and the sample
+  // decoded with it (otherwise bytes for TEXT data, ids for token data).
+  const data::TokenVocab* vocab = nullptr;
 };
 
 struct TrainSummary {

@@ -201,8 +201,11 @@ absl::StatusOr<at::Device> SelectDevice(const TrainerConfig& c, const RankEnv& e
 }
 
 absl::StatusOr<std::unique_ptr<data::TokenDataset>> OpenDataset(const TrainerConfig& c) {
-  return data::TokenDataset::Open(
-      {c.data_path, c.data_format, c.val_fraction, c.seq_len, c.model.vocab_size});
+  data::TokenDataset::Options o{c.data_path, c.data_format, c.val_fraction, c.seq_len,
+                                c.model.vocab_size};
+  o.paths = c.data_paths;
+  o.val_path = c.val_path;
+  return data::TokenDataset::Open(o);
 }
 
 absl::Status MoveModelToDevice(models::LanguageModel& model, at::Device device, int rank) {
@@ -249,7 +252,7 @@ void LogBackend(const TrainingBackend& backend, int rank) {
 }
 
 bool WantsCheckpoints(const TrainerConfig& c) {
-  return !c.checkpoint_dir.empty() || !c.init_from_safetensors.empty();
+  return !c.checkpoint_dir.empty() || !c.init_from_safetensors.empty() || !c.model.hf_dir.empty();
 }
 
 // Under the coordinator each job gets its own directory <dir>/<job id>, shared by the job's
@@ -280,7 +283,8 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const 
                                                                           FsdpBackend* fsdp) {
   if (fsdp == nullptr) {
     return absl::InvalidArgumentError(
-        "checkpoint.dir / init_from_safetensors need the FSDP backend (--backend fsdp or auto)");
+        "checkpoint.dir / init_from_safetensors / model.hf_dir need the FSDP backend (--backend "
+        "fsdp or auto)");
   }
   CheckpointPolicy policy;
   policy.dir = JobCheckpointDir(c, env);
@@ -299,6 +303,7 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const 
     policy.fallback_if_missing = env_resume != c.resume_step;
   }
   policy.init_from_safetensors = c.init_from_safetensors;
+  policy.init_from_hf = c.model.hf_dir;
   policy.total_steps = c.steps;
   policy.optimizer_kind = c.optimizer == OptimizerKind::kSgd ? "sgd" : "adamw";
   policy.job_id = env.job_id;
@@ -425,6 +430,16 @@ int Main(int argc, char** argv) {
   if (!device.ok()) return Fail(kExitBadSpec, "device", device.status());
   absl::StatusOr<std::unique_ptr<data::TokenDataset>> dataset = OpenDataset(c);
   if (!dataset.ok()) return Fail(kExitDataError, "data", dataset.status());
+  // data.vocab_path: loaded (and the prompt encoded once) now, not after training.
+  std::unique_ptr<data::TokenVocab> vocab;
+  if (!c.vocab_path.empty()) {
+    absl::StatusOr<std::unique_ptr<data::TokenVocab>> v = data::TokenVocab::Load(c.vocab_path);
+    absl::Status usable = v.status();
+    if (usable.ok() && !c.sample_prompt.empty()) usable = (*v)->Encode(c.sample_prompt).status();
+    if (!usable.ok()) return Fail(kExitDataError, "data", usable);
+    vocab = *std::move(v);
+    loop->vocab = vocab.get();
+  }
   absl::StatusOr<std::unique_ptr<models::LanguageModel>> model = models::CreateModel(c.model);
   if (!model.ok()) return Fail(kExitBadSpec, "model", model.status());
   absl::Status moved = MoveModelToDevice(**model, *device, env->rank);
@@ -473,8 +488,8 @@ int Main(int argc, char** argv) {
   LogBackend(*backend, env->rank);
 
   // 4. Checkpoints: at every attempt's start, that checkpoint.dir is one directory on every
-  //    rank's worker; then resume (or initialize from safetensors), then save per the spec's
-  //    policy.
+  //    rank's worker; then resume (or initialize from safetensors or model.hf_dir), then save
+  //    per the spec's policy.
   std::unique_ptr<TrainerCheckpointing> ckpt;
   if (fsdp_backend != nullptr) {
     absl::Status shared = CheckCheckpointDir(c, *env, *device, store.get(), groups.world.get());
