@@ -271,8 +271,6 @@ int UsageError(const std::string& usage) {
   return kUsage;
 }
 
-bool IsTerminal(JobState s) { return s == SUCCEEDED || s == FAILED || s == CANCELLED; }
-
 // `m` as JSON on one line (watch --json: one object per line, for tools that read lines).
 std::string ToJsonLine(const google::protobuf::Message& m) {
   google::protobuf::util::JsonPrintOptions o;
