@@ -34,6 +34,9 @@ JOIN = "join-" + "d4" * 16
 
 def import_stubs():
     root = tempfile.mkdtemp(prefix="stubs_", dir=os.environ.get("TEST_TMPDIR"))
+    # The package beside its stubs, as python_client_test does (a regular package in python/
+    # would otherwise shadow the stubs' directory).
+    shutil.copytree("python/shardline", os.path.join(root, "shardline"))
     sys.path.insert(0, "python")
     import gen_protos  # python/gen_protos.py
     gen_protos.generate("proto", root)
