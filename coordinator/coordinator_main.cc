@@ -57,6 +57,15 @@ ABSL_FLAG(std::string, read_roots, "",
           "(empty: anywhere; see spec/path_policy.h)");
 ABSL_FLAG(std::string, checkpoint_roots, "",
           "comma-separated directories a job's checkpoint.dir must lie under (empty: anywhere)");
+ABSL_FLAG(int32_t, metrics_threads, 4, "threads serving the metrics endpoint concurrently");
+ABSL_FLAG(int32_t, metrics_request_timeout_ms, 5000,
+          "a metrics request must arrive whole, and its response be read, within this long");
+ABSL_FLAG(int32_t, grpc_max_threads, 256,
+          "gRPC resource quota: threads for unary calls (streams and waits hold none)");
+ABSL_FLAG(int32_t, grpc_memory_mb, 1024, "gRPC resource quota: memory for calls in flight (MiB)");
+ABSL_FLAG(int32_t, grpc_max_concurrent_streams, 100, "concurrent calls on one client connection");
+ABSL_FLAG(int32_t, grpc_max_receive_message_bytes, 4 << 20,
+          "largest request message accepted (RESOURCE_EXHAUSTED past it)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (chain) file: serve TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key file of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
@@ -127,6 +136,13 @@ int main(int argc, char** argv) {
   o.metrics_series_capacity = std::max(2, absl::GetFlag(FLAGS_metrics_points));
   o.logs.bytes_per_rank = int64_t{std::max(1, absl::GetFlag(FLAGS_log_ring_kib_per_rank))} << 10;
   o.logs.max_total_bytes = int64_t{std::max(1, absl::GetFlag(FLAGS_log_ring_total_mib))} << 20;
+  o.metrics.threads = absl::GetFlag(FLAGS_metrics_threads);
+  o.metrics.request_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_metrics_request_timeout_ms));
+  o.metrics.write_timeout = o.metrics.request_timeout;
+  o.grpc_max_threads = absl::GetFlag(FLAGS_grpc_max_threads);
+  o.grpc_memory_bytes = int64_t{absl::GetFlag(FLAGS_grpc_memory_mb)} << 20;
+  o.grpc_max_concurrent_streams = absl::GetFlag(FLAGS_grpc_max_concurrent_streams);
+  o.grpc_max_receive_message_bytes = absl::GetFlag(FLAGS_grpc_max_receive_message_bytes);
   auto cert = ReadPem(absl::GetFlag(FLAGS_tls_cert), "tls_cert");
   auto key = ReadPem(absl::GetFlag(FLAGS_tls_key), "tls_key");
   auto client_ca = ReadPem(absl::GetFlag(FLAGS_tls_client_ca), "tls_client_ca");

@@ -1,6 +1,7 @@
 #include "coordinator/server.h"
 
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 
 #include <vector>
 
@@ -24,6 +25,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   }
   if (!options.tls_client_ca_pem.empty() && options.tls_cert_pem.empty()) {
     return absl::InvalidArgumentError("a client CA (mutual TLS) needs a server certificate too");
+  }
+  if (options.grpc_max_threads < 2 || options.grpc_memory_bytes < 1 ||
+      options.grpc_max_concurrent_streams < 1 || options.grpc_max_receive_message_bytes < 1) {
+    return absl::InvalidArgumentError(
+        "--grpc_max_threads must be at least 2 and --grpc_memory_mb, "
+        "--grpc_max_concurrent_streams, --grpc_max_receive_message_bytes at least 1");
   }
   const bool tls = !options.tls_cert_pem.empty();
   if (!tls && !IsLoopbackAddress(options.listen)) {
@@ -66,6 +73,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   }
   builder.AddListeningPort(options.listen, creds, &port);
   builder.RegisterService(s->service_.get());
+  grpc::ResourceQuota quota("shardline-coordinator");
+  quota.SetMaxThreads(options.grpc_max_threads);
+  quota.Resize(static_cast<size_t>(options.grpc_memory_bytes));
+  builder.SetResourceQuota(quota);
+  builder.SetMaxReceiveMessageSize(options.grpc_max_receive_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.grpc_max_concurrent_streams);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> icpt;
   icpt.push_back(MakeMetricsInterceptor(&s->rpc_metrics_));
   builder.experimental().SetInterceptorCreators(std::move(icpt));
@@ -82,7 +95,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   if (!options.metrics_listen.empty()) {
     CoordinatorServer* self = s.get();
     auto m = MetricsHttpServer::Start(
-        options.metrics_listen, [self] { return RenderMetrics(*self->core_, self->rpc_metrics_); });
+        options.metrics_listen, [self] { return RenderMetrics(*self->core_, self->rpc_metrics_); },
+        options.metrics);
     if (!m.ok()) return m.status();
     s->metrics_ = std::move(*m);
   }

@@ -57,6 +57,15 @@ struct ServerOptions {
   int metrics_series_capacity = TrainingSeries::kDefaultCapacity;
   // Bounds of the ranks' log lines kept in memory (job_logs.h).
   JobLogs::Options logs;
+  MetricsHttpOptions metrics;
+  // gRPC resource bounds (docs/security.md, "Resource bounds"). Threads serve the synchronous
+  // (unary) methods; the long waits (streams, RendezvousGet) hold none. Past the thread or memory
+  // quota gRPC answers RESOURCE_EXHAUSTED; a larger message is refused with RESOURCE_EXHAUSTED
+  // naming both sizes; streams past the limit on one connection wait for a free one.
+  int grpc_max_threads = 256;                    // --grpc_max_threads
+  int64_t grpc_memory_bytes = int64_t{1} << 30;  // --grpc_memory_mb
+  int grpc_max_concurrent_streams = 100;         // --grpc_max_concurrent_streams (per connection)
+  int grpc_max_receive_message_bytes = 4 << 20;  // --grpc_max_receive_message_bytes
   // Passed to the core (spec::Validate in the binary).
   std::function<absl::Status(const JobSpec&)> validate_spec;
 };
@@ -64,8 +73,8 @@ struct ServerOptions {
 class CoordinatorServer {
  public:
   // Errors: FAILED_PRECONDITION for a non-loopback address without tokens and without
-  // `insecure`; INVALID_ARGUMENT / UNAVAILABLE from the core; UNAVAILABLE when the port cannot
-  // be bound.
+  // `insecure`; INVALID_ARGUMENT for a gRPC bound below 1, and from the core; UNAVAILABLE from
+  // the core and when the port cannot be bound.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Create(const ServerOptions& options);
   ~CoordinatorServer();
 
