@@ -23,9 +23,10 @@ CoordinatorCore::CoordinatorCore(const CoreOptions& options, std::unique_ptr<Sta
       clock_(options.clock),
       writer_(std::make_unique<StateWriter>(std::move(store), options.state_retry_interval)),
       registry_(options.clock, options.heartbeat_timeout),
+      rendezvous_(options.rendezvous_limits),
       training_(options.metrics_series_capacity),
       logs_(options.logs),
-      jobs_(writer_.get(), &feed_),
+      jobs_(writer_.get(), &feed_, options.max_events_per_job),
       outbox_(&feed_, options.stop_grace_period_s) {}
 
 CoordinatorCore::~CoordinatorCore() {
@@ -47,6 +48,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "heartbeat timeout ", absl::FormatDuration(options.heartbeat_timeout),
         " must exceed the heartbeat interval ", absl::FormatDuration(options.heartbeat_interval)));
+  }
+  const RendezvousStore::Limits& rdzv = options.rendezvous_limits;
+  if (options.max_events_per_job < 1 || rdzv.max_keys_per_namespace < 1 ||
+      rdzv.max_bytes_per_namespace < 1) {
+    return absl::InvalidArgumentError(
+        "--max_events_per_job, --rendezvous_max_keys_per_namespace and "
+        "--rendezvous_max_bytes_per_namespace must be at least 1");
   }
   std::unique_ptr<StateStore> store;
   if (!options.state_dir.empty()) {

@@ -91,6 +91,9 @@ struct CoreOptions {
   int metrics_series_capacity = TrainingSeries::kDefaultCapacity;
   // Bounds of the ranks' log lines kept in memory (job_logs.h).
   JobLogs::Options logs;
+  // Bounds on what clients can make the core hold (docs/security.md, "Resource bounds").
+  RendezvousStore::Limits rendezvous_limits;
+  int max_events_per_job = 1000;  // newest kept per job; the rest counted as events_dropped
   // Full job spec validation (spec::Validate); the core always applies
   // spec::ValidateForScheduling itself first. Null: only those checks.
   std::function<absl::Status(const JobSpec&)> validate_spec;

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -42,7 +43,8 @@ RegisterWorkerRequest Worker(const std::string& node, int slots) {
 class CoreTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(""); }
-  void Start(const std::string& state_dir) {
+  void Start(const std::string& state_dir,
+             const std::function<void(CoreOptions&)>& tweak = nullptr) {
     core_.reset();
     CoreOptions o;
     o.clock = &clock_;
@@ -51,6 +53,7 @@ class CoreTest : public ::testing::Test {
     o.heartbeat_timeout = absl::Seconds(5);
     o.rank_start_timeout = absl::Seconds(30);
     o.state_retry_interval = absl::Milliseconds(20);
+    if (tweak) tweak(o);
     auto core = CoordinatorCore::Create(o);
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
@@ -621,6 +624,46 @@ TEST_F(CoreTest, RendezvousOnlyWithTheAttemptsSecret) {
   EXPECT_EQ(core_->RendezvousGet(get).status().code(), absl::StatusCode::kPermissionDenied);
   get.set_secret(set.secret());
   EXPECT_EQ(core_->RendezvousGet(get)->values(0), "v");
+}
+
+TEST_F(CoreTest, RendezvousBytesPerNamespaceComeFromTheOptions) {
+  Start("", [](CoreOptions& o) { o.rendezvous_limits.max_bytes_per_namespace = 100; });
+  const std::string a = Register("a", 1);
+  auto job = core_->SubmitJob(Spec("z", 1));
+  auto starts = Drain(a, *core_->OpenAssignmentStream(a));
+  ASSERT_EQ(starts.size(), 1u);
+  RendezvousSetRequest set;
+  set.set_namespace_(starts[0].rendezvous_namespace());
+  set.set_secret(starts[0].rendezvous_secret());
+  set.set_key("k");
+  set.set_value(std::string(100, 'v'));
+  const absl::Status s = core_->RendezvousSet(set);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("limit 100 (--rendezvous_max_bytes_per_namespace)"));
+}
+
+TEST_F(CoreTest, EventsPerJobKeepTheNewestAndCountTheRest) {
+  Start("", [](CoreOptions& o) { o.max_events_per_job = 2; });
+  Register("a", 1);
+  auto job = core_->SubmitJob(Spec("e", 1));  // SUBMITTED, then SCHEDULED at the next tick
+  ASSERT_TRUE(job.ok()) << job.status();
+  core_->Tick();
+  ASSERT_TRUE(core_->CancelJob(*job, "enough").ok());
+  auto st = core_->GetJob(*job);
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_EQ(st->events_size(), 2);
+  EXPECT_EQ(st->events(1).kind(), "CANCELLED");
+  EXPECT_EQ(st->events_dropped(), 1);
+}
+
+TEST_F(CoreTest, BoundsBelowOneAreInvalidArgument) {
+  CoreOptions o;
+  o.clock = &clock_;
+  o.max_events_per_job = 0;
+  auto core = CoordinatorCore::Create(o);
+  EXPECT_EQ(core.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(core.status().message()), ::testing::HasSubstr("--max_events_per_job"));
 }
 
 TEST_F(CoreTest, ProgressIsKeptAndWakesWatchers) {

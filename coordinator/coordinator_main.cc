@@ -4,6 +4,7 @@
 //   coordinator --listen 0.0.0.0:7070 --state_dir /var/lib/shardline
 //       --token_file /etc/shardline/user.token --worker_token_file /etc/shardline/join.token
 #include <signal.h>
+#include <algorithm>
 
 #include <algorithm>
 #include <cstdio>
@@ -57,6 +58,12 @@ ABSL_FLAG(std::string, read_roots, "",
           "(empty: anywhere; see spec/path_policy.h)");
 ABSL_FLAG(std::string, checkpoint_roots, "",
           "comma-separated directories a job's checkpoint.dir must lie under (empty: anywhere)");
+ABSL_FLAG(int64_t, rendezvous_max_keys_per_namespace, 65536,
+          "keys one job attempt's rendezvous namespace may hold");
+ABSL_FLAG(int64_t, rendezvous_max_bytes_per_namespace, 64 << 20,
+          "bytes (keys plus values) one job attempt's rendezvous namespace may hold");
+ABSL_FLAG(int32_t, max_events_per_job, 1000,
+          "events kept per job (the newest; older ones are counted as dropped in its status)");
 ABSL_FLAG(int32_t, metrics_threads, 4, "threads serving the metrics endpoint concurrently");
 ABSL_FLAG(int32_t, metrics_request_timeout_ms, 5000,
           "a metrics request must arrive whole, and its response be read, within this long");
@@ -136,6 +143,11 @@ int main(int argc, char** argv) {
   o.metrics_series_capacity = std::max(2, absl::GetFlag(FLAGS_metrics_points));
   o.logs.bytes_per_rank = int64_t{std::max(1, absl::GetFlag(FLAGS_log_ring_kib_per_rank))} << 10;
   o.logs.max_total_bytes = int64_t{std::max(1, absl::GetFlag(FLAGS_log_ring_total_mib))} << 20;
+  o.rendezvous_limits.max_keys_per_namespace =
+      std::max<int64_t>(0, absl::GetFlag(FLAGS_rendezvous_max_keys_per_namespace));
+  o.rendezvous_limits.max_bytes_per_namespace =
+      std::max<int64_t>(0, absl::GetFlag(FLAGS_rendezvous_max_bytes_per_namespace));
+  o.max_events_per_job = absl::GetFlag(FLAGS_max_events_per_job);
   o.metrics.threads = absl::GetFlag(FLAGS_metrics_threads);
   o.metrics.request_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_metrics_request_timeout_ms));
   o.metrics.write_timeout = o.metrics.request_timeout;

@@ -58,6 +58,7 @@ absl::StatusOr<JobRecord*> JobTable::Submit(const JobSpec& spec, absl::Time now)
 
 JobRecord& JobTable::Restore(const JobRecord& rec) {
   JobRecord& job = jobs_[rec.status().job_id()] = rec;
+  TrimEvents(job);  // Stored before the bound was lowered: trimmed here, stored at its next change.
   feed_->AddJob(rec.status().job_id());
   next_seq_ = std::max(next_seq_, rec.seq() + 1);
   return job;
@@ -75,7 +76,16 @@ absl::StatusOr<const JobRecord*> JobTable::Find(const std::string& job_id) const
   return &it->second;
 }
 
-StateWriter::Ticket JobTable::Changed(const JobRecord& job) {
+void JobTable::TrimEvents(JobRecord& job) const {
+  JobStatus& st = *job.mutable_status();
+  const int excess = st.events_size() - max_events_;
+  if (excess <= 0) return;
+  st.mutable_events()->DeleteSubrange(0, excess);
+  st.set_events_dropped(st.events_dropped() + excess);
+}
+
+StateWriter::Ticket JobTable::Changed(JobRecord& job) {
+  TrimEvents(job);
   feed_->JobChanged(job.status().job_id());
   return writer_->PutJob(job);
 }

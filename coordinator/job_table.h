@@ -34,8 +34,10 @@ class JobTable {
  public:
   using Records = std::map<std::string, JobRecord>;  // by job id
 
-  // `writer` and `feed` must outlive the table.
-  JobTable(StateWriter* writer, ChangeFeed* feed) : writer_(writer), feed_(feed) {}
+  // `writer` and `feed` must outlive the table. A record keeps its newest `max_events` events
+  // (older ones are dropped when it changes, counted in JobStatus.events_dropped).
+  JobTable(StateWriter* writer, ChangeFeed* feed, int max_events = 1000)
+      : writer_(writer), feed_(feed), max_events_(max_events) {}
 
   // A new PENDING job running `spec` (event SUBMITTED at `now`) with a fresh id and the next
   // seq; not in the table yet: store it (StateWriter::PutJobOrDrop), then Add it.
@@ -51,9 +53,10 @@ class JobTable {
   // Errors: NOT_FOUND "unknown job <id>".
   absl::StatusOr<JobRecord*> Find(const std::string& job_id);
   absl::StatusOr<const JobRecord*> Find(const std::string& job_id) const;
-  // Queues `job`'s write (StateWriter: in order, off the caller's thread) and reports it to the
-  // feed. Returns the write's ticket: StateWriter::Wait on it says whether it is durable.
-  StateWriter::Ticket Changed(const JobRecord& job);
+  // Drops `job`'s events beyond the newest max_events, queues its write (StateWriter: in order,
+  // off the caller's thread) and reports it to the feed. Returns the write's ticket:
+  // StateWriter::Wait on it says whether it is durable.
+  StateWriter::Ticket Changed(JobRecord& job);
 
   // Statuses of the jobs in any of `states` (empty: all), in submission order.
   std::vector<JobStatus> List(const std::vector<JobState>& states) const;
@@ -62,8 +65,11 @@ class JobTable {
   const Records& records() const { return jobs_; }
 
  private:
+  void TrimEvents(JobRecord& job) const;
+
   StateWriter* const writer_;
   ChangeFeed* const feed_;
+  const int max_events_;
   Records jobs_;
   std::set<std::string> new_ids_;  // handed out by NewJob, not yet added
   int64_t next_seq_ = 1;

@@ -4,6 +4,8 @@
 
 #include <set>
 
+#include "absl/strings/str_cat.h"
+#include "coordinator/job_state_machine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -47,6 +49,30 @@ TEST(JobTable, SubmitGivesIdsInSubmissionOrderAndReportsTheChange) {
   EXPECT_EQ(feed.Version(b_id), 2);
   jobs.Changed(**a);
   EXPECT_EQ(feed.Version(a_id), 3);
+}
+
+TEST(JobTable, ChangedKeepsTheNewestEventsAndCountsTheDropped) {
+  ChangeFeed feed;
+  JobTable jobs(&kNoStore, &feed, /*max_events=*/3);
+  auto j = jobs.Submit(Spec("a"), kNow);
+  ASSERT_TRUE(j.ok()) << j.status();
+  for (int i = 0; i < 5; ++i) JobStateMachine(*j, kNow).Note("NOTE", absl::StrCat("n", i));
+  jobs.Changed(**j);
+  const JobStatus& st = (*j)->status();
+  ASSERT_EQ(st.events_size(), 3);
+  EXPECT_EQ(st.events(0).message(), "n2");
+  EXPECT_EQ(st.events(2).message(), "n4");
+  EXPECT_EQ(st.events_dropped(), 3);  // SUBMITTED, n0, n1
+  JobStateMachine(*j, kNow).Note("NOTE", "n5");
+  jobs.Changed(**j);
+  EXPECT_EQ(st.events(2).message(), "n5");
+  EXPECT_EQ(st.events_dropped(), 4);
+  // A record stored under a larger bound is trimmed when restored.
+  JobRecord big = **j;
+  for (int i = 0; i < 10; ++i) JobStateMachine(&big, kNow).Note("NOTE", "x");
+  big.mutable_status()->set_job_id("job-restored");
+  EXPECT_EQ(jobs.Restore(big).status().events_size(), 3);
+  EXPECT_EQ(jobs.Restore(big).status().events_dropped(), 14);
 }
 
 TEST(JobTable, FindListAndCount) {

@@ -50,6 +50,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   core.metrics_flush_interval = options.metrics_flush_interval;
   core.metrics_series_capacity = options.metrics_series_capacity;
   core.logs = options.logs;
+  core.rendezvous_limits = options.rendezvous_limits;
+  core.max_events_per_job = options.max_events_per_job;
   auto c = CoordinatorCore::Create(core);
   if (!c.ok()) return c.status();
   s->core_ = std::move(*c);

@@ -66,6 +66,9 @@ struct ServerOptions {
   int64_t grpc_memory_bytes = int64_t{1} << 30;  // --grpc_memory_mb
   int grpc_max_concurrent_streams = 100;         // --grpc_max_concurrent_streams (per connection)
   int grpc_max_receive_message_bytes = 4 << 20;  // --grpc_max_receive_message_bytes
+  // Passed to the core (docs/security.md, "Resource bounds").
+  RendezvousStore::Limits rendezvous_limits;  // --rendezvous_max_{keys,bytes}_per_namespace
+  int max_events_per_job = 1000;              // --max_events_per_job
   // Passed to the core (spec::Validate in the binary).
   std::function<absl::Status(const JobSpec&)> validate_spec;
 };
