@@ -94,6 +94,7 @@ struct CoreOptions {
   // Bounds on what clients can make the core hold (docs/security.md, "Resource bounds").
   RendezvousStore::Limits rendezvous_limits;
   int max_events_per_job = 1000;  // newest kept per job; the rest counted as events_dropped
+  int max_list_page_size = 1000;  // largest ListJobs page_size (the default is 100, or this)
   // Full job spec validation (spec::Validate); the core always applies
   // spec::ValidateForScheduling itself first. Null: only those checks.
   std::function<absl::Status(const JobSpec&)> validate_spec;
@@ -182,6 +183,10 @@ class CoordinatorCore {
   absl::StatusOr<JobStatus> GetJob(const std::string& job_id) const;
   // Jobs in any of `states` (empty: all), in submission order.
   std::vector<JobStatus> ListJobs(const std::vector<JobState>& states) const;
+  // One page of them (ListJobsRequest: states, page_size, page_token). Errors: INVALID_ARGUMENT
+  // naming --max_list_page_size for a page_size above it (or below 0), and for a token this
+  // coordinator did not issue.
+  absl::StatusOr<ListJobsResponse> ListJobsPage(const ListJobsRequest& req) const;
   // Errors: NOT_FOUND; FAILED_PRECONDITION for a finished job; UNAVAILABLE while read-only
   // (nothing changes) or when the cancel's write fails (it stands in memory and is retried in
   // order; the coordinator is read-only until it is stored).

@@ -657,6 +657,48 @@ TEST_F(CoreTest, EventsPerJobKeepTheNewestAndCountTheRest) {
   EXPECT_EQ(st->events_dropped(), 1);
 }
 
+TEST_F(CoreTest, ListJobsPagesInSubmissionOrder) {
+  Start("", [](CoreOptions& o) { o.max_list_page_size = 2; });
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    auto job = core_->SubmitJob(Spec(absl::StrCat("p", i), 1));
+    ASSERT_TRUE(job.ok()) << job.status();
+    ids.push_back(*job);
+  }
+  ListJobsRequest req;  // page_size 0: the default, here the max (2)
+  std::vector<std::string> seen;
+  int pages = 0;
+  do {
+    auto page = core_->ListJobsPage(req);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_LE(page->jobs_size(), 2);
+    for (const JobStatus& j : page->jobs()) seen.push_back(j.job_id());
+    req.set_page_token(page->next_page_token());
+    ++pages;
+  } while (!req.page_token().empty() && pages < 10);
+  EXPECT_EQ(seen, ids);
+  EXPECT_EQ(pages, 3);
+  // States filter per page as well.
+  ASSERT_TRUE(core_->CancelJob(ids[1], "x").ok());
+  ListJobsRequest cancelled;
+  cancelled.add_states(CANCELLED);
+  auto only = core_->ListJobsPage(cancelled);
+  ASSERT_TRUE(only.ok());
+  ASSERT_EQ(only->jobs_size(), 1);
+  EXPECT_EQ(only->jobs(0).job_id(), ids[1]);
+  EXPECT_TRUE(only->next_page_token().empty());
+  // Past the max, and a token it never issued: INVALID_ARGUMENT naming them.
+  ListJobsRequest big;
+  big.set_page_size(3);
+  EXPECT_EQ(core_->ListJobsPage(big).status().message(),
+            "page_size 3 is not in [0, 2] (--max_list_page_size)");
+  ListJobsRequest forged;
+  forged.set_page_token("abc");
+  EXPECT_EQ(core_->ListJobsPage(forged).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_->ListJobsPage(forged).status().message(),
+            "page_token \"abc\" was not issued by this coordinator");
+}
+
 TEST_F(CoreTest, BoundsBelowOneAreInvalidArgument) {
   CoreOptions o;
   o.clock = &clock_;

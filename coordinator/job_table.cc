@@ -90,6 +90,26 @@ StateWriter::Ticket JobTable::Changed(JobRecord& job) {
   return writer_->PutJob(job);
 }
 
+std::vector<JobStatus> JobTable::ListPage(const std::vector<JobState>& states, int64_t after_seq,
+                                          int limit, int64_t* last_seq, bool* more) const {
+  std::vector<const JobRecord*> sel;
+  for (const auto& [id, job] : jobs_) {
+    if (job.seq() > after_seq &&
+        (states.empty() ||
+         std::find(states.begin(), states.end(), job.status().state()) != states.end())) {
+      sel.push_back(&job);
+    }
+  }
+  std::sort(sel.begin(), sel.end(),
+            [](const JobRecord* a, const JobRecord* b) { return a->seq() < b->seq(); });
+  *more = sel.size() > static_cast<size_t>(limit);
+  if (*more) sel.resize(limit);
+  *last_seq = sel.empty() ? after_seq : sel.back()->seq();
+  std::vector<JobStatus> out;
+  for (const JobRecord* j : sel) out.push_back(j->status());
+  return out;
+}
+
 std::vector<JobStatus> JobTable::List(const std::vector<JobState>& states) const {
   std::vector<const JobRecord*> sel;
   for (const auto& [id, job] : jobs_) {

@@ -60,6 +60,10 @@ class JobTable {
 
   // Statuses of the jobs in any of `states` (empty: all), in submission order.
   std::vector<JobStatus> List(const std::vector<JobState>& states) const;
+  // The same, from the first job with seq > `after_seq`, at most `limit` of them; `*more` says
+  // whether matching jobs follow, `*last_seq` is the seq of the last one returned.
+  std::vector<JobStatus> ListPage(const std::vector<JobState>& states, int64_t after_seq, int limit,
+                                  int64_t* last_seq, bool* more) const;
   std::map<JobState, int> CountByState() const;
   Records& records() { return jobs_; }
   const Records& records() const { return jobs_; }

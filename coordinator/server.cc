@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   core.logs = options.logs;
   core.rendezvous_limits = options.rendezvous_limits;
   core.max_events_per_job = options.max_events_per_job;
+  core.max_list_page_size = options.max_list_page_size;
   auto c = CoordinatorCore::Create(core);
   if (!c.ok()) return c.status();
   s->core_ = std::move(*c);

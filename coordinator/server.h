@@ -69,6 +69,7 @@ struct ServerOptions {
   // Passed to the core (docs/security.md, "Resource bounds").
   RendezvousStore::Limits rendezvous_limits;  // --rendezvous_max_{keys,bytes}_per_namespace
   int max_events_per_job = 1000;              // --max_events_per_job
+  int max_list_page_size = 1000;              // --max_list_page_size
   // Passed to the core (spec::Validate in the binary).
   std::function<absl::Status(const JobSpec&)> validate_spec;
 };

@@ -74,6 +74,26 @@ TEST(CoordinatorServer, RequestOverMaxReceiveMessageSizeIsResourceExhausted) {
   (*server)->Shutdown();
 }
 
+TEST(CoordinatorServer, ClientListsEveryJobPageByPage) {
+  ServerOptions o;
+  o.max_list_page_size = 7;  // the default page is 7 jobs: 30 take 5 pages
+  auto server = CoordinatorServer::Create(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = *CoordinatorClient::Create((*server)->address(), "");
+  std::vector<std::string> ids;
+  for (int i = 0; i < 30; ++i) {
+    auto job = client->SubmitJob(SmallSpec());
+    ASSERT_TRUE(job.ok()) << job.status();
+    ids.push_back(*job);
+  }
+  auto jobs = client->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  std::vector<std::string> listed;
+  for (const JobStatus& j : *jobs) listed.push_back(j.job_id());
+  EXPECT_EQ(listed, ids);
+  (*server)->Shutdown();
+}
+
 TEST(CoordinatorServer, SpecWithUnknownFieldsIsRefusedAtSubmit) {
   auto server = CoordinatorServer::Create(ServerOptions());
   ASSERT_TRUE(server.ok()) << server.status();

@@ -508,9 +508,9 @@ grpc::Status CoordinatorService::GetJob(grpc::ServerContext* ctx, const GetJobRe
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* ctx, const ListJobsRequest* req,
                                           ListJobsResponse* resp) {
   SL_AUTHORIZE(Role::kUser);
-  std::vector<JobState> states;
-  for (int s : req->states()) states.push_back(static_cast<JobState>(s));
-  for (JobStatus& j : core_->ListJobs(states)) *resp->add_jobs() = std::move(j);
+  absl::StatusOr<ListJobsResponse> page = core_->ListJobsPage(*req);
+  if (!page.ok()) return ToGrpcStatus(page.status());
+  *resp = std::move(*page);
   return grpc::Status::OK;
 }
 
