@@ -496,6 +496,21 @@ std::vector<JobStatus> CoordinatorCore::ListJobs(const std::vector<JobState>& st
   return jobs_.List(states);
 }
 
+void CoordinatorCore::CollectFinishedJobsLocked() {
+  const std::vector<std::string> collected =
+      jobs_.CollectFinished(clock_->Now(), options_.finished_job_ttl, options_.max_finished_jobs);
+  for (const std::string& id : collected) {
+    feed_.ForgetJob(id);
+    tracker_.ForgetJob(id);
+    checkpoints_.ForgetJob(id);
+    writer_->DeleteJob(id);
+  }
+  if (!collected.empty()) {
+    SL_LOG(INFO) << "forgot " << collected.size() << " finished job(s), oldest " << collected[0]
+                 << " (--finished_job_ttl_s, --max_finished_jobs)";
+  }
+}
+
 absl::StatusOr<ListJobsResponse> CoordinatorCore::ListJobsPage(const ListJobsRequest& req) const {
   const int max = options_.max_list_page_size;
   if (req.page_size() < 0 || req.page_size() > max) {

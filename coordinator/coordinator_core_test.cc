@@ -699,6 +699,54 @@ TEST_F(CoreTest, ListJobsPagesInSubmissionOrder) {
             "page_token \"abc\" was not issued by this coordinator");
 }
 
+TEST_F(CoreTest, FinishedJobsAreForgottenAfterTheirTtlInMemoryAndInTheStore) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/retention";
+  const auto bounds = [](CoreOptions& o) {
+    o.finished_job_ttl = absl::Hours(1);
+    o.max_finished_jobs = 0;
+  };
+  Start(dir, bounds);
+  const std::string w = Register("a", 1);
+  auto done = core_->SubmitJob(Spec("done", 1));
+  auto waiting = core_->SubmitJob(Spec("waiting", 4));  // never fits: PENDING for good
+  ASSERT_TRUE(done.ok() && waiting.ok());
+  core_->Tick();
+  Commit(*done, 1, 10, 1);
+  Exit(w, *done, 1, 0, 0);
+  ASSERT_EQ(core_->GetJob(*done)->state(), SUCCEEDED);
+  ASSERT_EQ(core_->ListCheckpoints(*done)->size(), 1u);
+  clock_.Advance(absl::Minutes(59));
+  core_->Tick();
+  EXPECT_TRUE(core_->GetJob(*done).ok()) << "kept until its TTL";
+  clock_.Advance(absl::Minutes(2));
+  core_->Tick();
+  EXPECT_EQ(core_->GetJob(*done).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(core_->ListCheckpoints(*done).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(core_->GetJob(*waiting).ok()) << "an unfinished job is never collected";
+  // The store forgot it too: a restarted coordinator does not bring it back.
+  Start(dir, bounds);
+  EXPECT_EQ(core_->GetJob(*done).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(core_->GetJob(*waiting).ok());
+}
+
+TEST_F(CoreTest, FinishedJobsBeyondTheCountAreForgottenOldestFirst) {
+  Start("", [](CoreOptions& o) { o.max_finished_jobs = 2; });
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    auto job = core_->SubmitJob(Spec(absl::StrCat("c", i), 1));
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_TRUE(core_->CancelJob(*job, "x").ok());
+    clock_.Advance(absl::Seconds(1));
+    ids.push_back(*job);
+  }
+  core_->Tick();
+  EXPECT_EQ(core_->GetJob(ids[0]).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(core_->GetJob(ids[1]).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(core_->GetJob(ids[2]).ok());
+  EXPECT_TRUE(core_->GetJob(ids[3]).ok());
+  EXPECT_EQ(core_->ListJobs({}).size(), 2u);
+}
+
 TEST_F(CoreTest, BoundsBelowOneAreInvalidArgument) {
   CoreOptions o;
   o.clock = &clock_;

@@ -64,6 +64,11 @@ ABSL_FLAG(int64_t, rendezvous_max_bytes_per_namespace, 64 << 20,
           "bytes (keys plus values) one job attempt's rendezvous namespace may hold");
 ABSL_FLAG(int32_t, max_events_per_job, 1000,
           "events kept per job (the newest; older ones are counted as dropped in its status)");
+ABSL_FLAG(int64_t, finished_job_ttl_s, 7 * 24 * 3600,
+          "a finished job (and its checkpoint records) is forgotten this long after it finished "
+          "(0: kept)");
+ABSL_FLAG(int32_t, max_finished_jobs, 1000,
+          "finished jobs kept; the oldest finished beyond it are forgotten (0: no bound)");
 ABSL_FLAG(int32_t, max_list_page_size, 1000, "largest page_size a ListJobs request may ask for");
 ABSL_FLAG(int32_t, metrics_threads, 4, "threads serving the metrics endpoint concurrently");
 ABSL_FLAG(int32_t, metrics_request_timeout_ms, 5000,
@@ -150,6 +155,8 @@ int main(int argc, char** argv) {
       std::max<int64_t>(0, absl::GetFlag(FLAGS_rendezvous_max_bytes_per_namespace));
   o.max_events_per_job = absl::GetFlag(FLAGS_max_events_per_job);
   o.max_list_page_size = absl::GetFlag(FLAGS_max_list_page_size);
+  o.finished_job_ttl = absl::Seconds(absl::GetFlag(FLAGS_finished_job_ttl_s));
+  o.max_finished_jobs = absl::GetFlag(FLAGS_max_finished_jobs);
   o.metrics.threads = absl::GetFlag(FLAGS_metrics_threads);
   o.metrics.request_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_metrics_request_timeout_ms));
   o.metrics.write_timeout = o.metrics.request_timeout;

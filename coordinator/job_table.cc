@@ -125,6 +125,30 @@ std::vector<JobStatus> JobTable::List(const std::vector<JobState>& states) const
   return out;
 }
 
+std::vector<std::string> JobTable::CollectFinished(absl::Time now, absl::Duration ttl,
+                                                   int max_finished) {
+  std::vector<const JobRecord*> finished;
+  for (const auto& [id, job] : jobs_) {
+    if (IsTerminal(job.status().state())) finished.push_back(&job);
+  }
+  std::sort(finished.begin(), finished.end(), [](const JobRecord* a, const JobRecord* b) {
+    return std::make_pair(a->status().finished_unix_ms(), a->seq()) <
+           std::make_pair(b->status().finished_unix_ms(), b->seq());
+  });
+  const int64_t cutoff_ms = absl::ToUnixMillis(now - ttl);
+  size_t n = 0;  // finished[0, n) are collected
+  if (ttl > absl::ZeroDuration()) {
+    while (n < finished.size() && finished[n]->status().finished_unix_ms() < cutoff_ms) ++n;
+  }
+  if (max_finished > 0 && finished.size() - n > static_cast<size_t>(max_finished)) {
+    n = finished.size() - max_finished;
+  }
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < n; ++i) ids.push_back(finished[i]->status().job_id());
+  for (const std::string& id : ids) jobs_.erase(id);
+  return ids;
+}
+
 std::map<JobState, int> JobTable::CountByState() const {
   std::map<JobState, int> out;
   for (const auto& [id, job] : jobs_) out[job.status().state()]++;

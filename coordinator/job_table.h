@@ -65,6 +65,11 @@ class JobTable {
   std::vector<JobStatus> ListPage(const std::vector<JobState>& states, int64_t after_seq, int limit,
                                   int64_t* last_seq, bool* more) const;
   std::map<JobState, int> CountByState() const;
+  // Finished-job retention: removes the finished jobs (SUCCEEDED, FAILED, CANCELLED) that
+  // finished more than `ttl` before `now` (ttl <= 0: none), then the oldest finished beyond
+  // `max_finished` (<= 0: no count bound); never a PENDING or RUNNING job. Returns their ids,
+  // oldest first: the caller frees the rest of their state and deletes their stored rows.
+  std::vector<std::string> CollectFinished(absl::Time now, absl::Duration ttl, int max_finished);
   Records& records() { return jobs_; }
   const Records& records() const { return jobs_; }
 

@@ -75,6 +75,32 @@ TEST(JobTable, ChangedKeepsTheNewestEventsAndCountsTheDropped) {
   EXPECT_EQ(jobs.Restore(big).status().events_dropped(), 14);
 }
 
+TEST(JobTable, CollectFinishedByAgeThenCountNeverUnfinished) {
+  ChangeFeed feed;
+  JobTable jobs(&kNoStore, &feed);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    auto j = jobs.Submit(Spec("j"), kNow);
+    ASSERT_TRUE(j.ok());
+    ids.push_back((*j)->status().job_id());
+    // Jobs 0-3 finish at kNow + i minutes; job 4 stays PENDING.
+    if (i < 4) ASSERT_TRUE(JobStateMachine(*j, kNow + absl::Minutes(i)).Cancel("done").ok());
+  }
+  // Nothing is old enough and the count bound is wide: nothing goes.
+  EXPECT_TRUE(jobs.CollectFinished(kNow + absl::Minutes(4), absl::Minutes(10), 10).empty());
+  // TTL 2 minutes at kNow + 3m30s: jobs 0 and 1 (finished at 0 and 1 min) go, oldest first.
+  EXPECT_EQ(jobs.CollectFinished(kNow + absl::Seconds(210), absl::Minutes(2), 0),
+            (std::vector<std::string>{ids[0], ids[1]}));
+  // A count bound of 1: of jobs 2 and 3 the older goes; the PENDING job is never collected.
+  EXPECT_EQ(jobs.CollectFinished(kNow, absl::ZeroDuration(), 1),
+            (std::vector<std::string>{ids[2]}));
+  EXPECT_EQ(jobs.CollectFinished(kNow + absl::Hours(100), absl::Minutes(1), 0),
+            (std::vector<std::string>{ids[3]}));
+  EXPECT_EQ(jobs.records().size(), 1u);
+  EXPECT_TRUE(jobs.Find(ids[4]).ok());
+  EXPECT_EQ(jobs.Find(ids[0]).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST(JobTable, FindListAndCount) {
   ChangeFeed feed;
   JobTable jobs(&kNoStore, &feed);

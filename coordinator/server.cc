@@ -53,6 +53,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   core.rendezvous_limits = options.rendezvous_limits;
   core.max_events_per_job = options.max_events_per_job;
   core.max_list_page_size = options.max_list_page_size;
+  core.finished_job_ttl = options.finished_job_ttl;
+  core.max_finished_jobs = options.max_finished_jobs;
   auto c = CoordinatorCore::Create(core);
   if (!c.ok()) return c.status();
   s->core_ = std::move(*c);

@@ -70,6 +70,8 @@ struct ServerOptions {
   RendezvousStore::Limits rendezvous_limits;  // --rendezvous_max_{keys,bytes}_per_namespace
   int max_events_per_job = 1000;              // --max_events_per_job
   int max_list_page_size = 1000;              // --max_list_page_size
+  absl::Duration finished_job_ttl = absl::Hours(24 * 7);  // --finished_job_ttl_s
+  int max_finished_jobs = 1000;                           // --max_finished_jobs
   // Passed to the core (spec::Validate in the binary).
   std::function<absl::Status(const JobSpec&)> validate_spec;
 };
