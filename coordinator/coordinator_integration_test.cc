@@ -652,6 +652,31 @@ TEST_F(CoordinatorIntegrationTest, SigtermEndsOpenStreamsAndExitsCleanly) {
   EXPECT_EQ(stream_status.code(), absl::StatusCode::kUnavailable) << stream_status;
 }
 
+// A client that opens the metrics port and sends half a request neither delays another scrape
+// nor holds up shutdown (the metrics server shuts its connections down before joining).
+TEST_F(CoordinatorIntegrationTest, SlowMetricsClientDelaysNeitherScrapesNorShutdown) {
+  const std::string address = proc_->metrics_address();
+  const size_t colon = address.rfind(':');
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
+  const int slow = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(connect(slow, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(write(slow, "GET /metr", 9), 9);  // and nothing more
+  absl::SleepFor(absl::Milliseconds(200));
+  absl::Time start = absl::Now();
+  EXPECT_NE(HttpGet(address, "/metrics").find(" 200 OK"), std::string::npos);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  start = absl::Now();
+  auto status = proc_->Signal(SIGTERM);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << *status;
+  // The slow request alone could hold a thread for --metrics_request_timeout_ms (5 s).
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+  close(slow);
+}
+
 TEST_F(CoordinatorIntegrationTest, HealthServiceReportsServing) {
   // grpc.health.v1.Health/Check with an empty HealthCheckRequest (service ""), through the
   // generic stub: the response is HealthCheckResponse{status: SERVING (1)} = bytes 08 01.
