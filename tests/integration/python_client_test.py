@@ -205,7 +205,7 @@ class PythonClientTest(unittest.TestCase):
             listed = [j.job_id for j in self.client.list(["PENDING"])]
             self.assertEqual([j for j in listed if j in jobs], jobs)  # all, in submission order
             self.assertEqual(len(set(listed)), len(listed))
-            shown = self.cluster.shardctl("list")
+            shown = self.cluster.shardctl("list").stdout
             for job in jobs:
                 self.assertIn(job, shown)
             from shardline._proto import coordinator_pb2
