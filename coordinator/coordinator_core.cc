@@ -503,6 +503,8 @@ void CoordinatorCore::CollectFinishedJobsLocked() {
     feed_.ForgetJob(id);
     tracker_.ForgetJob(id);
     checkpoints_.ForgetJob(id);
+    training_.Forget(id);
+    logs_.Forget(id);
     writer_->DeleteJob(id);
   }
   if (!collected.empty()) {

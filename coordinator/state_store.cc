@@ -126,10 +126,11 @@ absl::Status StateStore::DeleteCheckpoint(absl::string_view job_id, int64_t step
 
 absl::Status StateStore::DeleteJob(absl::string_view job_id) {
   absl::MutexLock lock(&mu_);
-  // Checkpoints first: a failure between the two leaves a job without checkpoint records, which
-  // the next collection (after a restart) deletes again, never checkpoints without their job.
+  // The job's row last: a failure part way leaves a job with fewer rows of its own, which the
+  // next collection (after a restart) deletes again, never rows without their job.
   for (const char* sql :
-       {"DELETE FROM checkpoints WHERE job_id = ?1", "DELETE FROM jobs WHERE job_id = ?1"}) {
+       {"DELETE FROM checkpoints WHERE job_id = ?1", "DELETE FROM job_metrics WHERE job_id = ?1",
+        "DELETE FROM jobs WHERE job_id = ?1"}) {
     Stmt st;
     if (sqlite3_prepare_v2(db_, sql, -1, &st.s, nullptr) != SQLITE_OK) {
       return absl::InternalError(absl::StrCat("sqlite prepare: ", sqlite3_errmsg(db_)));

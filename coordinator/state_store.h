@@ -40,7 +40,8 @@ class StateStore {
   absl::Status PutJob(const JobRecord& job);
   absl::Status PutCheckpoint(const CheckpointRecord& checkpoint);
   absl::Status DeleteCheckpoint(absl::string_view job_id, int64_t step);
-  // Deletes the job's record and its checkpoint records (finished-job retention).
+  // Deletes the job's record, its checkpoint records and its training series (finished-job
+  // retention).
   absl::Status DeleteJob(absl::string_view job_id);
   absl::Status PutWorker(const WorkerInfo& worker);
   absl::Status PutJobMetrics(const JobMetricsRecord& metrics);

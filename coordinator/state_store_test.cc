@@ -77,7 +77,7 @@ TEST(StateStore, JobMetricsReplaceTheirJobsRowAndSurviveReopen) {
   EXPECT_EQ((*metrics)[0].points(1).step(), 20);
 }
 
-TEST(StateStore, DeleteJobRemovesItsRecordAndCheckpointsOnly) {
+TEST(StateStore, DeleteJobRemovesItsRecordCheckpointsAndSeriesOnly) {
   auto store = StateStore::Open(TempDir("store_delete_job"));
   ASSERT_TRUE(store.ok()) << store.status();
   for (const char* id : {"job-a", "job-b"}) {
@@ -90,6 +90,10 @@ TEST(StateStore, DeleteJobRemovesItsRecordAndCheckpointsOnly) {
       c.mutable_info()->set_step(step);
       ASSERT_TRUE((*store)->PutCheckpoint(c).ok());
     }
+    JobMetricsRecord m;
+    m.set_job_id(id);
+    m.add_points()->set_step(10);
+    ASSERT_TRUE((*store)->PutJobMetrics(m).ok());
   }
   ASSERT_TRUE((*store)->DeleteJob("job-a").ok());
   ASSERT_TRUE((*store)->DeleteJob("job-never").ok());  // nothing to delete is fine
@@ -101,6 +105,10 @@ TEST(StateStore, DeleteJobRemovesItsRecordAndCheckpointsOnly) {
   ASSERT_TRUE(cps.ok());
   ASSERT_EQ(cps->size(), 2u);
   for (const CheckpointRecord& c : *cps) EXPECT_EQ(c.info().job_id(), "job-b");
+  auto metrics = (*store)->LoadJobMetrics();
+  ASSERT_TRUE(metrics.ok());
+  ASSERT_EQ(metrics->size(), 1u);
+  EXPECT_EQ((*metrics)[0].job_id(), "job-b");
 }
 
 TEST(StateStore, UnwritableDirectoryIsUnavailable) {
