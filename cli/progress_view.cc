@@ -85,6 +85,10 @@ std::string StatusBlock(const JobStatus& status) {
                                           p.shard_group(), p.replicate_group()));
   }
   if (status.events_size() > 0) absl::StrAppend(&out, "events\n");
+  if (status.events_dropped() > 0) {
+    absl::StrAppend(&out, "  (", status.events_dropped(),
+                    " older events dropped: --max_events_per_job)\n");
+  }
   for (const JobEvent& e : status.events()) {
     const absl::Time t = absl::FromUnixMillis(e.time_unix_ms());
     absl::StrAppend(&out, "  ", absl::FormatTime("%H:%M:%S", t, absl::LocalTimeZone()),

@@ -69,6 +69,11 @@ TEST(ProgressView, StatusBlockListsPlacementAndEvents) {
   EXPECT_TRUE(absl::StrContains(block, "rank 2   node node-b")) << block;
   EXPECT_TRUE(absl::StrContains(block, "owner      alice\n")) << block;
   EXPECT_TRUE(absl::StrContains(block, "RANK_FAILED")) << block;
+  EXPECT_FALSE(absl::StrContains(block, "dropped")) << block;
+  s.set_events_dropped(7);
+  EXPECT_TRUE(absl::StrContains(StatusBlock(s),
+                                "events\n  (7 older events dropped: --max_events_per_job)\n"))
+      << StatusBlock(s);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 //   7 any other error
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -299,10 +300,11 @@ int Watch(CoordinatorClient& client, const std::string& job_id) {
   const bool tty = isatty(STDOUT_FILENO);
   JobStatus last;
   std::string last_line;
-  size_t events_shown = 0;
+  int64_t events_shown = 0;  // Counting the ones the coordinator dropped (events_dropped).
   const absl::Status s = client.WatchJob(job_id, [&](const JobStatus& st) {
-    for (; events_shown < static_cast<size_t>(st.events_size()); ++events_shown) {
-      const JobEvent& e = st.events(events_shown);
+    for (events_shown = std::max(events_shown, st.events_dropped());
+         events_shown < st.events_dropped() + st.events_size(); ++events_shown) {
+      const JobEvent& e = st.events(static_cast<int>(events_shown - st.events_dropped()));
       if (tty && !last_line.empty()) std::cout << "\n";
       std::cout << "[" << e.kind() << "] " << e.message() << "\n";
       last_line.clear();

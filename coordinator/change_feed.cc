@@ -12,6 +12,11 @@ void ChangeFeed::JobChanged(const std::string& job_id) {
   changed_.SignalAll();
 }
 
+void ChangeFeed::ForgetJob(const std::string& job_id) {
+  versions_.erase(job_id);
+  dirty_jobs_.erase(job_id);
+}
+
 void ChangeFeed::WorkerChanged(const std::string& worker_id) {
   dirty_workers_.insert(worker_id);
   changed_.SignalAll();

@@ -34,6 +34,8 @@ class ChangeFeed {
   void AddJob(const std::string& job_id);
   // A job was submitted or changed: a new version, reported to WaitDirty, waiters woken.
   void JobChanged(const std::string& job_id);
+  // A collected job: its version is forgotten (waiters on it get NOT_FOUND).
+  void ForgetJob(const std::string& job_id);
   // A worker's outbox changed (push, new stream, worker gone).
   void WorkerChanged(const std::string& worker_id);
   // A rendezvous namespace got a value or was closed.

@@ -1,6 +1,7 @@
 #include "coordinator/checkpoint_registry.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -136,6 +137,11 @@ std::vector<std::pair<std::string, int64_t>> CheckpointRegistry::ApplyRetention(
 
 void CheckpointRegistry::Restore(const CheckpointRecord& record) {
   records_[Key(record.info().job_id(), record.info().step())] = record;
+}
+
+void CheckpointRegistry::ForgetJob(const std::string& job_id) {
+  records_.erase(records_.lower_bound({job_id, INT64_MIN}),
+                 records_.upper_bound({job_id, INT64_MAX}));
 }
 
 }  // namespace shardline::coordinator

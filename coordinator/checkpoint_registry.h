@@ -61,6 +61,8 @@ class CheckpointRegistry {
 
   // Re-creates a record from storage.
   void Restore(const CheckpointRecord& record);
+  // A collected (finished) job: forgets its records (the store's rows go with the job's).
+  void ForgetJob(const std::string& job_id);
 
  private:
   using Key = std::pair<std::string, int64_t>;

@@ -209,9 +209,14 @@ absl::StatusOr<std::vector<JobStatus>> CoordinatorClient::ListJobs(
     const std::vector<JobState>& states) {
   ListJobsRequest req;
   for (JobState s : states) req.add_states(s);
-  ListJobsResponse resp;
-  SL_UNARY(ListJobs, req, resp);
-  return std::vector<JobStatus>(resp.jobs().begin(), resp.jobs().end());
+  std::vector<JobStatus> jobs;
+  do {  // Page by page, at the coordinator's default page size.
+    ListJobsResponse resp;
+    SL_UNARY(ListJobs, req, resp);
+    jobs.insert(jobs.end(), resp.jobs().begin(), resp.jobs().end());
+    req.set_page_token(resp.next_page_token());
+  } while (!req.page_token().empty());
+  return jobs;
 }
 
 absl::Status CoordinatorClient::CancelJob(const std::string& job_id, const std::string& reason) {

@@ -5,6 +5,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -21,9 +22,10 @@ CoordinatorCore::CoordinatorCore(const CoreOptions& options, std::unique_ptr<Sta
       clock_(options.clock),
       writer_(std::make_unique<StateWriter>(std::move(store), options.state_retry_interval)),
       registry_(options.clock, options.heartbeat_timeout),
+      rendezvous_(options.rendezvous_limits),
       training_(options.metrics_series_capacity),
       logs_(options.logs),
-      jobs_(writer_.get(), &feed_),
+      jobs_(writer_.get(), &feed_, options.max_events_per_job),
       outbox_(&feed_, options.stop_grace_period_s) {}
 
 CoordinatorCore::~CoordinatorCore() {
@@ -38,6 +40,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "heartbeat timeout ", absl::FormatDuration(options.heartbeat_timeout),
         " must exceed the heartbeat interval ", absl::FormatDuration(options.heartbeat_interval)));
+  }
+  const RendezvousStore::Limits& rdzv = options.rendezvous_limits;
+  if (options.max_events_per_job < 1 || options.max_list_page_size < 1 ||
+      rdzv.max_keys_per_namespace < 1 || rdzv.max_bytes_per_namespace < 1) {
+    return absl::InvalidArgumentError(
+        "--max_events_per_job, --max_list_page_size, --rendezvous_max_keys_per_namespace and "
+        "--rendezvous_max_bytes_per_namespace must be at least 1");
   }
   std::unique_ptr<StateStore> store;
   if (!options.state_dir.empty()) {
@@ -372,6 +381,50 @@ absl::StatusOr<JobStatus> CoordinatorCore::GetJob(const std::string& job_id) con
 std::vector<JobStatus> CoordinatorCore::ListJobs(const std::vector<JobState>& states) const {
   absl::MutexLock lock(&mu_);
   return jobs_.List(states);
+}
+
+void CoordinatorCore::CollectFinishedJobsLocked() {
+  const std::vector<std::string> collected =
+      jobs_.CollectFinished(clock_->Now(), options_.finished_job_ttl, options_.max_finished_jobs);
+  for (const std::string& id : collected) {
+    feed_.ForgetJob(id);
+    tracker_.ForgetJob(id);
+    checkpoints_.ForgetJob(id);
+    training_.Forget(id);
+    logs_.Forget(id);
+    writer_->DeleteJob(id);
+  }
+  if (!collected.empty()) {
+    SL_LOG(INFO) << "forgot " << collected.size() << " finished job(s), oldest " << collected[0]
+                 << " (--finished_job_ttl_s, --max_finished_jobs)";
+  }
+}
+
+absl::StatusOr<ListJobsResponse> CoordinatorCore::ListJobsPage(const ListJobsRequest& req) const {
+  const int max = options_.max_list_page_size;
+  if (req.page_size() < 0 || req.page_size() > max) {
+    return absl::InvalidArgumentError(absl::StrCat("page_size ", req.page_size(), " is not in [0, ",
+                                                   max, "] (--max_list_page_size)"));
+  }
+  const int limit = req.page_size() == 0 ? std::min(100, max) : req.page_size();
+  int64_t after = 0;
+  if (!req.page_token().empty() && (!absl::SimpleAtoi(req.page_token(), &after) || after < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("page_token \"", req.page_token().substr(0, 64),
+                                                   "\" was not issued by this coordinator"));
+  }
+  std::vector<JobState> states;
+  for (int st : req.states()) states.push_back(static_cast<JobState>(st));
+  ListJobsResponse resp;
+  int64_t last = 0;
+  bool more = false;
+  {
+    absl::MutexLock lock(&mu_);
+    for (JobStatus& job : jobs_.ListPage(states, after, limit, &last, &more)) {
+      *resp.add_jobs() = std::move(job);
+    }
+  }
+  if (more) resp.set_next_page_token(absl::StrCat(last));
+  return resp;
 }
 
 absl::Status CoordinatorCore::CancelJob(const std::string& job_id, const std::string& reason) {

@@ -99,6 +99,15 @@ struct CoreOptions {
   int metrics_series_capacity = TrainingSeries::kDefaultCapacity;
   // Bounds of the ranks' log lines kept in memory (job_logs.h).
   JobLogs::Options logs;
+  // Bounds on what clients can make the core hold (docs/security.md, "Resource bounds").
+  RendezvousStore::Limits rendezvous_limits;
+  int max_events_per_job = 1000;  // newest kept per job; the rest counted as events_dropped
+  int max_list_page_size = 1000;  // largest ListJobs page_size (the default is 100, or this)
+  // Finished-job retention, applied every tick: a finished job is forgotten (memory, state
+  // store, its checkpoint records) `finished_job_ttl` after it finished (<= 0: kept), and the
+  // oldest finished ones beyond `max_finished_jobs` (<= 0: no count bound) at once.
+  absl::Duration finished_job_ttl = absl::Hours(24 * 7);
+  int max_finished_jobs = 1000;
   // Full job spec validation (spec::Validate); the core always applies
   // spec::ValidateForScheduling itself first. Null: only those checks.
   std::function<absl::Status(const JobSpec&)> validate_spec;
@@ -201,6 +210,10 @@ class CoordinatorCore {
   absl::StatusOr<JobStatus> GetJob(const std::string& job_id) const;
   // Jobs in any of `states` (empty: all), in submission order.
   std::vector<JobStatus> ListJobs(const std::vector<JobState>& states) const;
+  // One page of them (ListJobsRequest: states, page_size, page_token). Errors: INVALID_ARGUMENT
+  // naming --max_list_page_size for a page_size above it (or below 0), and for a token this
+  // coordinator did not issue.
+  absl::StatusOr<ListJobsResponse> ListJobsPage(const ListJobsRequest& req) const;
   // Errors: NOT_FOUND; FAILED_PRECONDITION for a finished job; UNAVAILABLE while read-only
   // (nothing changes) or when the cancel's write fails (it stands in memory and is retried in
   // order; the coordinator is read-only until it is stored).
@@ -276,6 +289,8 @@ class CoordinatorCore {
   // Rank `rank` of the job's running attempt exited 0; the job succeeds with its last rank.
   void RankSucceededLocked(JobRecord& job, int32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistWorker(const std::string& worker_id);
+  // Finished-job retention (CoreOptions::finished_job_ttl, max_finished_jobs).
+  void CollectFinishedJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The in-memory halves of CancelJob and ReportCheckpoint; the public calls then wait, without
   // mu_, until what they changed is durable (StateWriter::WaitDurable).
   absl::Status CancelJobLocked(const std::string& job_id, const std::string& reason)

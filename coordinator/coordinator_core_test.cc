@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -42,7 +43,8 @@ RegisterWorkerRequest Worker(const std::string& node, int slots) {
 class CoreTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(""); }
-  void Start(const std::string& state_dir) {
+  void Start(const std::string& state_dir,
+             const std::function<void(CoreOptions&)>& tweak = nullptr) {
     core_.reset();
     CoreOptions o;
     o.clock = &clock_;
@@ -51,6 +53,7 @@ class CoreTest : public ::testing::Test {
     o.heartbeat_timeout = absl::Seconds(5);
     o.rank_start_timeout = absl::Seconds(30);
     o.state_retry_interval = absl::Milliseconds(20);
+    if (tweak) tweak(o);
     auto core = CoordinatorCore::Create(o);
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
@@ -621,6 +624,136 @@ TEST_F(CoreTest, RendezvousOnlyWithTheAttemptsSecret) {
   EXPECT_EQ(core_->RendezvousGet(get).status().code(), absl::StatusCode::kPermissionDenied);
   get.set_secret(set.secret());
   EXPECT_EQ(core_->RendezvousGet(get)->values(0), "v");
+}
+
+TEST_F(CoreTest, RendezvousBytesPerNamespaceComeFromTheOptions) {
+  Start("", [](CoreOptions& o) { o.rendezvous_limits.max_bytes_per_namespace = 100; });
+  const std::string a = Register("a", 1);
+  auto job = core_->SubmitJob(Spec("z", 1));
+  auto starts = Drain(a, *core_->OpenAssignmentStream(a));
+  ASSERT_EQ(starts.size(), 1u);
+  RendezvousSetRequest set;
+  set.set_namespace_(starts[0].rendezvous_namespace());
+  set.set_secret(starts[0].rendezvous_secret());
+  set.set_key("k");
+  set.set_value(std::string(100, 'v'));
+  const absl::Status s = core_->RendezvousSet(set);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("limit 100 (--rendezvous_max_bytes_per_namespace)"));
+}
+
+TEST_F(CoreTest, EventsPerJobKeepTheNewestAndCountTheRest) {
+  Start("", [](CoreOptions& o) { o.max_events_per_job = 2; });
+  Register("a", 1);
+  auto job = core_->SubmitJob(Spec("e", 1));  // SUBMITTED, then SCHEDULED at the next tick
+  ASSERT_TRUE(job.ok()) << job.status();
+  core_->Tick();
+  ASSERT_TRUE(core_->CancelJob(*job, "enough").ok());
+  auto st = core_->GetJob(*job);
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_EQ(st->events_size(), 2);
+  EXPECT_EQ(st->events(1).kind(), "CANCELLED");
+  EXPECT_EQ(st->events_dropped(), 1);
+}
+
+TEST_F(CoreTest, ListJobsPagesInSubmissionOrder) {
+  Start("", [](CoreOptions& o) { o.max_list_page_size = 2; });
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    auto job = core_->SubmitJob(Spec(absl::StrCat("p", i), 1));
+    ASSERT_TRUE(job.ok()) << job.status();
+    ids.push_back(*job);
+  }
+  ListJobsRequest req;  // page_size 0: the default, here the max (2)
+  std::vector<std::string> seen;
+  int pages = 0;
+  do {
+    auto page = core_->ListJobsPage(req);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_LE(page->jobs_size(), 2);
+    for (const JobStatus& j : page->jobs()) seen.push_back(j.job_id());
+    req.set_page_token(page->next_page_token());
+    ++pages;
+  } while (!req.page_token().empty() && pages < 10);
+  EXPECT_EQ(seen, ids);
+  EXPECT_EQ(pages, 3);
+  // States filter per page as well.
+  ASSERT_TRUE(core_->CancelJob(ids[1], "x").ok());
+  ListJobsRequest cancelled;
+  cancelled.add_states(CANCELLED);
+  auto only = core_->ListJobsPage(cancelled);
+  ASSERT_TRUE(only.ok());
+  ASSERT_EQ(only->jobs_size(), 1);
+  EXPECT_EQ(only->jobs(0).job_id(), ids[1]);
+  EXPECT_TRUE(only->next_page_token().empty());
+  // Past the max, and a token it never issued: INVALID_ARGUMENT naming them.
+  ListJobsRequest big;
+  big.set_page_size(3);
+  EXPECT_EQ(core_->ListJobsPage(big).status().message(),
+            "page_size 3 is not in [0, 2] (--max_list_page_size)");
+  ListJobsRequest forged;
+  forged.set_page_token("abc");
+  EXPECT_EQ(core_->ListJobsPage(forged).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_->ListJobsPage(forged).status().message(),
+            "page_token \"abc\" was not issued by this coordinator");
+}
+
+TEST_F(CoreTest, FinishedJobsAreForgottenAfterTheirTtlInMemoryAndInTheStore) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/retention";
+  const auto bounds = [](CoreOptions& o) {
+    o.finished_job_ttl = absl::Hours(1);
+    o.max_finished_jobs = 0;
+  };
+  Start(dir, bounds);
+  const std::string w = Register("a", 1);
+  auto done = core_->SubmitJob(Spec("done", 1));
+  auto waiting = core_->SubmitJob(Spec("waiting", 4));  // never fits: PENDING for good
+  ASSERT_TRUE(done.ok() && waiting.ok());
+  core_->Tick();
+  Commit(*done, 1, 10, 1);
+  Exit(w, *done, 1, 0, 0);
+  ASSERT_EQ(core_->GetJob(*done)->state(), SUCCEEDED);
+  ASSERT_EQ(core_->ListCheckpoints(*done)->size(), 1u);
+  clock_.Advance(absl::Minutes(59));
+  core_->Tick();
+  EXPECT_TRUE(core_->GetJob(*done).ok()) << "kept until its TTL";
+  clock_.Advance(absl::Minutes(2));
+  core_->Tick();
+  EXPECT_EQ(core_->GetJob(*done).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(core_->ListCheckpoints(*done).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(core_->GetJob(*waiting).ok()) << "an unfinished job is never collected";
+  // The store forgot it too: a restarted coordinator does not bring it back.
+  Start(dir, bounds);
+  EXPECT_EQ(core_->GetJob(*done).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(core_->GetJob(*waiting).ok());
+}
+
+TEST_F(CoreTest, FinishedJobsBeyondTheCountAreForgottenOldestFirst) {
+  Start("", [](CoreOptions& o) { o.max_finished_jobs = 2; });
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    auto job = core_->SubmitJob(Spec(absl::StrCat("c", i), 1));
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_TRUE(core_->CancelJob(*job, "x").ok());
+    clock_.Advance(absl::Seconds(1));
+    ids.push_back(*job);
+  }
+  core_->Tick();
+  EXPECT_EQ(core_->GetJob(ids[0]).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(core_->GetJob(ids[1]).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(core_->GetJob(ids[2]).ok());
+  EXPECT_TRUE(core_->GetJob(ids[3]).ok());
+  EXPECT_EQ(core_->ListJobs({}).size(), 2u);
+}
+
+TEST_F(CoreTest, BoundsBelowOneAreInvalidArgument) {
+  CoreOptions o;
+  o.clock = &clock_;
+  o.max_events_per_job = 0;
+  auto core = CoordinatorCore::Create(o);
+  EXPECT_EQ(core.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(core.status().message()), ::testing::HasSubstr("--max_events_per_job"));
 }
 
 TEST_F(CoreTest, ProgressIsKeptAndWakesWatchers) {

@@ -145,6 +145,7 @@ void CoordinatorCore::Tick() {
     // Ranks whose START was never acknowledged in time.
     ApplyFailuresLocked(tracker_.StartTimeouts(clock_->Now(), options_.rank_start_timeout));
     ScheduleLocked();
+    CollectFinishedJobsLocked();
   }
   // Outside mu_: copying a series for its write must not stall heartbeats.
   FlushTrainingMetrics(/*all=*/false);

@@ -4,6 +4,7 @@
 //   coordinator --listen 0.0.0.0:7070 --state_dir /var/lib/shardline
 //       --users_file /etc/shardline/users --worker_token_file /etc/shardline/join.token
 #include <signal.h>
+#include <algorithm>
 
 #include <algorithm>
 #include <cstdio>
@@ -64,6 +65,27 @@ ABSL_FLAG(std::string, read_roots, "",
           "(empty: anywhere; see spec/path_policy.h)");
 ABSL_FLAG(std::string, checkpoint_roots, "",
           "comma-separated directories a job's checkpoint.dir must lie under (empty: anywhere)");
+ABSL_FLAG(int64_t, rendezvous_max_keys_per_namespace, 65536,
+          "keys one job attempt's rendezvous namespace may hold");
+ABSL_FLAG(int64_t, rendezvous_max_bytes_per_namespace, 64 << 20,
+          "bytes (keys plus values) one job attempt's rendezvous namespace may hold");
+ABSL_FLAG(int32_t, max_events_per_job, 1000,
+          "events kept per job (the newest; older ones are counted as dropped in its status)");
+ABSL_FLAG(int64_t, finished_job_ttl_s, 7 * 24 * 3600,
+          "a finished job (and its checkpoint records) is forgotten this long after it finished "
+          "(0: kept)");
+ABSL_FLAG(int32_t, max_finished_jobs, 1000,
+          "finished jobs kept; the oldest finished beyond it are forgotten (0: no bound)");
+ABSL_FLAG(int32_t, max_list_page_size, 1000, "largest page_size a ListJobs request may ask for");
+ABSL_FLAG(int32_t, metrics_threads, 4, "threads serving the metrics endpoint concurrently");
+ABSL_FLAG(int32_t, metrics_request_timeout_ms, 5000,
+          "a metrics request must arrive whole, and its response be read, within this long");
+ABSL_FLAG(int32_t, grpc_max_threads, 256,
+          "gRPC resource quota: threads for unary calls (streams and waits hold none)");
+ABSL_FLAG(int32_t, grpc_memory_mb, 1024, "gRPC resource quota: memory for calls in flight (MiB)");
+ABSL_FLAG(int32_t, grpc_max_concurrent_streams, 100, "concurrent calls on one client connection");
+ABSL_FLAG(int32_t, grpc_max_receive_message_bytes, 4 << 20,
+          "largest request message accepted (RESOURCE_EXHAUSTED past it)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (chain) file: serve TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key file of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
@@ -135,6 +157,21 @@ int main(int argc, char** argv) {
   o.metrics_series_capacity = std::max(2, absl::GetFlag(FLAGS_metrics_points));
   o.logs.bytes_per_rank = int64_t{std::max(1, absl::GetFlag(FLAGS_log_ring_kib_per_rank))} << 10;
   o.logs.max_total_bytes = int64_t{std::max(1, absl::GetFlag(FLAGS_log_ring_total_mib))} << 20;
+  o.rendezvous_limits.max_keys_per_namespace =
+      std::max<int64_t>(0, absl::GetFlag(FLAGS_rendezvous_max_keys_per_namespace));
+  o.rendezvous_limits.max_bytes_per_namespace =
+      std::max<int64_t>(0, absl::GetFlag(FLAGS_rendezvous_max_bytes_per_namespace));
+  o.max_events_per_job = absl::GetFlag(FLAGS_max_events_per_job);
+  o.max_list_page_size = absl::GetFlag(FLAGS_max_list_page_size);
+  o.finished_job_ttl = absl::Seconds(absl::GetFlag(FLAGS_finished_job_ttl_s));
+  o.max_finished_jobs = absl::GetFlag(FLAGS_max_finished_jobs);
+  o.metrics.threads = absl::GetFlag(FLAGS_metrics_threads);
+  o.metrics.request_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_metrics_request_timeout_ms));
+  o.metrics.write_timeout = o.metrics.request_timeout;
+  o.grpc_max_threads = absl::GetFlag(FLAGS_grpc_max_threads);
+  o.grpc_memory_bytes = int64_t{absl::GetFlag(FLAGS_grpc_memory_mb)} << 20;
+  o.grpc_max_concurrent_streams = absl::GetFlag(FLAGS_grpc_max_concurrent_streams);
+  o.grpc_max_receive_message_bytes = absl::GetFlag(FLAGS_grpc_max_receive_message_bytes);
   auto cert = ReadPem(absl::GetFlag(FLAGS_tls_cert), "tls_cert");
   auto key = ReadPem(absl::GetFlag(FLAGS_tls_key), "tls_key");
   auto client_ca = ReadPem(absl::GetFlag(FLAGS_tls_client_ca), "tls_client_ca");

@@ -102,4 +102,12 @@ int64_t JobLogs::total_bytes() const {
   return total_bytes_;
 }
 
+void JobLogs::Forget(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  total_bytes_ -= it->second.bytes;
+  jobs_.erase(it);
+}
+
 }  // namespace shardline::coordinator

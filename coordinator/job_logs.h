@@ -39,6 +39,8 @@ class JobLogs {
   // The lines `req` selects (see GetLogsRequest); job_finished is left to the caller.
   GetLogsResponse Get(const GetLogsRequest& req) const;
   int64_t total_bytes() const;
+  // A collected (finished) job: its lines are dropped.
+  void Forget(const std::string& job_id);
 
  private:
   struct Ring {

@@ -52,6 +52,20 @@ TEST(JobLogs, LinesOfAllRanksComeInTheOrderTheyArrivedWithJobWideSeq) {
   EXPECT_EQ(Texts(logs.Get(rank0)), (std::vector<std::string>{"a0", "b0", "c0"}));
 }
 
+TEST(JobLogs, ForgetDropsTheJobsLinesAndTheirBytes) {
+  JobLogs logs;
+  logs.Append(Chunk("gone", 1, 0, {"a", "b"}));
+  logs.Append(Chunk("kept", 1, 0, {"c"}));
+  const int64_t before = logs.total_bytes();
+  logs.Forget("gone");
+  logs.Forget("never-seen");
+  EXPECT_TRUE(logs.Get(All("gone")).lines().empty());
+  EXPECT_EQ(Texts(logs.Get(All("kept"))), (std::vector<std::string>{"c"}));
+  EXPECT_LT(logs.total_bytes(), before);
+  logs.Forget("kept");
+  EXPECT_EQ(logs.total_bytes(), 0);
+}
+
 TEST(JobLogs, AFollowerGetsOnlyNewLinesAfterItsCursor) {
   JobLogs logs;
   logs.Append(Chunk("j", 1, 0, {"one", "two"}));

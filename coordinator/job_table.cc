@@ -58,6 +58,7 @@ absl::StatusOr<JobRecord*> JobTable::Submit(const JobSpec& spec, absl::Time now)
 
 JobRecord& JobTable::Restore(const JobRecord& rec) {
   JobRecord& job = jobs_[rec.status().job_id()] = rec;
+  TrimEvents(job);  // Stored before the bound was lowered: trimmed here, stored at its next change.
   feed_->AddJob(rec.status().job_id());
   next_seq_ = std::max(next_seq_, rec.seq() + 1);
   return job;
@@ -75,9 +76,38 @@ absl::StatusOr<const JobRecord*> JobTable::Find(const std::string& job_id) const
   return &it->second;
 }
 
-StateWriter::Ticket JobTable::Changed(const JobRecord& job) {
+void JobTable::TrimEvents(JobRecord& job) const {
+  JobStatus& st = *job.mutable_status();
+  const int excess = st.events_size() - max_events_;
+  if (excess <= 0) return;
+  st.mutable_events()->DeleteSubrange(0, excess);
+  st.set_events_dropped(st.events_dropped() + excess);
+}
+
+StateWriter::Ticket JobTable::Changed(JobRecord& job) {
+  TrimEvents(job);
   feed_->JobChanged(job.status().job_id());
   return writer_->PutJob(job);
+}
+
+std::vector<JobStatus> JobTable::ListPage(const std::vector<JobState>& states, int64_t after_seq,
+                                          int limit, int64_t* last_seq, bool* more) const {
+  std::vector<const JobRecord*> sel;
+  for (const auto& [id, job] : jobs_) {
+    if (job.seq() > after_seq &&
+        (states.empty() ||
+         std::find(states.begin(), states.end(), job.status().state()) != states.end())) {
+      sel.push_back(&job);
+    }
+  }
+  std::sort(sel.begin(), sel.end(),
+            [](const JobRecord* a, const JobRecord* b) { return a->seq() < b->seq(); });
+  *more = sel.size() > static_cast<size_t>(limit);
+  if (*more) sel.resize(limit);
+  *last_seq = sel.empty() ? after_seq : sel.back()->seq();
+  std::vector<JobStatus> out;
+  for (const JobRecord* j : sel) out.push_back(j->status());
+  return out;
 }
 
 std::vector<JobStatus> JobTable::List(const std::vector<JobState>& states) const {
@@ -93,6 +123,30 @@ std::vector<JobStatus> JobTable::List(const std::vector<JobState>& states) const
   std::vector<JobStatus> out;
   for (const JobRecord* j : sel) out.push_back(j->status());
   return out;
+}
+
+std::vector<std::string> JobTable::CollectFinished(absl::Time now, absl::Duration ttl,
+                                                   int max_finished) {
+  std::vector<const JobRecord*> finished;
+  for (const auto& [id, job] : jobs_) {
+    if (IsTerminal(job.status().state())) finished.push_back(&job);
+  }
+  std::sort(finished.begin(), finished.end(), [](const JobRecord* a, const JobRecord* b) {
+    return std::make_pair(a->status().finished_unix_ms(), a->seq()) <
+           std::make_pair(b->status().finished_unix_ms(), b->seq());
+  });
+  const int64_t cutoff_ms = absl::ToUnixMillis(now - ttl);
+  size_t n = 0;  // finished[0, n) are collected
+  if (ttl > absl::ZeroDuration()) {
+    while (n < finished.size() && finished[n]->status().finished_unix_ms() < cutoff_ms) ++n;
+  }
+  if (max_finished > 0 && finished.size() - n > static_cast<size_t>(max_finished)) {
+    n = finished.size() - max_finished;
+  }
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < n; ++i) ids.push_back(finished[i]->status().job_id());
+  for (const std::string& id : ids) jobs_.erase(id);
+  return ids;
 }
 
 std::map<JobState, int> JobTable::CountByState() const {

@@ -34,8 +34,10 @@ class JobTable {
  public:
   using Records = std::map<std::string, JobRecord>;  // by job id
 
-  // `writer` and `feed` must outlive the table.
-  JobTable(StateWriter* writer, ChangeFeed* feed) : writer_(writer), feed_(feed) {}
+  // `writer` and `feed` must outlive the table. A record keeps its newest `max_events` events
+  // (older ones are dropped when it changes, counted in JobStatus.events_dropped).
+  JobTable(StateWriter* writer, ChangeFeed* feed, int max_events = 1000)
+      : writer_(writer), feed_(feed), max_events_(max_events) {}
 
   // A new PENDING job running `spec` (event SUBMITTED at `now`) with a fresh id and the next
   // seq; not in the table yet: store it (StateWriter::PutJobOrDrop), then Add it.
@@ -51,19 +53,32 @@ class JobTable {
   // Errors: NOT_FOUND "unknown job <id>".
   absl::StatusOr<JobRecord*> Find(const std::string& job_id);
   absl::StatusOr<const JobRecord*> Find(const std::string& job_id) const;
-  // Queues `job`'s write (StateWriter: in order, off the caller's thread) and reports it to the
-  // feed. Returns the write's ticket: StateWriter::Wait on it says whether it is durable.
-  StateWriter::Ticket Changed(const JobRecord& job);
+  // Drops `job`'s events beyond the newest max_events, queues its write (StateWriter: in order,
+  // off the caller's thread) and reports it to the feed. Returns the write's ticket:
+  // StateWriter::Wait on it says whether it is durable.
+  StateWriter::Ticket Changed(JobRecord& job);
 
   // Statuses of the jobs in any of `states` (empty: all), in submission order.
   std::vector<JobStatus> List(const std::vector<JobState>& states) const;
+  // The same, from the first job with seq > `after_seq`, at most `limit` of them; `*more` says
+  // whether matching jobs follow, `*last_seq` is the seq of the last one returned.
+  std::vector<JobStatus> ListPage(const std::vector<JobState>& states, int64_t after_seq, int limit,
+                                  int64_t* last_seq, bool* more) const;
   std::map<JobState, int> CountByState() const;
+  // Finished-job retention: removes the finished jobs (SUCCEEDED, FAILED, CANCELLED) that
+  // finished more than `ttl` before `now` (ttl <= 0: none), then the oldest finished beyond
+  // `max_finished` (<= 0: no count bound); never a PENDING or RUNNING job. Returns their ids,
+  // oldest first: the caller frees the rest of their state and deletes their stored rows.
+  std::vector<std::string> CollectFinished(absl::Time now, absl::Duration ttl, int max_finished);
   Records& records() { return jobs_; }
   const Records& records() const { return jobs_; }
 
  private:
+  void TrimEvents(JobRecord& job) const;
+
   StateWriter* const writer_;
   ChangeFeed* const feed_;
+  const int max_events_;
   Records jobs_;
   std::set<std::string> new_ids_;  // handed out by NewJob, not yet added
   int64_t next_seq_ = 1;

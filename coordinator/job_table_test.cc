@@ -4,6 +4,8 @@
 
 #include <set>
 
+#include "absl/strings/str_cat.h"
+#include "coordinator/job_state_machine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -47,6 +49,56 @@ TEST(JobTable, SubmitGivesIdsInSubmissionOrderAndReportsTheChange) {
   EXPECT_EQ(feed.Version(b_id), 2);
   jobs.Changed(**a);
   EXPECT_EQ(feed.Version(a_id), 3);
+}
+
+TEST(JobTable, ChangedKeepsTheNewestEventsAndCountsTheDropped) {
+  ChangeFeed feed;
+  JobTable jobs(&kNoStore, &feed, /*max_events=*/3);
+  auto j = jobs.Submit(Spec("a"), kNow);
+  ASSERT_TRUE(j.ok()) << j.status();
+  for (int i = 0; i < 5; ++i) JobStateMachine(*j, kNow).Note("NOTE", absl::StrCat("n", i));
+  jobs.Changed(**j);
+  const JobStatus& st = (*j)->status();
+  ASSERT_EQ(st.events_size(), 3);
+  EXPECT_EQ(st.events(0).message(), "n2");
+  EXPECT_EQ(st.events(2).message(), "n4");
+  EXPECT_EQ(st.events_dropped(), 3);  // SUBMITTED, n0, n1
+  JobStateMachine(*j, kNow).Note("NOTE", "n5");
+  jobs.Changed(**j);
+  EXPECT_EQ(st.events(2).message(), "n5");
+  EXPECT_EQ(st.events_dropped(), 4);
+  // A record stored under a larger bound is trimmed when restored.
+  JobRecord big = **j;
+  for (int i = 0; i < 10; ++i) JobStateMachine(&big, kNow).Note("NOTE", "x");
+  big.mutable_status()->set_job_id("job-restored");
+  EXPECT_EQ(jobs.Restore(big).status().events_size(), 3);
+  EXPECT_EQ(jobs.Restore(big).status().events_dropped(), 14);
+}
+
+TEST(JobTable, CollectFinishedByAgeThenCountNeverUnfinished) {
+  ChangeFeed feed;
+  JobTable jobs(&kNoStore, &feed);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    auto j = jobs.Submit(Spec("j"), kNow);
+    ASSERT_TRUE(j.ok());
+    ids.push_back((*j)->status().job_id());
+    // Jobs 0-3 finish at kNow + i minutes; job 4 stays PENDING.
+    if (i < 4) ASSERT_TRUE(JobStateMachine(*j, kNow + absl::Minutes(i)).Cancel("done").ok());
+  }
+  // Nothing is old enough and the count bound is wide: nothing goes.
+  EXPECT_TRUE(jobs.CollectFinished(kNow + absl::Minutes(4), absl::Minutes(10), 10).empty());
+  // TTL 2 minutes at kNow + 3m30s: jobs 0 and 1 (finished at 0 and 1 min) go, oldest first.
+  EXPECT_EQ(jobs.CollectFinished(kNow + absl::Seconds(210), absl::Minutes(2), 0),
+            (std::vector<std::string>{ids[0], ids[1]}));
+  // A count bound of 1: of jobs 2 and 3 the older goes; the PENDING job is never collected.
+  EXPECT_EQ(jobs.CollectFinished(kNow, absl::ZeroDuration(), 1),
+            (std::vector<std::string>{ids[2]}));
+  EXPECT_EQ(jobs.CollectFinished(kNow + absl::Hours(100), absl::Minutes(1), 0),
+            (std::vector<std::string>{ids[3]}));
+  EXPECT_EQ(jobs.records().size(), 1u);
+  EXPECT_TRUE(jobs.Find(ids[4]).ok());
+  EXPECT_EQ(jobs.Find(ids[0]).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(JobTable, FindListAndCount) {

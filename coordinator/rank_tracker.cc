@@ -1,6 +1,7 @@
 #include "coordinator/rank_tracker.h"
 
 #include <cstdlib>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -155,6 +156,13 @@ std::vector<RankFailure> RankTracker::WorkerDied(const std::string& worker_id,
                                 absl::StrJoin(lost, ", "), "] lost")});
   }
   return out;
+}
+
+void RankTracker::ForgetJob(const std::string& job_id) {
+  attempts_.erase(job_id);
+  for (auto it = stops_sent_.begin(); it != stops_sent_.end();) {
+    it = std::get<1>(*it) == job_id ? stops_sent_.erase(it) : std::next(it);
+  }
 }
 
 void RankTracker::StreamOpened(const std::string& worker_id) {

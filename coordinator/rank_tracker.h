@@ -85,6 +85,8 @@ class RankTracker {
   // ranks and returns WORKER_LOST for every attempt with ranks on it.
   std::vector<RankFailure> WorkerDied(const std::string& worker_id, const std::string& node,
                                       absl::Duration timeout);
+  // A collected (finished) job: forgets whatever the tracker still holds of it.
+  void ForgetJob(const std::string& job_id);
   // A new stream of `worker_id` (maybe a new daemon): stale ranks get a STOP again.
   void StreamOpened(const std::string& worker_id);
 

@@ -81,12 +81,23 @@ absl::Status RendezvousStore::Set(absl::string_view ns, absl::string_view secret
   absl::MutexLock lock(&mu_);
   auto n = Find(ns, secret);
   if (!n.ok()) return n.status();
-  auto& values = (*n)->values;
-  if (values.size() >= limits_.max_keys_per_namespace && !values.count(std::string(key))) {
-    return absl::ResourceExhaustedError(absl::StrCat("rendezvous namespace ", ns, " holds ",
-                                                     values.size(), " keys; limit reached"));
+  Namespace& space = **n;
+  const std::string k(key);
+  auto it = space.values.find(k);
+  if (space.values.size() >= limits_.max_keys_per_namespace && it == space.values.end()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rendezvous namespace ", ns, " holds ", space.values.size(), " keys; limit reached (",
+        limits_.max_keys_per_namespace, ", --rendezvous_max_keys_per_namespace)"));
   }
-  values[std::string(key)] = std::string(value);
+  const size_t old_bytes = it == space.values.end() ? 0 : it->first.size() + it->second.size();
+  const size_t new_bytes = space.bytes - old_bytes + key.size() + value.size();
+  if (new_bytes > limits_.max_bytes_per_namespace) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rendezvous namespace ", ns, " would hold ", new_bytes, " bytes after setting ", key,
+        "; limit ", limits_.max_bytes_per_namespace, " (--rendezvous_max_bytes_per_namespace)"));
+  }
+  space.bytes = new_bytes;
+  space.values[k] = std::string(value);
   return absl::OkStatus();
 }
 

@@ -33,6 +33,10 @@ class RendezvousStore {
     // Keys are short names ("shard[0]/rank_3"); a long one only costs memory (and messages that
     // name missing keys).
     size_t max_key_bytes = 4096;
+    // Keys plus values held by one namespace (coordinator flag
+    // --rendezvous_max_bytes_per_namespace). A few KiB per rank per communicator suffices; without
+    // this bound one job could hold max_keys x max_value_bytes (64 GiB) of coordinator memory.
+    size_t max_bytes_per_namespace = 64 << 20;
   };
   // Delegates (not "= default"): clang cannot default-construct Limits, whose members have
   // initializers, inside the class that encloses it (the fuzz build, tools/fuzz.sh, uses clang).
@@ -60,6 +64,7 @@ class RendezvousStore {
   struct Namespace {
     std::string secret;
     std::map<std::string, std::string> values;
+    size_t bytes = 0;  // Keys plus values in `values`.
     bool closed = false;
   };
   // Finds `ns` and checks `secret`.

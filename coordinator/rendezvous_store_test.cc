@@ -89,6 +89,26 @@ TEST(RendezvousStore, LimitsAreResourceExhausted) {
   EXPECT_EQ(store.Set("ns", "s", "", "1").code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(RendezvousStore, BytesPerNamespaceAreResourceExhaustedNamingTheFlag) {
+  RendezvousStore::Limits limits;
+  limits.max_bytes_per_namespace = 100;
+  RendezvousStore store(limits);
+  store.Open("ns", "s");
+  store.Open("other", "s");
+  ASSERT_TRUE(store.Set("ns", "s", "a", std::string(59, 'x')).ok());  // 60 bytes held
+  absl::Status s = store.Set("ns", "s", "b", std::string(59, 'x'));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(),
+            "rendezvous namespace ns would hold 120 bytes after setting b; limit 100 "
+            "(--rendezvous_max_bytes_per_namespace)");
+  // Replacing a value counts it once; other namespaces have their own budget.
+  EXPECT_TRUE(store.Set("ns", "s", "a", std::string(99, 'x')).ok());
+  EXPECT_TRUE(store.Set("other", "s", "b", std::string(59, 'x')).ok());
+  // Re-opening (a new attempt) starts from zero.
+  store.Open("ns", "s");
+  EXPECT_TRUE(store.Set("ns", "s", "b", std::string(59, 'x')).ok());
+}
+
 TEST(RendezvousStore, LongKeysAreResourceExhaustedInSetAndGet) {
   RendezvousStore store;  // default limits: keys up to 4096 bytes
   store.Open("ns", "s");

@@ -1,6 +1,7 @@
 #include "coordinator/server.h"
 
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 
 #include <vector>
 
@@ -54,6 +55,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   if (!options.tls_client_ca_pem.empty() && options.tls_cert_pem.empty()) {
     return absl::InvalidArgumentError("a client CA (mutual TLS) needs a server certificate too");
   }
+  if (options.grpc_max_threads < 2 || options.grpc_memory_bytes < 1 ||
+      options.grpc_max_concurrent_streams < 1 || options.grpc_max_receive_message_bytes < 1) {
+    return absl::InvalidArgumentError(
+        "--grpc_max_threads must be at least 2 and --grpc_memory_mb, "
+        "--grpc_max_concurrent_streams, --grpc_max_receive_message_bytes at least 1");
+  }
   const bool tls = !options.tls_cert_pem.empty();
   if (!tls && !IsLoopbackAddress(options.listen)) {
     SL_LOG(WARNING) << "serving " << options.listen
@@ -72,6 +79,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   core.metrics_flush_interval = options.metrics_flush_interval;
   core.metrics_series_capacity = options.metrics_series_capacity;
   core.logs = options.logs;
+  core.rendezvous_limits = options.rendezvous_limits;
+  core.max_events_per_job = options.max_events_per_job;
+  core.max_list_page_size = options.max_list_page_size;
+  core.finished_job_ttl = options.finished_job_ttl;
+  core.max_finished_jobs = options.max_finished_jobs;
   auto c = CoordinatorCore::Create(core);
   if (!c.ok()) return c.status();
   s->core_ = std::move(*c);
@@ -97,6 +109,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   }
   builder.AddListeningPort(options.listen, creds, &port);
   builder.RegisterService(s->service_.get());
+  grpc::ResourceQuota quota("shardline-coordinator");
+  quota.SetMaxThreads(options.grpc_max_threads);
+  quota.Resize(static_cast<size_t>(options.grpc_memory_bytes));
+  builder.SetResourceQuota(quota);
+  builder.SetMaxReceiveMessageSize(options.grpc_max_receive_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.grpc_max_concurrent_streams);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> icpt;
   icpt.push_back(MakeMetricsInterceptor(&s->rpc_metrics_));
   builder.experimental().SetInterceptorCreators(std::move(icpt));
@@ -113,7 +131,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   if (!options.metrics_listen.empty()) {
     CoordinatorServer* self = s.get();
     auto m = MetricsHttpServer::Start(
-        options.metrics_listen, [self] { return RenderMetrics(*self->core_, self->rpc_metrics_); });
+        options.metrics_listen, [self] { return RenderMetrics(*self->core_, self->rpc_metrics_); },
+        options.metrics);
     if (!m.ok()) return m.status();
     s->metrics_ = std::move(*m);
   }

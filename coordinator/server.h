@@ -64,6 +64,21 @@ struct ServerOptions {
   int metrics_series_capacity = TrainingSeries::kDefaultCapacity;
   // Bounds of the ranks' log lines kept in memory (job_logs.h).
   JobLogs::Options logs;
+  MetricsHttpOptions metrics;
+  // gRPC resource bounds (docs/security.md, "Resource bounds"). Threads serve the synchronous
+  // (unary) methods; the long waits (streams, RendezvousGet) hold none. Past the thread or memory
+  // quota gRPC answers RESOURCE_EXHAUSTED; a larger message is refused with RESOURCE_EXHAUSTED
+  // naming both sizes; streams past the limit on one connection wait for a free one.
+  int grpc_max_threads = 256;                    // --grpc_max_threads
+  int64_t grpc_memory_bytes = int64_t{1} << 30;  // --grpc_memory_mb
+  int grpc_max_concurrent_streams = 100;         // --grpc_max_concurrent_streams (per connection)
+  int grpc_max_receive_message_bytes = 4 << 20;  // --grpc_max_receive_message_bytes
+  // Passed to the core (docs/security.md, "Resource bounds").
+  RendezvousStore::Limits rendezvous_limits;  // --rendezvous_max_{keys,bytes}_per_namespace
+  int max_events_per_job = 1000;              // --max_events_per_job
+  int max_list_page_size = 1000;              // --max_list_page_size
+  absl::Duration finished_job_ttl = absl::Hours(24 * 7);  // --finished_job_ttl_s
+  int max_finished_jobs = 1000;                           // --max_finished_jobs
   // Passed to the core (spec::Validate in the binary).
   std::function<absl::Status(const JobSpec&)> validate_spec;
 };
@@ -72,8 +87,8 @@ class CoordinatorServer {
  public:
   // Errors: FAILED_PRECONDITION for a non-loopback address without tokens and without
   // `insecure`, or with users but no worker token of its own, and for a users file without a
-  // worker token; the users file's errors (UserTable::Create); INVALID_ARGUMENT / UNAVAILABLE from
-  // the core; UNAVAILABLE when the port cannot be bound.
+  // worker token; the users file's errors (UserTable::Create); INVALID_ARGUMENT for a gRPC bound
+  // below 1, and from the core; UNAVAILABLE from the core and when the port cannot be bound.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Create(const ServerOptions& options);
   ~CoordinatorServer();
 

@@ -11,6 +11,7 @@
 
 #include "absl/time/clock.h"
 #include "coordinator/client.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "gtest/gtest.h"
 
 namespace shardline::coordinator {
@@ -37,6 +38,79 @@ TEST(CoordinatorServer, TlsNeedsCertificateAndKeyTogether) {
   ServerOptions ca_only;
   ca_only.tls_client_ca_pem = "-----BEGIN CERTIFICATE-----";
   EXPECT_EQ(CoordinatorServer::Create(ca_only).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CoordinatorServer, GrpcBoundsBelowOneAreInvalidArgument) {
+  ServerOptions o;
+  o.grpc_max_concurrent_streams = 0;
+  auto s = CoordinatorServer::Create(o);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("--grpc_max_concurrent_streams"), std::string::npos)
+      << s.status();
+}
+
+JobSpec SmallSpec() {
+  JobSpec spec;
+  spec.set_name("x");
+  spec.set_world_size(2);
+  spec.mutable_fsdp()->set_sharding_strategy(FsdpSpec::FULL_SHARD);
+  return spec;
+}
+
+TEST(CoordinatorServer, RequestOverMaxReceiveMessageSizeIsResourceExhausted) {
+  ServerOptions o;
+  o.grpc_max_receive_message_bytes = 64 << 10;
+  auto server = CoordinatorServer::Create(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = *CoordinatorClient::Create((*server)->address(), "");
+  JobSpec big = SmallSpec();
+  big.mutable_data()->set_path(std::string(100 << 10, 'p'));
+  auto refused = client->SubmitJob(big);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("larger than max"), std::string::npos)
+      << refused.status();
+  auto job = client->SubmitJob(SmallSpec());
+  EXPECT_TRUE(job.ok()) << job.status();
+  (*server)->Shutdown();
+}
+
+TEST(CoordinatorServer, ClientListsEveryJobPageByPage) {
+  ServerOptions o;
+  o.max_list_page_size = 7;  // the default page is 7 jobs: 30 take 5 pages
+  auto server = CoordinatorServer::Create(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = *CoordinatorClient::Create((*server)->address(), "");
+  std::vector<std::string> ids;
+  for (int i = 0; i < 30; ++i) {
+    auto job = client->SubmitJob(SmallSpec());
+    ASSERT_TRUE(job.ok()) << job.status();
+    ids.push_back(*job);
+  }
+  auto jobs = client->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  std::vector<std::string> listed;
+  for (const JobStatus& j : *jobs) listed.push_back(j.job_id());
+  EXPECT_EQ(listed, ids);
+  (*server)->Shutdown();
+}
+
+TEST(CoordinatorServer, SpecWithUnknownFieldsIsRefusedAtSubmit) {
+  auto server = CoordinatorServer::Create(ServerOptions());
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = *CoordinatorClient::Create((*server)->address(), "");
+  JobSpec spec = SmallSpec();
+  spec.mutable_train()
+      ->GetReflection()
+      ->MutableUnknownFields(spec.mutable_train())
+      ->AddVarint(4242, 1);
+  auto refused = client->SubmitJob(spec);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("train.#4242: unknown field"), std::string::npos)
+      << refused.status();
+  auto jobs = client->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_TRUE(jobs->empty()) << "a refused spec is not stored";
+  (*server)->Shutdown();
 }
 
 // A loopback TCP proxy that holds back the server's first bytes (its HTTP/2 SETTINGS frame) for

@@ -655,9 +655,9 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* ctx, const ListJo
                                           ListJobsResponse* resp) {
   User user;
   SL_RETURN_IF_DENIED(AuthorizeUser(ctx, "ListJobs", &user));
-  std::vector<JobState> states;
-  for (int s : req->states()) states.push_back(static_cast<JobState>(s));
-  for (JobStatus& j : core_->ListJobs(states)) *resp->add_jobs() = std::move(j);
+  absl::StatusOr<ListJobsResponse> page = core_->ListJobsPage(*req);
+  if (!page.ok()) return ToGrpcStatus(page.status());
+  *resp = std::move(*page);
   return grpc::Status::OK;
 }
 

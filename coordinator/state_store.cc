@@ -132,6 +132,25 @@ absl::Status StateStore::DeleteCheckpoint(absl::string_view job_id, int64_t step
   return absl::OkStatus();
 }
 
+absl::Status StateStore::DeleteJob(absl::string_view job_id) {
+  absl::MutexLock lock(&mu_);
+  // The job's row last: a failure part way leaves a job with fewer rows of its own, which the
+  // next collection (after a restart) deletes again, never rows without their job.
+  for (const char* sql :
+       {"DELETE FROM checkpoints WHERE job_id = ?1", "DELETE FROM job_metrics WHERE job_id = ?1",
+        "DELETE FROM jobs WHERE job_id = ?1"}) {
+    Stmt st;
+    if (sqlite3_prepare_v2(db_, sql, -1, &st.s, nullptr) != SQLITE_OK) {
+      return absl::InternalError(absl::StrCat("sqlite prepare: ", sqlite3_errmsg(db_)));
+    }
+    sqlite3_bind_text(st.s, 1, job_id.data(), static_cast<int>(job_id.size()), SQLITE_TRANSIENT);
+    if (sqlite3_step(st.s) != SQLITE_DONE) {
+      return absl::UnavailableError(absl::StrCat("sqlite delete: ", sqlite3_errmsg(db_)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<std::string>> StateStore::LoadBlobs(const char* sql) {
   absl::MutexLock lock(&mu_);
   Stmt st;

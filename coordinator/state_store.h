@@ -42,6 +42,9 @@ class StateStore {
   absl::Status PutJob(const JobRecord& job);
   absl::Status PutCheckpoint(const CheckpointRecord& checkpoint);
   absl::Status DeleteCheckpoint(absl::string_view job_id, int64_t step);
+  // Deletes the job's record, its checkpoint records and its training series (finished-job
+  // retention).
+  absl::Status DeleteJob(absl::string_view job_id);
   absl::Status PutWorker(const WorkerInfo& worker);
   absl::Status PutJobMetrics(const JobMetricsRecord& metrics);
   absl::Status PutWorkerCredential(const WorkerCredentialRecord& record);

@@ -77,6 +77,40 @@ TEST(StateStore, JobMetricsReplaceTheirJobsRowAndSurviveReopen) {
   EXPECT_EQ((*metrics)[0].points(1).step(), 20);
 }
 
+TEST(StateStore, DeleteJobRemovesItsRecordCheckpointsAndSeriesOnly) {
+  auto store = StateStore::Open(TempDir("store_delete_job"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (const char* id : {"job-a", "job-b"}) {
+    JobRecord job;
+    job.mutable_status()->set_job_id(id);
+    ASSERT_TRUE((*store)->PutJob(job).ok());
+    CheckpointRecord c;
+    c.mutable_info()->set_job_id(id);
+    for (int step : {1, 2}) {
+      c.mutable_info()->set_step(step);
+      ASSERT_TRUE((*store)->PutCheckpoint(c).ok());
+    }
+    JobMetricsRecord m;
+    m.set_job_id(id);
+    m.add_points()->set_step(10);
+    ASSERT_TRUE((*store)->PutJobMetrics(m).ok());
+  }
+  ASSERT_TRUE((*store)->DeleteJob("job-a").ok());
+  ASSERT_TRUE((*store)->DeleteJob("job-never").ok());  // nothing to delete is fine
+  auto jobs = (*store)->LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].status().job_id(), "job-b");
+  auto cps = (*store)->LoadCheckpoints();
+  ASSERT_TRUE(cps.ok());
+  ASSERT_EQ(cps->size(), 2u);
+  for (const CheckpointRecord& c : *cps) EXPECT_EQ(c.info().job_id(), "job-b");
+  auto metrics = (*store)->LoadJobMetrics();
+  ASSERT_TRUE(metrics.ok());
+  ASSERT_EQ(metrics->size(), 1u);
+  EXPECT_EQ((*metrics)[0].job_id(), "job-b");
+}
+
 TEST(StateStore, UnwritableDirectoryIsUnavailable) {
   auto store = StateStore::Open("/proc/no/such/dir");
   ASSERT_FALSE(store.ok());

@@ -45,6 +45,10 @@ StateWriter::Ticket StateWriter::DeleteCheckpoint(const std::string& job_id, int
                  false);
 }
 
+StateWriter::Ticket StateWriter::DeleteJob(const std::string& job_id) {
+  return Enqueue([job_id](StateStore* s) { return s->DeleteJob(job_id); }, false);
+}
+
 StateWriter::Ticket StateWriter::PutWorker(const WorkerInfo& worker) {
   return Enqueue([worker](StateStore* s) { return s->PutWorker(worker); }, false);
 }

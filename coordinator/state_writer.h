@@ -49,6 +49,7 @@ class StateWriter {
   Ticket PutJob(const JobRecord& job);
   Ticket PutCheckpoint(const CheckpointRecord& checkpoint);
   Ticket DeleteCheckpoint(const std::string& job_id, int64_t step);
+  Ticket DeleteJob(const std::string& job_id);
   Ticket PutWorker(const WorkerInfo& worker);
   Ticket PutJobMetrics(const JobMetricsRecord& metrics);
   Ticket PutWorkerCredential(const WorkerCredentialRecord& record);

@@ -85,4 +85,9 @@ std::vector<JobMetricsRecord> TrainingMetrics::TakeDirty(absl::Time now, absl::D
   return out;
 }
 
+void TrainingMetrics::Forget(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  jobs_.erase(job_id);
+}
+
 }  // namespace shardline::coordinator

@@ -44,6 +44,9 @@ class TrainingMetrics {
   // The newest report of each job in `job_ids` that has one.
   std::map<std::string, MetricsPoint> Latest(const std::vector<std::string>& job_ids) const;
 
+  // A collected (finished) job: its series is dropped (the store's row goes with the job's).
+  void Forget(const std::string& job_id);
+
   // Records to store: each dirty series whose last write is at least `interval` old (every
   // dirty one when `all`). They are no longer dirty afterwards.
   std::vector<JobMetricsRecord> TakeDirty(absl::Time now, absl::Duration interval,

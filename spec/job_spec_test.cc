@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <google/protobuf/unknown_field_set.h>
 #include <google/protobuf/util/message_differencer.h>
 
 #include <cstdlib>
@@ -293,6 +294,41 @@ TEST(ValidateForScheduling, ChecksOnlyTheSchedulingFieldsWithValidatesMessages) 
   EXPECT_EQ(ValidateForScheduling(two).message(),
             "job spec has 2 errors:\n  name: \"\" must be 1-64 characters of [a-zA-Z0-9._-]\n  "
             "restart.max_restarts: -2 must be >= 0");
+}
+
+// Protobuf keeps fields it does not know (a newer client, a crafted request); the coordinator
+// refuses them rather than store them and copy them into every START.
+TEST(ValidateForScheduling, RefusesUnknownFieldsNamingWhereTheyAre) {
+  JobSpec spec;
+  spec.set_name("job");
+  spec.set_world_size(1);
+  spec.mutable_fsdp()->set_sharding_strategy(FsdpSpec::FULL_SHARD);
+  JobSpec bad = spec;
+  bad.GetReflection()->MutableUnknownFields(&bad)->AddVarint(999, 1);
+  bad.mutable_fsdp()
+      ->GetReflection()
+      ->MutableUnknownFields(bad.mutable_fsdp())
+      ->AddLengthDelimited(77, std::string(1 << 20, 'x'));
+  const absl::Status s = ValidateForScheduling(bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "job spec has 2 errors:\n  #999: unknown field (not in this coordinator's JobSpec; is "
+            "the client newer?)\n  fsdp.#77: unknown field (not in this coordinator's JobSpec; is "
+            "the client newer?)");
+  EXPECT_NE(Validate(bad, ValidateOptions{false}).message().find("fsdp.#77: unknown field"),
+            std::string::npos);
+  // Bytes with unknown field numbers, as a client would send them, parse into the same refusal.
+  JobSpec parsed;
+  ASSERT_TRUE(parsed.ParseFromString(bad.SerializeAsString()));
+  EXPECT_EQ(ValidateForScheduling(parsed).message(), s.message());
+  // A flood of them is one bounded message.
+  JobSpec many = spec;
+  for (int i = 0; i < 1000; ++i) {
+    many.GetReflection()->MutableUnknownFields(&many)->AddVarint(1000 + i, i);
+  }
+  const std::string message(ValidateForScheduling(many).message());
+  EXPECT_NE(message.find("... and 995 more unknown fields"), std::string::npos) << message;
+  EXPECT_LT(message.size(), 1000u);
 }
 
 // The foundation's smoke test: a full spec survives YAML -> proto -> YAML -> proto, and JSON.

@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "fsdp/layout.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "spec/model_presets.h"
 #include "spec/path_policy.h"
 
@@ -50,6 +52,41 @@ bool ValidName(const std::string& name) {
     if (!ok) return false;
   }
   return true;
+}
+
+// Fields this binary's JobSpec does not define (a newer client, or a crafted request) are kept by
+// protobuf as unknown fields, stored with the job and copied into every START: refuse them,
+// naming where they are. At most kMaxShown are listed, so a flood of them is one message.
+void CheckUnknownFields(const google::protobuf::Message& m, const std::string& path, int* count,
+                        Problems* p) {
+  constexpr int kMaxShown = 5;
+  const google::protobuf::Reflection* r = m.GetReflection();
+  const google::protobuf::UnknownFieldSet& unknown = r->GetUnknownFields(m);
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    if (++*count <= kMaxShown) {
+      p->Add(path.empty() ? "" : absl::StrCat(path, "."), "#", unknown.field(i).number(),
+             ": unknown field (not in this coordinator's JobSpec; is the client newer?)");
+    }
+  }
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  r->ListFields(m, &fields);
+  for (const google::protobuf::FieldDescriptor* f : fields) {
+    if (f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    const std::string name = path.empty() ? f->name() : absl::StrCat(path, ".", f->name());
+    if (!f->is_repeated()) {
+      CheckUnknownFields(r->GetMessage(m, f), name, count, p);
+      continue;
+    }
+    for (int i = 0; i < r->FieldSize(m, f); ++i) {
+      CheckUnknownFields(r->GetRepeatedMessage(m, f, i), absl::StrCat(name, "[", i, "]"), count, p);
+    }
+  }
+}
+
+void CheckNoUnknownFields(const JobSpec& s, Problems* p) {
+  int count = 0;
+  CheckUnknownFields(s, "", &count, p);
+  if (count > 5) p->Add("... and ", count - 5, " more unknown fields");
 }
 
 // The checks ValidateForScheduling shares with Validate (one copy of each message).
@@ -320,6 +357,7 @@ void ValidateRest(const JobSpec& s, Problems* p) {
 
 absl::Status Validate(const JobSpec& spec, const ValidateOptions& options) {
   Problems p;
+  CheckNoUnknownFields(spec, &p);
   ValidateRest(spec, &p);
   ValidateModel(spec, &p);
   ValidateData(spec, &p);
@@ -344,6 +382,7 @@ absl::Status Validate(const JobSpec& spec, const ValidateOptions& options) {
 
 absl::Status ValidateForScheduling(const JobSpec& spec) {
   Problems p;
+  CheckNoUnknownFields(spec, &p);
   CheckNameAndWorldSize(spec, &p);
   CheckMaxRestarts(spec, &p);
   CheckMinWorldSize(spec, &p);

@@ -27,8 +27,10 @@ struct ValidateOptions {
 absl::Status Validate(const JobSpec& spec, const ValidateOptions& options = {});
 
 // The subset of Validate the coordinator applies to every submitted spec, whatever else it
-// checks: the fields it schedules by (name, world_size, restart.max_restarts,
-// elastic.min_world_size, and the parallel layout: sharding_strategy with hybrid_shard_degree).
+// checks: no unknown fields (fields this binary's JobSpec lacks, kept by protobuf: named by path
+// and number, "fsdp.#99: unknown field ..."), and the fields it schedules by (name, world_size,
+// restart.max_restarts, elastic.min_world_size, and the parallel layout: sharding_strategy with
+// hybrid_shard_degree).
 // Same messages as Validate; OK or INVALID_ARGUMENT listing every problem.
 absl::Status ValidateForScheduling(const JobSpec& spec);
 

@@ -65,7 +65,10 @@ absl::StatusOr<RankEnv> ReadRankEnv(const std::function<const char*(const char*)
   bool has_attempt = false;
   RETURN_IF_ERROR(ReadInt(getenv, "SHARDLINE_ATTEMPT", &e.attempt, &has_attempt));
   e.advertise_address = ReadStr(getenv, "SHARDLINE_ADVERTISE_ADDRESS");
+  e.store_secret = ReadStr(getenv, "SHARDLINE_STORE_SECRET");
   const bool rendezvous = !e.coordinator.empty() && !e.rdzv_namespace.empty();
+  const bool loopback =
+      e.master_addr.empty() || e.master_addr == "localhost" || e.master_addr.rfind("127.", 0) == 0;
   if (e.world_size > 1 && !rendezvous) {
     if (e.master_addr.empty() || !has_port) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -76,11 +79,18 @@ absl::StatusOr<RankEnv> ReadRankEnv(const std::function<const char*(const char*)
       return absl::InvalidArgumentError(
           absl::StrCat("environment MASTER_PORT=", e.master_port, " is not a TCP port"));
     }
+    // Off loopback, anyone who can reach MASTER_PORT could read and overwrite the bootstrap
+    // keys (and so point ranks at their own Gloo peers): the store needs the launcher's secret.
+    if (!loopback && e.store_secret.empty() && ReadStr(getenv, "SHARDLINE_STORE_INSECURE") != "1") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "environment: MASTER_ADDR=", e.master_addr,
+          " is not loopback and SHARDLINE_STORE_SECRET is unset: give every rank the same random "
+          "secret (e.g. `openssl rand -hex 32`), or set SHARDLINE_STORE_INSECURE=1 to run the "
+          "store without one"));
+    }
   }
   if (e.advertise_address.empty()) {
     // Loopback jobs stay on loopback; otherwise bind where MASTER_ADDR's peers can reach us.
-    const bool loopback = e.master_addr.empty() || e.master_addr == "localhost" ||
-                          e.master_addr.rfind("127.", 0) == 0;
     char host[256] = {0};
     e.advertise_address =
         loopback ? "127.0.0.1" : (gethostname(host, sizeof(host) - 1) == 0 ? host : "");

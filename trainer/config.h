@@ -16,6 +16,9 @@
 //   namespace.
 //   SHARDLINE_TLS_CA (a CA file path: TLS to the coordinator), SHARDLINE_INSECURE=1: also set
 //   by the daemon, read where the coordinator client is made (coordinator/client_tls.h).
+//   SHARDLINE_STORE_SECRET          the TCP store's shared secret (the same on every rank);
+//                                   required when MASTER_ADDR is not loopback, unless
+//                                   SHARDLINE_STORE_INSECURE=1 (docs/security.md)
 // WORLD_SIZE wins over the spec's world_size (logged when they differ): the spec's batch sizes
 // then define the same training at the new W, or are rejected if they do not divide.
 //
@@ -53,11 +56,14 @@ struct RankEnv {
   std::string advertise_address;
   // The worker's node name (SHARDLINE_NODE_NAME), else this host's name: for messages.
   std::string node_name;
+  // The TCP store's shared secret (SHARDLINE_STORE_SECRET); "" when unset.
+  std::string store_secret;
 };
 
 // Reads the variables above through `getenv` (tests pass a fake).
 // Errors: INVALID_ARGUMENT naming the variable and its value (not a number, RANK outside
-// [0, WORLD_SIZE), WORLD_SIZE > 1 without MASTER_ADDR/MASTER_PORT or a coordinator).
+// [0, WORLD_SIZE), WORLD_SIZE > 1 without MASTER_ADDR/MASTER_PORT or a coordinator, a
+// non-loopback MASTER_ADDR without SHARDLINE_STORE_SECRET).
 absl::StatusOr<RankEnv> ReadRankEnv(
     const std::function<const char*(const char*)>& getenv = nullptr);
 

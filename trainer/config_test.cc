@@ -64,6 +64,31 @@ TEST(ReadRankEnv, RejectsBadValuesNamingTheVariable) {
                   .ok());
 }
 
+TEST(ReadRankEnv, OffLoopbackStoreNeedsSecret) {
+  const std::map<std::string, std::string> remote = {
+      {"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29500"}};
+  auto refused = ReadRankEnv(FakeEnv(remote));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(
+                "MASTER_ADDR=10.1.2.3 is not loopback and SHARDLINE_STORE_SECRET is unset"),
+            std::string::npos)
+      << refused.status();
+  auto with_secret = remote;
+  with_secret["SHARDLINE_STORE_SECRET"] = "abc";
+  auto env = ReadRankEnv(FakeEnv(with_secret));
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->store_secret, "abc");
+  auto insecure = remote;
+  insecure["SHARDLINE_STORE_INSECURE"] = "1";
+  EXPECT_TRUE(ReadRankEnv(FakeEnv(insecure)).ok());
+  // Loopback needs no secret (one host: the ranks' user owns it).
+  EXPECT_TRUE(ReadRankEnv(FakeEnv({{"RANK", "0"},
+                                   {"WORLD_SIZE", "2"},
+                                   {"MASTER_ADDR", "127.0.0.1"},
+                                   {"MASTER_PORT", "29500"}}))
+                  .ok());
+}
+
 TEST(LoadTrainerConfig, EnvironmentWorldSizeSetsLayoutAndAccumulation) {
   RankEnv env;
   env.world_size = 2;

@@ -84,6 +84,19 @@ expect_exit 3 "hold no sequence of data.seq_len 64 + 1" "$OUT/baddata" -- \
 expect_exit 4 "DEADLINE_EXCEEDED" "$OUT/nopeer" -- \
   env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$("$FREE_PORT")" \
   "$TRAINER" --spec "$SPEC" --set fsdp.hybrid_shard_degree=2 --set fsdp.collective_timeout_s=3
+# The TCP store off loopback needs the launcher's shared secret (docs/security.md).
+expect_exit 2 "SHARDLINE_STORE_SECRET is unset" "$OUT/nosecret" -- \
+  env RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.255.255.1 MASTER_PORT=1 "$TRAINER" --spec "$SPEC"
+# A rank with another secret is refused by rank 0's store and says why.
+PORT="$("$FREE_PORT")"
+env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT SHARDLINE_STORE_SECRET=right \
+  "$TRAINER" --spec "$SPEC" --set fsdp.hybrid_shard_degree=2 --set fsdp.collective_timeout_s=5 \
+  >/dev/null 2>"$OUT/secret.0" &
+secret_pid=$!
+expect_exit 4 "wrong store secret" "$OUT/secret.1" -- \
+  env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT SHARDLINE_STORE_SECRET=wrong \
+  "$TRAINER" --spec "$SPEC" --set fsdp.hybrid_shard_degree=2 --set fsdp.collective_timeout_s=5
+wait "$secret_pid" 2>/dev/null || true
 # A peer killed in the middle of training: the survivor fails its next collective and exits 4.
 PORT="$("$FREE_PORT")"
 for r in 0 1; do

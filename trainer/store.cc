@@ -59,6 +59,7 @@ absl::StatusOr<std::unique_ptr<fsdp::KvStore>> CreateBootstrapStore(const RankEn
   o.host = env.master_addr;
   o.port = env.master_port;
   o.serve = env.rank == 0;
+  o.secret = env.store_secret;
   o.connect_timeout = timeout;
   auto store = fsdp::TcpKvStore::Create(o);
   if (!store.ok()) {

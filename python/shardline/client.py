@@ -216,7 +216,13 @@ class Client:
         request = coordinator_pb2.ListJobsRequest()
         for s in states or ():
             request.states.append(coordinator_pb2.JobState.Value(s) if isinstance(s, str) else s)
-        return list(self._call(self._stub.ListJobs, request).jobs)
+        jobs = []
+        while True:  # page by page, at the coordinator's default page size
+            response = self._call(self._stub.ListJobs, request)
+            jobs.extend(response.jobs)
+            if not response.next_page_token:
+                return jobs
+            request.page_token = response.next_page_token
 
     def watch(self, job: str, timeout: Optional[float] = None
               ) -> Iterator[coordinator_pb2.JobStatus]:

@@ -15,6 +15,7 @@
 // with two CUDA slots (the real workers offer CPU slots only), submits a two-rank CUDA job that
 // only it can run, acknowledges both ranks in its heartbeats and so holds a RUNNING attempt with
 // a rendezvous namespace whose secret it knows. The job is cancelled at the end.
+#include <google/protobuf/unknown_field_set.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -489,6 +490,18 @@ std::vector<Row> Rows() {
                  });
                },
                C::INVALID_ARGUMENT, "99"});
+  // Fields this coordinator's JobSpec does not define (protobuf would keep them and the job
+  // would carry them into every START) are refused, named by path and number.
+  r.push_back({"SubmitUnknownFieldNumber",
+               [] {
+                 return SubmitWith([](JobSpec* s) {
+                   s->mutable_train()
+                       ->GetReflection()
+                       ->MutableUnknownFields(s->mutable_train())
+                       ->AddLengthDelimited(4242, std::string(1 << 20, 'x'));
+                 });
+               },
+               C::INVALID_ARGUMENT, "train.#4242: unknown field"});
   r.push_back(
       {"SubmitMinWorldAboveWorld",
        [] { return SubmitWith([](JobSpec* s) { s->mutable_elastic()->set_min_world_size(5); }); },

@@ -60,7 +60,9 @@ class PythonClientTest(unittest.TestCase):
         os.environ["SHARDLINE_TOKEN"] = TOKEN
         os.environ["SHARDLINE_JOIN_TOKEN"] = TOKEN
         cls.cluster = harness.Cluster(workers=2, slots=2, grace_period_s=3,
-                                      coordinator_flags=["--token=" + TOKEN])
+                                      coordinator_flags=["--token=" + TOKEN,
+                                                         # Every list below takes several pages.
+                                                         "--max_list_page_size=3"])
         cls.client = shardline.Client(address=cls.cluster.address, timeout=30,
                                       shardctl=harness.BINARIES.shardctl)
 
@@ -205,6 +207,27 @@ class PythonClientTest(unittest.TestCase):
             with self.assertRaises(shardline.UnauthenticatedError) as cm:
                 bad.whoami()
             self.assertIn("wrong token", cm.exception.message)
+
+    def test_list_pages_through_every_job_and_refuses_a_page_over_the_max(self):
+        spec = small_job("py-page", 2, os.path.join(self.cluster.dir, "ckpt-page"))
+        spec["world_size"] = 64  # never fits: stays PENDING
+        jobs = [self.client.submit(spec) for _ in range(8)]
+        try:
+            listed = [j.job_id for j in self.client.list(["PENDING"])]
+            self.assertEqual([j for j in listed if j in jobs], jobs)  # all, in submission order
+            self.assertEqual(len(set(listed)), len(listed))
+            shown = self.cluster.shardctl("list").stdout
+            for job in jobs:
+                self.assertIn(job, shown)
+            from shardline._proto import coordinator_pb2
+            with self.assertRaises(shardline.ShardlineError) as cm:
+                self.client._call(self.client._stub.ListJobs,
+                                  coordinator_pb2.ListJobsRequest(page_size=4))
+            self.assertIn("page_size 4 is not in [0, 3] (--max_list_page_size)",
+                          str(cm.exception))
+        finally:
+            for job in jobs:
+                self.client.cancel(job)
 
     def test_workers_lists_the_alive_workers_and_their_slots(self):
         workers = self.client.workers()
