@@ -5,7 +5,6 @@
 #include <set>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -35,19 +34,7 @@ CoordinatorCore::~CoordinatorCore() {
 
 absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
     const CoreOptions& options) {
-  if (options.clock == nullptr) return absl::InvalidArgumentError("CoreOptions.clock is required");
-  if (options.heartbeat_timeout <= options.heartbeat_interval) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "heartbeat timeout ", absl::FormatDuration(options.heartbeat_timeout),
-        " must exceed the heartbeat interval ", absl::FormatDuration(options.heartbeat_interval)));
-  }
-  const RendezvousStore::Limits& rdzv = options.rendezvous_limits;
-  if (options.max_events_per_job < 1 || options.max_list_page_size < 1 ||
-      rdzv.max_keys_per_namespace < 1 || rdzv.max_bytes_per_namespace < 1) {
-    return absl::InvalidArgumentError(
-        "--max_events_per_job, --max_list_page_size, --rendezvous_max_keys_per_namespace and "
-        "--rendezvous_max_bytes_per_namespace must be at least 1");
-  }
+  RETURN_IF_ERROR(ValidateCoreOptions(options));
   std::unique_ptr<StateStore> store;
   if (!options.state_dir.empty()) {
     ASSIGN_OR_RETURN(store, StateStore::Open(options.state_dir));
@@ -401,30 +388,8 @@ void CoordinatorCore::CollectFinishedJobsLocked() {
 }
 
 absl::StatusOr<ListJobsResponse> CoordinatorCore::ListJobsPage(const ListJobsRequest& req) const {
-  const int max = options_.max_list_page_size;
-  if (req.page_size() < 0 || req.page_size() > max) {
-    return absl::InvalidArgumentError(absl::StrCat("page_size ", req.page_size(), " is not in [0, ",
-                                                   max, "] (--max_list_page_size)"));
-  }
-  const int limit = req.page_size() == 0 ? std::min(100, max) : req.page_size();
-  int64_t after = 0;
-  if (!req.page_token().empty() && (!absl::SimpleAtoi(req.page_token(), &after) || after < 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("page_token \"", req.page_token().substr(0, 64),
-                                                   "\" was not issued by this coordinator"));
-  }
-  std::vector<JobState> states;
-  for (int st : req.states()) states.push_back(static_cast<JobState>(st));
-  ListJobsResponse resp;
-  int64_t last = 0;
-  bool more = false;
-  {
-    absl::MutexLock lock(&mu_);
-    for (JobStatus& job : jobs_.ListPage(states, after, limit, &last, &more)) {
-      *resp.add_jobs() = std::move(job);
-    }
-  }
-  if (more) resp.set_next_page_token(absl::StrCat(last));
-  return resp;
+  absl::MutexLock lock(&mu_);
+  return jobs_.Page(req, options_.max_list_page_size);
 }
 
 absl::Status CoordinatorCore::CancelJob(const std::string& job_id, const std::string& reason) {

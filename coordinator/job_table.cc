@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "coordinator/job_state_machine.h"
@@ -153,6 +154,30 @@ std::map<JobState, int> JobTable::CountByState() const {
   std::map<JobState, int> out;
   for (const auto& [id, job] : jobs_) out[job.status().state()]++;
   return out;
+}
+
+absl::StatusOr<ListJobsResponse> JobTable::Page(const ListJobsRequest& req,
+                                                int max_page_size) const {
+  if (req.page_size() < 0 || req.page_size() > max_page_size) {
+    return absl::InvalidArgumentError(absl::StrCat("page_size ", req.page_size(), " is not in [0, ",
+                                                   max_page_size, "] (--max_list_page_size)"));
+  }
+  const int limit = req.page_size() == 0 ? std::min(100, max_page_size) : req.page_size();
+  int64_t after = 0;
+  if (!req.page_token().empty() && (!absl::SimpleAtoi(req.page_token(), &after) || after < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("page_token \"", req.page_token().substr(0, 64),
+                                                   "\" was not issued by this coordinator"));
+  }
+  std::vector<JobState> states;
+  for (int st : req.states()) states.push_back(static_cast<JobState>(st));
+  ListJobsResponse resp;
+  int64_t last = 0;
+  bool more = false;
+  for (JobStatus& job : ListPage(states, after, limit, &last, &more)) {
+    *resp.add_jobs() = std::move(job);
+  }
+  if (more) resp.set_next_page_token(absl::StrCat(last));
+  return resp;
 }
 
 }  // namespace shardline::coordinator

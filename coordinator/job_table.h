@@ -64,6 +64,11 @@ class JobTable {
   // whether matching jobs follow, `*last_seq` is the seq of the last one returned.
   std::vector<JobStatus> ListPage(const std::vector<JobState>& states, int64_t after_seq, int limit,
                                   int64_t* last_seq, bool* more) const;
+  // ListJobs' page: `req.page_size` jobs (0: 100, or `max_page_size` if lower) of the states asked
+  // for, after the job its page_token names; next_page_token set when more follow. Errors:
+  // INVALID_ARGUMENT for a page_size outside [0, max_page_size] (naming --max_list_page_size) or
+  // a page_token this table did not issue.
+  absl::StatusOr<ListJobsResponse> Page(const ListJobsRequest& req, int max_page_size) const;
   std::map<JobState, int> CountByState() const;
   // Finished-job retention: removes the finished jobs (SUCCEEDED, FAILED, CANCELLED) that
   // finished more than `ttl` before `now` (ttl <= 0: none), then the oldest finished beyond
