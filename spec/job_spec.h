@@ -1,8 +1,8 @@
 // Loading a job spec: the one pipeline shared by `trainer --spec`, `shardctl submit` and tests.
 //
 //   parse YAML/JSON  ->  apply --set overrides  ->  resolve relative paths  ->  read
-//   model.hf_dir's config.json (spec/hf_config.h; only with validate.check_files)  ->  fill defaults
-//   (spec/defaults.h)  ->  validate (spec/validate.h)
+//   model.hf_dir's config.json (spec/hf_config.h; only with validate.check_files)  ->  fill
+//   defaults (spec/defaults.h)  ->  validate (spec/validate.h)
 //
 // Relative paths (every path_policy.h SpecPaths field: data.path, data.paths, data.val_path,
 // data.vocab_path, model.torchscript_path, model.hf_dir, checkpoint.dir,

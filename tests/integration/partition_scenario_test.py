@@ -115,15 +115,17 @@ class PartitionScenarioTest(unittest.TestCase):
         self.net = Veth()
         self.addCleanup(self.net.destroy)
         self.net.create()
-        # Plain text without tokens on the private veth network (--insecure).
+        # Plain text without tokens on the private veth network (--insecure). The workers say
+        # --insecure too: their trainers send their attempt credential to a non-loopback address.
         self.cluster = harness.Cluster(workers=0, grace_period_s=3,
                                        listen=self.net.outer_ip + ":0",
                                        coordinator_flags=["--insecure"])
         # Cleanups run last-in first-out: the processes go before the namespace.
         self.addCleanup(self._stop_cluster)
-        self.cluster.start_worker(0, 2, grace_period_s=3, address=self.net.outer_ip)
+        self.cluster.start_worker(0, 2, grace_period_s=3, address=self.net.outer_ip,
+                                  flags=["--insecure"])
         self.cluster.start_worker(1, 2, grace_period_s=3, address=self.net.inner_ip,
-                                  wrap=self.net.wrap())
+                                  wrap=self.net.wrap(), flags=["--insecure"])
         self.cluster.wait_for_workers(2)
 
     def _stop_cluster(self):
