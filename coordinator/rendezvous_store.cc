@@ -8,19 +8,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/constant_time.h"
 
 namespace shardline::coordinator {
-
-bool SecretEquals(absl::string_view a, absl::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const size_t n = std::max(a.size(), b.size());
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? a[i] : 0;
-    const unsigned char y = i < b.size() ? b[i] : 0;
-    diff |= x ^ y;
-  }
-  return diff == 0;
-}
 
 std::string RandomSecret() {
   std::string bytes(32, '\0');
@@ -60,7 +50,7 @@ absl::StatusOr<std::shared_ptr<RendezvousStore::Namespace>> RendezvousStore::Fin
   if (it == namespaces_.end()) {
     return absl::NotFoundError(absl::StrCat("rendezvous namespace ", ns, " does not exist"));
   }
-  if (!SecretEquals(it->second->secret, secret)) {
+  if (!ConstantTimeEquals(it->second->secret, secret)) {
     return absl::PermissionDeniedError(absl::StrCat("rendezvous namespace ", ns, ": wrong secret"));
   }
   return it->second;

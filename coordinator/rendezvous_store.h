@@ -77,9 +77,6 @@ class RendezvousStore {
   std::map<std::string, std::shared_ptr<Namespace>, std::less<>> namespaces_ ABSL_GUARDED_BY(mu_);
 };
 
-// Constant-time comparison of secrets and tokens (no early exit on the first differing byte).
-bool SecretEquals(absl::string_view a, absl::string_view b);
-
 // 32 random bytes (getrandom(2), the kernel's CSPRNG), hex encoded: attempt and worker
 // credentials.
 std::string RandomSecret();

@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "common/constant_time.h"
 #include "gtest/gtest.h"
 
 namespace shardline::coordinator {
@@ -121,12 +122,12 @@ TEST(RendezvousStore, LongKeysAreResourceExhaustedInSetAndGet) {
   EXPECT_TRUE(store.Set("ns", "s", std::string(4096, 'k'), "1").ok());
 }
 
-TEST(SecretEquals, ComparesWholeStrings) {
-  EXPECT_TRUE(SecretEquals("abc", "abc"));
-  EXPECT_FALSE(SecretEquals("abc", "abd"));
-  EXPECT_FALSE(SecretEquals("abc", "abcd"));
-  EXPECT_FALSE(SecretEquals("", "a"));
-  EXPECT_TRUE(SecretEquals("", ""));
+TEST(ConstantTimeEquals, ComparesWholeStrings) {
+  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abcd"));
+  EXPECT_FALSE(ConstantTimeEquals("", "a"));
+  EXPECT_TRUE(ConstantTimeEquals("", ""));
   EXPECT_EQ(RandomSecret().size(), 64u);
   EXPECT_NE(RandomSecret(), RandomSecret());
 }

@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "common/constant_time.h"
 #include "common/grpc_status.h"
 #include "coordinator/job_state_machine.h"
 #include "coordinator/rendezvous_store.h"
@@ -407,7 +408,7 @@ grpc::Status CoordinatorService::AuthorizeDaemon(const grpc::ServerContextBase* 
     }
   }
   const Bearer b = BearerOf(ctx);
-  if (b.present && !worker_token_.empty() && SecretEquals(b.token, worker_token_)) {
+  if (b.present && !worker_token_.empty() && ConstantTimeEquals(b.token, worker_token_)) {
     return grpc::Status::OK;
   }
   if (b.present) {
@@ -760,7 +761,7 @@ grpc::Status CoordinatorService::WhoAmI(grpc::ServerContext* ctx, const WhoAmIRe
       resp->set_credential("user token");
       return grpc::Status::OK;
     }
-    if (!worker_token_.empty() && SecretEquals(b.token, worker_token_)) {
+    if (!worker_token_.empty() && ConstantTimeEquals(b.token, worker_token_)) {
       resp->set_credential("worker join token");
       return grpc::Status::OK;
     }
