@@ -51,6 +51,12 @@ ABSL_FLAG(std::string, worker_token_file, "", "file holding the worker join toke
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for the Prometheus endpoint GET /metrics (empty: off; port 0: any, printed "
           "as \"metrics on HOST:PORT\")");
+ABSL_FLAG(std::string, dashboard_listen, "",
+          "host:port for the web dashboard (empty: off; port 0: any, printed as \"dashboard on "
+          "http://HOST:PORT/\"); same users as the API: open it once with ?token=<user token>");
+ABSL_FLAG(int32_t, dashboard_threads, 4, "threads serving the dashboard concurrently");
+ABSL_FLAG(std::string, dashboard_chart_js, "/usr/share/javascript/chart.js/chart.min.js",
+          "chart.js file the dashboard serves (Debian's libjs-chart.js)");
 ABSL_FLAG(int32_t, metrics_flush_ms, 5000,
           "a job's training series is written to the state dir at most this often (and at a "
           "clean shutdown)");
@@ -168,6 +174,11 @@ int main(int argc, char** argv) {
   o.metrics.threads = absl::GetFlag(FLAGS_metrics_threads);
   o.metrics.request_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_metrics_request_timeout_ms));
   o.metrics.write_timeout = o.metrics.request_timeout;
+  o.dashboard_listen = absl::GetFlag(FLAGS_dashboard_listen);
+  o.dashboard.http.threads = absl::GetFlag(FLAGS_dashboard_threads);
+  o.dashboard.http.request_timeout = o.metrics.request_timeout;
+  o.dashboard.http.write_timeout = o.metrics.write_timeout;
+  o.dashboard.chart_js_path = absl::GetFlag(FLAGS_dashboard_chart_js);
   o.grpc_max_threads = absl::GetFlag(FLAGS_grpc_max_threads);
   o.grpc_memory_bytes = int64_t{absl::GetFlag(FLAGS_grpc_memory_mb)} << 20;
   o.grpc_max_concurrent_streams = absl::GetFlag(FLAGS_grpc_max_concurrent_streams);
@@ -223,6 +234,9 @@ int main(int argc, char** argv) {
   // The address line comes last: readers may stop reading at it.
   if (!(*server)->metrics_address().empty()) {
     std::cout << "metrics on " << (*server)->metrics_address() << std::endl;
+  }
+  if (!(*server)->dashboard_address().empty()) {
+    std::cout << "dashboard on http://" << (*server)->dashboard_address() << "/" << std::endl;
   }
   std::cout << "listening on " << (*server)->address() << std::endl;
   SL_LOG(INFO) << "serving on " << (*server)->address()

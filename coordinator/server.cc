@@ -49,6 +49,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
                        " with a worker token but no users: set --token_file or --users_file"));
     }
   }
+  if (!options.dashboard_listen.empty() && !IsLoopbackAddress(options.dashboard_listen) &&
+      (*users)->empty() && !options.insecure) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to serve the dashboard on non-loopback address ", options.dashboard_listen,
+        " without users (--token_file or --users_file; --insecure to show every job to anyone "
+        "who can reach it)"));
+  }
   if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate and its private key");
   }
@@ -136,6 +143,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
     if (!m.ok()) return m.status();
     s->metrics_ = std::move(*m);
   }
+  if (!options.dashboard_listen.empty()) {
+    auto d = dashboard::DashboardServer::Start(options.dashboard_listen, s->core_.get(), s->users_,
+                                               options.dashboard);
+    if (!d.ok()) return d.status();
+    s->dashboard_ = std::move(*d);
+  }
   s->tick_ = options.tick;
   CoordinatorServer* self = s.get();
   s->ticker_ = std::thread([self] {
@@ -167,6 +180,7 @@ void CoordinatorServer::Shutdown() {
     if (!stop_.HasBeenNotified()) stop_.Notify();
     if (ticker_.joinable()) ticker_.join();
     if (metrics_) metrics_->Stop();
+    if (dashboard_) dashboard_->Stop();
     if (server_) {
       server_->GetHealthCheckService()->SetServingStatus(false);
       service_->Shutdown();  // ends open streams, then the core

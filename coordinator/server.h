@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator_core.h"
+#include "coordinator/dashboard/dashboard_server.h"
 #include "coordinator/metrics.h"
 #include "coordinator/metrics_http_server.h"
 #include "coordinator/service.h"
@@ -65,6 +66,10 @@ struct ServerOptions {
   // Bounds of the ranks' log lines kept in memory (job_logs.h).
   JobLogs::Options logs;
   MetricsHttpOptions metrics;
+  // host:port of the web dashboard (dashboard/dashboard_server.h); empty: none. Off loopback it
+  // needs users (or `insecure`), as the API does.
+  std::string dashboard_listen;
+  dashboard::DashboardOptions dashboard;
   // gRPC resource bounds (docs/security.md, "Resource bounds"). Threads serve the synchronous
   // (unary) methods; the long waits (streams, RendezvousGet) hold none. Past the thread or memory
   // quota gRPC answers RESOURCE_EXHAUSTED; a larger message is refused with RESOURCE_EXHAUSTED
@@ -87,8 +92,9 @@ class CoordinatorServer {
  public:
   // Errors: FAILED_PRECONDITION for a non-loopback address without tokens and without
   // `insecure`, or with users but no worker token of its own, and for a users file without a
-  // worker token; the users file's errors (UserTable::Create); INVALID_ARGUMENT for a gRPC bound
-  // below 1, and from the core; UNAVAILABLE from the core and when the port cannot be bound.
+  // worker token, and for a non-loopback dashboard without users and without `insecure`; the
+  // users file's errors (UserTable::Create); INVALID_ARGUMENT for a gRPC bound below 1, and from
+  // the core; UNAVAILABLE from the core and when the port cannot be bound.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Create(const ServerOptions& options);
   ~CoordinatorServer();
 
@@ -96,6 +102,8 @@ class CoordinatorServer {
   const std::string& address() const { return address_; }
   // "host:port" of the metrics endpoint; empty when off.
   std::string metrics_address() const { return metrics_ ? metrics_->address() : ""; }
+  // "host:port" of the dashboard; empty when off.
+  std::string dashboard_address() const { return dashboard_ ? dashboard_->address() : ""; }
   CoordinatorCore* core() { return core_.get(); }
 
   // Blocks until Shutdown().
@@ -112,6 +120,7 @@ class CoordinatorServer {
   std::unique_ptr<CoordinatorService> service_;
   RpcMetrics rpc_metrics_;
   std::unique_ptr<MetricsHttpServer> metrics_;
+  std::unique_ptr<dashboard::DashboardServer> dashboard_;  // reads core_
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   absl::Duration tick_;

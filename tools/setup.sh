@@ -3,7 +3,8 @@
 # Idempotent: a second run on a set-up machine only checks and returns.
 #   - Debian packages: Bazel (bazel-bootstrap), gRPC, protobuf, Abseil, GoogleTest, Gloo, SQLite,
 #     yaml-cpp, OpenSSL (library and command), cpp-httplib, Google Benchmark; clang 14 with
-#     libFuzzer for tools/fuzz.sh; clang-format.
+#     libFuzzer for tools/fuzz.sh; clang-format; chart.js (the dashboard's charts) and Chromium
+#     with a font (the dashboard's browser test).
 #   - A project-local virtual environment at .venv holding torch==2.11.0 from the Python registry;
 #     LibTorch (headers + shared libraries) is taken from that wheel by third_party/torch/torch.bzl.
 #     Also grpcio, grpcio-tools, pyyaml and matplotlib; kubernetes-validate (pinned; it ships the
@@ -29,6 +30,8 @@ DEBIAN_PACKAGES=(
   libcpp-httplib-dev  # the coordinator's metrics HTTP server (coordinator/metrics_http_server.cc)
   clang libclang-rt-14-dev  # tools/fuzz.sh: clang 14 with libFuzzer and its sanitizer runtimes
   clang-format  # tests/style:clang_format_test and tools/format.sh (Debian 12: clang-format 14)
+  libjs-chart.js  # the dashboard's charts, served by the coordinator (coordinator/dashboard/)
+  chromium fonts-dejavu-core  # headless browser of //tests/integration:dashboard_browser_test
 )
 
 log() { echo "[setup] $*" >&2; }

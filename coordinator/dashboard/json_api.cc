@@ -1,0 +1,126 @@
+#include "coordinator/dashboard/json_api.h"
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace shardline::coordinator::dashboard {
+namespace {
+
+std::string ToJson(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+// `s` as a JSON string (quoted; '<' and '>' escaped too, as protobuf's printer does).
+std::string JsonString(absl::string_view s) {
+  google::protobuf::Value v;
+  v.set_string_value(std::string(s));
+  return ToJson(v);
+}
+
+}  // namespace
+
+std::string DashboardApi::WhoAmI(const User& user) const {
+  return absl::StrCat("{\"user\":", JsonString(user.name),
+                      ",\"admin\":", user.admin ? "true" : "false", "}");
+}
+
+std::string DashboardApi::Jobs(const User&) const {
+  std::vector<JobStatus> jobs = core_->ListJobs({});
+  ListJobsResponse out;
+  for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) {
+    JobStatus& j = *out.add_jobs() = std::move(*it);
+    const std::string name = j.spec().name();
+    j.clear_spec();
+    j.mutable_spec()->set_name(name);
+    j.clear_events();
+    j.clear_placement();
+    j.clear_sample();
+  }
+  return ToJson(out);
+}
+
+absl::StatusOr<std::string> DashboardApi::Job(const User& user, const std::string& job_id) const {
+  absl::StatusOr<JobStatus> st = core_->GetJob(job_id);
+  if (!st.ok()) return st.status();
+  const bool may_read = user.admin || st->owner() == user.name;
+  return absl::StrCat("{\"status\":", ToJson(*st), ",\"may_read\":", may_read ? "true" : "false",
+                      "}");
+}
+
+absl::StatusOr<std::string> DashboardApi::Metrics(const User& user,
+                                                  const std::string& job_id) const {
+  if (absl::Status s = CheckOwner(user, job_id, "read its metrics"); !s.ok()) return s;
+  GetJobMetricsRequest req;
+  req.set_job_id(job_id);
+  absl::StatusOr<GetJobMetricsResponse> r = core_->GetJobMetrics(req);
+  if (!r.ok()) return r.status();
+  return ToJson(*r);
+}
+
+absl::StatusOr<std::string> DashboardApi::Logs(const User& user, const std::string& job_id,
+                                               int64_t after_seq, int tail_lines) const {
+  if (tail_lines < 1 || tail_lines > kMaxTailLines) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tail must be between 1 and ", kMaxTailLines, ", got ", tail_lines));
+  }
+  if (absl::Status s = CheckOwner(user, job_id, "read its logs"); !s.ok()) return s;
+  GetLogsRequest req;
+  req.set_job_id(job_id);
+  req.set_all_ranks(true);
+  req.set_after_seq(after_seq);
+  req.set_tail_lines(tail_lines);
+  absl::StatusOr<GetLogsResponse> r = core_->GetLogs(req);
+  if (!r.ok()) return r.status();
+  return ToJson(*r);
+}
+
+absl::StatusOr<std::string> DashboardApi::Checkpoints(const User& user,
+                                                      const std::string& job_id) const {
+  if (absl::Status s = CheckOwner(user, job_id, "list its checkpoints"); !s.ok()) return s;
+  auto list = core_->ListCheckpoints(job_id);
+  if (!list.ok()) return list.status();
+  ListCheckpointsResponse out;
+  for (CheckpointInfo& c : *list) *out.add_checkpoints() = std::move(c);
+  return ToJson(out);
+}
+
+absl::StatusOr<std::string> DashboardApi::Checkpoint(const User& user, const std::string& job_id,
+                                                     int64_t step) const {
+  if (absl::Status s = CheckOwner(user, job_id, "read its checkpoints"); !s.ok()) return s;
+  auto r = core_->GetCheckpoint(job_id, step);
+  if (!r.ok()) return r.status();
+  return ToJson(*r);
+}
+
+std::string DashboardApi::Workers(const User&) const {
+  ListWorkersResponse out;
+  for (WorkerInfo& w : core_->ListWorkers()) *out.add_workers() = std::move(w);
+  return ToJson(out);
+}
+
+std::string DashboardApi::ErrorJson(const absl::Status& status) {
+  return absl::StrCat("{\"error\":", JsonString(status.message()), "}");
+}
+
+absl::Status DashboardApi::CheckOwner(const User& user, const std::string& job_id,
+                                      const char* action) const {
+  absl::StatusOr<JobStatus> st = core_->GetJob(job_id);
+  if (!st.ok()) return st.status();
+  if (user.admin || st->owner() == user.name) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "job ", job_id, " is owned by ", st->owner().empty() ? "nobody recorded" : st->owner(),
+      "; only its owner or an admin may ", action));
+}
+
+}  // namespace shardline::coordinator::dashboard

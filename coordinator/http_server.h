@@ -1,0 +1,66 @@
+// HttpServer: one HTTP port of the coordinator (the Prometheus endpoint, the dashboard), served by
+// cpp-httplib with routes the owner registers before it listens.
+//
+// Requests are served concurrently by a fixed pool of `threads`; a request must arrive whole
+// within `request_timeout` and its response be taken by the client within `write_timeout`, so a
+// slow client holds one pool thread for a bounded time. Stop() shuts down every open connection
+// before joining, so it returns promptly whatever the clients do. Connections wait for a pool
+// thread in accept order; each costs the coordinator a file descriptor until then.
+//
+// Thread safety: Start/Stop from one owner; handlers run on the pool's threads, concurrently with
+// themselves, and never after Stop() returned.
+#ifndef SHARDLINE_COORDINATOR_HTTP_SERVER_H_
+#define SHARDLINE_COORDINATOR_HTTP_SERVER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace httplib {
+class Server;
+}  // namespace httplib
+
+namespace shardline::coordinator {
+
+struct HttpServerOptions {
+  int threads = 4;
+  absl::Duration request_timeout = absl::Seconds(5);
+  absl::Duration write_timeout = absl::Seconds(5);
+};
+
+class HttpServer {
+ public:
+  // Registers the handlers (server.Get(...), set_error_handler...) before the port opens.
+  using Routes = std::function<void(httplib::Server& server)>;
+
+  // Binds `listen` ("host:port", IPv4 or a resolvable name; port 0 picks one). `what` names the
+  // server in errors ("metrics"), `options_flags` the flags that set `options`.
+  // Errors: INVALID_ARGUMENT for a malformed address or options, UNAVAILABLE when it cannot bind.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& listen,
+                                                           const Routes& routes,
+                                                           const HttpServerOptions& options,
+                                                           absl::string_view what,
+                                                           absl::string_view options_flags);
+  ~HttpServer();  // Stops.
+
+  const std::string& address() const { return address_; }
+  // Closes the port and every open connection, then joins the threads. Idempotent.
+  void Stop();
+
+ private:
+  class Impl;  // httplib::Server that tracks its connections (http_server.cc)
+  HttpServer();
+
+  std::unique_ptr<Impl> http_;
+  std::string address_;
+  std::thread thread_;  // httplib's accept loop
+};
+
+}  // namespace shardline::coordinator
+
+#endif  // SHARDLINE_COORDINATOR_HTTP_SERVER_H_
