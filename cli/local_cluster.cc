@@ -43,6 +43,7 @@ std::string ToJson(const ClusterInfo& info) {
   std::vector<std::string> pids;
   for (pid_t p : info.worker_pids) pids.push_back(std::to_string(p));
   return absl::StrCat("{\n  \"coordinator_address\": \"", info.coordinator_address, "\",\n",
+                      "  \"dashboard_address\": \"", info.dashboard_address, "\",\n",
                       "  \"token\": \"", info.token, "\",\n",
                       "  \"coordinator_pid\": ", info.coordinator_pid, ",\n",
                       "  \"worker_pids\": [", absl::StrJoin(pids, ", "), "]\n}\n");
@@ -56,6 +57,9 @@ absl::StatusOr<ClusterInfo> FromJson(const std::string& text, const std::string&
   }
   info.coordinator_address = m[1];
   if (std::regex_search(text, m, std::regex("\"token\": \"([^\"]*)\""))) info.token = m[1];
+  if (std::regex_search(text, m, std::regex("\"dashboard_address\": \"([^\"]*)\""))) {
+    info.dashboard_address = m[1];
+  }
   if (std::regex_search(text, m, std::regex("\"coordinator_pid\": (\\d+)"))) {
     info.coordinator_pid = std::stoi(m[1]);
   }
@@ -181,17 +185,21 @@ absl::StatusOr<ClusterInfo> StartLocalCluster(const ClusterOptions& options) {
       info.coordinator_pid,
       SpawnDetached({options.coordinator_bin, "--listen=127.0.0.1:0",
                      "--state_dir=" + info.state_dir + "/coordinator",
-                     "--token_file=" + user_token_file, "--worker_token_file=" + worker_token_file},
+                     "--token_file=" + user_token_file, "--worker_token_file=" + worker_token_file,
+                     "--dashboard_listen=127.0.0.1:0"},
                     coord_log));
 
-  // The coordinator prints "listening on HOST:PORT" once its port is bound.
+  // The coordinator prints "listening on HOST:PORT" once its port is bound, after the
+  // dashboard's "dashboard on http://HOST:PORT/".
   const absl::Time deadline = absl::Now() + options.start_timeout;
   const std::regex listening("listening on ([^\\s]+)");
+  const std::regex dashboard("dashboard on http://([^\\s/]+)/");
   while (info.coordinator_address.empty()) {
     std::smatch m;
     const std::string log = ReadFile(coord_log);
     if (std::regex_search(log, m, listening)) {
       info.coordinator_address = m[1];
+      if (std::regex_search(log, m, dashboard)) info.dashboard_address = m[1];
       break;
     }
     if (!ProcessAlive(info.coordinator_pid) || absl::Now() > deadline) {

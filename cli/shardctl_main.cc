@@ -375,6 +375,10 @@ int CmdCluster(const std::vector<std::string>& args) {
   std::cout << "cluster up: coordinator " << info->coordinator_address << ", " << o.workers
             << " workers x " << o.slots_per_worker << " CPU slots (state in " << info->state_dir
             << ")\n";
+  if (!info->dashboard_address.empty()) {
+    std::cout << "dashboard: http://" << info->dashboard_address << "/ (open it once with ?token= "
+              << "and the token in " << info->state_dir << "/coordinator/user.token)\n";
+  }
   return kOk;
 }
 

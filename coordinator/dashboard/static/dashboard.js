@@ -41,6 +41,7 @@ function fmtNumber(v, digits) {
 
 function fmtBytes(b) {
   b = num(b);
+  if (!(b > 0)) return "";
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
   let i = 0;
   while (b >= 1024 && i < units.length - 1) { b /= 1024; ++i; }
@@ -197,7 +198,7 @@ function drawPlacement(st) {
   document.getElementById("placement-note").textContent = placement.length
       ? "W = R \u00d7 S = " + shardGroups.size + " \u00d7 " + s + " on " + nodes.size +
             " node(s); colour: replicate group (ranks holding the same shard)"
-      : "not placed";
+      : "no ranks placed (the job is not running)";
   const boxes = [];
   for (const [node, groups] of [...nodes.entries()].sort()) {
     const groupBoxes = [...groups.entries()].sort((a, b) => a[0] - b[0]).map(([g, ranks]) => {

@@ -1,0 +1,309 @@
+"""The web dashboard (issue 16 item 3) in a real browser: headless Chromium (Debian's, installed
+by tools/setup.sh) loads the pages of a live cluster (a real coordinator with --dashboard_listen,
+two real worker daemons, a real W = 4 HYBRID_SHARD S = 2 job) and the test checks what the pages
+show after their scripts ran: the job in the list, the loss curve with one point per stored
+series point, the placement as two nodes each holding its shard group, the events, checkpoints
+and log tail, the workers; a log line holding markup stays text; a wrong token gets 401 and a
+user who does not own the job sees no series. One cluster and one job for the whole file.
+
+Screenshots of the pages are kept as test outputs ($TEST_UNDECLARED_OUTPUTS_DIR).
+"""
+import html.parser
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+CORPUS = os.path.abspath(os.environ.get("SHARDLINE_CORPUS", "data/tinyshakespeare.txt"))
+STEPS = 12
+EVAL_EVERY = 4
+# The sample prompt is markup: the trainer logs its sample (prompt included) and the job status
+# carries it, so both the log tail and the summary must show it as text.
+HOSTILE = '<img src=x id=injected onerror=alert(1)>'
+# Rank 1 pauses before the final sample: the job is RUNNING, all steps but the sample's done.
+PAUSE_S = 12
+ALICE = "alice-dashboard-token-0123456789"
+BOB = "bob-dashboard-token-0123456789"
+JOIN = "join-dashboard-token-0123456789"
+
+
+def write_private(path, text):
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def chromium():
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise unittest.SkipTest("no chromium: run tools/setup.sh")
+
+
+class Element:
+    def __init__(self, tag, attrs, parent):
+        self.tag, self.attrs, self.parent, self.children, self.text = tag, dict(attrs), parent, [], ""
+
+    def classes(self):
+        return (self.attrs.get("class") or "").split()
+
+    def find_all(self, pred):
+        out = []
+        for c in self.children:
+            if pred(c):
+                out.append(c)
+            out.extend(c.find_all(pred))
+        return out
+
+    def all_text(self):
+        return self.text + "".join(c.all_text() for c in self.children)
+
+
+class Dom(html.parser.HTMLParser):
+    """The element tree of a --dump-dom output (enough for ids, classes and text)."""
+    VOID = {"meta", "link", "br", "img", "input", "hr", "source", "area", "base", "col", "embed",
+            "param", "track", "wbr"}
+
+    def __init__(self, text):
+        super().__init__()
+        self.root = Element("#root", [], None)
+        self.cur = self.root
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        e = Element(tag, attrs, self.cur)
+        self.cur.children.append(e)
+        if tag not in self.VOID:
+            self.cur = e
+
+    def handle_endtag(self, tag):
+        e = self.cur
+        while e is not self.root and e.tag != tag:
+            e = e.parent
+        if e is not self.root:
+            self.cur = e.parent
+
+    def handle_data(self, data):
+        self.cur.text += data
+
+    def by_id(self, id_):
+        found = self.root.find_all(lambda e: e.attrs.get("id") == id_)
+        return found[0] if found else None
+
+    def by_class(self, cls, under=None):
+        return (under or self.root).find_all(lambda e: cls in e.classes())
+
+
+class DashboardBrowserTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.chromium = chromium()
+        tmp = tempfile.mkdtemp(prefix="dash_", dir=os.environ.get("TEST_TMPDIR"))
+        cls.tmp = tmp
+        users = os.path.join(tmp, "users")
+        join = os.path.join(tmp, "join.token")
+        write_private(users, "alice %s\nbob %s\n" % (ALICE, BOB))
+        write_private(join, JOIN + "\n")
+        cls.saved = {k: os.environ.get(k) for k in ("SHARDLINE_TOKEN", "SHARDLINE_JOIN_TOKEN")}
+        os.environ["SHARDLINE_TOKEN"] = ALICE  # shardctl: alice submits
+        os.environ["SHARDLINE_JOIN_TOKEN"] = JOIN
+        cls.out_dir = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", tmp)
+        cls.cluster = harness.Cluster(
+            workers=0, coordinator_flags=[
+                "--users_file=" + users, "--worker_token_file=" + join,
+                "--dashboard_listen=127.0.0.1:0", "--metrics_flush_ms=500"])
+        for i in range(2):
+            cls.cluster.start_worker(i, 2, env={"SHARDLINE_TEST_PAUSE_IN_SAMPLE": "1:%d" % PAUSE_S})
+        cls.cluster.wait_for_workers(2)
+        log = open(os.path.join(cls.cluster.dir, "coordinator.log")).read()
+        cls.base = re.search(r"dashboard on (http://\S+/)", log).group(1)
+        cls.job = cls.submit()
+        # While rank 1 pauses before the final sample the job is RUNNING with its steps done.
+        cls.cluster.wait_for(cls.job, lambda s: s.get("state") == "RUNNING" and
+                             int(s.get("step", 0)) >= STEPS - 1, timeout=240, what="last steps")
+        cls.running_dom = cls.load("job?id=" + cls.job, ALICE, "job-running", budget_ms=3000)
+        cls.running_status = cls.cluster.job(cls.job)
+        status = cls.cluster.wait_for(cls.job, lambda s: s.get("state") in
+                                      ("SUCCEEDED", "FAILED"), timeout=240, what="job end")
+        assert status["state"] == "SUCCEEDED", json.dumps(status, indent=1)[-3000:]
+        # Logs and the series reach the coordinator shortly after the end.
+        time.sleep(2)
+
+    @classmethod
+    def tearDownClass(cls):
+        for k, v in cls.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        cls.cluster.stop()
+        print(cls.cluster.logs())
+
+    @classmethod
+    def submit(cls):
+        spec = f"""
+name: dashboard-demo
+world_size: 4
+model: {{architecture: GPT, preset: tiny, init_seed: 1}}
+data: {{path: {CORPUS}, format: TEXT, val_fraction: 0.1, seq_len: 32, shuffle_seed: 3}}
+optimizer: {{kind: ADAMW, lr: 0.003, min_lr: 0.0003, warmup_steps: 2}}
+fsdp: {{sharding_strategy: HYBRID_SHARD, hybrid_shard_degree: 2, collective_timeout_s: 60}}
+train: {{steps: {STEPS}, global_batch_size: 8, micro_batch_size: 2, log_every: 1,
+        eval_every: {EVAL_EVERY}, eval_batches: 1, seed: 5, deterministic: true,
+        sample_tokens: 8, sample_prompt: {json.dumps(HOSTILE)}}}
+device: {{kind: CPU, cpu_threads: 1}}
+checkpoint: {{dir: {os.path.join(cls.cluster.dir, "checkpoints")}, every_steps: 6, keep_last: 2,
+             save_final: true}}
+"""
+        path = os.path.join(cls.tmp, "job.yaml")
+        with open(path, "w") as f:
+            f.write(spec)
+        return cls.cluster.shardctl("submit", path).stdout.split()[0]
+
+    @classmethod
+    def browse(cls, path, token, shot, budget_ms=4000, profile=None):
+        """Opens base+path (with ?token= when given) in headless Chromium; returns the DOM after
+        the page's scripts ran for budget_ms of virtual time, and keeps a screenshot."""
+        url = cls.base + path
+        if token is not None:
+            url += ("&" if "?" in url else "?") + "token=" + token
+        profile = profile or os.path.join(cls.tmp, "profile-" + shot)
+        common = [cls.chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                  "--no-first-run", "--disable-dev-shm-usage", "--hide-scrollbars",
+                  "--user-data-dir=" + profile, "--virtual-time-budget=%d" % budget_ms]
+        dom = subprocess.run(common + ["--dump-dom", url], capture_output=True, text=True,
+                             timeout=120)
+        if dom.returncode != 0:
+            raise AssertionError("chromium exited %d: %s" % (dom.returncode, dom.stderr[-2000:]))
+        subprocess.run(common + ["--window-size=1280,2000",
+                                 "--screenshot=" + os.path.join(cls.out_dir, shot + ".png"), url],
+                       capture_output=True, text=True, timeout=120)
+        with open(os.path.join(cls.out_dir, shot + ".html"), "w") as f:
+            f.write(dom.stdout)
+        return dom.stdout
+
+    @classmethod
+    def load(cls, path, token, shot, budget_ms=4000):
+        return Dom(cls.browse(path, token, shot, budget_ms))
+
+    def api(self, path, token=ALICE):
+        req = urllib.request.Request(self.base + path,
+                                     headers={"Authorization": "Bearer " + token})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    def test_job_page_draws_the_series_placement_events_checkpoints_and_logs(self):
+        dom = self.load("job?id=" + self.job, ALICE, "job")
+        metrics = self.api("api/jobs/%s/metrics" % self.job)
+        points = metrics["points"]
+        self.assertEqual(len(points), STEPS)  # log_every 1: one stored point per step
+        loss = dom.by_id("loss-chart")
+        self.assertIsNotNone(loss)
+        self.assertEqual(int(loss.attrs["data-points"]), len(points))
+        self.assertEqual(int(loss.attrs["data-val-points"]),
+                         sum(1 for p in points if int(p.get("val_count", 0)) > 0))
+        self.assertGreater(int(loss.attrs["data-val-points"]), 0)
+        self.assertEqual(int(dom.by_id("throughput-chart").attrs["data-points"]), len(points))
+        self.assertIn("%d stored points for %d logged steps" % (STEPS, STEPS),
+                      dom.by_id("series-note").all_text())
+        # A finished job holds no slots: its placement is gone (the running page drew it).
+        self.assertEqual(dom.by_class("node"), [])
+        # Events, checkpoints, summary.
+        events = dom.by_id("events").all_text()
+        for kind in ("SUBMITTED", "SCHEDULED", "SUCCEEDED"):
+            self.assertIn(kind, events)
+        checkpoint_steps = [int(b.attrs["data-step"]) for b in
+                            dom.by_id("checkpoints").find_all(lambda e: e.tag == "button")]
+        self.assertIn(STEPS, checkpoint_steps)
+        summary = dom.by_id("summary").all_text()
+        self.assertIn("SUCCEEDED", summary)
+        self.assertIn("%d / %d" % (STEPS, STEPS), summary)
+        self.assertIn("HYBRID_SHARD (shard degree 2)", summary)
+        # The log tail holds the ranks' lines; markup in them (the sample) stays text.
+        logs = dom.by_id("logs").all_text()
+        self.assertIn("[attempt 1 rank 0]", logs)
+        self.assertIn("[attempt 1 rank 1]", logs)
+        self.assertIn(HOSTILE, logs)
+        self.assertIn(HOSTILE, summary)  # the sample, in the summary table
+        self.assertEqual(dom.root.find_all(lambda e: e.tag == "img"), [])
+        self.assertIsNone(dom.by_id("injected"))
+        self.assertEqual(dom.by_id("whoami").all_text(), "signed in as alice")
+
+    def test_the_page_showed_the_job_while_it_ran(self):
+        dom = self.running_dom
+        summary = dom.by_id("summary").all_text()
+        self.assertIn("RUNNING", summary)
+        points = int(dom.by_id("loss-chart").attrs["data-points"])
+        self.assertGreaterEqual(points, 1)
+        self.assertLessEqual(points, int(self.running_status["step"]))
+        # Placement: W = R x S = 2 x 2, node-0 holds shard group 0 (ranks 0, 1) and node-1 shard
+        # group 1 (ranks 2, 3), as the job's placement says.
+        self.assertIn("W = R \u00d7 S = 2 \u00d7 2 on 2 node(s)",
+                      dom.by_id("placement-note").all_text())
+        nodes = dom.by_class("node")
+        self.assertEqual(len(nodes), 2, [n.all_text() for n in nodes])
+        status = self.running_status
+        expected = {}
+        for p in status["placement"]:
+            expected.setdefault(p["node_name"], {}).setdefault(
+                int(p.get("shard_group", 0)), []).append(int(p.get("rank", 0)))
+        shown = {}
+        for n in nodes:
+            for g in dom.by_class("shard-group", n):
+                ranks = [int(r.attrs["data-rank"]) for r in dom.by_class("rank", g)]
+                shown.setdefault(n.attrs["data-node"], {})[int(g.attrs["data-shard-group"])] = ranks
+        self.assertEqual({k: {g: sorted(r) for g, r in v.items()} for k, v in expected.items()},
+                         shown)
+        self.assertEqual(sorted(len(v) for v in shown.values()), [1, 1])  # one group per node
+
+    def test_job_list_shows_the_job_with_its_progress_and_owner(self):
+        dom = self.load("", ALICE, "jobs", budget_ms=2500)
+        rows = dom.root.find_all(lambda e: e.tag == "tr" and e.attrs.get("data-job") == self.job)
+        self.assertEqual(len(rows), 1)
+        cells = [c.all_text() for c in rows[0].find_all(lambda e: e.tag == "td")]
+        self.assertEqual(cells[0:5], [self.job, "dashboard-demo", "alice", "SUCCEEDED",
+                                      "%d / %d" % (STEPS, STEPS)])
+        self.assertNotEqual(cells[7], "")  # tokens/s
+
+    def test_workers_page_lists_both_workers(self):
+        dom = self.load("workers", ALICE, "workers", budget_ms=2500)
+        rows = dom.root.find_all(lambda e: e.tag == "tr" and "data-worker" in e.attrs)
+        nodes = sorted(r.find_all(lambda e: e.tag == "td")[1].all_text() for r in rows)
+        self.assertEqual(nodes, ["node-0", "node-1"])
+        self.assertTrue(all("ALIVE" in r.all_text() for r in rows))
+
+    def test_a_wrong_token_gets_401(self):
+        text = self.browse("", "wrong-token", "wrong-token", budget_ms=1000)
+        self.assertIn("401 wrong token", text)
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            self.api("api/jobs", token="wrong-token")
+        self.assertEqual(e.exception.code, 401)
+        self.assertEqual(json.loads(e.exception.read()), {"error": "wrong token"})
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(self.base + "api/jobs", timeout=30)
+        self.assertEqual(e.exception.code, 401)
+
+    def test_another_user_sees_the_job_but_not_its_series_or_logs(self):
+        dom = self.load("job?id=" + self.job, BOB, "job-as-bob", budget_ms=2500)
+        self.assertIn("SUCCEEDED", dom.by_id("summary").all_text())
+        self.assertIn("only the job's owner or an admin", dom.by_id("error").all_text())
+        self.assertEqual(dom.by_id("logs").all_text(), "")
+        self.assertNotIn("data-points", dom.by_id("loss-chart").attrs)
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            self.api("api/jobs/%s/logs" % self.job, token=BOB)
+        self.assertEqual(e.exception.code, 403)
+
+
+if __name__ == "__main__":
+    harness.run_tests(__name__)
