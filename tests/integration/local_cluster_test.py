@@ -1,8 +1,8 @@
 """The local cluster's credentials (issue 14 item 5): `shardctl cluster up` makes a random user
 token and a distinct worker token, keeps them in files created with mode 0600 (cluster.json holds
 the user token), passes them to the coordinator and workers as files (never on a command line),
-and its clients (shardctl, the Python client) use the user token. Token-holding files that others
-can read are refused with the fix.
+and its clients (shardctl, the Python client) use the user token; its dashboard (on loopback)
+needs that token too. Token-holding files that others can read are refused with the fix.
 
 Runs with the venv's python (grpcio) for the Python client's part.
 """
@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -38,6 +40,7 @@ class LocalClusterTokenTest(unittest.TestCase):
             os.umask(old)
         if proc.returncode != 0:
             raise RuntimeError("cluster up failed:\n" + proc.stdout + proc.stderr)
+        cls.up_stdout = proc.stdout
         with open(os.path.join(cls.state, "cluster.json")) as f:
             cls.info = json.load(f)
 
@@ -86,6 +89,18 @@ class LocalClusterTokenTest(unittest.TestCase):
         as_worker = self.run_shardctl("list", "--token=" + self.worker_token())
         self.assertEqual(as_worker.returncode, 6, as_worker.stderr)
         self.assertIn("wrong user token", as_worker.stderr)
+
+    def test_the_dashboard_is_on_loopback_and_needs_the_clusters_token(self):
+        address = self.info["dashboard_address"]
+        self.assertRegex(address, r"^127\.0\.0\.1:\d+$")
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen("http://%s/api/jobs" % address, timeout=30)
+        self.assertEqual(e.exception.code, 401)
+        req = urllib.request.Request("http://%s/api/workers" % address,
+                                     headers={"Authorization": "Bearer " + self.info["token"]})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            self.assertEqual([w["state"] for w in json.load(r)["workers"]], ["ALIVE"])
+        self.assertIn("dashboard: http://%s/" % address, self.up_stdout)
 
     def test_no_token_on_any_command_line(self):
         pids = [self.info["coordinator_pid"]] + self.info["worker_pids"]
