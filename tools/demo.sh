@@ -28,7 +28,8 @@ set +e
 bazel build --curses=no --show_progress_rate_limit=5 \
   //coordinator:coordinator //worker:worker //trainer:trainer //cli:shardctl 2>&1 \
   | tee "$build_log" \
-  | grep --line-buffered -E "^\[[0-9,]+ / [0-9,]+\]|^(ERROR|FAILED)|^INFO: (Elapsed|Build completed)"
+  | grep --line-buffered -E "^\[[0-9,]+ / [0-9,]+\]|^(ERROR|FAILED)|^INFO: (Elapsed|Build completed)" \
+  | uniq
 build_rc=${PIPESTATUS[0]}
 set -e
 if ((build_rc != 0)); then
@@ -71,15 +72,16 @@ echo "== status"
 echo "== checkpoints"
 "$shardctl" checkpoints "$job" --state_dir="$state" || true
 if ((keep == 1)); then
+  # .cluster is shardctl's default --state_dir: from the repository root no flag is needed.
   cat <<EOM
-== the cluster is still up (--keep)
+== the cluster is still up (--keep); from $here:
   dashboard:   http://$dashboard/?token=$token
-  jobs:        $shardctl list --state_dir=$state
-  this job:    $shardctl status $job --state_dir=$state
-               $shardctl logs $job --all --state_dir=$state
-               $shardctl metrics $job --state_dir=$state
-  another job: $shardctl submit examples/tiny_gpt_shakespeare.yaml --state_dir=$state
-  stop it:     $shardctl cluster down --state_dir=$state
+  jobs:        bazel-bin/cli/shardctl list
+  this job:    bazel-bin/cli/shardctl status $job
+               bazel-bin/cli/shardctl logs $job --all
+               bazel-bin/cli/shardctl metrics $job
+  another job: bazel-bin/cli/shardctl submit examples/tiny_gpt_shakespeare.yaml
+  stop it:     bazel-bin/cli/shardctl cluster down
 EOM
 fi
 exit $rc
