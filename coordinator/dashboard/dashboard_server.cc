@@ -2,7 +2,9 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <utility>
 
@@ -73,9 +75,13 @@ void Answer(httplib::Response& res, const absl::StatusOr<std::string>& json) {
   }
 }
 
-int64_t IntParam(const httplib::Request& req, const char* name, int64_t fallback) {
-  int64_t v = fallback;
-  if (req.has_param(name) && !absl::SimpleAtoi(req.get_param_value(name), &v)) return fallback;
+// The query parameter `name` as a number; `fallback` when absent. Errors: INVALID_ARGUMENT.
+absl::StatusOr<int64_t> IntParam(const httplib::Request& req, const char* name, int64_t fallback) {
+  if (!req.has_param(name)) return fallback;
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(req.get_param_value(name), &v)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " must be a number"));
+  }
   return v;
 }
 
@@ -171,8 +177,13 @@ absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(
              }));
     http.Get(R"(/api/jobs/([^/]+)/logs)",
              api([a](const httplib::Request& req, httplib::Response& res, const User& u) {
-               Answer(res, a->Logs(u, req.matches[1].str(), IntParam(req, "after_seq", 0),
-                                   static_cast<int>(IntParam(req, "tail", 200))));
+               const absl::StatusOr<int64_t> after = IntParam(req, "after_seq", 0);
+               const absl::StatusOr<int64_t> tail = IntParam(req, "tail", 200);
+               for (const auto* p : {&after, &tail}) {
+                 if (!p->ok()) return Answer(res, p->status());
+               }
+               Answer(res, a->Logs(u, req.matches[1].str(), *after,
+                                   static_cast<int>(std::clamp<int64_t>(*tail, -1, 1 << 30))));
              }));
     http.Get(R"(/api/jobs/([^/]+)/checkpoints)",
              api([a](const httplib::Request& req, httplib::Response& res, const User& u) {

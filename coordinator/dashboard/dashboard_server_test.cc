@@ -132,6 +132,12 @@ TEST_F(DashboardServerTest, TheApiKeepsTheOwnerRule) {
   auto bad_tail = Get(absl::StrCat("/api/jobs/", job_, "/logs?tail=0"), Bearer("alice-token"));
   ASSERT_TRUE(bad_tail);
   EXPECT_EQ(bad_tail->status, 400);
+  EXPECT_EQ(bad_tail->body, "{\"error\":\"tail must be between 1 and 1000, got 0\"}");
+  auto not_a_number =
+      Get(absl::StrCat("/api/jobs/", job_, "/logs?after_seq=x"), Bearer("alice-token"));
+  ASSERT_TRUE(not_a_number);
+  EXPECT_EQ(not_a_number->status, 400);
+  EXPECT_EQ(not_a_number->body, "{\"error\":\"after_seq must be a number\"}");
   auto me = Get("/api/whoami", Bearer("ops-token"));
   ASSERT_TRUE(me);
   EXPECT_EQ(me->body, "{\"user\":\"ops\",\"admin\":true}");
