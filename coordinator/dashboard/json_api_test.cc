@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/dashboard/testing/core_with_jobs.h"
+#include "coordinator/training_series.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -73,6 +74,28 @@ TEST(DashboardApi, MetricsAreTheStoredSeriesForTheOwnerOrAnAdminOnly) {
   EXPECT_EQ(api.Checkpoint(kBob, job, 1).status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(api.Logs(kBob, job, 0, 10).status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(api.Metrics(kOps, "job-nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+// training_series_test feeds the series itself a million steps; through the core 200,000 (about
+// 100 times the capacity) keep this test around a second.
+TEST(DashboardApi, ALongJobsPageReadsAtMostTheStoredPoints) {
+  CoreWithJobs c;
+  const std::string job = c.RunningJob("long", "alice");
+  constexpr int kSteps = 200000;
+  for (int step = 1; step <= kSteps; ++step) c.Report(job, step, 2.0);
+  DashboardApi api(c.core());
+  auto m = api.Metrics(kAlice, job);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_THAT(*m, HasSubstr(absl::StrCat("\"reported_steps\":\"", kSteps, "\"")));
+  int points = 0;
+  for (size_t at = m->find("\"first_step\""); at != std::string::npos;
+       at = m->find("\"first_step\"", at + 1)) {
+    ++points;
+  }
+  // The points plus `latest`: the series' capacity (training_series.h), not the history.
+  EXPECT_GT(points, TrainingSeries::kDefaultCapacity / 2);
+  EXPECT_LE(points, TrainingSeries::kDefaultCapacity + 1);
+  EXPECT_LT(m->size(), 1u << 20) << "one page load reads under 1 MiB";
 }
 
 TEST(DashboardApi, LogsAreEveryRanksTailAfterASequenceNumber) {
