@@ -75,14 +75,18 @@ function touch() {
   document.getElementById("updated").textContent = new Date().toLocaleTimeString();
 }
 
-async function whoami() {
-  try {
-    const me = await api("/api/whoami");
+// The signed-in user ({user, admin}); null when unknown.
+let mePromise = null;
+
+function whoami() {
+  mePromise = api("/api/whoami").then(me => {
     document.getElementById("whoami").textContent =
         "signed in as " + me.user + (me.admin ? " (admin)" : "");
-  } catch (e) {
+    return me;
+  }, e => {
     showError(e.message);
-  }
+    return null;
+  });
 }
 
 // Calls `step` now and every POLL_MS until it returns false.
@@ -103,10 +107,10 @@ function poll(step) {
 
 // ---- job list
 function jobsPage() {
-  poll(async () => {
-    const doc = await api("/api/jobs");
-    showError("");
-    const rows = (doc.jobs || []).map(j => {
+  const mine = document.getElementById("mine");
+  let me = null, jobs = [];
+  const draw = () => {
+    const rows = jobs.filter(j => !mine.checked || j.owner === me.user).map(j => {
       const link = el("a", {href: "/job?id=" + encodeURIComponent(j.job_id)}, j.job_id);
       const total = num(j.total_steps);
       const progress = total > 0 ? num(j.step) + " / " + total : String(num(j.step));
@@ -119,6 +123,17 @@ function jobsPage() {
                 el("td", {}, num(j.attempt)), el("td", {}, num(j.world_size)));
     });
     replaceRows(document.querySelector("#jobs tbody"), rows);
+  };
+  mine.addEventListener("change", () => { if (me !== null) draw(); });
+  poll(async () => {
+    if (me === null) {
+      me = (await mePromise) || {user: "", admin: true};
+      mine.checked = !me.admin;  // users start with their own jobs, admins with all
+    }
+    const doc = await api("/api/jobs");
+    showError("");
+    jobs = doc.jobs || [];
+    draw();
   });
 }
 
