@@ -11,6 +11,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -150,6 +152,30 @@ std::string HttpGet(const std::string& address, const std::string& path) {
   while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
   close(fd);
   return out;
+}
+
+// The value text of the sample `name` in a Prometheus exposition whose labels are exactly
+// `labels` (`key="value"` each, in any order: the format does not fix it), or nullopt. Label
+// values here hold no commas or braces.
+std::optional<std::string> Sample(const std::string& text, const std::string& name,
+                                  const std::set<std::string>& labels) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StartsWith(line, name)) continue;
+    line.remove_prefix(name.size());
+    std::set<std::string> have;
+    if (absl::StartsWith(line, "{")) {
+      const size_t close = line.find('}');
+      if (close == absl::string_view::npos) continue;
+      for (absl::string_view l :
+           absl::StrSplit(line.substr(1, close - 1), ',', absl::SkipEmpty())) {
+        have.insert(std::string(l));
+      }
+      line.remove_prefix(close + 1);
+    }
+    if (!absl::StartsWith(line, " ") || have != labels) continue;
+    return std::string(line.substr(1));
+  }
+  return std::nullopt;
 }
 
 RankStatus Exited(const std::string& job, int attempt, int rank, int code) {
@@ -641,15 +667,18 @@ TEST_F(CoordinatorIntegrationTest, PrometheusMetricsCountJobsWorkersAndRpcs) {
   EXPECT_NE(text.find("shardline_jobs{state=\"PENDING\"} 1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("shardline_workers{state=\"ALIVE\"} 1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("shardline_attempts_started_total 1\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("shardline_rpc_total{method=\"SubmitJob\",code=\"OK\"} 2\n"),
-            std::string::npos)
+  // prometheus-cpp writes labels sorted by name: match them as a set.
+  EXPECT_EQ(Sample(text, "shardline_rpc_total", {"method=\"SubmitJob\"", "code=\"OK\""}), "2")
       << text;
-  EXPECT_NE(text.find("shardline_rpc_total{method=\"ListJobs\",code=\"UNAUTHENTICATED\"} 1\n"),
-            std::string::npos)
+  EXPECT_EQ(
+      Sample(text, "shardline_rpc_total", {"method=\"ListJobs\"", "code=\"UNAUTHENTICATED\""}), "1")
       << text;
   EXPECT_NE(text.find("shardline_rpc_latency_seconds_count{method=\"Heartbeat\"}"),
             std::string::npos);
-  EXPECT_NE(text.find("shardline_worker_heartbeat_age_seconds{worker=\"w1\""), std::string::npos);
+  EXPECT_TRUE(
+      Sample(text, "shardline_worker_heartbeat_age_seconds", {"worker=\"w1\"", "node=\"node-a\""})
+          .has_value())
+      << text;
   EXPECT_NE(HttpGet(proc_->metrics_address(), "/other").find("404"), std::string::npos);
 }
 

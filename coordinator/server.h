@@ -110,7 +110,7 @@ class CoordinatorServer {
   std::unique_ptr<CoordinatorCore> core_;
   std::shared_ptr<UserTable> users_;
   std::unique_ptr<CoordinatorService> service_;
-  RpcMetrics rpc_metrics_;
+  CoordinatorMetrics prometheus_;  // RPC counts (its interceptor) and the /metrics text
   std::unique_ptr<MetricsHttpServer> metrics_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
