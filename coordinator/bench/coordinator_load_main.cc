@@ -42,6 +42,7 @@
 #include <sys/socket.h>
 
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -58,13 +59,14 @@
 #include "coordinator/client.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator_core.h"
+#include "coordinator/metrics.h"
 #include "coordinator/planner.h"
 #include "coordinator/testing/coordinator_process.h"
 #include "coordinator/training_series.h"
 #include "proto/coordinator.grpc.pb.h"
 
 ABSL_FLAG(std::string, workers, "1000,10000", "simulated worker counts, comma separated");
-ABSL_FLAG(int32_t, duration_s, 60,
+ABSL_FLAG(int32_t, duration_s, 120,
           "heartbeat time per worker count (split into --phases when --jobs > 0)");
 ABSL_FLAG(int32_t, threads, 32, "client threads issuing heartbeats");
 ABSL_FLAG(int32_t, channels, 8, "gRPC channels the threads share");
@@ -73,7 +75,7 @@ ABSL_FLAG(bool, streams, true,
 ABSL_FLAG(int32_t, jobs, 1000,
           "one-rank running jobs whose rank 0 reports a metrics point a second in every other "
           "phase (0: heartbeats only, one phase)");
-ABSL_FLAG(int32_t, phases, 6, "alternating phases: without reports, with, without, ...");
+ABSL_FLAG(int32_t, phases, 12, "alternating phases: without reports, with, without, ...");
 ABSL_FLAG(int32_t, reporters, 8, "client threads sending the jobs' reports");
 ABSL_FLAG(int32_t, scrape_s, 5, "in the phases with reports, GET /metrics this often (0: never)");
 ABSL_FLAG(int64_t, history_steps, 1000000,
@@ -106,6 +108,13 @@ double SelfCpuSeconds() {
   getrusage(RUSAGE_SELF, &u);
   return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec +
          u.ru_stime.tv_usec / 1e6;
+}
+
+// CPU time of the calling thread: on a shared machine, wall time mostly measures the others.
+double ThreadCpuMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 double Percentile(std::vector<double>& v, double p) {
@@ -274,6 +283,9 @@ shardline::JobSpec LoadJobSpec(const std::string& name) {
   t->set_micro_batch_size(2);
   t->set_log_every(1);
   t->set_eval_batches(1);
+  s.mutable_checkpoint()->set_dir("/ckpt");
+  s.mutable_checkpoint()->set_keep_last(3);
+  s.mutable_device()->set_kind(shardline::DeviceSpec::CPU);
   return s;
 }
 
@@ -377,8 +389,11 @@ struct LoadResult {
   int64_t streams = 0;
   int jobs = 0;  // running one-rank jobs (their STARTs arrived)
   int phases = 1;
-  ConfigResult without;  // even phases
-  ConfigResult with;     // odd phases: reports and scrapes
+  double register_s = 0;     // registering the workers
+  double jobs_start_s = 0;   // submitting the jobs until every START arrived
+  int64_t setup_errors = 0;  // failed registrations and submissions (client side)
+  ConfigResult without;      // even phases
+  ConfigResult with;         // odd phases: reports and scrapes
   std::string error;
 };
 
@@ -395,14 +410,17 @@ LoadResult RunLoad(const std::string& binary, int n_workers) {
              // each have their own.
              absl::StrCat("--grpc_max_concurrent_streams=", n_workers + 1000)};
   if (want_jobs > 0 && scrape_s > 0) po.args.push_back("--metrics_listen=127.0.0.1:0");
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string prefix = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
+                                          "/coordinator_load_", getpid(), "_", n_workers);
   std::string state_dir;
   if (absl::GetFlag(FLAGS_durable)) {
-    const char* tmp = std::getenv("TMPDIR");
-    state_dir = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
-                             "/coordinator_load_state_", getpid(), "_", n_workers);
+    state_dir = prefix + "_state";
     std::filesystem::remove_all(state_dir);
     po.args.push_back(absl::StrCat("--state_dir=", state_dir));
   }
+  po.stderr_path = prefix + ".log";  // a line per registration and job: kept off the table
+  std::cerr << "coordinator log: " << po.stderr_path << "\n";
   auto proc = sc::CoordinatorProcess::Start(po);
   if (!proc.ok()) {
     r.error = proc.status().ToString();
@@ -449,8 +467,8 @@ LoadResult RunLoad(const std::string& binary, int n_workers) {
     }
     for (auto& th : reg) th.join();
   }
-  std::cerr << n_workers << " workers registered in "
-            << absl::FormatDuration(absl::Now() - reg_start) << "\n";
+  r.register_s = absl::ToDoubleSeconds(absl::Now() - reg_start);
+  std::cerr << n_workers << " workers registered in " << r.register_s << " s\n";
   std::unique_ptr<OpenStreams> streams;
   if (absl::GetFlag(FLAGS_streams) || want_jobs > 0) {
     streams = std::make_unique<OpenStreams>((*proc)->address(), ids, credentials);
@@ -474,8 +492,9 @@ LoadResult RunLoad(const std::string& binary, int n_workers) {
     }
     for (auto& th : submitters) th.join();
     started = streams->WaitForStarts(want_jobs, absl::Seconds(60));
-    std::cerr << started.size() << " of " << want_jobs << " jobs started in "
-              << absl::FormatDuration(absl::Now() - submit_start) << "\n";
+    r.jobs_start_s = absl::ToDoubleSeconds(absl::Now() - submit_start);
+    std::cerr << started.size() << " of " << want_jobs << " jobs started in " << r.jobs_start_s
+              << " s\n";
     for (const StartedRank& s : started) {
       shardline::RankStatus* rs = beats[s.worker].add_ranks();
       rs->set_job_id(s.assignment.job_id());
@@ -608,7 +627,8 @@ LoadResult RunLoad(const std::string& binary, int n_workers) {
     c.coordinator_cpu = coord / wall;
     c.tool_cpu = tool / wall;
   }
-  r.without.errors = beat_errors[0].load() + errors.load();  // with registration and submits
+  r.without.errors = beat_errors[0].load();
+  r.setup_errors = errors.load();
   r.with.errors = beat_errors[1].load();
   streams.reset();
   proc->reset();
@@ -687,6 +707,54 @@ std::string HistoryTable(int64_t steps) {
   return out;
 }
 
+// One /metrics render (prometheus-cpp: gauges synced from the core, Collect, TextSerializer) of a
+// core holding `workers` live workers and `jobs` running one-rank jobs that each reported once.
+std::string ScrapeTable(int workers, int jobs) {
+  std::string out = absl::StrFormat(
+      "/metrics rendered in process (CoordinatorMetrics::Render) for %d workers and %d running "
+      "jobs\n",
+      workers, jobs);
+  sc::RealClock clock;
+  sc::CoreOptions o;
+  o.clock = &clock;
+  o.heartbeat_timeout = absl::Hours(1);
+  auto core = sc::CoordinatorCore::Create(o);
+  if (!core.ok()) return absl::StrCat(out, "  error: ", core.status().ToString(), "\n");
+  for (int n = 0; n < workers; ++n) {
+    shardline::RegisterWorkerRequest req;
+    req.set_node_name(absl::StrFormat("node%05d", n));
+    req.set_address("10.0.0.1");
+    for (int k = 0; k < 8; ++k) {
+      auto* slot = req.add_slots();
+      slot->set_kind(shardline::Slot::CPU);
+      slot->set_index(k);
+    }
+    (void)(*core)->RegisterWorker(req);
+  }
+  int running = 0;
+  for (int j = 0; j < jobs; ++j) {
+    auto id = (*core)->SubmitJob(LoadJobSpec(absl::StrCat("load-", j)));
+    if (id.ok() && (*core)->ReportProgress(Report(*id, 1, 1)).ok()) ++running;
+  }
+  sc::CoordinatorMetrics metrics;
+  std::vector<double> ms, cpu_ms;
+  size_t bytes = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const absl::Time t0 = absl::Now();
+    const double c0 = ThreadCpuMs();
+    bytes = metrics.Render(**core).size();
+    cpu_ms.push_back(ThreadCpuMs() - c0);
+    ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+  }
+  const double first_cpu = cpu_ms[0];
+  absl::StrAppend(
+      &out, absl::StrFormat("  %d jobs reporting; %.0f KiB; render %.1f ms CPU, %.1f ms wall "
+                            "(medians of 5; the first, which adds every label set, %.1f ms CPU)\n",
+                            running, bytes / 1024.0, Percentile(cpu_ms, 0.5), Percentile(ms, 0.5),
+                            first_cpu));
+  return out;
+}
+
 }  // namespace
 
 std::string LoadAverage() {
@@ -713,6 +781,16 @@ int main(int argc, char** argv) {
     absl::StrAppend(&report, history, "\n");
   }
   const int jobs = absl::GetFlag(FLAGS_jobs);
+  if (jobs > 0) {
+    int most = 0;
+    for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
+      int n = 0;
+      if (absl::SimpleAtoi(w, &n)) most = std::max(most, n);
+    }
+    const std::string scrape = ScrapeTable(most, jobs);
+    std::cout << scrape << "\n" << std::flush;
+    absl::StrAppend(&report, scrape, "\n");
+  }
   std::string table = absl::StrFormat(
       "heartbeats at 1/s per worker, %ds, %d client threads, %d channels\n",
       absl::GetFlag(FLAGS_duration_s), absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_channels));
@@ -763,6 +841,15 @@ int main(int argc, char** argv) {
                             r.with.p99_ms <= 1.1 * r.without.p99_ms ? " (p99 within 10%)"
                                                                     : " (p99 NOT within 10%)"));
       }
+      absl::StrAppend(
+          &lines, absl::StrFormat("  %8s setup: workers registered in %.1f s", "", r.register_s));
+      if (r.jobs > 0) {
+        absl::StrAppend(&lines, absl::StrFormat("; %d jobs submitted and started in %.1f s", r.jobs,
+                                                r.jobs_start_s));
+      }
+      absl::StrAppend(&lines,
+                      absl::StrFormat("; %d client-side setup errors%s\n", r.setup_errors,
+                                      r.setup_errors > 0 ? " (see stderr for the first)" : ""));
     }
     std::cout << lines << std::flush;
     absl::StrAppend(&table, lines);
