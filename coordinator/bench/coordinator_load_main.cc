@@ -49,6 +49,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -757,6 +759,21 @@ std::string ScrapeTable(int workers, int jobs) {
 
 }  // namespace
 
+// "host, CPU model" of this machine.
+std::string Machine() {
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, model = "unknown CPU";
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "model name")) {
+      model = std::string(absl::StripAsciiWhitespace(line.substr(line.find(':') + 1)));
+      break;
+    }
+  }
+  return absl::StrCat(host, ", ", model);
+}
+
 std::string LoadAverage() {
   std::ifstream in("/proc/loadavg");
   std::string a, b, c;
@@ -768,10 +785,10 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   std::string binary = absl::GetFlag(FLAGS_coordinator);
   if (binary.empty()) binary = DefaultCoordinatorPath(argv[0]);
-  std::string report =
-      absl::StrCat("coordinator load test on ", std::thread::hardware_concurrency(), " cores; ",
-                   absl::FormatTime(absl::Now()), "; load average at start ", LoadAverage(),
-                   " (the coordinator, this tool and anything else running share the cores)\n\n");
+  std::string report = absl::StrCat(
+      "coordinator load test on ", std::thread::hardware_concurrency(), " cores (", Machine(),
+      "); ", absl::FormatTime(absl::Now()), "; load average at start ", LoadAverage(),
+      " (the coordinator, this tool and anything else running share the cores)\n\n");
   absl::StrAppend(&report, PlanningTable(absl::GetFlag(FLAGS_plan_ranks)), "\n");
   absl::StrAppend(&report, ScheduleTable(absl::GetFlag(FLAGS_plan_ranks)), "\n");
   std::cout << report << std::flush;
