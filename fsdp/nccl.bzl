@@ -22,6 +22,7 @@ def nccl_targets():
         deps = [
             ":comm_args",
             ":comm_queue",
+            ":comm_watchdog",
             ":communicator",
             ":comm_groups",
             ":kv_store",
