@@ -286,6 +286,11 @@ absl::Status FsdpEngine::CommAsyncError() const {
 }
 
 absl::Status FsdpEngine::Fail(absl::Status s) {
+  // CUDA: after a watchdog abort the first failure this engine sees may be a later call's
+  // FAILED_PRECONDITION ("broken by an earlier error"); the communicator's own first error
+  // (DEADLINE_EXCEEDED or UNAVAILABLE, naming the collective that failed) is the one to report.
+  // Always OK on the CPU backends, whose Wait returns the error itself.
+  if (absl::Status cause = CommAsyncError(); !cause.ok()) s = cause;
   if (first_error_.ok()) first_error_ = s;
   return s;
 }

@@ -183,7 +183,8 @@ class FsdpEngine : public UnitRunner {
   void AccumulateShardGrad(int unit, const at::Tensor& reduced);
   void DrainOffloadedGrads();
 
-  absl::Status Fail(absl::Status s);  // Records the first error, returns it.
+  // Records the first error and returns it; a communicator's AsyncError takes precedence.
+  absl::Status Fail(absl::Status s);
   // A guard making device_ current (CUDA); empty on the CPU.
   c10::OptionalDeviceGuard DeviceScope() const;
   // The first AsyncError of the shard and replicate communicators (communicator.h), or OK.
