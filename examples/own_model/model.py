@@ -73,7 +73,7 @@ class Block(nn.Module):
 
 
 class TinyDecoder(nn.Module):
-    """Token + position embeddings, n_layer Blocks, a final norm and a head tied to the embedding."""
+    """Token and position embeddings, n_layer Blocks, a final norm, a head tied to the embedding."""
 
     def __init__(self, vocab_size: int = 256, dim: int = 64, n_layer: int = 4, n_head: int = 4,
                  block_size: int = 64):
