@@ -38,6 +38,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/status_macros.h"
+#include "common/testing/temp_dir.h"
 #include "common/torch_status.h"
 #include "coordinator/testing/small_fs.h"
 #include "data/sampler.h"
@@ -48,7 +49,6 @@
 #include "fsdp/tcp_kv_store.h"
 #include "fsdp/testing/process_launcher.h"
 #include "fsdp/testing/tiny_gpt.h"
-#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace shardline::checkpoint {
