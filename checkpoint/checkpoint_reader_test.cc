@@ -17,18 +17,11 @@
 #include "checkpoint/format.h"
 #include "checkpoint/mapped_read_guard.h"
 #include "checkpoint/shard_writer.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace shardline::checkpoint {
 namespace {
-
-std::string TempDir(const std::string& name) {
-  const char* t = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(t != nullptr ? t : "/tmp", "/", name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 // One shard file holding tensor "a" (first, 4096 floats: a page and more) and "b" (after it).
 std::string WriteTwoTensors(const std::string& root) {
@@ -53,7 +46,7 @@ void ExpectTruncatedNaming(const absl::Status& s, const std::string& file,
 }
 
 TEST(CheckpointReader, CopyFromAMappingTruncatedAfterMapElementsIsDataLoss) {
-  const std::string root = TempDir("reader_trunc_copy");
+  const std::string root = FreshTempDir("reader_trunc_copy");
   const std::string file = WriteTwoTensors(root);
   auto r = CheckpointReader::Open(root, -1);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -75,7 +68,7 @@ TEST(CheckpointReader, CopyFromAMappingTruncatedAfterMapElementsIsDataLoss) {
 }
 
 TEST(CheckpointReader, ChecksumPassOverAMappingTruncatedAfterItWasMappedIsDataLoss) {
-  const std::string root = TempDir("reader_trunc_crc");
+  const std::string root = FreshTempDir("reader_trunc_crc");
   const std::string file = WriteTwoTensors(root);
   auto r = CheckpointReader::Open(root, -1);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -85,7 +78,7 @@ TEST(CheckpointReader, ChecksumPassOverAMappingTruncatedAfterItWasMappedIsDataLo
 }
 
 TEST(CheckpointReader, ReadElementsOfAFileTruncatedAfterOpenIsDataLoss) {
-  const std::string root = TempDir("reader_trunc_read");
+  const std::string root = FreshTempDir("reader_trunc_read");
   const std::string file = WriteTwoTensors(root);
   auto r = CheckpointReader::Open(root, -1);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -116,7 +109,7 @@ TEST(GuardMappedReadDeathTest, ASigbusOutsideAGuardedReadStillKillsTheProcess) {
     // tools/sanitize.sh counts every report as a failure.
     GTEST_SKIP() << "the deliberate SIGBUS would be an ASan report";
   }
-  const std::string root = TempDir("reader_trunc_unguarded");
+  const std::string root = FreshTempDir("reader_trunc_unguarded");
   const std::string file = WriteTwoTensors(root);
   EXPECT_EXIT(
       {

@@ -11,18 +11,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace shardline::checkpoint {
 namespace {
-
-std::string TempDir(const std::string& name) {
-  const char* t = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(t != nullptr ? t : "/tmp", "/", name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 // A committed step as far as listing and retention are concerned: step_N/MANIFEST.json.
 void Commit(const std::string& root, int64_t step) {
@@ -60,7 +53,7 @@ TEST(CommitReporter, UnacknowledgedReportDeletesNothing) {
   // to delete the step the coordinator's registry believed latest (3 here) right after the
   // commit of 6. Now nothing is deleted until 6 is acknowledged; the report is retried until
   // its bound and then given up.
-  const std::string root = TempDir("unacknowledged");
+  const std::string root = FreshTempDir("unacknowledged");
   Commit(root, 3);
   Commit(root, 6);
   std::atomic<int> calls{0};
@@ -78,7 +71,7 @@ TEST(CommitReporter, UnacknowledgedReportDeletesNothing) {
 }
 
 TEST(CommitReporter, RefusedReportIsNotRetriedAndDeletesNothing) {
-  const std::string root = TempDir("refused");
+  const std::string root = FreshTempDir("refused");
   Commit(root, 3);
   Commit(root, 6);
   std::atomic<int> calls{0};
@@ -93,7 +86,7 @@ TEST(CommitReporter, RefusedReportIsNotRetriedAndDeletesNothing) {
 }
 
 TEST(CommitReporter, RetentionRunsOnlyAfterTheAcknowledgement) {
-  const std::string root = TempDir("acknowledged");
+  const std::string root = FreshTempDir("acknowledged");
   Commit(root, 3);
   Commit(root, 6);
   std::filesystem::create_directories(StepDir(root, 5));  // An interrupted save's leftovers.
@@ -118,7 +111,7 @@ TEST(CommitReporter, RetentionRunsOnlyAfterTheAcknowledgement) {
 TEST(CommitReporter, AcknowledgedStepSurvivesANewerUnacknowledgedOne) {
   // 6 is acknowledged, 9 is not: keep_last 1 keeps 6 (the registry's latest) and 9; a later
   // acknowledged 12 resumes normal retention.
-  const std::string root = TempDir("newer");
+  const std::string root = FreshTempDir("newer");
   Commit(root, 3);
   Commit(root, 6);
   Commit(root, 9);
@@ -139,7 +132,7 @@ TEST(CommitReporter, AcknowledgedStepSurvivesANewerUnacknowledgedOne) {
 }
 
 TEST(CommitReporter, ReportsRunInCommitOrderOffTheCallersThread) {
-  const std::string root = TempDir("order");
+  const std::string root = FreshTempDir("order");
   absl::Notification release;
   absl::Mutex mu;
   std::vector<int64_t> order;
@@ -162,7 +155,7 @@ TEST(CommitReporter, ReportsRunInCommitOrderOffTheCallersThread) {
 }
 
 TEST(CommitReporter, DestructorAbandonsARetryingReportAtOnce) {
-  const std::string root = TempDir("abandon");
+  const std::string root = FreshTempDir("abandon");
   Commit(root, 3);
   Commit(root, 6);
   CommitReporter::Options o =

@@ -16,18 +16,11 @@
 #include "checkpoint/format.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/shard_writer.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace shardline::checkpoint {
 namespace {
-
-std::string TempDir(const std::string& name) {
-  const char* t = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(t != nullptr ? t : "/tmp", "/", name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 // Records every directory FsyncDir syncs while it lives.
 class SyncLog {
@@ -50,7 +43,7 @@ class SyncLog {
 };
 
 TEST(FsyncDir, MissingDirectoryIsInternalNamingIt) {
-  const std::string missing = TempDir("durable_missing") + "/no/such/dir";
+  const std::string missing = FreshTempDir("durable_missing") + "/no/such/dir";
   absl::Status s = FsyncDir(missing);
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), absl::StrCat("open directory ", missing, ": "))) << s;
@@ -58,7 +51,7 @@ TEST(FsyncDir, MissingDirectoryIsInternalNamingIt) {
 }
 
 TEST(MakeDirsDurable, SyncsTheParentOfEveryDirectoryItCreates) {
-  const std::string root = TempDir("durable_mkdirs");
+  const std::string root = FreshTempDir("durable_mkdirs");
   SyncLog log;
   ASSERT_TRUE(MakeDirsDurable(root + "/a/b/").ok());
   EXPECT_TRUE(std::filesystem::is_directory(root + "/a/b"));
@@ -68,7 +61,7 @@ TEST(MakeDirsDurable, SyncsTheParentOfEveryDirectoryItCreates) {
 }
 
 TEST(MakeDirsDurable, PathUnderARegularFileIsInternalNamingIt) {
-  const std::string root = TempDir("durable_file_in_way");
+  const std::string root = FreshTempDir("durable_file_in_way");
   std::ofstream(root + "/f") << "x";
   absl::Status s = MakeDirsDurable(root + "/f/step_1");
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
@@ -76,7 +69,7 @@ TEST(MakeDirsDurable, PathUnderARegularFileIsInternalNamingIt) {
 }
 
 TEST(RenameDurable, MissingSourceIsInternalNamingBothPaths) {
-  const std::string root = TempDir("durable_rename");
+  const std::string root = FreshTempDir("durable_rename");
   SyncLog log;
   absl::Status s = RenameDurable(root + "/from", root + "/to");
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
@@ -90,7 +83,7 @@ TEST(RenameDurable, MissingSourceIsInternalNamingBothPaths) {
 }
 
 TEST(WriteFileAtomic, SyncsTheDirectoryAndLeavesNoTempFileOnFailure) {
-  const std::string root = TempDir("durable_atomic");
+  const std::string root = FreshTempDir("durable_atomic");
   SyncLog log;
   ASSERT_TRUE(WriteFileAtomic(root + "/x.json", "{}").ok());
   EXPECT_EQ(log.Take(), (std::vector<std::string>{root}));
@@ -108,7 +101,7 @@ TEST(WriteFileAtomic, SyncsTheDirectoryAndLeavesNoTempFileOnFailure) {
 // the root after creating step_N/ and again after the commit, and the step directory after each
 // file it renames into place.
 TEST(DurableNames, CheckpointSaveSyncsTheRootAndTheStepDirectoryAtEachCommitPoint) {
-  const std::string root = TempDir("durable_save") + "/ckpt";
+  const std::string root = FreshTempDir("durable_save") + "/ckpt";
   const std::string step = StepDir(root, 5);
   const float v[4] = {1, 2, 3, 4};
   SyncLog log;
@@ -124,7 +117,7 @@ TEST(DurableNames, CheckpointSaveSyncsTheRootAndTheStepDirectoryAtEachCommitPoin
 }
 
 TEST(DurableNames, SafetensorsExportSyncsTheTargetDirectory) {
-  const std::string dir = TempDir("durable_export");
+  const std::string dir = FreshTempDir("durable_export");
   SyncLog log;
   ASSERT_TRUE(WriteSafetensors(dir + "/m.safetensors", {{"w", "F32", {1}, "abcd"}}, {}).ok());
   EXPECT_EQ(log.Take(), (std::vector<std::string>{dir}));

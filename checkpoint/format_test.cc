@@ -16,18 +16,11 @@
 #include "checkpoint/format.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/shard_writer.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace shardline::checkpoint {
 namespace {
-
-std::string TempDir(const std::string& name) {
-  const char* t = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(t != nullptr ? t : "/tmp", "/", name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 TEST(Crc32c, MatchesTheStandardCheckValue) {
   EXPECT_EQ(Crc32c("123456789", 9), 0xE3069283u);  // RFC 3720's CRC32C check value.
@@ -72,7 +65,7 @@ void WriteTiny(const std::string& root, int64_t step) {
 }
 
 TEST(ShardWriter, RoundTripThroughTheReader) {
-  const std::string root = TempDir("roundtrip");
+  const std::string root = FreshTempDir("roundtrip");
   WriteTiny(root, 3);
   auto r = CheckpointReader::Open(root, -1);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -86,7 +79,7 @@ TEST(ShardWriter, RoundTripThroughTheReader) {
 }
 
 TEST(ShardWriter, CommitWaitsForEveryShardAndNamesTheMissingOne) {
-  const std::string root = TempDir("missing_writer");
+  const std::string root = FreshTempDir("missing_writer");
   const std::string dir = StepDir(root, 1);
   const float v[2] = {1, 2};
   ASSERT_TRUE(WriteShard(dir, 0, "new", {{"w", {2}, 0, 1, v}}).ok());
@@ -101,7 +94,7 @@ TEST(ShardWriter, CommitWaitsForEveryShardAndNamesTheMissingOne) {
 }
 
 TEST(ShardWriter, CommitWaitingForWritersCanBeCancelled) {
-  const std::string root = TempDir("cancel");
+  const std::string root = FreshTempDir("cancel");
   const std::string dir = StepDir(root, 1);
   const float v[1] = {1};
   ASSERT_TRUE(WriteShard(dir, 0, "id", {{"w", {2}, 0, 1, v}}).ok());
@@ -114,7 +107,7 @@ TEST(ShardWriter, CommitWaitingForWritersCanBeCancelled) {
 }
 
 TEST(Retention, KeepsTheLastKAndRemovesSupersededPartials) {
-  const std::string root = TempDir("retention");
+  const std::string root = FreshTempDir("retention");
   for (int64_t step : {1, 2, 3, 5}) WriteTiny(root, step);
   std::filesystem::create_directories(StepDir(root, 4));  // Interrupted save, older than 5.
   std::filesystem::create_directories(StepDir(root, 6));  // In progress, newer: kept.
@@ -133,7 +126,7 @@ TEST(Retention, KeepsTheLastKAndRemovesSupersededPartials) {
 TEST(Retention, NeverTouchesStepsAboveTheAcknowledgedOne) {
   // Issue #21 item 2: retention runs after the coordinator acknowledged step up_to. Newer
   // committed steps (not acknowledged yet) count for nothing and stay, and so does up_to itself.
-  const std::string root = TempDir("retention_bound");
+  const std::string root = FreshTempDir("retention_bound");
   for (int64_t step : {3, 6, 9, 12}) WriteTiny(root, step);
   std::filesystem::create_directories(StepDir(root, 5));   // Interrupted, older than 6: removed.
   std::filesystem::create_directories(StepDir(root, 10));  // Above the bound: kept.
@@ -149,7 +142,7 @@ TEST(Retention, NeverTouchesStepsAboveTheAcknowledgedOne) {
 }
 
 TEST(ResolveStep, NamedStepMustBeCommitted) {
-  const std::string root = TempDir("resolve");
+  const std::string root = FreshTempDir("resolve");
   EXPECT_EQ(ResolveStep(root, -1).status().code(), absl::StatusCode::kNotFound);
   WriteTiny(root, 2);
   EXPECT_EQ(*ResolveStep(root, -1), 2);
@@ -160,7 +153,7 @@ TEST(ResolveStep, NamedStepMustBeCommitted) {
 }
 
 TEST(Safetensors, ExportOfACheckpointReadsBack) {
-  const std::string root = TempDir("st");
+  const std::string root = FreshTempDir("st");
   WriteTiny(root, 4);
   const std::string out = root + "/model.safetensors";
   ASSERT_TRUE(ExportSafetensors(root, -1, out).ok());
@@ -184,7 +177,7 @@ TEST(Safetensors, ExportOfACheckpointReadsBack) {
 }
 
 TEST(Safetensors, MalformedFileIsDataLoss) {
-  const std::string root = TempDir("st_bad");
+  const std::string root = FreshTempDir("st_bad");
   const std::string path = root + "/bad.safetensors";
   const std::string bytes("\x10\0\0\0\0\0\0\0{not json}      ", 24);
   std::ofstream(path, std::ios::binary) << bytes;

@@ -15,18 +15,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/safetensors.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace shardline::checkpoint {
 namespace {
-
-std::string TempDir(const std::string& name) {
-  const char* t = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(t != nullptr ? t : "/tmp", "/", name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 std::string LengthPrefix(uint64_t n) {
   std::string out(8, '\0');
@@ -50,7 +43,7 @@ struct HostileCase {
 };
 
 TEST(SafetensorsReader, RefusesHostileHeadersWithDataLossNamingFileAndField) {
-  const std::string dir = TempDir("st_hostile");
+  const std::string dir = FreshTempDir("st_hostile");
   const std::vector<HostileCase> cases = {
       {"negative dimension", R"({"w":{"dtype":"F32","shape":[-2,3],"data_offsets":[0,24]}})", 24,
        "tensor w: field shape[0] is -2 (dimensions must be non-negative integers"},
@@ -114,7 +107,7 @@ TEST(SafetensorsReader, RefusesHostileHeadersWithDataLossNamingFileAndField) {
 // With several defects the first tensor by name is reported, every time (protobuf's map
 // iterates in an order that changes between parses; found by //fuzz:safetensors_fuzzer).
 TEST(SafetensorsReader, ErrorWithSeveralDefectsNamesTheFirstTensorByNameEveryTime) {
-  const std::string dir = TempDir("st_order");
+  const std::string dir = FreshTempDir("st_order");
   std::string header = "{";
   for (char c = 'z'; c >= 'a'; --c) {
     absl::StrAppend(&header, c == 'z' ? "" : ",", "\"", std::string(1, c),
@@ -130,7 +123,7 @@ TEST(SafetensorsReader, ErrorWithSeveralDefectsNamesTheFirstTensorByNameEveryTim
 }
 
 TEST(SafetensorsReader, RefusesMoreThanTheDimensionLimit) {
-  const std::string dir = TempDir("st_dims");
+  const std::string dir = FreshTempDir("st_dims");
   std::string shape = "1";
   for (int i = 1; i <= kMaxSafetensorsDims; ++i) shape += ",1";
   const std::string path = WriteRaw(
@@ -144,7 +137,7 @@ TEST(SafetensorsReader, RefusesMoreThanTheDimensionLimit) {
 }
 
 TEST(SafetensorsReader, RefusesHeaderLengthsPastTheEndOrOverTheLimit) {
-  const std::string dir = TempDir("st_len");
+  const std::string dir = FreshTempDir("st_len");
   const std::string past = dir + "/past";
   std::ofstream(past, std::ios::binary) << LengthPrefix(~uint64_t{0}) << "{}";
   absl::Status s = SafetensorsReader::Open(past).status();
@@ -177,7 +170,7 @@ TEST(SafetensorsReader, RefusesHeaderLengthsPastTheEndOrOverTheLimit) {
 }
 
 TEST(SafetensorsReader, ReadsEachTensorAndRoundTripsThroughTheWriter) {
-  const std::string dir = TempDir("st_ok");
+  const std::string dir = FreshTempDir("st_ok");
   const std::string path = dir + "/ok.safetensors";
   std::vector<SafetensorsTensor> in = {{"b", "BF16", {3}, std::string("\1\2\3\4\5\6", 6)},
                                        {"a", "F32", {2, 2}, std::string(16, '\7')},
@@ -205,7 +198,7 @@ TEST(SafetensorsReader, ReadsEachTensorAndRoundTripsThroughTheWriter) {
 }
 
 TEST(SafetensorsReader, FileTruncatedAfterOpenIsDataLossNamingFileAndTensor) {
-  const std::string dir = TempDir("st_trunc");
+  const std::string dir = FreshTempDir("st_trunc");
   const std::string path = dir + "/t.safetensors";
   ASSERT_TRUE(WriteSafetensors(path, {{"w", "F32", {4}, std::string(16, '\1')}}, {}).ok());
   auto r = SafetensorsReader::Open(path);

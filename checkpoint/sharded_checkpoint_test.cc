@@ -38,6 +38,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/status_macros.h"
+#include "common/testing/temp_dir.h"
 #include "common/torch_status.h"
 #include "coordinator/testing/small_fs.h"
 #include "data/sampler.h"
@@ -341,14 +342,6 @@ std::string SelfPath() {
   return n > 0 ? std::string(buf, n) : std::string();
 }
 
-std::string TempDir(const std::string& name) {
-  const char* t = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(t != nullptr ? t : "/tmp", "/", name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
 std::map<int, double> ReadLosses(const std::string& path) {
   std::map<int, double> out;
   std::ifstream in(path);
@@ -371,7 +364,7 @@ RunRanksResult Launch(int world, const std::vector<std::string>& args) {
 class ReshardTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = new std::string(TempDir("reshard"));
+    root_ = new std::string(FreshTempDir("reshard"));
     RunRanksResult r = Launch(
         4, {"--strategy=FULL_SHARD", "--dir=" + *root_ + "/ckpt", "--steps_to=9", "--save_at=4,8,9",
             "--async_at=2,6", "--keep_last=4", "--losses_out=" + *root_ + "/ref.txt",
@@ -496,7 +489,7 @@ TEST_F(ReshardTest, ImportFromSafetensorsStartsFromThoseWeights) {
 }
 
 TEST(CrashDuringSave, KilledWriterLeavesThePreviousCheckpointAndNoListedPartialOne) {
-  const std::string root = TempDir("crash");
+  const std::string root = FreshTempDir("crash");
   // Save 0 (after step 2) completes; at save 1 (after step 4) shard 1's writer dies before
   // writing; rank 0 writes its shard and then gives up waiting for shard 1.
   RunRanksResult r =
@@ -523,7 +516,7 @@ TEST(CrashDuringSave, KilledWriterLeavesThePreviousCheckpointAndNoListedPartialO
 class CorruptionTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = new std::string(TempDir("corrupt"));
+    root_ = new std::string(FreshTempDir("corrupt"));
     RunRanksResult r = Launch(
         2, {"--strategy=FULL_SHARD", "--dir=" + *root_ + "/good", "--steps_to=1", "--save_at=1"});
     RunRanksResult other = Launch(2, {"--strategy=FULL_SHARD", "--dir=" + *root_ + "/other",
@@ -654,7 +647,7 @@ WorkerArgs InProcess(const std::string& dir, int steps_to) {
 }
 
 TEST(InProcessCheckpoint, SgdMomentumResumesExactly) {
-  const std::string dir = TempDir("sgd");
+  const std::string dir = FreshTempDir("sgd");
   WorkerOutcome ref, first, resumed;
   ASSERT_TRUE(RunWorkerImpl(InProcess(dir + "/ref", 5), &ref).ok());
   WorkerArgs a = InProcess(dir + "/ckpt", 3);
@@ -675,7 +668,7 @@ TEST(InProcessCheckpoint, SgdMomentumResumesExactly) {
 }
 
 TEST(InProcessCheckpoint, AnotherOptimizersCheckpointIsRefused) {
-  const std::string dir = TempDir("optkind");
+  const std::string dir = FreshTempDir("optkind");
   WorkerArgs a = InProcess(dir, 1);
   a.save_at = {1};
   WorkerOutcome o;
@@ -698,7 +691,7 @@ std::string FileBytes(const std::string& path) {
 TEST(InProcessCheckpoint, AnotherJobsCheckpointIsNeitherResumedNorOverwritten) {
   // Issue #21 item 1: a new job with a reused id resumed, un-committed and overwrote the old
   // job's steps. The manifest records the job; a Checkpointer of another job refuses both.
-  const std::string dir = TempDir("other_job");
+  const std::string dir = FreshTempDir("other_job");
   WorkerArgs a = InProcess(dir, 2);
   a.job_id = "job-old";
   a.attempt = 3;
@@ -752,7 +745,7 @@ TEST(InProcessCheckpoint, RetentionRunsOnlyAfterTheCoordinatorAcknowledgedTheCom
   // keep_last 1; the report of step 4 is never acknowledged (the coordinator is down for it),
   // those of 2 and 6 are. Step 2, the acknowledged one, outlives the commit of 4; 4 deletes
   // nothing; the acknowledgement of 6 resumes retention.
-  const std::string dir = TempDir("ack_order");
+  const std::string dir = FreshTempDir("ack_order");
   absl::Mutex mu;
   std::map<int64_t, std::vector<std::vector<int64_t>>> seen;  // step -> committed at each try
   WorkerArgs a = InProcess(dir, 6);
@@ -781,7 +774,7 @@ TEST(InProcessCheckpoint, RetentionRunsOnlyAfterTheCoordinatorAcknowledgedTheCom
 }
 
 TEST(InProcessCheckpoint, NoAcknowledgementMeansNoRetentionAndTrainingGoesOn) {
-  const std::string dir = TempDir("no_ack");
+  const std::string dir = FreshTempDir("no_ack");
   WorkerArgs a = InProcess(dir, 4);
   a.save_at = {2, 4};
   a.keep_last = 1;
@@ -805,7 +798,7 @@ TEST(InProcessCheckpoint, FullDiskFailsTheSaveNamingTheFileAndKeepsThePreviousCh
   // committed, byte for byte, and loads; nothing of the failed step is committed or left in a
   // temporary file. Training stops with that error (the trainer exits with it; under the
   // coordinator the attempt fails and restarts from the previous checkpoint).
-  const std::string sizing = TempDir("enospc_size");
+  const std::string sizing = FreshTempDir("enospc_size");
   WorkerArgs probe = InProcess(sizing, 1);
   probe.save_at = {1};
   WorkerOutcome o;
@@ -857,7 +850,7 @@ TEST(InProcessCheckpoint, FullDiskFailsTheSaveNamingTheFileAndKeepsThePreviousCh
 }
 
 TEST(InProcessCheckpoint, SafetensorsLackingAParameterIsRefused) {
-  const std::string dir = TempDir("st_missing");
+  const std::string dir = FreshTempDir("st_missing");
   const std::string path = dir + "/partial.safetensors";
   ASSERT_TRUE(WriteSafetensors(path, {{"wte.weight", "F32", {1}, std::string(4, '\0')}}, {}).ok());
   WorkerArgs a = InProcess(dir, 1);

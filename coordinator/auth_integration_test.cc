@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "coordinator/client.h"
 #include "coordinator/testing/coordinator_process.h"
+#include "coordinator/testing/test_jobs.h"
 #include "gtest/gtest.h"
 
 namespace shardline::coordinator {
@@ -28,10 +29,6 @@ constexpr char kAlice[] = "alice-token-0123456789";
 constexpr char kBob[] = "bob-token-0123456789";
 constexpr char kRoot[] = "root-token-0123456789";
 
-std::string TmpPath(const std::string& name) {
-  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-}
-
 // Writes `text` to `path` with `mode` through a rename, as an editor or config tool would.
 void WriteFile(const std::string& path, const std::string& text, mode_t mode = 0600) {
   const std::string tmp = path + ".tmp";
@@ -41,60 +38,6 @@ void WriteFile(const std::string& path, const std::string& text, mode_t mode = 0
   close(fd);
   ASSERT_EQ(chmod(tmp.c_str(), mode), 0);
   ASSERT_EQ(rename(tmp.c_str(), path.c_str()), 0);
-}
-
-// A minimal spec that passes spec::Validate (the coordinator does not check files).
-JobSpec Spec(const std::string& name, int max_restarts = 0) {
-  JobSpec s;
-  s.set_name(name);
-  s.set_world_size(1);
-  ModelSpec* m = s.mutable_model();
-  m->set_architecture(ModelSpec::GPT);
-  m->set_n_embd(32);
-  m->set_n_layer(1);
-  m->set_n_head(2);
-  m->set_vocab_size(256);
-  m->set_block_size(16);
-  DataSpec* d = s.mutable_data();
-  d->set_path("/data/on/the/workers.txt");
-  d->set_format(DataSpec::TEXT);
-  d->set_val_fraction(0.1f);
-  d->set_seq_len(16);
-  OptimizerSpec* o = s.mutable_optimizer();
-  o->set_kind(OptimizerSpec::ADAMW);
-  o->set_lr(1e-3);
-  o->set_beta1(0.9);
-  o->set_beta2(0.95);
-  o->set_eps(1e-8);
-  o->set_min_lr(1e-3);
-  FsdpSpec* f = s.mutable_fsdp();
-  f->set_sharding_strategy(FsdpSpec::FULL_SHARD);
-  f->set_auto_wrap_policy(FsdpSpec::TRANSFORMER_BLOCK);
-  f->set_backward_prefetch(FsdpSpec::BACKWARD_PRE);
-  f->set_collective_timeout_s(60);
-  TrainSpec* t = s.mutable_train();
-  t->set_steps(10);
-  t->set_global_batch_size(2);
-  t->set_micro_batch_size(2);
-  t->set_log_every(1);
-  t->set_eval_batches(1);
-  s.mutable_checkpoint()->set_dir("/ckpt");
-  s.mutable_checkpoint()->set_keep_last(3);
-  s.mutable_restart()->set_max_restarts(max_restarts);
-  s.mutable_device()->set_kind(DeviceSpec::CPU);
-  return s;
-}
-
-RegisterWorkerRequest WorkerReq(const std::string& node, int slots) {
-  RegisterWorkerRequest r;
-  r.set_node_name(node);
-  r.set_address("127.0.0.1");
-  for (int i = 0; i < slots; ++i) {
-    Slot* s = r.add_slots();
-    s->set_kind(Slot::CPU);
-    s->set_index(i);
-  }
-  return r;
 }
 
 // A daemon stand-in: heartbeats (with the rank statuses the test sets) and collects the
@@ -189,13 +132,13 @@ class AuthIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    users_file_ = TmpPath(name + ".users");
+    users_file_ = TestTmpPath(name + ".users");
     WriteFile(users_file_, absl::StrCat("# name token [admin]\n", "alice ", kAlice, "\n", "bob ",
                                         kBob, "   # a comment\n", "root ", kRoot, " admin\n"));
     CoordinatorProcess::Options o;
     o.binary = CoordinatorBinaryPath();
     o.args = {"--listen=127.0.0.1:0",
-              absl::StrCat("--state_dir=", TmpPath(name + ".state")),
+              absl::StrCat("--state_dir=", TestTmpPath(name + ".state")),
               "--heartbeat_interval_ms=100",
               "--heartbeat_timeout_ms=3000",
               "--tick_ms=50",
@@ -210,7 +153,7 @@ class AuthIntegrationTest : public ::testing::Test {
     root_ = Client(kRoot);
     ASSERT_TRUE(alice_->WaitForReady(absl::Seconds(10)).ok());
     join_ = Client(kJoinToken);
-    auto reg = join_->RegisterWorker(WorkerReq("node-a", 2));
+    auto reg = join_->RegisterWorker(TestWorkerRequest("node-a", 2));
     ASSERT_TRUE(reg.ok()) << reg.status();
     reg_a_ = *reg;
     daemon_ = std::make_unique<FakeDaemon>(proc_->address(), reg_a_);
@@ -291,12 +234,12 @@ TEST_F(AuthIntegrationTest, RegisterWorkerIssuesACredentialListWorkersNeverShows
 }
 
 TEST_F(AuthIntegrationTest, ForgedHeartbeatForAnotherWorkerIsPermissionDenied) {
-  auto [job, start] = StartJob(alice_.get(), Spec("victim"));
+  auto [job, start] = StartJob(alice_.get(), TestJobSpec("victim"));
   const std::string before = Fingerprint(Job(job));
   // Worker b, with the join token and its own credential, heartbeats as worker a with no ranks
   // (which would fail a's job with RANK_LOST) and as a with a's rank EXITED 0 (SUCCEEDED).
   auto b = Client(kJoinToken);
-  auto reg_b = b->RegisterWorker(WorkerReq("node-b", 1));
+  auto reg_b = b->RegisterWorker(TestWorkerRequest("node-b", 1));
   ASSERT_TRUE(reg_b.ok()) << reg_b.status();
   HeartbeatRequest forged;
   forged.set_worker_id(reg_a_.worker_id());
@@ -324,7 +267,7 @@ TEST_F(AuthIntegrationTest, ForgedHeartbeatForAnotherWorkerIsPermissionDenied) {
 
 TEST_F(AuthIntegrationTest, StreamHijackWithAnotherWorkersIdIsRefused) {
   auto b = Client(kJoinToken);
-  RegisterWorkerRequest gpu = WorkerReq("node-b", 1);
+  RegisterWorkerRequest gpu = TestWorkerRequest("node-b", 1);
   gpu.mutable_slots(0)->set_kind(Slot::CUDA);  // CPU jobs go to a
   ASSERT_TRUE(b->RegisterWorker(gpu).ok());
   ExpectStatus(b->StreamAssignments(
@@ -332,14 +275,14 @@ TEST_F(AuthIntegrationTest, StreamHijackWithAnotherWorkersIdIsRefused) {
                absl::StatusCode::kPermissionDenied,
                "worker credential does not match worker " + reg_a_.worker_id());
   // a's own stream still gets its work.
-  auto [job, start] = StartJob(alice_.get(), Spec("after-hijack"));
+  auto [job, start] = StartJob(alice_.get(), TestJobSpec("after-hijack"));
   EXPECT_EQ(start.job_id(), job);
   ExpectServing();
 }
 
 TEST_F(AuthIntegrationTest, ReregistrationIssuesANewCredentialAndTheOldOneStopsWorking) {
   auto again = Client(kJoinToken);
-  auto reg = again->RegisterWorker(WorkerReq("node-a", 2));
+  auto reg = again->RegisterWorker(TestWorkerRequest("node-a", 2));
   ASSERT_TRUE(reg.ok()) << reg.status();
   EXPECT_EQ(reg->worker_id(), reg_a_.worker_id());
   EXPECT_NE(reg->worker_credential(), reg_a_.worker_credential());
@@ -355,22 +298,22 @@ TEST_F(AuthIntegrationTest, ReregistrationIssuesANewCredentialAndTheOldOneStopsW
 }
 
 TEST_F(AuthIntegrationTest, AttemptCredentialMayOnlyReportAndRendezvous) {
-  auto [job, start] = StartJob(alice_.get(), Spec("trainer"));
+  auto [job, start] = StartJob(alice_.get(), TestJobSpec("trainer"));
   const std::string credential = start.rendezvous_secret();
   const JobStatus before = Job(job);
   auto trainer = Client(credential);
   const std::string what =
       absl::StrCat("an attempt credential (job ", job, " attempt 1) may only call ReportProgress");
-  ExpectStatus(trainer->SubmitJob(Spec("from-a-trainer")).status(),
+  ExpectStatus(trainer->SubmitJob(TestJobSpec("from-a-trainer")).status(),
                absl::StatusCode::kPermissionDenied, what);
-  ExpectStatus(trainer->SubmitJob(Spec("from-a-trainer")).status(),
+  ExpectStatus(trainer->SubmitJob(TestJobSpec("from-a-trainer")).status(),
                absl::StatusCode::kPermissionDenied, "SubmitJob needs a user token");
   ExpectStatus(trainer->CancelJob(job), absl::StatusCode::kPermissionDenied, what);
   ExpectStatus(trainer->ListJobs().status(), absl::StatusCode::kPermissionDenied, what);
   ExpectStatus(trainer->ListCheckpoints(job).status(), absl::StatusCode::kPermissionDenied, what);
   ExpectStatus(trainer->WatchJob(job, [](const JobStatus&) { return true; }),
                absl::StatusCode::kPermissionDenied, what);
-  ExpectStatus(trainer->RegisterWorker(WorkerReq("rogue", 1)).status(),
+  ExpectStatus(trainer->RegisterWorker(TestWorkerRequest("rogue", 1)).status(),
                absl::StatusCode::kPermissionDenied, "RegisterWorker needs the worker join token");
   HeartbeatRequest hb;
   hb.set_worker_id(reg_a_.worker_id());
@@ -392,8 +335,8 @@ TEST_F(AuthIntegrationTest, AttemptCredentialMayOnlyReportAndRendezvous) {
 }
 
 TEST_F(AuthIntegrationTest, ReportForAnotherJobOrAttemptWithAValidCredentialIsRefused) {
-  auto [a, start_a] = StartJob(alice_.get(), Spec("a"));
-  auto [b, start_b] = StartJob(bob_.get(), Spec("b"));
+  auto [a, start_a] = StartJob(alice_.get(), TestJobSpec("a"));
+  auto [b, start_b] = StartJob(bob_.get(), TestJobSpec("b"));
   const JobStatus b_before = Job(b);
   auto trainer_a = Client(start_a.rendezvous_secret());
   ExpectStatus(trainer_a->ReportProgress(Progress(b, 1, 0, 9)), absl::StatusCode::kPermissionDenied,
@@ -419,7 +362,8 @@ TEST_F(AuthIntegrationTest, ReportForAnotherJobOrAttemptWithAValidCredentialIsRe
 }
 
 TEST_F(AuthIntegrationTest, ForgedCheckpointWithoutTheAttemptCredentialIsRefused) {
-  auto [job, start] = StartJob(alice_.get(), Spec("resumable", /*max_restarts=*/1));
+  auto [job, start] =
+      StartJob(alice_.get(), TestJobSpec("resumable", /*world_size=*/1, /*max_restarts=*/1));
   const std::string before = Fingerprint(Job(job));
   const CheckpointReport forged = Checkpoint(job, 1, 1000000000000);
   ExpectStatus(join_->ReportCheckpoint(forged), absl::StatusCode::kUnauthenticated,
@@ -438,7 +382,8 @@ TEST_F(AuthIntegrationTest, ForgedCheckpointWithoutTheAttemptCredentialIsRefused
 }
 
 TEST_F(AuthIntegrationTest, CredentialOfAnEndedAttemptStopsWorking) {
-  auto [job, start] = StartJob(alice_.get(), Spec("restarts", /*max_restarts=*/1));
+  auto [job, start] =
+      StartJob(alice_.get(), TestJobSpec("restarts", /*world_size=*/1, /*max_restarts=*/1));
   auto attempt1 = Client(start.rendezvous_secret());
   ASSERT_TRUE(attempt1->ReportCheckpoint(Checkpoint(job, 1, 5)).ok());
   daemon_->Exit(job, 1, 1);  // rank 0 fails: attempt 2 starts from step 5
@@ -467,7 +412,7 @@ TEST_F(AuthIntegrationTest, CredentialOfAnEndedAttemptStopsWorking) {
 }
 
 TEST_F(AuthIntegrationTest, OnlyTheOwnerOrAnAdminMayCancelOrReadCheckpoints) {
-  auto [job, start] = StartJob(alice_.get(), Spec("alices"));
+  auto [job, start] = StartJob(alice_.get(), TestJobSpec("alices"));
   ASSERT_TRUE(Client(start.rendezvous_secret())->ReportCheckpoint(Checkpoint(job, 1, 4)).ok());
   EXPECT_EQ(Job(job).owner(), "alice");
   const std::string before = Fingerprint(Job(job));
@@ -497,7 +442,7 @@ TEST_F(AuthIntegrationTest, OnlyTheOwnerOrAnAdminMayCancelOrReadCheckpoints) {
   ASSERT_TRUE(root_->CancelJob(job, "admin").ok());
   EXPECT_EQ(Job(job).state(), CANCELLED);
   // The owner cancels her own.
-  auto own = alice_->SubmitJob(Spec("own"));
+  auto own = alice_->SubmitJob(TestJobSpec("own"));
   ASSERT_TRUE(own.ok());
   EXPECT_TRUE(alice_->CancelJob(*own).ok());
   EXPECT_EQ(Job(*own).state(), CANCELLED);
@@ -528,7 +473,7 @@ TEST_F(AuthIntegrationTest, WhoAmINamesTheUserAdminAndCredentialKind) {
 }
 
 TEST_F(AuthIntegrationTest, UsersFileReloadsAndABadEditKeepsTheOldUsers) {
-  auto [job, start] = StartJob(alice_.get(), Spec("survives-reloads"));
+  auto [job, start] = StartJob(alice_.get(), TestJobSpec("survives-reloads"));
   auto carol = Client("carol-token-0123456789");
   ExpectStatus(carol->WhoAmI().status(), absl::StatusCode::kUnauthenticated, "wrong token");
   // Carol added, bob removed, alice made an admin.
@@ -565,11 +510,11 @@ TEST_F(AuthIntegrationTest, UsersFileReloadsAndABadEditKeepsTheOldUsers) {
 }
 
 TEST(AuthStartup, UsersFileWithOpenModeOrWithoutWorkerTokenIsRefused) {
-  const std::string users = TmpPath("open.users");
+  const std::string users = TestTmpPath("open.users");
   WriteFile(users, absl::StrCat("alice ", kAlice, "\n"), 0640);
   CoordinatorProcess::Options o;
   o.binary = CoordinatorBinaryPath();
-  o.stderr_path = TmpPath("open.stderr");
+  o.stderr_path = TestTmpPath("open.stderr");
   o.args = {"--listen=127.0.0.1:0", "--users_file=" + users,
             absl::StrCat("--worker_token=", kJoinToken)};
   auto p = CoordinatorProcess::Start(o);
@@ -586,7 +531,7 @@ TEST(AuthStartup, UsersFileWithOpenModeOrWithoutWorkerTokenIsRefused) {
 TEST(AuthStartup, OffLoopbackTheWorkerTokenMustBeSetAndNoUsers) {
   CoordinatorProcess::Options o;
   o.binary = CoordinatorBinaryPath();
-  o.stderr_path = TmpPath("shared.stderr");
+  o.stderr_path = TestTmpPath("shared.stderr");
   o.args = {"--listen=0.0.0.0:0", "--token=same-token", "--worker_token=same-token"};
   auto p = CoordinatorProcess::Start(o);
   ASSERT_FALSE(p.ok());

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/rank_tracker.h"
 #include "coordinator/testing/fake_clock.h"
 #include "coordinator/testing/small_fs.h"
 #include "fsdp/layout.h"
@@ -38,6 +39,19 @@ RegisterWorkerRequest Worker(const std::string& node, int slots) {
     s->set_index(i);
   }
   return r;
+}
+
+// A heartbeat of `worker` that lists one rank of (job, attempt) in `state`.
+HeartbeatRequest RankBeat(const std::string& worker, const std::string& job, int attempt, int rank,
+                          RankStatus::State state) {
+  HeartbeatRequest hb;
+  hb.set_worker_id(worker);
+  RankStatus* rs = hb.add_ranks();
+  rs->set_job_id(job);
+  rs->set_attempt(attempt);
+  rs->set_rank(rank);
+  rs->set_state(state);
+  return hb;
 }
 
 class CoreTest : public ::testing::Test {
@@ -76,15 +90,9 @@ class CoreTest : public ::testing::Test {
   }
   void Exit(const std::string& worker, const std::string& job, int attempt, int rank, int code,
             const std::string& tail = "") {
-    HeartbeatRequest hb;
-    hb.set_worker_id(worker);
-    RankStatus* rs = hb.add_ranks();
-    rs->set_job_id(job);
-    rs->set_attempt(attempt);
-    rs->set_rank(rank);
-    rs->set_state(RankStatus::EXITED);
-    rs->set_exit_code(code);
-    rs->set_log_tail(tail);
+    HeartbeatRequest hb = RankBeat(worker, job, attempt, rank, RankStatus::EXITED);
+    hb.mutable_ranks(0)->set_exit_code(code);
+    hb.mutable_ranks(0)->set_log_tail(tail);
     auto resp = core_->Heartbeat(hb);
     ASSERT_TRUE(resp.ok());
     EXPECT_FALSE(resp->reregister());
@@ -296,13 +304,7 @@ TEST_F(CoreTest, SlotOfAStoppedRankIsFreedWhenItsWorkerStopsListingItOrDies) {
   ASSERT_EQ(core_->GetJob(*job)->state(), RUNNING);
   for (const std::string& w : {a, b}) {
     const int rank = core_->GetJob(*job)->placement(0).worker_id() == w ? 0 : 1;
-    HeartbeatRequest hb;
-    hb.set_worker_id(w);
-    RankStatus* rs = hb.add_ranks();
-    rs->set_job_id(*job);
-    rs->set_attempt(1);
-    rs->set_rank(rank);
-    rs->set_state(RankStatus::RUNNING);
+    const HeartbeatRequest hb = RankBeat(w, *job, 1, rank, RankStatus::RUNNING);
     ASSERT_TRUE(core_->Heartbeat(hb).ok());
   }
   ASSERT_TRUE(core_->CancelJob(*job, "").ok());
@@ -328,13 +330,9 @@ TEST_F(CoreTest, WorkerLostWhileItsStoppedRanksHoldSlotsIsNotedAndTheJobRestarts
   auto job = core_->SubmitJob(spec);
   ASSERT_EQ(core_->GetJob(*job)->state(), RUNNING);
   for (const std::string& w : {a, b}) {
-    HeartbeatRequest hb;
-    hb.set_worker_id(w);
-    RankStatus* rs = hb.add_ranks();
-    rs->set_job_id(*job);
-    rs->set_attempt(1);
-    rs->set_rank(core_->GetJob(*job)->placement(0).worker_id() == w ? 0 : 1);
-    rs->set_state(RankStatus::RUNNING);
+    const HeartbeatRequest hb =
+        RankBeat(w, *job, 1, core_->GetJob(*job)->placement(0).worker_id() == w ? 0 : 1,
+                 RankStatus::RUNNING);
     ASSERT_TRUE(core_->Heartbeat(hb).ok());
   }
   const int rank_on_a = core_->GetJob(*job)->placement(0).worker_id() == a ? 0 : 1;
@@ -492,13 +490,7 @@ TEST_F(CoreTest, RanksOfAnOverAttemptStillRunningAreStopped) {
   ASSERT_EQ(Register("a", 1), a);
   const int64_t gen = *core_->OpenAssignmentStream(a);
   auto first = Drain(a, gen);  // attempt 2's START (it fits again)
-  HeartbeatRequest hb;
-  hb.set_worker_id(a);
-  RankStatus* rs = hb.add_ranks();
-  rs->set_job_id(*job);
-  rs->set_attempt(1);
-  rs->set_rank(0);
-  rs->set_state(RankStatus::RUNNING);
+  const HeartbeatRequest hb = RankBeat(a, *job, 1, 0, RankStatus::RUNNING);
   ASSERT_TRUE(core_->Heartbeat(hb).ok());
   ASSERT_TRUE(core_->Heartbeat(hb).ok());
   auto stops = Drain(a, gen);
@@ -510,16 +502,34 @@ TEST_F(CoreTest, RanksOfAnOverAttemptStillRunningAreStopped) {
   EXPECT_EQ(first[0].attempt(), 2);
 }
 
+TEST_F(CoreTest, MadeUpAttemptsInHeartbeatsQueueAtMostTheStreamBoundOfStops) {
+  const std::string a = Register("a", 1);
+  const int64_t gen = *core_->OpenAssignmentStream(a);
+  HeartbeatRequest hb;
+  hb.set_worker_id(a);
+  for (int i = 0; i < 1000; ++i) {
+    RankStatus* rs = hb.add_ranks();
+    rs->set_job_id(absl::StrCat("job-made-up-", i));
+    rs->set_attempt(1);
+    rs->set_state(RankStatus::RUNNING);
+  }
+  ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  const std::vector<Assignment> stops = Drain(a, gen);
+  ASSERT_EQ(stops.size(), RankTracker::kMaxStopsPerStream);
+  EXPECT_EQ(stops[0].action(), Assignment::STOP);
+  // More made-up jobs queue nothing more on this stream; a new stream starts from zero.
+  hb.mutable_ranks(0)->set_job_id("job-made-up-again");
+  ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  EXPECT_TRUE(Drain(a, gen).empty());
+  const int64_t gen2 = *core_->OpenAssignmentStream(a);
+  ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  EXPECT_EQ(Drain(a, gen2).size(), RankTracker::kMaxStopsPerStream);
+}
+
 TEST_F(CoreTest, RankNeverReportedFailsTheAttemptAfterTheStartTimeout) {
   const std::string a = Register("a", 2);
   auto job = core_->SubmitJob(Spec("t", 2));
-  HeartbeatRequest hb;
-  hb.set_worker_id(a);
-  RankStatus* rs = hb.add_ranks();
-  rs->set_job_id(*job);
-  rs->set_attempt(1);
-  rs->set_rank(0);
-  rs->set_state(RankStatus::STARTING);
+  const HeartbeatRequest hb = RankBeat(a, *job, 1, 0, RankStatus::STARTING);
   for (int i = 0; i < 29; ++i) {
     clock_.Advance(absl::Seconds(1));
     ASSERT_TRUE(core_->Heartbeat(hb).ok());  // only rank 0 ever shows up
@@ -593,13 +603,7 @@ TEST_F(CoreTest, NewStreamSupersedesOldAndResendsUnacknowledgedStarts) {
             absl::StatusCode::kAborted);
   EXPECT_EQ(Drain(a, g2).size(), 2u);
   // The daemon reports rank 0 running: only rank 1's START is sent again on a new stream.
-  HeartbeatRequest hb;
-  hb.set_worker_id(a);
-  RankStatus* rs = hb.add_ranks();
-  rs->set_job_id(*job);
-  rs->set_attempt(1);
-  rs->set_rank(0);
-  rs->set_state(RankStatus::RUNNING);
+  const HeartbeatRequest hb = RankBeat(a, *job, 1, 0, RankStatus::RUNNING);
   ASSERT_TRUE(core_->Heartbeat(hb).ok());
   auto again = Drain(a, *core_->OpenAssignmentStream(a));
   ASSERT_EQ(again.size(), 1u);
@@ -867,13 +871,7 @@ TEST_F(CoreTest, StateSurvivesRestartAndRunningJobWaitsForItsWorkers) {
   EXPECT_TRUE(core_->ListCheckpoints(*running)->at(0).committed());
   // The worker id stays valid; ranks started before the restart are not started twice, and
   // they keep using their rendezvous namespace and secret.
-  HeartbeatRequest hb;
-  hb.set_worker_id(a);
-  RankStatus* rs = hb.add_ranks();
-  rs->set_job_id(*running);
-  rs->set_attempt(1);
-  rs->set_rank(0);
-  rs->set_state(RankStatus::RUNNING);
+  const HeartbeatRequest hb = RankBeat(a, *running, 1, 0, RankStatus::RUNNING);
   ASSERT_TRUE(core_->Heartbeat(hb).ok());
   EXPECT_EQ(core_->GetJob(*running)->state(), RUNNING);
   EXPECT_TRUE(Drain(a, *core_->OpenAssignmentStream(a)).empty());

@@ -11,16 +11,21 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 
 #include "coordinator/client.h"
 #include "coordinator/testing/coordinator_process.h"
+#include "coordinator/testing/test_jobs.h"
 #include "fsdp/layout.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -31,65 +36,6 @@ namespace {
 
 constexpr char kUserToken[] = "user-secret-token";
 constexpr char kWorkerToken[] = "worker-join-token";
-
-std::string TmpDir(const std::string& name) {
-  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-}
-
-// A spec that passes spec::Validate (check_files off in the coordinator).
-JobSpec ValidSpec(const std::string& name, int w, int max_restarts = 0) {
-  JobSpec s;
-  s.set_name(name);
-  s.set_world_size(w);
-  ModelSpec* m = s.mutable_model();
-  m->set_architecture(ModelSpec::GPT);
-  m->set_n_embd(32);
-  m->set_n_layer(1);
-  m->set_n_head(2);
-  m->set_vocab_size(256);
-  m->set_block_size(16);
-  DataSpec* d = s.mutable_data();
-  d->set_path("/data/on/the/workers.txt");
-  d->set_format(DataSpec::TEXT);
-  d->set_val_fraction(0.1f);
-  d->set_seq_len(16);
-  OptimizerSpec* o = s.mutable_optimizer();
-  o->set_kind(OptimizerSpec::ADAMW);
-  o->set_lr(1e-3);
-  o->set_beta1(0.9);
-  o->set_beta2(0.95);
-  o->set_eps(1e-8);
-  o->set_min_lr(1e-3);
-  FsdpSpec* f = s.mutable_fsdp();
-  f->set_sharding_strategy(FsdpSpec::FULL_SHARD);
-  f->set_auto_wrap_policy(FsdpSpec::TRANSFORMER_BLOCK);
-  f->set_backward_prefetch(FsdpSpec::BACKWARD_PRE);
-  f->set_collective_timeout_s(60);
-  TrainSpec* t = s.mutable_train();
-  t->set_steps(10);
-  t->set_global_batch_size(2 * w);
-  t->set_micro_batch_size(2);
-  t->set_log_every(1);
-  t->set_eval_batches(1);
-  s.mutable_checkpoint()->set_dir("/ckpt");
-  s.mutable_checkpoint()->set_keep_last(3);
-  s.mutable_restart()->set_max_restarts(max_restarts);
-  s.mutable_device()->set_kind(DeviceSpec::CPU);
-  return s;
-}
-
-RegisterWorkerRequest WorkerReq(const std::string& node, int slots) {
-  RegisterWorkerRequest r;
-  r.set_node_name(node);
-  r.set_address("127.0.0.1");
-  for (int i = 0; i < slots; ++i) {
-    Slot* s = r.add_slots();
-    s->set_kind(Slot::CPU);
-    s->set_index(i);
-    s->set_device_name("cpu");
-  }
-  return r;
-}
 
 // Heartbeats for one worker from a thread, with the rank statuses the test sets.
 class Heartbeater {
@@ -152,6 +98,30 @@ std::string HttpGet(const std::string& address, const std::string& path) {
   return out;
 }
 
+// The value text of the sample `name` in a Prometheus exposition whose labels are exactly
+// `labels` (`key="value"` each, in any order: the format does not fix it), or nullopt. Label
+// values here hold no commas or braces.
+std::optional<std::string> Sample(const std::string& text, const std::string& name,
+                                  const std::set<std::string>& labels) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StartsWith(line, name)) continue;
+    line.remove_prefix(name.size());
+    std::set<std::string> have;
+    if (absl::StartsWith(line, "{")) {
+      const size_t close = line.find('}');
+      if (close == absl::string_view::npos) continue;
+      for (absl::string_view l :
+           absl::StrSplit(line.substr(1, close - 1), ',', absl::SkipEmpty())) {
+        have.insert(std::string(l));
+      }
+      line.remove_prefix(close + 1);
+    }
+    if (!absl::StartsWith(line, " ") || have != labels) continue;
+    return std::string(line.substr(1));
+  }
+  return std::nullopt;
+}
+
 RankStatus Exited(const std::string& job, int attempt, int rank, int code) {
   RankStatus r;
   r.set_job_id(job);
@@ -193,7 +163,7 @@ class AssignmentCollector {
 class CoordinatorIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    state_dir_ = TmpDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    state_dir_ = TestTmpPath(::testing::UnitTest::GetInstance()->current_test_info()->name());
     StartCoordinator();
   }
   void TearDown() override {
@@ -266,14 +236,14 @@ class CoordinatorIntegrationTest : public ::testing::Test {
 };
 
 TEST_F(CoordinatorIntegrationTest, RegisterSubmitStreamAssignmentsAndWatchToSuccess) {
-  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 2));
+  auto reg = worker_->RegisterWorker(TestWorkerRequest("node-a", 2));
   ASSERT_TRUE(reg.ok()) << reg.status();
   EXPECT_EQ(reg->heartbeat_interval_ms(), 100);
   EXPECT_EQ(reg->heartbeat_timeout_ms(), 1500);
   Heartbeater hb(worker_.get(), reg->worker_id());
   AssignmentCollector stream(worker_.get(), reg->worker_id());
 
-  auto job = user_->SubmitJob(ValidSpec("tiny", 2));
+  auto job = user_->SubmitJob(TestJobSpec("tiny", 2));
   ASSERT_TRUE(job.ok()) << job.status();
   auto got = stream.WaitFor(2);
   ASSERT_EQ(got.size(), 2u);
@@ -337,9 +307,9 @@ TEST_F(CoordinatorIntegrationTest, RegisterSubmitStreamAssignmentsAndWatchToSucc
 }
 
 TEST_F(CoordinatorIntegrationTest, HeartbeatLossFailsTheAttempt) {
-  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 1));
+  auto reg = worker_->RegisterWorker(TestWorkerRequest("node-a", 1));
   ASSERT_TRUE(reg.ok());
-  auto job = user_->SubmitJob(ValidSpec("lost", 1));
+  auto job = user_->SubmitJob(TestJobSpec("lost", 1));
   ASSERT_TRUE(job.ok());
   // No heartbeats at all: after 1.5 s the worker is dead and the job (no restarts) failed.
   JobStatus st = WaitJob(*job, [](const JobStatus& s) { return s.state() == FAILED; });
@@ -353,11 +323,11 @@ TEST_F(CoordinatorIntegrationTest, HeartbeatLossFailsTheAttempt) {
 }
 
 TEST_F(CoordinatorIntegrationTest, FailedRankRestartsFromCommittedCheckpoint) {
-  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 1));
+  auto reg = worker_->RegisterWorker(TestWorkerRequest("node-a", 1));
   ASSERT_TRUE(reg.ok());
   Heartbeater hb(worker_.get(), reg->worker_id());
   AssignmentCollector stream(worker_.get(), reg->worker_id());
-  auto job = user_->SubmitJob(ValidSpec("restart", 1, /*max_restarts=*/1));
+  auto job = user_->SubmitJob(TestJobSpec("restart", 1, /*max_restarts=*/1));
   ASSERT_TRUE(job.ok());
   const std::vector<Assignment> first = stream.WaitFor(1);
   ASSERT_EQ(first.size(), 1u);
@@ -385,11 +355,11 @@ TEST_F(CoordinatorIntegrationTest, FailedRankRestartsFromCommittedCheckpoint) {
 }
 
 TEST_F(CoordinatorIntegrationTest, SigkillAndRestartKeepsJobsEventsAndCheckpoints) {
-  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 2));
+  auto reg = worker_->RegisterWorker(TestWorkerRequest("node-a", 2));
   ASSERT_TRUE(reg.ok());
   auto hb = std::make_unique<Heartbeater>(worker_.get(), reg->worker_id());
-  auto running = user_->SubmitJob(ValidSpec("survivor", 2, /*max_restarts=*/2));
-  auto cancelled = user_->SubmitJob(ValidSpec("cancelled", 1));
+  auto running = user_->SubmitJob(TestJobSpec("survivor", 2, /*max_restarts=*/2));
+  auto cancelled = user_->SubmitJob(TestJobSpec("cancelled", 1));
   ASSERT_TRUE(running.ok() && cancelled.ok());
   ASSERT_TRUE(user_->CancelJob(*cancelled, "changed my mind").ok());
   WaitJob(*running, [](const JobStatus& s) { return s.state() == RUNNING; });
@@ -460,7 +430,7 @@ TEST_F(CoordinatorIntegrationTest, SigkillAndRestartKeepsJobsEventsAndCheckpoint
   EXPECT_TRUE(HasEvent(after, "RANK_LOST"));
   EXPECT_EQ(after.state(), RUNNING);
   // New ids do not collide with old ones.
-  auto next = user_->SubmitJob(ValidSpec("next", 1));
+  auto next = user_->SubmitJob(TestJobSpec("next", 1));
   ASSERT_TRUE(next.ok());
   EXPECT_NE(*next, *running);
   EXPECT_NE(*next, *cancelled);
@@ -470,7 +440,7 @@ TEST_F(CoordinatorIntegrationTest, MissingAndWrongTokensAreRefusedAndChangeNothi
   auto anonymous = *CoordinatorClient::Create(proc_->address(), "");
   auto wrong = *CoordinatorClient::Create(proc_->address(), "not-the-token");
   for (CoordinatorClient* c : {anonymous.get(), wrong.get(), worker_.get()}) {
-    auto sub = c->SubmitJob(ValidSpec("intruder", 1));
+    auto sub = c->SubmitJob(TestJobSpec("intruder", 1));
     EXPECT_EQ(sub.status().code(), absl::StatusCode::kUnauthenticated) << sub.status();
     EXPECT_EQ(c->ListJobs().status().code(), absl::StatusCode::kUnauthenticated);
     EXPECT_EQ(c->CancelJob("job-1").code(), absl::StatusCode::kUnauthenticated);
@@ -484,7 +454,7 @@ TEST_F(CoordinatorIntegrationTest, MissingAndWrongTokensAreRefusedAndChangeNothi
   EXPECT_EQ(wrong->RendezvousGet("job-1/1", "s", {"k"}, absl::Seconds(1)).status().code(),
             absl::StatusCode::kUnauthenticated);
   for (CoordinatorClient* c : {anonymous.get(), wrong.get(), user_.get()}) {
-    auto reg = c->RegisterWorker(WorkerReq("rogue", 4));
+    auto reg = c->RegisterWorker(TestWorkerRequest("rogue", 4));
     EXPECT_EQ(reg.status().code(), absl::StatusCode::kUnauthenticated) << reg.status();
   }
   auto jobs = user_->ListJobs();
@@ -492,7 +462,7 @@ TEST_F(CoordinatorIntegrationTest, MissingAndWrongTokensAreRefusedAndChangeNothi
   EXPECT_TRUE(jobs->empty());
   EXPECT_TRUE(user_->ListWorkers()->empty());
   // Heartbeats with bad credentials do not keep a worker alive.
-  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 1));
+  auto reg = worker_->RegisterWorker(TestWorkerRequest("node-a", 1));
   ASSERT_TRUE(reg.ok());
   HeartbeatRequest hb;
   hb.set_worker_id(reg->worker_id());
@@ -504,33 +474,33 @@ TEST_F(CoordinatorIntegrationTest, MissingAndWrongTokensAreRefusedAndChangeNothi
 }
 
 TEST_F(CoordinatorIntegrationTest, BadSpecIsInvalidArgumentAndServingContinues) {
-  JobSpec bad = ValidSpec("bad", 4);
+  JobSpec bad = TestJobSpec("bad", 4);
   bad.mutable_fsdp()->set_hybrid_shard_degree(3);
   auto r = user_->SubmitJob(bad);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("fsdp.hybrid_shard_degree"), std::string::npos) << r.status();
-  JobSpec zero = ValidSpec("zero", 1);
+  JobSpec zero = TestJobSpec("zero", 1);
   zero.set_world_size(0);
   r = user_->SubmitJob(zero);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("world_size"), std::string::npos) << r.status();
-  JobSpec lr = ValidSpec("lr", 1);
+  JobSpec lr = TestJobSpec("lr", 1);
   lr.mutable_optimizer()->set_lr(-1);  // only spec::Validate knows this one
   r = user_->SubmitJob(lr);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("optimizer.lr"), std::string::npos) << r.status();
   EXPECT_TRUE(user_->ListJobs()->empty());
-  auto ok = user_->SubmitJob(ValidSpec("good", 1));
+  auto ok = user_->SubmitJob(TestJobSpec("good", 1));
   EXPECT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(user_->GetJob("job-404").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(CoordinatorIntegrationTest, RendezvousKvStoreOverGrpc) {
-  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 1));
+  auto reg = worker_->RegisterWorker(TestWorkerRequest("node-a", 1));
   ASSERT_TRUE(reg.ok());
   Heartbeater hb(worker_.get(), reg->worker_id());
   AssignmentCollector stream(worker_.get(), reg->worker_id());
-  ASSERT_TRUE(user_->SubmitJob(ValidSpec("kv", 1)).ok());
+  ASSERT_TRUE(user_->SubmitJob(TestJobSpec("kv", 1)).ok());
   auto got = stream.WaitFor(1);
   ASSERT_EQ(got.size(), 1u);
   // A trainer's client: the attempt credential is its token.
@@ -566,11 +536,11 @@ int ThreadCount(pid_t pid) {
 }
 
 TEST_F(CoordinatorIntegrationTest, WaitingRendezvousGetsAndStreamsHoldNoThreads) {
-  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 1));
+  auto reg = worker_->RegisterWorker(TestWorkerRequest("node-a", 1));
   ASSERT_TRUE(reg.ok());
   Heartbeater hb(worker_.get(), reg->worker_id());
   AssignmentCollector stream(worker_.get(), reg->worker_id());
-  ASSERT_TRUE(user_->SubmitJob(ValidSpec("many", 1)).ok());
+  ASSERT_TRUE(user_->SubmitJob(TestJobSpec("many", 1)).ok());
   auto got = stream.WaitFor(1);
   ASSERT_EQ(got.size(), 1u);
   const std::string ns = got[0].rendezvous_namespace(), secret = got[0].rendezvous_secret();
@@ -627,11 +597,11 @@ TEST_F(CoordinatorIntegrationTest, WaitingRendezvousGetsAndStreamsHoldNoThreads)
 
 TEST_F(CoordinatorIntegrationTest, PrometheusMetricsCountJobsWorkersAndRpcs) {
   ASSERT_FALSE(proc_->metrics_address().empty());
-  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 1));
+  auto reg = worker_->RegisterWorker(TestWorkerRequest("node-a", 1));
   ASSERT_TRUE(reg.ok());
   Heartbeater hb(worker_.get(), reg->worker_id());
-  ASSERT_TRUE(user_->SubmitJob(ValidSpec("m1", 1)).ok());
-  ASSERT_TRUE(user_->SubmitJob(ValidSpec("m2", 1)).ok());
+  ASSERT_TRUE(user_->SubmitJob(TestJobSpec("m1", 1)).ok());
+  ASSERT_TRUE(user_->SubmitJob(TestJobSpec("m2", 1)).ok());
   auto anonymous = *CoordinatorClient::Create(proc_->address(), "");
   (void)anonymous->ListJobs();
   absl::SleepFor(absl::Milliseconds(300));
@@ -641,22 +611,25 @@ TEST_F(CoordinatorIntegrationTest, PrometheusMetricsCountJobsWorkersAndRpcs) {
   EXPECT_NE(text.find("shardline_jobs{state=\"PENDING\"} 1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("shardline_workers{state=\"ALIVE\"} 1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("shardline_attempts_started_total 1\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("shardline_rpc_total{method=\"SubmitJob\",code=\"OK\"} 2\n"),
-            std::string::npos)
+  // prometheus-cpp writes labels sorted by name: match them as a set.
+  EXPECT_EQ(Sample(text, "shardline_rpc_total", {"method=\"SubmitJob\"", "code=\"OK\""}), "2")
       << text;
-  EXPECT_NE(text.find("shardline_rpc_total{method=\"ListJobs\",code=\"UNAUTHENTICATED\"} 1\n"),
-            std::string::npos)
+  EXPECT_EQ(
+      Sample(text, "shardline_rpc_total", {"method=\"ListJobs\"", "code=\"UNAUTHENTICATED\""}), "1")
       << text;
   EXPECT_NE(text.find("shardline_rpc_latency_seconds_count{method=\"Heartbeat\"}"),
             std::string::npos);
-  EXPECT_NE(text.find("shardline_worker_heartbeat_age_seconds{worker=\"w1\""), std::string::npos);
+  EXPECT_TRUE(
+      Sample(text, "shardline_worker_heartbeat_age_seconds", {"worker=\"w1\"", "node=\"node-a\""})
+          .has_value())
+      << text;
   EXPECT_NE(HttpGet(proc_->metrics_address(), "/other").find("404"), std::string::npos);
 }
 
 TEST_F(CoordinatorIntegrationTest, SigtermEndsOpenStreamsAndExitsCleanly) {
-  auto reg = worker_->RegisterWorker(WorkerReq("node-a", 1));
+  auto reg = worker_->RegisterWorker(TestWorkerRequest("node-a", 1));
   ASSERT_TRUE(reg.ok());
-  auto job = user_->SubmitJob(ValidSpec("pending", 4));  // never fits: stays PENDING
+  auto job = user_->SubmitJob(TestJobSpec("pending", 4));  // never fits: stays PENDING
   ASSERT_TRUE(job.ok());
   absl::Status watch_status, stream_status;
   int watched = 0;
@@ -737,7 +710,7 @@ TEST(CoordinatorListen, NonLoopbackWithoutTokensRefusesUnlessInsecure) {
   CoordinatorProcess::Options o;
   o.binary = CoordinatorBinaryPath();
   o.args = {"--listen=0.0.0.0:0"};
-  o.stderr_path = TmpDir("refuse.stderr");
+  o.stderr_path = TestTmpPath("refuse.stderr");
   auto p = CoordinatorProcess::Start(o);
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kUnavailable);

@@ -1,5 +1,6 @@
 #include "coordinator/rank_tracker.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <iterator>
 
@@ -68,8 +69,11 @@ RankTracker::Observation RankTracker::Observe(const std::string& worker_id, cons
   auto it = attempts_.find(rs.job_id());
   if (it == attempts_.end() || it->second.attempt != rs.attempt()) {
     // A rank of an attempt that is over (e.g. failed while this worker was cut off) still runs
-    // here: stop it, once per stream of the worker.
-    seen.stop = !exited && stops_sent_.insert({worker_id, rs.job_id(), rs.attempt()}).second;
+    // here: stop it, once per stream of the worker, within the stream's bound.
+    if (exited) return seen;
+    std::set<std::pair<std::string, int32_t>>& sent = stops_sent_[worker_id];
+    seen.stop = sent.size() < kMaxStopsPerStream && sent.insert({rs.job_id(), rs.attempt()}).second;
+    if (sent.empty()) stops_sent_.erase(worker_id);
     return seen;
   }
   Attempt& a = it->second;
@@ -143,6 +147,7 @@ std::vector<RankFailure> RankTracker::StartTimeouts(absl::Time now, absl::Durati
 std::vector<RankFailure> RankTracker::WorkerDied(const std::string& worker_id,
                                                  const std::string& node, absl::Duration timeout) {
   running_.erase(worker_id);
+  stops_sent_.erase(worker_id);
   std::vector<RankFailure> out;
   for (const auto& [job_id, a] : attempts_) {
     std::vector<int32_t> lost;
@@ -160,16 +165,13 @@ std::vector<RankFailure> RankTracker::WorkerDied(const std::string& worker_id,
 
 void RankTracker::ForgetJob(const std::string& job_id) {
   attempts_.erase(job_id);
-  for (auto it = stops_sent_.begin(); it != stops_sent_.end();) {
-    it = std::get<1>(*it) == job_id ? stops_sent_.erase(it) : std::next(it);
+  for (auto w = stops_sent_.begin(); w != stops_sent_.end();) {
+    std::set<std::pair<std::string, int32_t>>& sent = w->second;
+    sent.erase(sent.lower_bound({job_id, INT32_MIN}), sent.upper_bound({job_id, INT32_MAX}));
+    w = sent.empty() ? stops_sent_.erase(w) : std::next(w);
   }
 }
 
-void RankTracker::StreamOpened(const std::string& worker_id) {
-  for (auto it = stops_sent_.lower_bound({worker_id, "", INT32_MIN});
-       it != stops_sent_.end() && std::get<0>(*it) == worker_id;) {
-    it = stops_sent_.erase(it);
-  }
-}
+void RankTracker::StreamOpened(const std::string& worker_id) { stops_sent_.erase(worker_id); }
 
 }  // namespace shardline::coordinator

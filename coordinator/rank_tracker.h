@@ -6,7 +6,10 @@
 //               list it; one that does not means the rank is gone (RANK_LOST: e.g. the daemon
 //               restarted and its trainers died).
 //   stale       a live rank of an attempt that is over (the worker was cut off while it ended):
-//               the worker gets a STOP for that attempt, once per stream.
+//               the worker gets a STOP for that attempt, once per stream. A job the core does
+//               not know counts as over (a coordinator restarted without its state meets the
+//               old jobs' ranks), so a worker could list made-up (job, attempt) pairs without
+//               end: at most kMaxStopsPerStream STOPs (and remembered pairs) per stream.
 //   start timeout  a rank not acked within the start timeout of its attempt's start
 //               (RANK_START_TIMEOUT: its START was lost or never acted on).
 //   worker lost a dead worker's attempts fail (WORKER_LOST).
@@ -27,7 +30,6 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -51,6 +53,11 @@ class RankTracker {
  public:
   // (job id, rank) pairs.
   using RankKeys = std::set<std::pair<std::string, int32_t>>;
+
+  // STOPs one stream of a worker gets for stale ranks. A daemon runs at most a rank per slot, so
+  // a real one stays far below; past it the worker's heartbeats are not worth more memory or
+  // outbox entries until its next stream.
+  static constexpr size_t kMaxStopsPerStream = 256;
 
   // The job's new attempt is RUNNING (status: job_id, attempt, placement, started_unix_ms); no
   // rank acked yet.
@@ -82,7 +89,7 @@ class RankTracker {
   // yet acked.
   std::vector<RankFailure> StartTimeouts(absl::Time now, absl::Duration limit) const;
   // `worker_id` (on `node`) missed heartbeats for `timeout` and is dead: forgets its running
-  // ranks and returns WORKER_LOST for every attempt with ranks on it.
+  // ranks and the STOPs it was sent, and returns WORKER_LOST for every attempt with ranks on it.
   std::vector<RankFailure> WorkerDied(const std::string& worker_id, const std::string& node,
                                       absl::Duration timeout);
   // A collected (finished) job: forgets whatever the tracker still holds of it.
@@ -101,8 +108,9 @@ class RankTracker {
 
   std::map<std::string, Attempt> attempts_;  // running attempts by job id
   std::map<std::string, RankKeys> running_;  // by worker id
-  // (worker, job, attempt) told to STOP on this worker's current stream.
-  std::set<std::tuple<std::string, std::string, int32_t>> stops_sent_;
+  // By worker id: the (job, attempt) pairs told to STOP on its current stream; at most
+  // kMaxStopsPerStream each.
+  std::map<std::string, std::set<std::pair<std::string, int32_t>>> stops_sent_;
 };
 
 }  // namespace shardline::coordinator

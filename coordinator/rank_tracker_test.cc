@@ -1,5 +1,6 @@
 #include "coordinator/rank_tracker.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace shardline::coordinator {
@@ -91,6 +92,33 @@ TEST(RankTracker, LiveRankOfAnAttemptThatIsOverGetsOneStopPerStream) {
   t.EndAttempt("job-1");
   EXPECT_FALSE(t.IsRunning("job-1", 1));
   EXPECT_TRUE(t.Observe("w-b", Rank(2, RankStatus::RUNNING, /*attempt=*/1)).stop);
+}
+
+// A worker can list any (job, attempt) in its heartbeats; each unknown one used to get a STOP
+// and a remembered entry, without end (issue #13).
+TEST(RankTracker, MadeUpAttemptsInHeartbeatsGetAtMostTheStreamBoundOfStops) {
+  RankTracker t;
+  t.StartAttempt(Attempt());
+  size_t stops = 0;
+  for (int i = 0; i < 5000; ++i) {
+    RankStatus rs = Rank(0, RankStatus::RUNNING, /*attempt=*/7);
+    rs.set_job_id(absl::StrCat("made-up-", i));
+    stops += t.Observe("w-a", rs).stop;
+  }
+  EXPECT_EQ(stops, RankTracker::kMaxStopsPerStream);
+  // The bound is the worker's own: another worker's stale rank is still stopped, and w-a's
+  // current ranks still count.
+  EXPECT_TRUE(t.Observe("w-b", Rank(2, RankStatus::RUNNING, /*attempt=*/0)).stop);
+  EXPECT_TRUE(t.Observe("w-a", Rank(0, RankStatus::RUNNING)).current);
+  // A new stream starts from zero; so does a worker that died and came back.
+  t.StreamOpened("w-a");
+  EXPECT_TRUE(t.Observe("w-a", Rank(0, RankStatus::RUNNING, /*attempt=*/0)).stop);
+  EXPECT_FALSE(t.Observe("w-b", Rank(2, RankStatus::RUNNING, /*attempt=*/0)).stop);
+  t.WorkerDied("w-b", "b", absl::Seconds(5));
+  EXPECT_TRUE(t.Observe("w-b", Rank(2, RankStatus::RUNNING, /*attempt=*/0)).stop);
+  // A collected job's STOPs are forgotten: a later stale rank of it is stopped again.
+  t.ForgetJob("job-1");
+  EXPECT_TRUE(t.Observe("w-b", Rank(2, RankStatus::RUNNING, /*attempt=*/0)).stop);
 }
 
 TEST(RankTracker, ExitCodesAreSuccessOrRankFailedWithTheLastLogLine) {

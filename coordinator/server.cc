@@ -123,7 +123,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   builder.SetMaxReceiveMessageSize(options.grpc_max_receive_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.grpc_max_concurrent_streams);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> icpt;
-  icpt.push_back(MakeMetricsInterceptor(&s->rpc_metrics_));
+  icpt.push_back(MakeMetricsInterceptor(&s->prometheus_));
   builder.experimental().SetInterceptorCreators(std::move(icpt));
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || port == 0) {
@@ -138,7 +138,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   if (!options.metrics_listen.empty()) {
     CoordinatorServer* self = s.get();
     auto m = MetricsHttpServer::Start(
-        options.metrics_listen, [self] { return RenderMetrics(*self->core_, self->rpc_metrics_); },
+        options.metrics_listen, [self] { return self->prometheus_.Render(*self->core_); },
         options.metrics);
     if (!m.ok()) return m.status();
     s->metrics_ = std::move(*m);

@@ -118,7 +118,7 @@ class CoordinatorServer {
   std::unique_ptr<CoordinatorCore> core_;
   std::shared_ptr<UserTable> users_;
   std::unique_ptr<CoordinatorService> service_;
-  RpcMetrics rpc_metrics_;
+  CoordinatorMetrics prometheus_;  // RPC counts (its interceptor) and the /metrics text
   std::unique_ptr<MetricsHttpServer> metrics_;
   std::unique_ptr<dashboard::DashboardServer> dashboard_;  // reads core_
   std::unique_ptr<grpc::Server> server_;

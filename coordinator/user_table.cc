@@ -2,9 +2,6 @@
 
 #include <sys/stat.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -12,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/secret_file.h"
 #include "coordinator/credentials.h"
 
 namespace shardline::coordinator {
@@ -70,25 +68,6 @@ absl::StatusOr<std::vector<UserEntry>> ParseUsers(absl::string_view text,
   return out;
 }
 
-absl::Status CheckPrivateFile(const std::string& path, absl::string_view what) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
-    return absl::NotFoundError(
-        absl::StrCat(what, ": cannot stat ", path, ": ", std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(what, ": ", path, " is not a regular file"));
-  }
-  if ((st.st_mode & 077) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, ": ", path, " has mode ", mode,
-        "; it holds tokens, so group and others must have no access (chmod 600 ", path, ")"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<UserTable>> UserTable::Create(const std::string& users_file,
                                                              const std::string& legacy_token) {
   auto t = std::make_unique<UserTable>();
@@ -107,7 +86,12 @@ absl::StatusOr<UserTable::Table> UserTable::Read(FileStamp* stamp) const {
   Table table;
   if (!legacy_token_.empty()) table[Sha256Hex(legacy_token_)] = User{kLegacyAdmin, true};
   if (users_file_.empty()) return table;
-  if (absl::Status s = CheckPrivateFile(users_file_, "--users_file"); !s.ok()) return s;
+  if (absl::Status s = CheckOwnerOnlyFile(users_file_, "--users_file"); !s.ok()) {
+    // The users file is the coordinator's own configuration, not a caller's credential: a mode
+    // that exposes it (or a path that is not a file) fails a precondition of starting or of
+    // reloading, whatever code the token-file readers use.
+    return absl::IsNotFound(s) ? s : absl::FailedPreconditionError(s.message());
+  }
   struct stat st;
   if (stat(users_file_.c_str(), &st) == 0) {
     stamp->inode = st.st_ino;

@@ -46,10 +46,6 @@ struct UserEntry {
 // Errors: INVALID_ARGUMENT naming the line.
 absl::StatusOr<std::vector<UserEntry>> ParseUsers(absl::string_view text, absl::string_view source);
 
-// OK when `path` is a regular file no one but its owner may read or write. Errors:
-// NOT_FOUND (cannot stat), FAILED_PRECONDITION naming the mode and the fix.
-absl::Status CheckPrivateFile(const std::string& path, absl::string_view what);
-
 class UserTable {
  public:
   // The name the legacy single token gets.
@@ -58,8 +54,10 @@ class UserTable {
   // No users: user authentication is off (everyone is "anonymous", an admin).
   UserTable() = default;
   // `users_file` (may be empty: none) plus `legacy_token` (may be empty: none) as admin "admin".
-  // Errors: the file's (CheckPrivateFile, unreadable, ParseUsers), INVALID_ARGUMENT when the
-  // file names "admin" too or repeats the legacy token.
+  // Errors: NOT_FOUND when the file cannot be stat'ed or read; FAILED_PRECONDITION when it is
+  // not a regular file or group or others have access to it (the message names its mode and
+  // `chmod 600`: common/secret_file.h CheckOwnerOnlyFile); ParseUsers's; INVALID_ARGUMENT when
+  // the file names "admin" too or repeats the legacy token.
   static absl::StatusOr<std::unique_ptr<UserTable>> Create(const std::string& users_file,
                                                            const std::string& legacy_token);
 

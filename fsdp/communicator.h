@@ -36,8 +36,10 @@ enum class ReduceOp { kSum, kAvg };
 class CommHandle {
  public:
   virtual ~CommHandle() = default;
-  // Blocks until the collective finished (GPU: until it is ordered before the current stream's
-  // later work). Returns the collective's status. Calling twice returns the same status.
+  // Blocks until the collective finished (GPU: returns at once, once the current stream's later
+  // work is ordered after the collective; an error found later shows in
+  // Communicator::AsyncError). Returns the collective's status. Calling twice returns the same
+  // status.
   virtual absl::Status Wait() = 0;
 };
 
@@ -89,6 +91,13 @@ class Communicator {
   virtual absl::Status Broadcast(const at::Tensor& t, int root) = 0;
 
   virtual absl::Status Barrier() = 0;
+
+  // A collective's error found after its Wait() returned OK, or OK. Backends whose Wait blocks
+  // the host until the collective finished (Gloo, the in-process fakes) never have one: this
+  // default. NCCL's Wait only orders the caller's stream after the collective and returns; its
+  // watchdog fails a collective that runs past the timeout later (nccl_communicator.h), and
+  // this returns that first error (DEADLINE_EXCEEDED or UNAVAILABLE, named as above).
+  virtual absl::Status AsyncError() const { return absl::OkStatus(); }
 };
 
 }  // namespace shardline::fsdp

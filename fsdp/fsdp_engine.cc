@@ -6,12 +6,17 @@
 #include <ATen/ATen.h>
 #include <ATen/DeviceAccelerator.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
 
@@ -70,6 +75,12 @@ class GradReadyHook : public torch::autograd::PostAccumulateGradHook {
 };
 
 bool Collective(const Communicator* c) { return c != nullptr && c->size() > 1; }
+
+// How long WaitForOffloadCopies keeps waiting for the device once a communicator failed: its
+// watchdog aborted the communicator, which ends the kernels the copies are queued behind.
+constexpr absl::Duration kDrainAfterCommError = absl::Seconds(10);
+// How often it polls the copies' event.
+constexpr absl::Duration kDrainPoll = absl::Microseconds(100);
 
 // Broadcast from rank 0 of `comm` in place, for any dtype (the communicator takes float32,
 // float64 and int64; others travel as float64, exactly for bool and small integers).
@@ -175,6 +186,14 @@ absl::Status FsdpEngine::SyncModuleStates() {
   return absl::OkStatus();
 }
 
+c10::Stream FsdpEngine::ReplicateStream() {
+  if (!replicate_stream_.has_value()) {
+    replicate_stream_ =
+        c10::impl::getDeviceGuardImpl(device_.type())->getStreamFromGlobalPool(device_);
+  }
+  return *replicate_stream_;
+}
+
 absl::Status FsdpEngine::Init() {
   std::vector<std::string> hook_paths;
   ASSIGN_OR_RETURN(std::vector<UnitPlan> plans,
@@ -251,7 +270,27 @@ void FsdpEngine::set_step(int64_t step) {
   if (replicate_ != nullptr) replicate_->set_step(step);
 }
 
+c10::OptionalDeviceGuard FsdpEngine::DeviceScope() const {
+  // Allocations made without an explicit device (the flat buffers' caching-allocator blocks)
+  // come from the current device: make it the model's, whatever thread calls.
+  return c10::OptionalDeviceGuard(device_.is_cpu() ? std::nullopt
+                                                   : std::optional<at::Device>(device_));
+}
+
+absl::Status FsdpEngine::CommAsyncError() const {
+  for (const Communicator* c : {shard_, replicate_}) {
+    if (c == nullptr) continue;
+    if (absl::Status s = c->AsyncError(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FsdpEngine::Fail(absl::Status s) {
+  // CUDA: after a watchdog abort the first failure this engine sees may be a later call's
+  // FAILED_PRECONDITION ("broken by an earlier error"); the communicator's own first error
+  // (DEADLINE_EXCEEDED or UNAVAILABLE, naming the collective that failed) is the one to report.
+  // Always OK on the CPU backends, whose Wait returns the error itself.
+  if (absl::Status cause = CommAsyncError(); !cause.ok()) s = cause;
   if (first_error_.ok()) first_error_ = s;
   return s;
 }
@@ -298,6 +337,7 @@ absl::Status FsdpEngine::Gather(int unit) {
 
 absl::Status FsdpEngine::StartGather(int unit, bool async) {
   FlatParam* flat = units_[unit]->flat;
+  c10::OptionalDeviceGuard guard = DeviceScope();
   flat->AllocateFull();
   if (units_[unit]->hook_group >= 0) limiter_.MarkGathered(units_[unit]->hook_group);
   peaks_.Update(flats_);
@@ -328,7 +368,11 @@ absl::Status FsdpEngine::StartGather(int unit, bool async) {
     pending_gathers_[unit] = std::move(p);
     return absl::OkStatus();
   }
-  absl::Status s = shard_->AllGather(src, flat->full());
+  // On CUDA the handle's Wait orders the current stream after the gather without blocking the
+  // host (the communicator's watchdog enforces the deadline); src's memory is recorded on the
+  // communication stream, so dropping it here is safe. Elsewhere the synchronous form.
+  absl::Status s = device_.is_cuda() ? shard_->AllGatherAsync(src, flat->full())->Wait()
+                                     : shard_->AllGather(src, flat->full());
   if (!s.ok()) return Fail(s);
   return absl::OkStatus();
 }
@@ -353,6 +397,8 @@ void FsdpEngine::ReshardAll() {
 
 absl::Status FsdpEngine::BeginForward() {
   if (!first_error_.ok()) return first_error_;
+  // A collective of the last step that failed after its Wait returned (CUDA: the watchdog).
+  if (absl::Status s = CommAsyncError(); !s.ok()) return Fail(s);
   if (in_backward_) return absl::FailedPreconditionError("BeginForward called inside Backward");
   if (!recording_order_.empty()) forward_order_ = std::move(recording_order_);
   recording_order_.clear();
@@ -391,6 +437,7 @@ at::Tensor FsdpEngine::Run(const torch::nn::Module& module, const at::Tensor& in
 // ---- Backward --------------------------------------------------------------------------------
 
 void FsdpEngine::PreBackward(int group) {
+  c10::OptionalDeviceGuard guard = DeviceScope();
   for (int u : hook_groups_[group]) {
     absl::Status s = Gather(u);
     if (!s.ok()) throw StatusException(s);
@@ -453,6 +500,18 @@ absl::Status FsdpEngine::StartReduce(int unit) {
     p.reduced = at::empty({flat->shard_numel()}, p.src.options());
     // p.src (the flat gradient or its cast) is dropped once reduced: it may be reduced in.
     p.handle = shard_->ReduceScatterConsumingAsync(p.src, p.reduced, ReduceOp::kAvg);
+    if (device_.is_cuda() && Collective(replicate_)) {
+      // HYBRID_SHARD on CUDA: the replicate all-reduce is issued now, chained on the
+      // reduce-scatter's done event through a side stream (the handle's Wait orders the current
+      // stream, the side stream here, after it without blocking the host; the all-reduce's
+      // ready event is recorded on it). The compute stream does not wait, so backward goes on
+      // while both collectives run; FinishOldestReduce waits for the all-reduce.
+      c10::StreamGuard side(ReplicateStream());
+      absl::Status s = p.handle->Wait();
+      if (!s.ok()) return Fail(s);
+      p.handle = replicate_->AllReduceAsync(p.reduced, ReduceOp::kAvg);
+      p.replicated = true;
+    }
   }
   pending_reduces_.push_back(std::move(p));
   // The bound on reductions in flight (docs/fsdp_step.md): the new one is issued before the
@@ -470,7 +529,7 @@ absl::Status FsdpEngine::FinishOldestReduce() {
   }
   FlatParam* flat = units_[p.unit]->flat;
   at::NoGradGuard no_grad;
-  if (flat->shard_count() > 1 && Collective(replicate_)) {
+  if (flat->shard_count() > 1 && Collective(replicate_) && !p.replicated) {
     absl::Status s = replicate_->AllReduce(p.reduced, ReduceOp::kAvg);
     if (!s.ok()) return Fail(s);
   }
@@ -508,9 +567,24 @@ void FsdpEngine::DrainOffloadedGrads() {
 
 void FsdpEngine::WaitForOffloadCopies() const {
   if (!options_.cpu_offload || !device_.is_cuda()) return;
-  // Every copy is queued on the device's current stream, after the collectives it depends on;
-  // a device-wide synchronize covers them all (called once per step, after backward).
-  at::accelerator::synchronizeDevice(device_.index());
+  // Every copy is queued on the device's current stream, after the collectives it depends on:
+  // an event recorded there now covers them all (called once per step, after backward). Not a
+  // device-wide synchronize, and not unbounded: behind a collective stuck on a dead peer it
+  // would never return. The communicators' watchdogs abort such a collective at its deadline
+  // (which ends its kernels, so the copies run); after a communicator reports that error the
+  // wait gives up past kDrainAfterCommError (the caller fails the step with the error).
+  c10::OptionalDeviceGuard guard = DeviceScope();
+  const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(device_.type());
+  c10::Event copied(device_.type());
+  copied.record(impl->getStream(device_));
+  absl::Time give_up = absl::InfiniteFuture();
+  while (!copied.query()) {
+    if (give_up == absl::InfiniteFuture() && !CommAsyncError().ok()) {
+      give_up = absl::Now() + kDrainAfterCommError;
+    }
+    if (absl::Now() > give_up) return;
+    absl::SleepFor(kDrainPoll);
+  }
 }
 
 absl::Status FsdpEngine::Backward(const at::Tensor& loss, bool sync_gradients) {
@@ -532,7 +606,10 @@ absl::Status FsdpEngine::Backward(const at::Tensor& loss, bool sync_gradients) {
     u->grads_ready = 0;
     u->post_backward_done = false;
   }
-  for (int u : root_units_) units_[u]->flat->AllocateFullGrad();
+  {
+    c10::OptionalDeviceGuard guard = DeviceScope();
+    for (int u : root_units_) units_[u]->flat->AllocateFullGrad();
+  }
   peaks_.Update(flats_);
 
   // A hook's StatusException comes back as the collective's status (common/torch_status.h).
@@ -557,6 +634,8 @@ absl::Status FsdpEngine::Backward(const at::Tensor& loss, bool sync_gradients) {
   ReshardAll();
   checkpointer_.Clear();
   in_backward_ = false;
+  // CUDA: a reduction whose Wait returned may have failed since (the watchdog's deadline).
+  if (status.ok()) status = CommAsyncError();
   if (!status.ok()) return Fail(status);
   grads_pending_ = !sync_gradients;
   return absl::OkStatus();

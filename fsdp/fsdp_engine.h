@@ -27,11 +27,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/Stream.h>
 #include <torch/nn/module.h>
 
 #include "absl/status/status.h"
@@ -129,6 +132,9 @@ class FsdpEngine : public UnitRunner {
     std::unique_ptr<CommHandle> handle;  // Null when there is nothing to communicate (W = 1).
     at::Tensor src;                      // The flat gradient in reduce_dtype, alive until done.
     at::Tensor reduced;                  // [shard_numel], or src itself when S = 1.
+    // CUDA HYBRID_SHARD: `handle` is already the replicate all-reduce, chained on the
+    // reduce-scatter (StartReduce); FinishOldestReduce only waits for it.
+    bool replicated = false;
   };
   // An all-gather in flight (prefetch).
   struct PendingGather {
@@ -177,7 +183,14 @@ class FsdpEngine : public UnitRunner {
   void AccumulateShardGrad(int unit, const at::Tensor& reduced);
   void DrainOffloadedGrads();
 
-  absl::Status Fail(absl::Status s);  // Records the first error, returns it.
+  // Records the first error and returns it; a communicator's AsyncError takes precedence.
+  absl::Status Fail(absl::Status s);
+  // A guard making device_ current (CUDA); empty on the CPU.
+  c10::OptionalDeviceGuard DeviceScope() const;
+  // The first AsyncError of the shard and replicate communicators (communicator.h), or OK.
+  absl::Status CommAsyncError() const;
+  // CUDA: the side stream the replicate all-reduce is chained on (from the pool, on first use).
+  c10::Stream ReplicateStream();
 
   std::shared_ptr<torch::nn::Module> model_;
   ParallelLayout layout_;
@@ -201,6 +214,7 @@ class FsdpEngine : public UnitRunner {
   ActivationCheckpointer checkpointer_;
   MemoryPeaks peaks_;
   at::Device device_ = at::kCPU;
+  std::optional<c10::Stream> replicate_stream_;
 
   bool in_backward_ = false;
   bool sync_ = true;

@@ -22,6 +22,7 @@ def nccl_targets():
         deps = [
             ":comm_args",
             ":comm_queue",
+            ":comm_watchdog",
             ":communicator",
             ":comm_groups",
             ":kv_store",
@@ -61,3 +62,9 @@ def cuda_cc_test(**kwargs):
     //fsdp/tests:cpu_offload_gpu_test; tag them "gpu" to keep them out of default runs)."""
     if HAS_CUDA:
         native.cc_test(**kwargs)
+
+def cuda_cc_library(**kwargs):
+    """A cc_library defined only where @cuda found a toolkit (test helpers that need CUDA, such as
+    //fsdp/testing:standin_communicator)."""
+    if HAS_CUDA:
+        native.cc_library(**kwargs)

@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <utility>
@@ -17,17 +18,20 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "fsdp/comm_args.h"
 #include "fsdp/comm_groups.h"
 #include "fsdp/comm_queue.h"
+#include "fsdp/comm_watchdog.h"
 
 namespace shardline::fsdp {
 namespace {
 
 constexpr char kUniqueIdKey[] = "nccl_unique_id";
-// How often host-side waits poll the done event and NCCL's async error.
+// How often synchronous waits poll the done event, and enqueueing polls NCCL's state.
 constexpr absl::Duration kPoll = absl::Microseconds(50);
+// How often the watchdog polls outstanding collectives: the resolution of their deadlines.
+constexpr absl::Duration kWatchdogInterval = absl::Milliseconds(5);
 
 ncclDataType_t NcclType(at::ScalarType t) {
   switch (t) {
@@ -54,31 +58,49 @@ std::string NcclError(ncclResult_t r, ncclComm_t comm) {
                       last != nullptr ? last : "");
 }
 
+// A CUDA event destroyed with its last holder (the handle, the watchdog's poll).
+struct CudaEvent {
+  cudaEvent_t event = nullptr;
+  ~CudaEvent() {
+    if (event != nullptr) cudaEventDestroy(event);  // Released once recorded work completes.
+  }
+};
+
 }  // namespace
 
 class NcclCommunicator::Impl : public std::enable_shared_from_this<Impl> {
  public:
   Impl(Options options, int device, ncclComm_t comm, cudaStream_t stream)
-      : options_(std::move(options)), device_(device), comm_(comm), stream_(stream) {
+      : options_(std::move(options)),
+        device_(device),
+        comm_(comm),
+        stream_(stream),
+        watchdog_(DescribeGroupMembers(options_.global_ranks, options_.rank, options_.size),
+                  options_.timeout, WatchdogHooks()) {
     options_.store = nullptr;
+    watchdog_.Start(kWatchdogInterval);
   }
 
   ~Impl() {
+    watchdog_.Stop();
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
-    bool aborted;
-    {
-      absl::MutexLock lock(&mu_);
-      aborted = aborted_;
-    }
-    if (!aborted) {
-      // Finish outstanding work, then finalize (non-blocking comms finalize asynchronously).
-      cudaStreamSynchronize(stream_);
-      ncclResult_t r = ncclCommFinalize(comm_);
+    if (!watchdog_.aborted()) {
+      // Outstanding work first, for at most the timeout: a collective stuck on a dead peer
+      // would hold cudaStreamSynchronize forever. Then finalize (non-blocking comms finalize
+      // asynchronously), also bounded; whatever does not end in time is aborted.
       const absl::Time deadline = absl::Now() + options_.timeout;
-      ncclResult_t state = r;
-      while (state == ncclInProgress && absl::Now() < deadline) {
+      cudaError_t idle = cudaStreamQuery(stream_);
+      while (idle == cudaErrorNotReady && absl::Now() < deadline) {
         absl::SleepFor(kPoll);
-        ncclCommGetAsyncError(comm_, &state);
+        idle = cudaStreamQuery(stream_);
+      }
+      ncclResult_t state = ncclInternalError;
+      if (idle == cudaSuccess) {
+        state = ncclCommFinalize(comm_);
+        while (state == ncclInProgress && absl::Now() < deadline) {
+          absl::SleepFor(kPoll);
+          ncclCommGetAsyncError(comm_, &state);
+        }
       }
       if (state == ncclSuccess) {
         ncclCommDestroy(comm_);
@@ -86,7 +108,7 @@ class NcclCommunicator::Impl : public std::enable_shared_from_this<Impl> {
         ncclCommAbort(comm_);
       }
     }
-    cudaStreamDestroy(stream_);
+    cudaStreamDestroy(stream_);  // Returns at once; released when its work is done.
   }
 
   const Options& options() const { return options_; }
@@ -97,31 +119,32 @@ class NcclCommunicator::Impl : public std::enable_shared_from_this<Impl> {
   void set_step(int64_t step) { step_.store(step); }
   ncclComm_t comm() const { return comm_; }
   int device() const { return device_; }
+  CommWatchdog& watchdog() { return watchdog_; }
 
   // Issues `call` on the communication stream after the current stream's pending work.
   std::unique_ptr<CommHandle> Launch(absl::string_view op, absl::Status args,
                                      const std::vector<at::Tensor>& tensors,
                                      const std::function<ncclResult_t(cudaStream_t)>& call);
 
-  // Host-side wait for `done` with the error contract of the header.
-  absl::Status WaitFor(const std::string& prefix, cudaEvent_t done, absl::Time deadline);
-
- private:
-  absl::Status Fail(absl::Status status) {
-    absl::MutexLock lock(&mu_);
-    if (!aborted_) {
-      ncclCommAbort(comm_);  // Unblocks kernels stuck waiting for a dead or slow peer.
-      aborted_ = true;
-    }
-    if (broken_.ok()) broken_ = status;
-    return status;
+  absl::Status BrokenStatus(const std::string& prefix) const {
+    const absl::Status failure = watchdog_.failure();
+    if (failure.ok()) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(prefix, "communicator is broken by an earlier error: ", failure.message()));
   }
 
-  absl::Status BrokenStatus(const std::string& prefix) {
-    absl::MutexLock lock(&mu_);
-    if (broken_.ok()) return absl::OkStatus();
-    return absl::FailedPreconditionError(
-        absl::StrCat(prefix, "communicator is broken by an earlier error: ", broken_.message()));
+ private:
+  CommWatchdog::Hooks WatchdogHooks() {
+    CommWatchdog::Hooks hooks;
+    // Both run under the watchdog's lock, never after the abort (comm_watchdog.h).
+    hooks.async_error = [this] {
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (async == ncclSuccess || async == ncclInProgress) return std::string();
+      return NcclError(async, comm_);
+    };
+    hooks.abort = [this] { ncclCommAbort(comm_); };  // Ends kernels stuck on a peer.
+    return hooks;
   }
 
   Options options_;
@@ -129,36 +152,62 @@ class NcclCommunicator::Impl : public std::enable_shared_from_this<Impl> {
   ncclComm_t comm_;
   cudaStream_t stream_;
   std::atomic<int64_t> step_{0};
-  absl::Mutex mu_;
-  absl::Status broken_ ABSL_GUARDED_BY(mu_);
-  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  CommWatchdog watchdog_;  // Last: its thread uses the members above.
 };
 
 namespace {
 
 class NcclHandle : public CommHandle {
  public:
-  NcclHandle(std::shared_ptr<NcclCommunicator::Impl> impl, std::string prefix, cudaEvent_t done,
-             absl::Time deadline)
-      : impl_(std::move(impl)), prefix_(std::move(prefix)), done_(done), deadline_(deadline) {}
-  ~NcclHandle() override { cudaEventDestroy(done_); }
+  NcclHandle(std::shared_ptr<NcclCommunicator::Impl> impl, std::shared_ptr<CommWatchdog::Work> work,
+             std::shared_ptr<CudaEvent> done)
+      : impl_(std::move(impl)), work_(std::move(work)), done_(std::move(done)) {}
 
+  // Does not block the host: the current stream waits for the done event, and the watchdog
+  // enforces the deadline (a failure it finds later shows in AsyncError and later calls).
   absl::Status Wait() override {
     if (!waited_) {
-      status_ = impl_->WaitFor(prefix_, done_, deadline_);
+      status_ = impl_->watchdog().StatusOf(*work_);
+      if (status_.ok()) {
+        c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device()));
+        cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(impl_->device()).stream(), done_->event,
+                            0);
+      }
       waited_ = true;
     }
     return status_;
   }
 
+  // The synchronous forms: the host waits until the collective finished or the watchdog failed
+  // it (at its deadline at the latest), then Wait().
+  absl::Status Block() {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device()));
+    while (true) {
+      if (absl::Status s = impl_->watchdog().StatusOf(*work_); !s.ok()) return s;
+      const cudaError_t e = cudaEventQuery(done_->event);
+      if (e == cudaSuccess) break;
+      if (e != cudaErrorNotReady) {
+        return impl_->watchdog().Fail(absl::UnavailableError(
+            absl::StrCat(work_->prefix(), "CUDA error: ", cudaGetErrorString(e))));
+      }
+      absl::SleepFor(kPoll);
+    }
+    return Wait();
+  }
+
  private:
   std::shared_ptr<NcclCommunicator::Impl> impl_;
-  const std::string prefix_;
-  cudaEvent_t done_;
-  const absl::Time deadline_;
+  std::shared_ptr<CommWatchdog::Work> work_;
+  std::shared_ptr<CudaEvent> done_;
   bool waited_ = false;
   absl::Status status_;
 };
+
+// Sync form of an async call: NcclHandle::Block, or the early error of a ReadyHandle.
+absl::Status BlockOn(std::unique_ptr<CommHandle> handle) {
+  if (auto* nccl = dynamic_cast<NcclHandle*>(handle.get())) return nccl->Block();
+  return handle->Wait();
+}
 
 }  // namespace
 
@@ -178,12 +227,12 @@ std::unique_ptr<CommHandle> NcclCommunicator::Impl::Launch(
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
   cudaStream_t current = c10::cuda::getCurrentCUDAStream(device_).stream();
   cudaEvent_t ready = nullptr;
-  cudaEvent_t done = nullptr;
+  auto done = std::make_shared<CudaEvent>();
   if (cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) != cudaSuccess ||
-      cudaEventCreateWithFlags(&done, cudaEventDisableTiming) != cudaSuccess) {
+      cudaEventCreateWithFlags(&done->event, cudaEventDisableTiming) != cudaSuccess) {
     if (ready != nullptr) cudaEventDestroy(ready);
     return std::make_unique<ReadyHandle>(
-        Fail(absl::UnavailableError(absl::StrCat(prefix, "cudaEventCreate failed"))));
+        watchdog_.Fail(absl::UnavailableError(absl::StrCat(prefix, "cudaEventCreate failed"))));
   }
   cudaEventRecord(ready, current);
   cudaStreamWaitEvent(stream_, ready, 0);
@@ -194,53 +243,51 @@ std::unique_ptr<CommHandle> NcclCommunicator::Impl::Launch(
     c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), comm_stream);
   }
   const absl::Time deadline = absl::Now() + options_.timeout;
-  ncclResult_t r = call(stream_);
+  // Every NCCL call on comm_ goes through WithComm: never concurrent with, nor after, the
+  // watchdog's ncclCommAbort (which frees the communicator).
+  ncclResult_t r = ncclSuccess;
+  std::string error;
+  const auto nccl = [&](const std::function<ncclResult_t()>& f) {
+    return watchdog_.WithComm([&] {
+      r = f();
+      if (r != ncclSuccess && r != ncclInProgress) error = NcclError(r, comm_);
+      return absl::OkStatus();
+    });
+  };
+  if (!nccl([&] { return call(stream_); }).ok()) {
+    return std::make_unique<ReadyHandle>(BrokenStatus(prefix));
+  }
   // Non-blocking communicators may still be enqueueing.
   while (r == ncclInProgress) {
     if (absl::Now() > deadline) {
-      cudaEventDestroy(done);
-      return std::make_unique<ReadyHandle>(Fail(absl::DeadlineExceededError(
+      return std::make_unique<ReadyHandle>(watchdog_.Fail(absl::DeadlineExceededError(
           absl::StrCat(prefix, "timed out after ", absl::FormatDuration(options_.timeout),
                        " enqueueing the collective ", members()))));
     }
     absl::SleepFor(kPoll);
-    ncclCommGetAsyncError(comm_, &r);
+    const bool asked = nccl([&] {
+                         ncclResult_t state = ncclSuccess;
+                         ncclCommGetAsyncError(comm_, &state);
+                         return state;
+                       }).ok();
+    if (!asked) return std::make_unique<ReadyHandle>(BrokenStatus(prefix));
   }
   if (r != ncclSuccess) {
-    cudaEventDestroy(done);
     return std::make_unique<ReadyHandle>(
-        Fail(absl::UnavailableError(absl::StrCat(prefix, "NCCL error: ", NcclError(r, comm_)))));
+        watchdog_.Fail(absl::UnavailableError(absl::StrCat(prefix, "NCCL error: ", error))));
   }
-  cudaEventRecord(done, stream_);
-  return std::make_unique<NcclHandle>(shared_from_this(), prefix, done, deadline);
-}
-
-absl::Status NcclCommunicator::Impl::WaitFor(const std::string& prefix, cudaEvent_t done,
-                                             absl::Time deadline) {
-  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
-  while (true) {
-    const cudaError_t e = cudaEventQuery(done);
-    if (e == cudaSuccess) {
-      cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(device_).stream(), done, 0);
-      return absl::OkStatus();
-    }
-    if (e != cudaErrorNotReady) {
-      return Fail(
-          absl::UnavailableError(absl::StrCat(prefix, "CUDA error: ", cudaGetErrorString(e))));
-    }
-    ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(comm_, &async);
-    if (async != ncclSuccess && async != ncclInProgress) {
-      return Fail(absl::UnavailableError(absl::StrCat(prefix, "lost a peer ", members(),
-                                                      ": NCCL error: ", NcclError(async, comm_))));
-    }
-    if (absl::Status b = BrokenStatus(prefix); !b.ok()) return b;
-    if (absl::Now() > deadline) {
-      return Fail(absl::DeadlineExceededError(absl::StrCat(
-          prefix, "timed out after ", absl::FormatDuration(options_.timeout), " ", members())));
-    }
-    absl::SleepFor(kPoll);
-  }
+  cudaEventRecord(done->event, stream_);
+  const int device = device_;
+  std::shared_ptr<CommWatchdog::Work> work =
+      watchdog_.Add(prefix, deadline, [done, device](std::string* message) {
+        c10::cuda::CUDAGuard poll_guard(static_cast<c10::DeviceIndex>(device));
+        const cudaError_t e = cudaEventQuery(done->event);
+        if (e == cudaSuccess) return CommWatchdog::PollResult::kDone;
+        if (e == cudaErrorNotReady) return CommWatchdog::PollResult::kPending;
+        *message = cudaGetErrorString(e);
+        return CommWatchdog::PollResult::kError;
+      });
+  return std::make_unique<NcclHandle>(shared_from_this(), std::move(work), std::move(done));
 }
 
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const Options& options) {
@@ -321,6 +368,7 @@ int NcclCommunicator::rank() const { return impl_->options().rank; }
 int NcclCommunicator::size() const { return impl_->options().size; }
 const std::string& NcclCommunicator::name() const { return impl_->options().name; }
 void NcclCommunicator::set_step(int64_t step) { impl_->set_step(step); }
+absl::Status NcclCommunicator::AsyncError() const { return impl_->watchdog().failure(); }
 
 std::unique_ptr<CommHandle> NcclCommunicator::AllGatherAsync(const at::Tensor& in,
                                                              const at::Tensor& out) {
@@ -332,7 +380,7 @@ std::unique_ptr<CommHandle> NcclCommunicator::AllGatherAsync(const at::Tensor& i
 }
 
 absl::Status NcclCommunicator::AllGather(const at::Tensor& in, const at::Tensor& out) {
-  return AllGatherAsync(in, out)->Wait();
+  return BlockOn(AllGatherAsync(in, out));
 }
 
 std::unique_ptr<CommHandle> NcclCommunicator::ReduceScatterAsync(const at::Tensor& in,
@@ -348,7 +396,7 @@ std::unique_ptr<CommHandle> NcclCommunicator::ReduceScatterAsync(const at::Tenso
 
 absl::Status NcclCommunicator::ReduceScatter(const at::Tensor& in, const at::Tensor& out,
                                              ReduceOp op) {
-  return ReduceScatterAsync(in, out, op)->Wait();
+  return BlockOn(ReduceScatterAsync(in, out, op));
 }
 
 std::unique_ptr<CommHandle> NcclCommunicator::ReduceScatterConsumingAsync(const at::Tensor& in,
@@ -367,17 +415,16 @@ std::unique_ptr<CommHandle> NcclCommunicator::AllReduceAsync(const at::Tensor& t
 }
 
 absl::Status NcclCommunicator::AllReduce(const at::Tensor& t, ReduceOp op) {
-  return AllReduceAsync(t, op)->Wait();
+  return BlockOn(AllReduceAsync(t, op));
 }
 
 absl::Status NcclCommunicator::Broadcast(const at::Tensor& t, int root) {
-  return impl_
-      ->Launch("broadcast", CheckBroadcastArgs(name(), size(), at::kCUDA, t, root), {t},
-               [&](cudaStream_t stream) {
-                 return ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(),
-                                      NcclType(t.scalar_type()), root, impl_->comm(), stream);
-               })
-      ->Wait();
+  return BlockOn(impl_->Launch("broadcast", CheckBroadcastArgs(name(), size(), at::kCUDA, t, root),
+                               {t}, [&](cudaStream_t stream) {
+                                 return ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(),
+                                                      NcclType(t.scalar_type()), root,
+                                                      impl_->comm(), stream);
+                               }));
 }
 
 absl::Status NcclCommunicator::Barrier() {
@@ -387,13 +434,10 @@ absl::Status NcclCommunicator::Barrier() {
       at::empty({1}, at::TensorOptions()
                          .dtype(at::kFloat)
                          .device(at::kCUDA, static_cast<c10::DeviceIndex>(impl_->device())));
-  return impl_
-      ->Launch("barrier", absl::OkStatus(), {one},
-               [&](cudaStream_t stream) {
-                 return ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32, ncclSum,
-                                      impl_->comm(), stream);
-               })
-      ->Wait();
+  return BlockOn(impl_->Launch("barrier", absl::OkStatus(), {one}, [&](cudaStream_t stream) {
+    return ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32, ncclSum, impl_->comm(),
+                         stream);
+  }));
 }
 
 namespace {
@@ -411,6 +455,11 @@ const bool kRegistered = RegisterCommBackend(
       nccl.global_ranks = group.ranks;
       nccl.cuda_device = options.cuda_device;
       nccl.timeout = options.timeout;
+      // NCCL's sockets follow the configured interface unless the user chose one (setenv
+      // without overwrite: NCCL reads the variable when its first communicator initialises).
+      if (!options.interface.empty()) {
+        setenv("NCCL_SOCKET_IFNAME", options.interface.c_str(), /*overwrite=*/0);
+      }
       absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm = NcclCommunicator::Create(nccl);
       if (!comm.ok()) return comm.status();
       return std::unique_ptr<Communicator>(std::move(*comm));

@@ -11,12 +11,20 @@
 // communication stream (recordStream), so freeing them early cannot hand their memory to
 // other work while NCCL still uses it.
 //
-// Handles and timeouts: Wait() polls the done event on the host, checking
-// ncclCommGetAsyncError, until the collective finished or Options::timeout (counted from the
-// call that issued it) passed; then it makes the caller's current stream wait for the event.
-// On timeout it calls ncclCommAbort and returns DEADLINE_EXCEEDED; on an NCCL error
-// UNAVAILABLE; both "group <name> op <op> step <step>: ..."; the communicator is then broken
-// (FAILED_PRECONDITION afterwards). The sync forms are the async ones plus Wait().
+// Handles and timeouts (after PyTorch's NCCL process group): a handle's Wait() does not block
+// the host. It makes the caller's current stream wait for the collective's done event
+// (cudaStreamWaitEvent) and returns. A watchdog thread per communicator (comm_watchdog.h) polls
+// the done events of outstanding collectives every few milliseconds; when one runs past
+// Options::timeout (counted from the call that issued it), or NCCL reports an asynchronous error
+// (a lost peer), it calls ncclCommAbort once (which ends kernels stuck on a dead peer, so the
+// streams waiting on them drain) and fails every outstanding collective: DEADLINE_EXCEEDED or
+// UNAVAILABLE, "group <name> op <op> step <step>: ...". That error shows in AsyncError(), in a
+// Wait() not yet called, and as FAILED_PRECONDITION in every later call (the communicator is
+// broken). No NCCL call touches the communicator after the abort (they all go through the
+// watchdog's lock), and nothing synchronizes a stream or the device without a bound: the
+// destructor waits for outstanding work at most `timeout`, then aborts instead of finalizing.
+// The synchronous forms (AllGather, ..., Barrier) block the host until the collective finished or
+// the watchdog failed it, then return its status.
 //
 // kAvg uses NCCL's ncclAvg. Dtypes: float32, bfloat16, float16, float64, int64 (NCCL supports
 // bf16 natively; no conversion).
@@ -74,6 +82,8 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<CommHandle> AllReduceAsync(const at::Tensor& t, ReduceOp op) override;
   absl::Status Broadcast(const at::Tensor& t, int root) override;
   absl::Status Barrier() override;
+  // The watchdog's first failure (see above), or OK.
+  absl::Status AsyncError() const override;
 
   class Impl;
 

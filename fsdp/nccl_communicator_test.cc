@@ -3,7 +3,10 @@
 // the bootstrap timeout uses a two-rank group whose second rank never comes.
 #include "fsdp/nccl_communicator.h"
 
+#include <cuda_runtime_api.h>
+
 #include <ATen/ATen.h>
+#include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDAFunctions.h>
 
 #include "fsdp/comm_groups.h"
@@ -19,6 +22,13 @@ std::unique_ptr<TcpKvStore> Store() {
   auto store = TcpKvStore::Create(o);
   EXPECT_TRUE(store.ok()) << store.status();
   return std::move(*store);
+}
+
+// Cycles of the delay kernel (at::cuda::sleep) that hold the current stream for `d`.
+int64_t CyclesFor(absl::Duration d) {
+  int khz = 0;
+  cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
+  return static_cast<int64_t>(absl::ToDoubleSeconds(d) * khz * 1000.0);
 }
 
 class NcclTest : public ::testing::Test {
@@ -108,6 +118,76 @@ TEST_F(NcclTest, CreateCommGroupsUsesTheRegisteredNcclBackend) {
   ASSERT_TRUE(groups.ok()) << groups.status();
   at::Tensor t = at::ones({8}, at::TensorOptions().device(at::kCUDA, 0));
   EXPECT_TRUE(groups->world->AllReduce(t, ReduceOp::kSum).ok());
+}
+
+TEST_F(NcclTest, WaitOrdersTheStreamWithoutBlockingTheHost) {
+  auto store = Store();
+  NcclCommunicator::Options options;
+  options.store = store.get();
+  options.timeout = absl::Seconds(60);
+  auto comm = NcclCommunicator::Create(options);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  const auto cuda = at::TensorOptions().device(at::kCUDA, 0);
+  at::Tensor in = at::arange(1 << 20, cuda.dtype(at::kFloat));
+  at::Tensor out = at::zeros({1 << 20}, cuda.dtype(at::kFloat));
+  at::cuda::sleep(CyclesFor(absl::Seconds(2)));  // Holds the current stream, so the gather too.
+  const absl::Time start = absl::Now();
+  auto handle = (*comm)->AllGatherAsync(in, out);
+  ASSERT_TRUE(handle->Wait().ok());
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));  // The host did not wait 2 s.
+  // Work queued on the stream after Wait sees the gathered values.
+  EXPECT_TRUE(out.clone().equal(in));
+  EXPECT_TRUE((*comm)->AsyncError().ok());
+}
+
+// The abort path on one GPU: a kernel holds the stream while two collectives time out. The
+// watchdog fails both with DEADLINE_EXCEEDED within the timeout plus a small bound, aborts the
+// communicator once, later calls fail fast, and the destructor neither synchronizes the held
+// stream nor touches the aborted communicator.
+TEST_F(NcclTest, KernelHoldingTheStreamTimesOutTwoCollectivesWithinTheBound) {
+  auto store = Store();
+  NcclCommunicator::Options options;
+  options.store = store.get();
+  options.timeout = absl::Seconds(1);
+  auto comm = NcclCommunicator::Create(options);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  const auto cuda = at::TensorOptions().device(at::kCUDA, 0);
+  at::Tensor in = at::ones({1 << 16}, cuda.dtype(at::kFloat));
+  at::Tensor out = at::zeros({1 << 16}, cuda.dtype(at::kFloat));
+  at::Tensor t = at::ones({1 << 16}, cuda.dtype(at::kFloat));
+  at::cuda::sleep(CyclesFor(absl::Seconds(8)));
+  const absl::Time start = absl::Now();
+  auto gather = (*comm)->AllGatherAsync(in, out);
+  auto reduce = (*comm)->AllReduceAsync(t, ReduceOp::kSum);
+  absl::Status async;
+  while ((async = (*comm)->AsyncError()).ok() && absl::Now() - start < absl::Seconds(10)) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_EQ(async.code(), absl::StatusCode::kDeadlineExceeded) << async;
+  EXPECT_GE(took, absl::Seconds(1));
+  EXPECT_LT(took, absl::Seconds(4)) << "the abort took too long";
+  EXPECT_EQ(async.message().rfind("group world op all_gather step 0: timed out after 1s", 0), 0u)
+      << async;
+  const absl::Status g = gather->Wait();
+  const absl::Status r = reduce->Wait();
+  EXPECT_EQ(g, async);
+  EXPECT_EQ(r.code(), absl::StatusCode::kDeadlineExceeded) << r;
+  EXPECT_EQ(r.message().rfind("group world op all_reduce step 0: ", 0), 0u) << r;
+  const absl::Status later = (*comm)->AllReduce(t, ReduceOp::kSum);
+  EXPECT_EQ(later.code(), absl::StatusCode::kFailedPrecondition) << later;
+  EXPECT_NE(later.message().find("communicator is broken by an earlier error: group world op "
+                                 "all_gather step 0: timed out after 1s"),
+            std::string::npos)
+      << later;
+  const absl::Time destroy = absl::Now();
+  gather.reset();
+  reduce.reset();
+  comm->reset();
+  EXPECT_LT(absl::Now() - destroy, absl::Seconds(2)) << "the destructor waited for the stream";
+  // The held stream drains (the aborted collectives end at once) without a CUDA error.
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
 }  // namespace

@@ -2,9 +2,9 @@
 # Installs everything Shardline needs to build and test, and nothing that is already there.
 # Idempotent: a second run on a set-up machine only checks and returns.
 #   - Debian packages: Bazel (bazel-bootstrap), gRPC, protobuf, Abseil, GoogleTest, Gloo, SQLite,
-#     yaml-cpp, OpenSSL (library and command), cpp-httplib, Google Benchmark; clang 14 with
-#     libFuzzer for tools/fuzz.sh; clang-format; chart.js (the dashboard's charts) and Chromium
-#     with a font (the dashboard's browser test).
+#     yaml-cpp, OpenSSL (library and command), cpp-httplib, prometheus-cpp, Google Benchmark;
+#     clang 14 with libFuzzer for tools/fuzz.sh; clang-format; chart.js (the dashboard's charts)
+#     and Chromium with a font (the dashboard's browser test).
 #   - A project-local virtual environment at .venv holding torch==2.11.0 from the Python registry;
 #     LibTorch (headers + shared libraries) is taken from that wheel by third_party/torch/torch.bzl.
 #     Also grpcio, grpcio-tools, pyyaml and matplotlib; kubernetes-validate (pinned; it ships the
@@ -28,6 +28,7 @@ DEBIAN_PACKAGES=(
   libsqlite3-dev libyaml-cpp-dev libssl-dev iproute2 procps
   openssl  # the openssl command: tools/make_dev_certs.sh and the TLS tests
   libcpp-httplib-dev  # the coordinator's metrics HTTP server (coordinator/metrics_http_server.cc)
+  prometheus-cpp-dev  # the /metrics exposition (coordinator/metrics.cc)
   clang libclang-rt-14-dev  # tools/fuzz.sh: clang 14 with libFuzzer and its sanitizer runtimes
   clang-format  # tests/style:clang_format_test and tools/format.sh (Debian 12: clang-format 14)
   libjs-chart.js  # the dashboard's charts, served by the coordinator (coordinator/dashboard/)

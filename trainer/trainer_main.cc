@@ -31,11 +31,13 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/DeviceAccelerator.h>
 #include <ATen/Parallel.h>
 
 #include "absl/status/status.h"
@@ -45,6 +47,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/network_interface.h"
 #include "common/torch_status.h"
 #include "data/token_dataset.h"
 #include "fsdp/comm_groups.h"
@@ -53,6 +56,7 @@
 #include "trainer/checkpointing.h"
 #include "trainer/config.h"
 #include "trainer/coordinator_reporter.h"
+#include "trainer/device_select.h"
 #include "trainer/exit_codes.h"
 #include "trainer/fsdp_backend.h"
 #include "trainer/local_backend.h"
@@ -196,8 +200,20 @@ absl::StatusOr<at::Device> SelectDevice(const TrainerConfig& c, const RankEnv& e
         "CUDA_VISIBLE_DEVICES empty); use device.kind CPU");
   }
   // LOCAL_RANK picks the GPU among those visible; the daemon exposes exactly one per rank.
-  const int count = static_cast<int>(at::getNumGPUs());
-  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank % count));
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  absl::StatusOr<int> index =
+      LocalRankDevice(env.local_rank, static_cast<int>(at::getNumGPUs()),
+                      visible == nullptr ? std::nullopt : std::optional<std::string>(visible),
+                      /*daemon_launch=*/!env.coordinator.empty());
+  if (!index.ok()) return index.status();
+  // The current device before anything is allocated: the caching allocator of the current
+  // device serves every allocation made without a device guard (and NCCL, cuBLAS and the
+  // autograd engine's forward-side work use it), so all of this rank's memory lands on its GPU.
+  const c10::DeviceIndex device = static_cast<c10::DeviceIndex>(*index);
+  absl::Status set =
+      TorchCall("set the current CUDA device", [&] { at::accelerator::setDeviceIndex(device); });
+  if (!set.ok()) return set;
+  return at::Device(at::kCUDA, device);
 }
 
 absl::StatusOr<std::unique_ptr<data::TokenDataset>> OpenDataset(const TrainerConfig& c) {
@@ -230,7 +246,14 @@ absl::StatusOr<fsdp::CommGroups> CreateCommunicators(const TrainerConfig& c, con
   comm.backend = c.cuda ? fsdp::CommBackend::kNccl : fsdp::CommBackend::kGloo;
   comm.address = env.advertise_address;
   comm.timeout = absl::Seconds(c.collective_timeout_s);
-  if (c.cuda) comm.cuda_device = device.index();
+  if (c.cuda) {
+    comm.cuda_device = device.index();
+    // NCCL's sockets on the interface of the advertised address (the worker's --address), unless
+    // the user set NCCL_SOCKET_IFNAME (the NCCL backend never overrides it). Gloo keeps binding
+    // to the address itself.
+    absl::StatusOr<std::string> ifname = InterfaceForAddress(env.advertise_address);
+    if (ifname.ok()) comm.interface = *ifname;
+  }
   comm.fake_collectives = c.fake_collectives;  // Shard/replicate groups only; world stays real.
   comm.key_prefix =
       env.job_id.empty() ? "comm" : absl::StrCat("comm/", env.job_id, "/", env.attempt);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/logging.h"
+#include "common/network_interface.h"
 #include "common/status_macros.h"
 #include "spec/job_spec.h"
 
@@ -59,8 +60,20 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerO
   }
   ASSIGN_OR_RETURN(std::unique_ptr<coordinator::CoordinatorClient> client, NewClient(options));
   auto daemon = std::unique_ptr<WorkerDaemon>(new WorkerDaemon(options, std::move(client)));
+  // The GPUs this daemon was given (an allocation's, a container's), if any; ranks get entries
+  // of this list, never indices of GPUs outside it.
+  ASSIGN_OR_RETURN(daemon->visible_devices_, ParseVisibleDevices(GetEnv("CUDA_VISIBLE_DEVICES")));
+  if (absl::StatusOr<std::string> ifname = InterfaceForAddress(options.advertise_address);
+      ifname.ok()) {
+    daemon->nccl_ifname_ = *ifname;
+  } else if (!options.advertise_address.empty()) {
+    SL_LOG(INFO) << "NCCL picks its own network interface: " << ifname.status().message();
+  }
   if (daemon->DiscoverSlots().empty()) {
-    return absl::InvalidArgumentError("no slots: no GPU found and --slots is 0");
+    return absl::InvalidArgumentError(
+        daemon->visible_devices_.has_value() && daemon->visible_devices_->empty()
+            ? "no slots: CUDA_VISIBLE_DEVICES names no GPU and --slots is 0"
+            : "no slots: no GPU found and --slots is 0");
   }
   return daemon;
 }
@@ -73,23 +86,37 @@ WorkerDaemon::~WorkerDaemon() { Shutdown(); }
 
 std::vector<Slot> WorkerDaemon::DiscoverSlots() const {
   std::vector<Slot> slots;
-  // NVIDIA's driver lists one directory per GPU; reading it needs no CUDA library.
+  // NVIDIA's driver lists one directory per GPU, named by PCI bus id; reading it needs no CUDA
+  // library. Sorted: directory order is arbitrary, bus order is CUDA's PCI_BUS_ID order.
+  std::vector<std::string> models;
   std::error_code ec;
   const fs::path gpus("/proc/driver/nvidia/gpus");
   if (fs::is_directory(gpus, ec)) {
-    int index = 0;
-    for (const auto& entry : fs::directory_iterator(gpus, ec)) {
-      Slot s;
-      s.set_kind(Slot::CUDA);
-      s.set_index(index++);
-      std::ifstream info(entry.path() / "information");
+    std::vector<fs::path> dirs;
+    for (const auto& entry : fs::directory_iterator(gpus, ec)) dirs.push_back(entry.path());
+    std::sort(dirs.begin(), dirs.end());
+    for (const fs::path& dir : dirs) {
+      std::string model = "GPU";
+      std::ifstream info(dir / "information");
       std::string line;
       while (std::getline(info, line)) {
         absl::string_view rest = line;
         if (absl::ConsumePrefix(&rest, "Model:")) {
-          s.set_device_name(std::string(absl::StripAsciiWhitespace(rest)));
+          model = std::string(absl::StripAsciiWhitespace(rest));
         }
       }
+      models.push_back(model);
+    }
+  }
+  // An inherited CUDA_VISIBLE_DEVICES decides the slots, even on a node whose driver directory
+  // is hidden (containers): the allocation knows which GPUs are ours.
+  if (!models.empty() || (visible_devices_.has_value() && !visible_devices_->empty())) {
+    const std::vector<std::string> names = GpuSlotNames(visible_devices_, models);
+    for (size_t i = 0; i < names.size(); ++i) {
+      Slot s;
+      s.set_kind(Slot::CUDA);
+      s.set_index(static_cast<int>(i));
+      s.set_device_name(names[i]);
       slots.push_back(s);
     }
   }
@@ -270,7 +297,11 @@ absl::Status WorkerDaemon::StartRank(const Assignment& a) {
   // $SHARDLINE_JOIN_TOKEN, and a shell may export a user's $SHARDLINE_TOKEN).
   po.drop_env = {"SHARDLINE_JOIN_TOKEN", "SHARDLINE_TOKEN"};
   if (a.spec().device().kind() == DeviceSpec::CUDA) {
-    po.env["CUDA_VISIBLE_DEVICES"] = std::to_string(a.slot_index());
+    // One GPU per rank: its slot's entry of the inherited list (an index or a UUID), and NCCL's
+    // sockets on the interface of --address unless the user chose one.
+    ASSIGN_OR_RETURN(auto device_env, RankDeviceEnv(visible_devices_, a.slot_index(), nccl_ifname_,
+                                                    GetEnv("NCCL_SOCKET_IFNAME")));
+    for (auto& [key, value] : device_env) po.env[key] = value;
   }
   ASSIGN_OR_RETURN(std::unique_ptr<RankProcess> process, RankProcess::Start(po));
   SL_LOG(INFO) << "started rank " << a.rank() << "/" << a.world_size() << " of " << a.job_id()

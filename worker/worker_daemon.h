@@ -24,6 +24,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -38,6 +39,7 @@
 #include "spec/path_policy.h"
 #include "worker/metrics_tail.h"
 #include "worker/rank_process.h"
+#include "worker/visible_devices.h"
 
 namespace shardline::worker {
 
@@ -106,6 +108,11 @@ class WorkerDaemon {
   std::vector<Slot> DiscoverSlots() const;
 
   const WorkerOptions options_;
+  // CUDA_VISIBLE_DEVICES as inherited at start (worker/visible_devices.h); nullopt: unset.
+  std::optional<std::vector<std::string>> visible_devices_;
+  // The interface holding options_.advertise_address: ranks' NCCL_SOCKET_IFNAME unless the
+  // daemon's environment sets one. Empty when none holds it (NCCL then picks its own).
+  std::string nccl_ifname_;
   std::unique_ptr<coordinator::CoordinatorClient> client_;
   std::atomic<bool> shutdown_{false};
 

@@ -14,7 +14,8 @@ set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
 TARGETS=(//trainer:trainer //worker:worker //coordinator:coordinator //cli:shardctl
-         //fsdp:nccl_communicator_test //tests/smoke:nccl_smoke "$@")
+         //fsdp:nccl_communicator_test //fsdp/tests:standin_parity_gpu_test
+         //fsdp/tests:cpu_offload_gpu_test //tests/smoke:nccl_smoke "$@")
 bazel build --jobs=2 "${TARGETS[@]}"
 BIN=$(bazel info bazel-bin 2>/dev/null)
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib

@@ -10,7 +10,9 @@
 #      the NCCL tests with Bazel against this venv's LibTorch and CUDA/NCCL (CUDA_HOME:
 #      /usr/local/cuda when it has nccl.h, else a directory of links into the venv's nvidia-*
 #      wheels; RUN_ALL_BUILD_ONLY=1 stops after the build);
-#   2. runs the GPU tests (NCCL smoke, NCCL communicator, CPU offload, trainer on CUDA);
+#   2. runs the GPU tests (NCCL smoke, NCCL communicator with the watchdog's abort path, CPU
+#      offload, the one-GPU stand-in for S > 1, trainer on CUDA), then bench/gpu/multi_gpu.sh as
+#      far as the GPUs allow (2b);
 #   3. trains GPT-2 small (124M, bench/gpu/gpt2_bf16.yaml: bf16 compute, 8 x 1024 tokens per step,
 #      30 steps) with our trainer, with and without fsdp.cpu_offload, then the same model with
 #      PyTorch FSDP2 (bench/gpu/torch_fsdp2_gpt2.py), FSDP2 + CPUOffloadPolicy, and plain PyTorch
@@ -148,6 +150,21 @@ fi
 
 if [ -n "${RUN_ALL_TESTS_ONLY:-}" ]; then  # Just the GPU tests (a short re-check after a change).
   cat "$RESULTS"; finish 0
+fi
+
+# ---- 2b. multi-GPU checks (bench/gpu/multi_gpu.sh), as far as this machine's GPUs allow ------
+# On one GPU: W = 1 launches (torchrun-style and daemon, one context per GPU), the LOCAL_RANK
+# check and W = 1 parity against the CPU; it lists what it skipped. RUN_ALL_SKIP_MULTI_GPU=1 skips.
+if [ -z "${RUN_ALL_SKIP_MULTI_GPU:-}" ]; then
+  log "multi-GPU checks (bench/gpu/multi_gpu.sh)"
+  MG_BIN=
+  [ "$BIN" = "$REPO/.gpu/bin" ] && MG_BIN=$BIN
+  MG_WORK=$WORK/multi_gpu
+  MG_RESULTS=$WORK/results_multi_gpu.txt
+  BIN=$MG_BIN TORCH_VENV=$TORCH_VENV WORK=$MG_WORK RESULTS=$MG_RESULTS \
+    timeout "${MULTI_GPU_BUDGET_S:-300}" bash bench/gpu/multi_gpu.sh > "$WORK/multi_gpu.log" 2>&1
+  echo "multi_gpu.sh (exit $?):" >> "$RESULTS"
+  grep -E '^(cases|PASS|FAIL|SKIP)' "$MG_RESULTS" 2>/dev/null | sed 's/^/  /' >> "$RESULTS"
 fi
 
 if [ -n "${RUN_ALL_THROUGHPUT:-}" ]; then  # The throughput benchmark instead of phases 3 and 4.

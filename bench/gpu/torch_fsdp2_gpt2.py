@@ -4,7 +4,10 @@ root) and MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), AdamW (fp32
 weights), on tiny Shakespeare bytes. Prints one JSON line: median step time over the steps
 after the warm-up, tokens/s and MFU with models/gpt.cc's FLOP count and the given peak.
 
-Started as one torchrun-style rank (RANK=0, WORLD_SIZE=1, MASTER_ADDR, MASTER_PORT set).
+Started as one torchrun-style rank (RANK=0, WORLD_SIZE=1, MASTER_ADDR, MASTER_PORT set), or
+with --mode hsdp under torchrun on W GPUs (bench/gpu/multi_gpu.sh): fully_shard over a 2-D
+device mesh (W/S replicas x S shards, PyTorch's hybrid sharding), each rank on cuda:LOCAL_RANK
+with its own batch; rank 0 prints the line (tokens/s counts all ranks).
 """
 import argparse
 import json
@@ -35,12 +38,16 @@ def main():
     # fsdp2: fully_shard per Block + root; fsdp2_offload: the same with CPUOffloadPolicy (shards,
     # gradients and the optimizer step on the CPU); autocast: no FSDP, the plain single-GPU
     # recipe (fp32 parameters, torch.autocast to the dtype), the reference for FSDP's overhead.
-    ap.add_argument("--mode", default="fsdp2", choices=["fsdp2", "fsdp2_offload", "autocast"])
+    ap.add_argument("--mode", default="fsdp2",
+                    choices=["fsdp2", "fsdp2_offload", "autocast", "hsdp"])
+    ap.add_argument("--shard", type=int, default=1, help="hsdp: the shard degree S")
     a = ap.parse_args()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl")
-    torch.cuda.set_device(0)
+    world, rank = dist.get_world_size(), dist.get_rank()
     torch.backends.cuda.matmul.allow_tf32 = True
-    dev = torch.device("cuda", 0)
+    dev = torch.device("cuda", local_rank)
     c, l, h, v, blk = 768, 12, 12, 50257, 1024
     model = gpt_mirror.Gpt(c, l, h, v, blk)
     gpt_mirror.init_gpt2(model, l, seed=1337)
@@ -49,6 +56,10 @@ def main():
     if a.mode != "autocast":
         mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
         extra = {"offload_policy": CPUOffloadPolicy()} if a.mode == "fsdp2_offload" else {}
+        if a.mode == "hsdp":
+            from torch.distributed.device_mesh import init_device_mesh
+            extra = {"mesh": init_device_mesh("cuda", (world // a.shard, a.shard),
+                                              mesh_dim_names=("replicate", "shard"))}
         for block in model.blocks:
             fully_shard(block, mp_policy=mp, **extra)
         fully_shard(model, mp_policy=mp, **extra)
@@ -56,7 +67,7 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             **({"foreach": True} if a.mode == "fsdp2_offload" else {"fused": True}))
     data = np.fromfile(a.data, dtype=np.uint8).astype(np.int64)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(rank)
     times = []
     for step in range(a.steps):
         starts = rng.integers(0, len(data) - a.seq_len - 1, size=a.batch)
@@ -73,12 +84,13 @@ def main():
         loss_value = loss.item()  # Synchronizes, as the trainer's logging does.
         times.append(time.perf_counter() - t0)
     step_s = statistics.median(times[a.warmup:])
-    tokens = a.batch * a.seq_len
+    tokens = a.batch * a.seq_len * world
     flops = gpt_mirror.training_flops_per_token(c, l, v, a.seq_len) * tokens / step_s
-    print(json.dumps({"side": "torch_" + a.mode, "dtype": a.dtype, "step_s": step_s,
-                      "tokens_per_s": tokens / step_s, "mfu": flops / a.peak_flops,
-                      "last_loss": loss_value,
-                      "max_memory_allocated_gib": torch.cuda.max_memory_allocated() / 2**30}))
+    if rank == 0:
+        print(json.dumps({"side": "torch_" + a.mode, "dtype": a.dtype, "step_s": step_s,
+                          "tokens_per_s": tokens / step_s,
+                          "mfu": flops / a.peak_flops / world, "last_loss": loss_value,
+                          "max_memory_allocated_gib": torch.cuda.max_memory_allocated() / 2**30}))
     dist.destroy_process_group()
 
 

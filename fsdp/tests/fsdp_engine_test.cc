@@ -18,6 +18,7 @@
 #include "common/torch_status.h"
 #include "fsdp/fsdp_engine.h"
 #include "fsdp/layout.h"
+#include "fsdp/local_communicator.h"
 #include "fsdp/loss_scaler.h"
 #include "fsdp/sharded_optimizer.h"
 #include "fsdp/testing/in_process_communicator.h"
@@ -490,6 +491,51 @@ TEST(FsdpEngine, StepWithUnreducedNoSyncGradientsIsFailedPrecondition) {
   ASSERT_FALSE(bad_opt.ok());
   EXPECT_EQ(bad_opt.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(bad_opt.status().message(), "beta2")) << bad_opt.status();
+}
+
+// A communicator whose collectives succeed but which reports an error found after their Wait()
+// returned, as NcclCommunicator's watchdog does (Communicator::AsyncError).
+class LateFailingCommunicator : public LocalCommunicator {
+ public:
+  using LocalCommunicator::LocalCommunicator;
+  absl::Status AsyncError() const override { return error; }
+  absl::Status error;
+};
+
+TEST(FsdpEngine, CommunicatorErrorFoundAfterWaitFailsBackwardAndEveryLaterCall) {
+  auto layout = ParallelLayout::Create(1, "FULL_SHARD", 0);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  LateFailingCommunicator shard("shard[0]");
+  TinyGpt model = SeededTinyGpt(TinyGptConfig{});
+  auto engine = FsdpEngine::Create(model.ptr(), *layout, &shard, nullptr, FsdpEngineOptions{});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  at::Tensor idx = at::zeros({2, 8}, at::kLong);
+  ASSERT_TRUE((*engine)->BeginForward().ok());
+  ASSERT_TRUE((*engine)->Backward(model->loss(idx, idx, engine->get())).ok());
+  ASSERT_TRUE((*engine)->BeginForward().ok());
+  at::Tensor loss = model->loss(idx, idx, engine->get());
+  // The watchdog fails a reduction of this step after its Wait returned.
+  shard.error = absl::DeadlineExceededError(
+      "group shard[0] op reduce_scatter step 4: timed out after 1s (ranks 0,1)");
+  const absl::Status backward = (*engine)->Backward(loss);
+  EXPECT_EQ(backward, shard.error);
+  EXPECT_EQ((*engine)->BeginForward(), shard.error);
+}
+
+TEST(FsdpEngine, CommunicatorErrorFoundAfterWaitFailsTheNextForward) {
+  auto layout = ParallelLayout::Create(1, "FULL_SHARD", 0);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  LateFailingCommunicator shard("shard[0]");
+  TinyGpt model = SeededTinyGpt(TinyGptConfig{});
+  auto engine = FsdpEngine::Create(model.ptr(), *layout, &shard, nullptr, FsdpEngineOptions{});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  shard.error = absl::UnavailableError(
+      "group shard[0] op all_gather step 9: lost a peer (ranks 0,1): NCCL error: remote process "
+      "exited");
+  EXPECT_EQ((*engine)->BeginForward(), shard.error);
+  // The engine stays broken with that error even if the communicator's report changed.
+  shard.error = absl::OkStatus();
+  EXPECT_EQ((*engine)->BeginForward().code(), absl::StatusCode::kUnavailable);
 }
 
 // A rank that stops participating makes the others fail with DEADLINE_EXCEEDED naming the

@@ -186,10 +186,10 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank, C
     RETURN_IF_ERROR(opt->LoadFullState(*resume));
     opt->set_step_count(resume->at("step").item<int64_t>());
   }
-  const int per_rank = config.global_batch / config.world_size;
+  const int slices = config.identical_ranks ? 1 : config.world_size;
+  const int per_rank = config.global_batch / slices;
   const int per_micro = per_rank / config.micro_batches;
-  if (per_rank * config.world_size != config.global_batch ||
-      per_micro * config.micro_batches != per_rank) {
+  if (per_rank * slices != config.global_batch || per_micro * config.micro_batches != per_rank) {
     return absl::InvalidArgumentError(absl::StrCat("global batch ", config.global_batch,
                                                    " does not split into ", config.world_size,
                                                    " ranks x ", config.micro_batches));
@@ -206,8 +206,9 @@ absl::StatusOr<ParityResult> RunFsdpRank(const ParityConfig& config, int rank, C
     engine->set_step(step);
     if (step == config.die_at_step) raise(SIGKILL);
     opt->set_lr(LrAt(config, step));
-    at::Tensor batch =
-        GlobalBatch(config, step).narrow(0, rank * per_rank, per_rank).to(config.device);
+    at::Tensor batch = GlobalBatch(config, step)
+                           .narrow(0, config.identical_ranks ? 0 : rank * per_rank, per_rank)
+                           .to(config.device);
     double loss_sum = 0;
     for (int m = 0; m < config.micro_batches; ++m) {
       at::Tensor mb = batch.narrow(0, m * per_micro, per_micro);

@@ -45,6 +45,10 @@ struct ParityConfig {
   bool fused_optimizer = false;
   // FsdpEngineOptions::overlap_reduce (in-process runs only, not part of Encode()).
   bool overlap_reduce = true;
+  // Every rank trains on the whole global batch instead of its slice (in-process runs only, not
+  // part of Encode()): with exact reductions an S-rank run then equals the W = 1 run bit for bit
+  // (standin_parity_gpu_test).
+  bool identical_ranks = false;
   int steps = 20;
   int global_batch = 12;    // Sequences per step over all ranks.
   int die_at_step = -1;     // Failure tests: this rank SIGKILLs itself at that step.

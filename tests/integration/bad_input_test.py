@@ -10,7 +10,6 @@ and its status and history are unchanged.
 shardctl exit codes (cli/shardctl_main.cc): 2 usage, 3 invalid spec (INVALID_ARGUMENT), 4
 unreachable, 5 not found, 6 unauthenticated/permission denied, 7 other.
 """
-import hashlib
 import json
 import os
 import socket
@@ -78,17 +77,6 @@ checkpoint: {{dir: {ckpt}, every_steps: 2, keep_last: 0, save_final: true}}
 """
 
 
-def tree_digest(root):
-    """{relative path: sha256} of every file under root."""
-    out = {}
-    for d, _, files in os.walk(root):
-        for f in files:
-            p = os.path.join(d, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
-
-
 def closed_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -117,7 +105,7 @@ class BadInputTest(unittest.TestCase):
             cps = cls.cluster.shardctl_json("checkpoints", cls.job)["checkpoints"]
             assert sorted(int(c["step"]) for c in cps if c.get("committed")) == [2, 4], cps
             cls.job_dir = os.path.join(cls.ckpt_root, cls.job)
-            cls.digest_before = tree_digest(cls.job_dir)
+            cls.digest_before = harness.tree_digest(cls.job_dir)
             assert any(p.endswith("MANIFEST.json") for p in cls.digest_before), cls.digest_before
             cls.status_before = status
             cls.checkpoints_before = cps
@@ -319,7 +307,7 @@ class BadInputTest(unittest.TestCase):
 
     def test_4_committed_checkpoints_and_history_unchanged(self):
         self.assert_serving("everything")
-        self.assertEqual(tree_digest(self.job_dir), self.digest_before)
+        self.assertEqual(harness.tree_digest(self.job_dir), self.digest_before)
         status = self.cluster.job(self.job)
         self.assertEqual(status, self.status_before)
         self.assertEqual(self.cluster.shardctl_json("checkpoints", self.job)["checkpoints"],

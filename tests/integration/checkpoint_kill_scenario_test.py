@@ -12,7 +12,6 @@ commit. The test kills that writer there, then checks that
   - the next attempt resumes from step 6 (the coordinator's RESUME step and the trainer's log),
     and the job finishes, committing step 9 afresh.
 """
-import hashlib
 import json
 import os
 import signal
@@ -26,17 +25,6 @@ import cluster_test  # noqa: E402
 
 PAUSE_STEP = 9   # Saves every 3 steps: 3 and 6 are committed before it.
 PAUSE_SHARD = 1  # Written by rank 1 (replicate index 0 of shard group 0's second shard).
-
-
-def tree_digest(path):
-    """{file name: sha256} of every file under `path`."""
-    out = {}
-    for root, _, files in os.walk(path):
-        for f in files:
-            p = os.path.join(root, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, path)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
 
 
 class CheckpointKillScenarioTest(unittest.TestCase):
@@ -91,7 +79,7 @@ class CheckpointKillScenarioTest(unittest.TestCase):
         self.assertEqual(committed, [3, 6], cps)
         self.assertTrue(os.path.exists(os.path.join(step6, "MANIFEST.json")))
         self.assertFalse(os.path.exists(os.path.join(step9, "MANIFEST.json")))
-        before = tree_digest(step6)
+        before = harness.tree_digest(step6)
         with open(os.path.join(step6, "MANIFEST.json")) as f:
             manifest_before = json.load(f)
 
@@ -121,7 +109,7 @@ class CheckpointKillScenarioTest(unittest.TestCase):
         self.assertIn("has no committed checkpoint at step %d" % PAUSE_STEP, proc.stderr)
         proc = self.cluster.shardctl("export", job, "--out=" + out)
         self.assertIn("(step 6 of %s)" % job, proc.stdout)
-        self.assertEqual(tree_digest(step6), before)
+        self.assertEqual(harness.tree_digest(step6), before)
 
         status = self.cluster.wait_for(job, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"),
                                        timeout=180, what="job end after the kill")
@@ -137,7 +125,7 @@ class CheckpointKillScenarioTest(unittest.TestCase):
         committed, cps = self.committed_steps(job)
         self.assertEqual(committed, [3, 6, 9, 12, 15], cps)
         self.assertTrue(os.path.exists(os.path.join(step9, "MANIFEST.json")))
-        self.assertEqual(tree_digest(step6), before)
+        self.assertEqual(harness.tree_digest(step6), before)
         with open(os.path.join(step6, "MANIFEST.json")) as f:
             self.assertEqual(json.load(f), manifest_before)
 

@@ -18,7 +18,6 @@ daemons, so the test acts at a known point of a save:
     committed checkpoint of the job on disk), the coordinator notes CHECKPOINT_FALLBACK, and the
     job SUCCEEDS. The moved directory is left alone.
 """
-import hashlib
 import json
 import os
 import signal
@@ -32,16 +31,6 @@ import cluster_test  # noqa: E402  (imported as a module, so its tests are not c
 
 PAUSE_STEP = 9
 PAUSE_SHARD = 1  # Written by rank 1.
-
-
-def tree_digest(path):
-    out = {}
-    for root, _, files in os.walk(path):
-        for f in files:
-            p = os.path.join(root, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, path)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
 
 
 def committed(step_dir):
@@ -94,7 +83,7 @@ class CommitReportScenarioTest(unittest.TestCase):
             time.sleep(0.1)
         self.assertFalse(os.path.exists(self.step(root, 3)), "retention after 6 kept step 3")
         self.assertTrue(committed(self.step(root, 6)))
-        before = tree_digest(self.step(root, 6))
+        before = harness.tree_digest(self.step(root, 6))
 
         coordinator = self.cluster.procs["coordinator"]
         coordinator.send_signal(signal.SIGKILL)
@@ -110,7 +99,7 @@ class CommitReportScenarioTest(unittest.TestCase):
         self.assertEqual(sorted(int(d[5:]) for d in os.listdir(root) if d.startswith("step_")),
                          list(range(6, steps + 1, 3)))
         self.assertTrue(all(committed(self.step(root, n)) for n in range(6, steps + 1, 3)))
-        self.assertEqual(tree_digest(self.step(root, 6)), before)
+        self.assertEqual(harness.tree_digest(self.step(root, 6)), before)
         rank0_node = self.node_of(status, 0)
         rank0 = self.cluster.rank_log(rank0_node, job, 1, 0)
         self.assertIn("checkpoint step 9 (%s) is committed, but reporting it to the coordinator "
@@ -195,7 +184,7 @@ class CommitReportScenarioTest(unittest.TestCase):
         # The registry's step disappears from disk (moved where no listing looks).
         moved = os.path.join(root, "moved-away-step_6")
         os.rename(os.path.join(root, "step_6"), moved)
-        moved_digest = tree_digest(moved)
+        moved_digest = harness.tree_digest(moved)
 
         victim = self.cluster.rank_pid(self.node_of(status, PAUSE_SHARD), job, 1, PAUSE_SHARD)
         self.assertIsNotNone(victim)
@@ -217,7 +206,7 @@ class CommitReportScenarioTest(unittest.TestCase):
                       rank0)
         self.assertIn("resumed from %s " % os.path.join(root, "step_3"), rank0)
         # Nothing it could not verify was deleted: the moved directory is intact.
-        self.assertEqual(tree_digest(moved), moved_digest)
+        self.assertEqual(harness.tree_digest(moved), moved_digest)
         self.assertTrue(committed(os.path.join(root, "step_%d" % steps)))
 
 

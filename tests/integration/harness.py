@@ -4,9 +4,11 @@ processes on loopback, driven through the real shardctl.
 `run_tests(module)` runs a unittest module and writes a JUnit XML file to $XML_OUTPUT_FILE, so
 Bazel (and tools/test.sh) count each test case.
 """
+import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +16,37 @@ import tempfile
 import time
 import unittest
 import xml.etree.ElementTree as ET
+
+
+def tree_digest(root):
+    """{path relative to root: sha256} of every file under root (to show a tree did not change)."""
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(d, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def client_stub_root():
+    """A temporary root holding a copy of python/shardline with its stubs generated from proto/
+    (python/gen_protos.py), put first on sys.path. The package goes beside its stubs: a regular
+    package in python/ would otherwise shadow the stubs' directory. Returns the root."""
+    root = tempfile.mkdtemp(prefix="shardline_py_", dir=os.environ.get("TEST_TMPDIR"))
+    shutil.copytree("python/shardline", os.path.join(root, "shardline"))
+    sys.path.insert(0, "python")
+    import gen_protos  # python/gen_protos.py
+    gen_protos.generate("proto", root)
+    sys.path.insert(0, root)
+    return root
+
+
+def import_shardline():
+    """The Python client (python/shardline) with its generated stubs (client_stub_root)."""
+    client_stub_root()
+    import shardline
+    return shardline
 
 
 class Binaries:

@@ -2,7 +2,6 @@
 is restarted and the same spec is submitted again. Job ids used to restart at job-1, so the new
 job resumed the old job's checkpoint and overwrote its steps. Now the new job gets a new id,
 starts from scratch, and the old job's checkpoint files stay byte-identical."""
-import hashlib
 import json
 import os
 import signal
@@ -12,17 +11,6 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import cluster_test  # noqa: E402  (imported as a module, so its tests are not collected here)
-
-
-def tree_digest(root):
-    """{relative path: sha256} of every file under root."""
-    out = {}
-    for d, _, files in os.walk(root):
-        for f in files:
-            p = os.path.join(d, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
 
 
 class JobIdentityScenarioTest(unittest.TestCase):
@@ -45,7 +33,7 @@ class JobIdentityScenarioTest(unittest.TestCase):
         old, _ = self.run_to_end(spec)
         self.assertRegex(old, r"^job-[0-9a-z]{12}$")
         old_root = os.path.join(self.cluster.dir, "checkpoints", old)
-        before = tree_digest(old_root)
+        before = harness.tree_digest(old_root)
         self.assertIn(os.path.join("step_6", "MANIFEST.json"), before)
         with open(os.path.join(old_root, "step_6", "MANIFEST.json")) as f:
             manifest = json.load(f)
@@ -70,7 +58,7 @@ class JobIdentityScenarioTest(unittest.TestCase):
             for rank in range(4):
                 self.assertNotIn("resumed from", self.cluster.rank_log(worker, new, 1, rank))
         # The old job's checkpoints: byte-identical, none un-committed or deleted.
-        self.assertEqual(tree_digest(old_root), before)
+        self.assertEqual(harness.tree_digest(old_root), before)
         self.assertTrue(os.path.exists(
             os.path.join(self.cluster.dir, "checkpoints", new, "step_6", "MANIFEST.json")))
 

@@ -20,7 +20,6 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from python_client_test import import_shardline  # noqa: E402
 
 
 def mode(path):
@@ -137,7 +136,7 @@ class LocalClusterTokenTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
 
     def test_python_client_uses_the_clusters_token(self):
-        shardline = import_shardline()
+        shardline = harness.import_shardline()
         with shardline.Client(state_dir=self.state, config=os.path.join(self.tmp, "none")) as c:
             self.assertEqual(len(c.workers()), 1)
         copy = os.path.join(self.tmp, "pycopy")

@@ -12,7 +12,6 @@ import json
 import math
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,18 +30,6 @@ EVAL_EVERY = 5
 # Rank 1 sleeps this long before the final sample (and says so in its log, its only line): the
 # job is RUNNING with rank 0's step STEPS - 1 reported meanwhile.
 PAUSE_S = 8
-
-
-def import_shardline():
-    """python/shardline with its stubs generated from proto/ (as python_client_test does)."""
-    root = tempfile.mkdtemp(prefix="shardline_py_", dir=os.environ.get("TEST_TMPDIR"))
-    shutil.copytree("python/shardline", os.path.join(root, "shardline"))
-    sys.path.insert(0, "python")
-    import gen_protos  # python/gen_protos.py
-    gen_protos.generate("proto", root)
-    sys.path.insert(0, root)
-    import shardline
-    return shardline
 
 
 def write_spec(tmp, tensorboard_dir):
@@ -291,7 +278,7 @@ class ObservabilityTest(unittest.TestCase):
             self.assertAlmostEqual(e.value, l["val_loss"], delta=1e-5 * l["val_loss"])
 
     def test_python_client_logs_and_metrics(self):
-        shardline = import_shardline()
+        shardline = harness.import_shardline()
         with shardline.Client(self.cluster.address, token="", state_dir=self.cli_dir,
                               config=os.path.join(self.cli_dir, "no-config")) as client:
             lines = list(client.logs(self.job, rank=1))

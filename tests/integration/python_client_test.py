@@ -8,7 +8,6 @@ a temporary copy first, exactly as `pip install ./python` generates them.
 import json
 import math
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -19,18 +18,6 @@ import harness  # noqa: E402
 
 CORPUS = os.path.abspath(os.environ.get("SHARDLINE_CORPUS", "data/tinyshakespeare.txt"))
 TOKEN = "python-client-test-token"
-
-
-def import_shardline():
-    """Copies python/shardline into a temporary root, generates its stubs there, imports it."""
-    root = tempfile.mkdtemp(prefix="shardline_py_", dir=os.environ.get("TEST_TMPDIR"))
-    shutil.copytree("python/shardline", os.path.join(root, "shardline"))
-    sys.path.insert(0, "python")
-    import gen_protos  # python/gen_protos.py
-    gen_protos.generate("proto", root)
-    sys.path.insert(0, root)
-    import shardline
-    return shardline
 
 
 shardline = None
@@ -53,7 +40,7 @@ class PythonClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         global shardline
-        shardline = import_shardline()
+        shardline = harness.import_shardline()
         # The coordinator refuses calls without the token; workers join with it (on loopback the
         # worker token defaults to the user token) and the harness's shardctl calls send it from
         # the environment. The daemons keep both variables from their trainers.

@@ -7,7 +7,6 @@ status and its checkpoint files, byte for byte) and a running job of bob's (stil
 same attempt, still training).
 
 Runs with the project venv's python (grpcio, prometheus_client's parser)."""
-import hashlib
 import json
 import os
 import re
@@ -33,14 +32,7 @@ JOIN = "join-" + "d4" * 16
 
 
 def import_stubs():
-    root = tempfile.mkdtemp(prefix="stubs_", dir=os.environ.get("TEST_TMPDIR"))
-    # The package beside its stubs, as python_client_test does (a regular package in python/
-    # would otherwise shadow the stubs' directory).
-    shutil.copytree("python/shardline", os.path.join(root, "shardline"))
-    sys.path.insert(0, "python")
-    import gen_protos  # python/gen_protos.py
-    gen_protos.generate("proto", root)
-    sys.path.insert(0, root)
+    harness.client_stub_root()
     global pb, rpc, jspb
     from shardline._proto import coordinator_pb2, coordinator_pb2_grpc, job_spec_pb2
     pb, rpc, jspb = coordinator_pb2, coordinator_pb2_grpc, job_spec_pb2
@@ -51,16 +43,6 @@ def owner_only(path, text):
     with os.fdopen(fd, "w") as f:
         f.write(text)
     return path
-
-
-def tree_digest(root):
-    out = {}
-    for d, _, files in os.walk(root):
-        for f in files:
-            p = os.path.join(d, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
 
 
 def spec_text(name, data, ckpt, steps, world_size=2, every=2, extra=""):
@@ -119,7 +101,7 @@ class RedTeamTest(unittest.TestCase):
         cls.done = cls.submit_as("alice", spec_text("done", cls.corpus, cls.ckpt, steps=4))
         cls.wait_state(cls.done, "SUCCEEDED")
         cls.done_status = cls.get(cls.done)
-        cls.done_files = tree_digest(os.path.join(cls.ckpt, cls.done))
+        cls.done_files = harness.tree_digest(os.path.join(cls.ckpt, cls.done))
         assert any(f.endswith("MANIFEST.json") for f in cls.done_files), cls.done_files
         # bob's running job (one rank, long): the attempt whose credential rows steal.
         cls.running = cls.submit_as("bob", spec_text("running", cls.corpus, cls.ckpt,
@@ -201,7 +183,7 @@ class RedTeamTest(unittest.TestCase):
         self.assertEqual(done.step, self.done_status.step)
         self.assertEqual(done.latest_checkpoint_step, self.done_status.latest_checkpoint_step)
         self.assertEqual(len(done.events), len(self.done_status.events))
-        self.assertEqual(tree_digest(os.path.join(self.ckpt, self.done)), self.done_files)
+        self.assertEqual(harness.tree_digest(os.path.join(self.ckpt, self.done)), self.done_files)
         running = self.get(self.running)
         self.assertEqual(pb.JobState.Name(running.state), "RUNNING", running.message)
         self.assertEqual(running.attempt, 1)

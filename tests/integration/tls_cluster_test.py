@@ -22,7 +22,6 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from cluster_test import write_spec  # noqa: E402
-from python_client_test import import_shardline  # noqa: E402
 
 MAKE_CERTS = os.path.abspath("tools/make_dev_certs.sh")
 
@@ -212,7 +211,7 @@ class TlsClusterTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 4, proc.stderr)
 
     def test_python_client_over_tls(self):
-        shardline = import_shardline()
+        shardline = harness.import_shardline()
         none = os.path.join(self.tmp, "no-config")
         with shardline.Client(address=self.cluster.address, token=self.user_token,
                               tls="%s/ca.pem" % self.certs, config=none, timeout=30) as c:

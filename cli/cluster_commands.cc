@@ -1,0 +1,111 @@
+// shardctl cluster up|down, workers, whoami: the local cluster and what the coordinator knows of
+// workers and of the caller.
+#include <iostream>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "cli/json_output.h"
+#include "cli/local_cluster.h"
+
+namespace shardline::cli {
+
+using coordinator::CoordinatorClient;
+
+int CmdCluster(Session& session, const Args& args) {
+  if (args.size() < 3) return session.UsageError("usage: shardctl cluster up|down");
+  const std::string dir = session.options().connection.state_dir;
+  if (args[2] == "down") {
+    const absl::Status s = StopLocalCluster(dir, absl::Seconds(15));
+    if (!s.ok()) return session.Fail(s);
+    std::cout << "cluster in " << dir << " stopped\n";
+    return kOk;
+  }
+  if (args[2] != "up") return session.UsageError("usage: shardctl cluster up|down");
+  ClusterOptions o;
+  o.state_dir = dir;
+  o.workers = session.options().workers;
+  o.slots_per_worker = session.options().slots;
+  for (auto [bin, pkg, name] : {std::tuple{&o.coordinator_bin, "coordinator", "coordinator"},
+                                std::tuple{&o.worker_bin, "worker", "worker"},
+                                std::tuple{&o.trainer_bin, "trainer", "trainer"}}) {
+    auto path = FindSiblingBinary(pkg, name);
+    if (!path.ok()) return session.Fail(path.status());
+    *bin = *path;
+  }
+  auto info = StartLocalCluster(o);
+  if (!info.ok()) return session.Fail(info.status());
+  // Wait until every worker registered, so a submit right after `cluster up` can be placed.
+  auto client = CoordinatorClient::Create(info->coordinator_address, info->token);
+  if (!client.ok()) return session.Fail(client.status());
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  size_t alive = 0;
+  while (absl::Now() < deadline) {
+    auto workers = (*client)->ListWorkers();
+    alive = 0;
+    if (workers.ok()) {
+      for (const WorkerInfo& w : *workers) alive += w.state() == WorkerInfo::ALIVE;
+    }
+    if (alive >= static_cast<size_t>(o.workers)) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (alive < static_cast<size_t>(o.workers)) {
+    return session.Fail(absl::DeadlineExceededError(absl::StrCat("only ", alive, " of ", o.workers,
+                                                                 " workers registered; see ", dir,
+                                                                 "/worker-*/worker.log")));
+  }
+  std::cout << "cluster up: coordinator " << info->coordinator_address << ", " << o.workers
+            << " workers x " << o.slots_per_worker << " CPU slots (state in " << info->state_dir
+            << ")\n";
+  if (!info->dashboard_address.empty()) {
+    std::cout << "dashboard: http://" << info->dashboard_address << "/ (open it once with ?token= "
+              << "and the token in " << info->state_dir << "/coordinator/user.token)\n";
+  }
+  return kOk;
+}
+
+int CmdWorkers(Session& session, const Args&) {
+  auto client = session.Connect();
+  if (!client.ok()) return session.Fail(client.status());
+  auto workers = (*client)->ListWorkers();
+  if (!workers.ok()) return session.Fail(workers.status());
+  if (session.options().json) {
+    ListWorkersResponse r;
+    for (const WorkerInfo& w : *workers) *r.add_workers() = w;
+    std::cout << ToJson(r);
+    return kOk;
+  }
+  std::cout << absl::StrFormat("%-16s %-14s %-16s %-6s %s\n", "WORKER", "NODE", "ADDRESS", "STATE",
+                               "SLOTS");
+  for (const WorkerInfo& w : *workers) {
+    std::string kind = w.slots_size() > 0 ? Slot::Kind_Name(w.slots(0).kind()) : "-";
+    std::cout << absl::StrFormat("%-16s %-14s %-16s %-6s %d %s (%d busy)\n", w.worker_id(),
+                                 w.node_name(), w.address(), WorkerInfo::State_Name(w.state()),
+                                 w.slots_size(), kind, w.busy_slots());
+  }
+  return kOk;
+}
+
+int CmdWhoAmI(Session& session, const Args&) {
+  auto client = session.Connect();
+  if (!client.ok()) return session.Fail(client.status());
+  auto me = (*client)->WhoAmI();
+  if (!me.ok()) return session.Fail(me.status());
+  if (session.options().json) {
+    std::cout << ToJson(*me);
+    return kOk;
+  }
+  if (!me->user().empty()) {
+    std::cout << "user       " << me->user() << (me->admin() ? " (admin)" : "") << "\n";
+  }
+  std::cout << "credential " << me->credential() << "\n";
+  if (!me->job_id().empty()) {
+    std::cout << "attempt    " << me->job_id() << " attempt " << me->attempt() << "\n";
+  }
+  return kOk;
+}
+
+}  // namespace shardline::cli

@@ -1,0 +1,73 @@
+// shardctl submit, status, list, cancel: a job's life seen from the command line.
+#include <iostream>
+
+#include "absl/strings/str_format.h"
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "cli/json_output.h"
+#include "cli/progress_view.h"
+#include "spec/job_spec.h"
+
+namespace shardline::cli {
+
+int CmdSubmit(Session& session, const Args& args) {
+  if (args.size() < 3) return session.UsageError("usage: shardctl submit SPEC [--set k=v]");
+  const ShardctlOptions& opts = session.options();
+  spec::LoadOptions lo;
+  lo.overrides = opts.sets;
+  // Local validation first: a bad spec never reaches the cluster. Paths become absolute.
+  auto job_spec = spec::LoadJobSpecFile(args[2], lo);
+  if (!job_spec.ok()) return session.Fail(job_spec.status());
+  if (opts.dry_run) {
+    std::cout << (opts.json ? spec::JobSpecToJson(*job_spec) : spec::JobSpecToYaml(*job_spec));
+    return kOk;
+  }
+  auto client = session.Connect();
+  if (!client.ok()) return session.Fail(client.status());
+  auto job_id = (*client)->SubmitJob(*job_spec);
+  if (!job_id.ok()) return session.Fail(job_id.status());
+  std::cout << *job_id << "\n" << std::flush;
+  if (opts.watch) return WatchJob(session, **client, *job_id);
+  return kOk;
+}
+
+int CmdStatus(Session& session, const Args& args) {
+  if (args.size() < 3) return session.UsageError("usage: shardctl status JOB");
+  auto client = session.Connect();
+  if (!client.ok()) return session.Fail(client.status());
+  auto st = (*client)->GetJob(args[2]);
+  if (!st.ok()) return session.Fail(st.status());
+  std::cout << (session.options().json ? ToJson(*st) : StatusBlock(*st));
+  return kOk;
+}
+
+int CmdList(Session& session, const Args&) {
+  auto client = session.Connect();
+  if (!client.ok()) return session.Fail(client.status());
+  auto jobs = (*client)->ListJobs();
+  if (!jobs.ok()) return session.Fail(jobs.status());
+  if (session.options().json) {
+    ListJobsResponse r;
+    for (const JobStatus& j : *jobs) *r.add_jobs() = j;
+    std::cout << ToJson(r);
+    return kOk;
+  }
+  std::cout << absl::StrFormat("%-14s %-24s %-12s %s\n", "JOB", "NAME", "OWNER", "PROGRESS");
+  for (const JobStatus& j : *jobs) {
+    std::cout << absl::StrFormat("%-14s %-24s %-12s %s\n", j.job_id(), j.spec().name(),
+                                 j.owner().empty() ? "-" : j.owner(), ProgressLine(j, 10));
+  }
+  return kOk;
+}
+
+int CmdCancel(Session& session, const Args& args) {
+  if (args.size() < 3) return session.UsageError("usage: shardctl cancel JOB");
+  auto client = session.Connect();
+  if (!client.ok()) return session.Fail(client.status());
+  const absl::Status s = (*client)->CancelJob(args[2], "cancelled by shardctl");
+  if (!s.ok()) return session.Fail(s);
+  std::cout << "cancelled " << args[2] << "\n";
+  return kOk;
+}
+
+}  // namespace shardline::cli
