@@ -42,7 +42,8 @@ class LanguageModel {
   virtual void set_unit_runner(fsdp::UnitRunner* runner) = 0;
 
   // Module type of the blocks wrapped by RunUnit, for fsdp::WrapPolicy::block_type ("Block"),
-  // or "" when the model has no hook points (TorchScript: one unit).
+  // or "" when the model has no hook points (TorchScript without fsdp.block_class: every unit is
+  // gathered at the start of forward).
   virtual std::string block_type() const = 0;
 
   virtual int64_t vocab_size() const = 0;
