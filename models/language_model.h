@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -57,9 +58,13 @@ class LanguageModel {
   // A short description for logs ("GPT 4x64, 4 heads, vocab 256: 0.21M parameters").
   virtual std::string Describe() const = 0;
 
+  // Unique parameter elements (a tied tensor registered under two modules counts once).
   int64_t NumParameters() {
     int64_t n = 0;
-    for (const at::Tensor& p : module().parameters()) n += p.numel();
+    std::set<const c10::TensorImpl*> seen;
+    for (const at::Tensor& p : module().parameters()) {
+      if (seen.insert(p.unsafeGetTensorImpl()).second) n += p.numel();
+    }
     return n;
   }
 };

@@ -103,6 +103,15 @@ absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(
       impl->num_params += named.value.numel();
     }
   }
+  // Buffers too (a causal mask, rope tables), so moving the mirror to a device or dtype, and the
+  // engine's broadcast of buffers from rank 0, reach the script's own tensors.
+  for (const auto& named : script.named_buffers(/*recurse=*/true)) {
+    const size_t dot = named.name.rfind('.');
+    torch::nn::Module* node =
+        dot == std::string::npos ? impl->root.get() : impl->mirror_at.at(named.name.substr(0, dot));
+    node->register_buffer(dot == std::string::npos ? named.name : named.name.substr(dot + 1),
+                          named.value);
+  }
   if (impl->num_params == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.torchscript_path: \"", path, "\" has no parameters to train"));

@@ -1,11 +1,11 @@
 // TorchScriptModel: bring-your-own model. A TorchScript module file (torch.jit.script(m).save())
 // whose forward maps int64 token ids [B, T] to logits [B, T, V].
 //
-// The scripted module's parameters are re-registered, under the same dotted names, in a tree of
-// plain torch::nn::Modules (the same tensors, not copies), so the trainer and the FSDP engine see
-// an ordinary module; rebinding a parameter's storage there rebinds it in the script too. Each
-// mirror module is named after its script class's last component ("Block", "Linear"), so the
-// wrap policies (fsdp/wrap_policy.h) see the model's structure.
+// The scripted module's parameters and buffers are re-registered, under the same dotted names, in a
+// tree of plain torch::nn::Modules (the same tensors, not copies), so the trainer and the FSDP
+// engine see an ordinary module; rebinding a parameter's storage there rebinds it in the script
+// too. Each mirror module is named after its script class's last component ("Block", "Linear"), so
+// the wrap policies (fsdp/wrap_policy.h) see the model's structure.
 //
 // Hook points: with ModelConfig::block_class (fsdp.block_class) the calls of that class's
 // forward are rewritten to run as FSDP units (models/script_blocks.h) and block_type() is the
