@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -42,7 +43,8 @@ class LanguageModel {
   virtual void set_unit_runner(fsdp::UnitRunner* runner) = 0;
 
   // Module type of the blocks wrapped by RunUnit, for fsdp::WrapPolicy::block_type ("Block"),
-  // or "" when the model has no hook points (TorchScript: one unit).
+  // or "" when the model has no hook points (TorchScript without fsdp.block_class: every unit is
+  // gathered at the start of forward).
   virtual std::string block_type() const = 0;
 
   virtual int64_t vocab_size() const = 0;
@@ -56,9 +58,13 @@ class LanguageModel {
   // A short description for logs ("GPT 4x64, 4 heads, vocab 256: 0.21M parameters").
   virtual std::string Describe() const = 0;
 
+  // Unique parameter elements (a tied tensor registered under two modules counts once).
   int64_t NumParameters() {
     int64_t n = 0;
-    for (const at::Tensor& p : module().parameters()) n += p.numel();
+    std::set<const c10::TensorImpl*> seen;
+    for (const at::Tensor& p : module().parameters()) {
+      if (seen.insert(p.unsafeGetTensorImpl()).second) n += p.numel();
+    }
     return n;
   }
 };

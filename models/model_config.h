@@ -40,6 +40,9 @@ struct ModelConfig {
   double norm_eps = 1e-5;       // Llama only: RMSNorm epsilon.
   double dropout = 0.0;
   std::string torchscript_path;
+  // TorchScript only: the class whose forward calls become FSDP hook points (the job spec's
+  // fsdp.block_class; models/script_blocks.h). "" for none.
+  std::string block_class;
   std::string hf_dir;  // A Hugging Face folder the sizes came from (spec/hf_config.h); "" for none.
   uint64_t init_seed = 0;
   // Not in the job spec: always kSdpa there. Tests set kExplicit to check the fused kernels.

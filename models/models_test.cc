@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include "common/torch_status.h"
 #include "models/attention.h"
 #include "models/gpt.h"
 #include "models/llama.h"
@@ -180,6 +181,140 @@ TEST(TorchScriptModel, MissingOrInvalidFile) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("is not a TorchScript module"), absl::string_view::npos)
       << bad.status();
+}
+
+ModelConfig ScriptConfig(const std::string& file, const std::string& block_class) {
+  ModelConfig spec;
+  spec.architecture = Architecture::kTorchScript;
+  spec.torchscript_path = "models/testdata/" + file;
+  spec.vocab_size = 256;
+  spec.block_class = block_class;
+  return spec;
+}
+
+// Records the modules RunUnit is called with, and runs the body twice like activation
+// checkpointing's recompute (the first result without grad, as the checkpointer does).
+class RecordingRunner : public fsdp::UnitRunner {
+ public:
+  at::Tensor Run(const torch::nn::Module& module, const at::Tensor& input,
+                 const fsdp::UnitBody& body) override {
+    modules.push_back(&module);
+    if (recompute) {
+      torch::NoGradGuard no_grad;
+      (void)body(input);
+    }
+    return body(input);
+  }
+  std::vector<const torch::nn::Module*> modules;
+  bool recompute = false;
+};
+
+// A scripted model in ordinary PyTorch style (models/testdata/make_blocks_lm.py: a ModuleList of
+// Blocks called from a helper method with a mask argument, a tied head): each block call goes
+// through RunUnit with that block's mirror module, and outputs and gradients are those of the
+// unrewritten script.
+TEST(TorchScriptModel, BlockClassCallsRunUnitPerBlockWithSameOutputsAndGradients) {
+  auto plain = Make(ScriptConfig("blocks_lm.pt", ""));
+  auto blocked = Make(ScriptConfig("blocks_lm.pt", "Block"));
+  EXPECT_EQ(plain->block_type(), "");
+  EXPECT_EQ(blocked->block_type(), "Block");
+  EXPECT_NE(blocked->Describe().find("4 Block blocks as FSDP hook points"), std::string::npos)
+      << blocked->Describe();
+  EXPECT_EQ(blocked->NumParameters(), 220544);  // The tied head counted once.
+  auto named = blocked->module().named_modules();
+  ASSERT_TRUE(named.contains("blocks.2"));
+  EXPECT_EQ(named["blocks.2"]->name(), "Block");
+  EXPECT_EQ(named["blocks.2.attn"]->name(), "SelfAttention");
+  EXPECT_EQ(named["ln_f"]->name(), "LayerNorm");
+
+  for (bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute);
+    RecordingRunner runner;
+    runner.recompute = recompute;
+    blocked->set_unit_runner(&runner);
+    const at::Tensor x = Tokens(2, 16);
+    at::Tensor want = plain->Forward(x);
+    at::Tensor got = blocked->Forward(x);
+    ASSERT_EQ(runner.modules.size(), 4u);
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(runner.modules[i], named["blocks." + std::to_string(i)].get()) << i;
+    }
+    EXPECT_TRUE(at::equal(got, want));
+    plain->module().zero_grad();
+    blocked->module().zero_grad();
+    want.square().mean().backward();
+    got.square().mean().backward();
+    auto p = plain->module().named_parameters();
+    auto b = blocked->module().named_parameters();
+    for (const auto& item : p) {
+      ASSERT_TRUE(b[item.key()].grad().defined()) << item.key();
+      EXPECT_TRUE(at::allclose(b[item.key()].grad(), item.value().grad(), 1e-6, 1e-7))
+          << item.key();
+    }
+    blocked->set_unit_runner(nullptr);
+  }
+
+  // The mask buffer is mirrored too (the same tensor): device moves and rank 0's broadcast reach
+  // the script. Unmasked, position 0 sees the whole sequence and its logits change.
+  auto buffers = blocked->module().named_buffers();
+  ASSERT_TRUE(buffers.contains("mask"));
+  torch::NoGradGuard no_grad;
+  const at::Tensor x = Tokens(1, 8);
+  const at::Tensor masked = blocked->Forward(x);
+  buffers["mask"].fill_(1);
+  EXPECT_FALSE(at::allclose(blocked->Forward(x).select(1, 0), masked.select(1, 0)));
+}
+
+TEST(TorchScriptModel, BlockClassRefusalsNameTheFieldClassAndMethod) {
+  struct Row {
+    std::string file, block_class, message;
+  };
+  const std::vector<Row> rows = {
+      {"blocks_lm.pt", "Blok",
+       "fsdp.block_class: no submodule of the TorchScript model has class \"Blok\"; its "
+       "classes: "},
+      {"unsupported_blocks_lm.pt", "ScaledBlock",
+       "fsdp.block_class: ScaledBlock.forward takes \"scale: float\"; a block's forward must "
+       "take Tensor arguments only"},
+      {"unsupported_blocks_lm.pt", "PairBlock",
+       "fsdp.block_class: PairBlock.forward returns Tuple[Tensor, Tensor]; a block's forward "
+       "must return one Tensor"},
+      {"unsupported_blocks_lm.pt", "StepBlock",
+       "fsdp.block_class: StepBlock.step is called from outside the block; only calls of a "
+       "block's forward"},
+  };
+  for (const Row& row : rows) {
+    auto model = CreateModel(ScriptConfig(row.file, row.block_class));
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument) << row.block_class;
+    EXPECT_NE(model.status().message().find(row.message), absl::string_view::npos)
+        << model.status();
+    EXPECT_NE(model.status().message().find(row.file), absl::string_view::npos) << model.status();
+  }
+  // The list of classes names the real one.
+  auto missing = CreateModel(ScriptConfig("blocks_lm.pt", "Blok"));
+  EXPECT_NE(missing.status().message().find("Block, BlocksLm"), absl::string_view::npos)
+      << missing.status();
+  // A dotted name matches by suffix; the module path is not a class.
+  EXPECT_TRUE(CreateModel(ScriptConfig("blocks_lm.pt", "__torch__.Block")).ok());
+  EXPECT_FALSE(CreateModel(ScriptConfig("blocks_lm.pt", "blocks")).ok());
+}
+
+// An engine status thrown inside a block (a lost peer) comes out of Forward unchanged, although
+// the TorchScript interpreter rewraps exceptions.
+TEST(TorchScriptModel, EngineStatusThrownInsideABlockComesBackUnchanged) {
+  class FailingRunner : public fsdp::UnitRunner {
+   public:
+    at::Tensor Run(const torch::nn::Module&, const at::Tensor&, const fsdp::UnitBody&) override {
+      throw StatusException(absl::UnavailableError("all_gather on shard[0]: peer 2 is gone"));
+    }
+  };
+  auto model = Make(ScriptConfig("blocks_lm.pt", "Block"));
+  FailingRunner runner;
+  model->set_unit_runner(&runner);
+  absl::Status s = TorchCall("forward", [&] { model->Forward(Tokens(1, 8)); });
+  EXPECT_EQ(s, absl::UnavailableError("all_gather on shard[0]: peer 2 is gone"));
+  model->set_unit_runner(nullptr);
+  EXPECT_TRUE(TorchCall("forward", [&] { model->Forward(Tokens(1, 8)); }).ok());
 }
 
 TEST(Generate, IsDeterministicForASeed) {

@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <map>
+#include <set>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -13,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
+#include "models/script_blocks.h"
 
 namespace shardline::models {
 namespace {
@@ -36,6 +39,8 @@ class ScriptRootImpl : public torch::nn::Module {
 
 struct TorchScriptModel::Impl {
   std::shared_ptr<ScriptRootImpl> root;
+  std::map<std::string, torch::nn::Module*> mirror_at;  // Module path -> mirror module.
+  std::unique_ptr<ScriptBlocks> blocks;                 // Null without a block class.
   int64_t num_params = 0;
 };
 
@@ -56,31 +61,73 @@ absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(
   }
   auto impl = std::make_unique<Impl>();
   impl->root = std::make_shared<ScriptRootImpl>(script);
+  // The module tree first, each mirror named after its class's last component (its name without
+  // the package: "Block"), so the wrap policies match modules by class.
+  std::set<std::string> bare_names;
+  for (const auto& named : script.named_modules()) {
+    if (named.name.empty()) continue;
+    const std::string cls = ScriptClassName(*named.value.type());
+    const size_t dot = cls.rfind('.');
+    std::string bare = dot == std::string::npos ? cls : cls.substr(dot + 1);
+    // A second class with the block class's last component keeps its dotted name, so
+    // TRANSFORMER_BLOCK matches only the configured class.
+    if (!spec.block_class.empty() && !ScriptClassMatches(*named.value.type(), spec.block_class) &&
+        bare == std::vector<std::string>(absl::StrSplit(spec.block_class, '.')).back()) {
+      bare = cls;
+    }
+    const size_t parent_dot = named.name.rfind('.');
+    const std::string parent =
+        parent_dot == std::string::npos ? "" : named.name.substr(0, parent_dot);
+    const std::string leaf =
+        parent_dot == std::string::npos ? named.name : named.name.substr(parent_dot + 1);
+    torch::nn::Module* parent_mirror =
+        parent.empty() ? impl->root.get() : impl->mirror_at.at(parent);
+    impl->mirror_at[named.name] =
+        parent_mirror->register_module(leaf, std::make_shared<torch::nn::Module>(bare)).get();
+  }
+  std::set<const c10::TensorImpl*> counted;
   for (const auto& named : script.named_parameters(/*recurse=*/true)) {
     if (!named.value.is_floating_point() || named.value.scalar_type() != at::kFloat) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model.torchscript_path: parameter \"", named.name, "\" is ",
           c10::toString(named.value.scalar_type()), "; only float32 parameters are supported"));
     }
-    std::vector<std::string> parts = absl::StrSplit(named.name, '.');
-    torch::nn::Module* node = impl->root.get();
-    for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      std::shared_ptr<torch::nn::Module> child;
-      auto children = node->named_children();
-      if (children.contains(parts[i])) {
-        child = children[parts[i]];
-      } else {
-        child = node->register_module(parts[i], std::make_shared<torch::nn::Module>("Module"));
-      }
-      node = child.get();
+    const size_t dot = named.name.rfind('.');
+    torch::nn::Module* node =
+        dot == std::string::npos ? impl->root.get() : impl->mirror_at.at(named.name.substr(0, dot));
+    // Same tensor (TensorImpl) as the script's slot, so updates and rebinding are shared. A tied
+    // tensor is registered under each of its names (the wrap policy keeps it once, in the root).
+    node->register_parameter(dot == std::string::npos ? named.name : named.name.substr(dot + 1),
+                             named.value, named.value.requires_grad());
+    if (counted.insert(named.value.unsafeGetTensorImpl()).second) {
+      impl->num_params += named.value.numel();
     }
-    // Same tensor (TensorImpl) as the script's slot, so updates and rebinding are shared.
-    node->register_parameter(parts.back(), named.value, named.value.requires_grad());
-    impl->num_params += named.value.numel();
+  }
+  // Buffers too (a causal mask, rope tables), so moving the mirror to a device or dtype, and the
+  // engine's broadcast of buffers from rank 0, reach the script's own tensors.
+  for (const auto& named : script.named_buffers(/*recurse=*/true)) {
+    const size_t dot = named.name.rfind('.');
+    torch::nn::Module* node =
+        dot == std::string::npos ? impl->root.get() : impl->mirror_at.at(named.name.substr(0, dot));
+    node->register_buffer(dot == std::string::npos ? named.name : named.name.substr(dot + 1),
+                          named.value);
   }
   if (impl->num_params == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.torchscript_path: \"", path, "\" has no parameters to train"));
+  }
+  if (!spec.block_class.empty()) {
+    const auto& mirror_at = impl->mirror_at;
+    auto blocks = ScriptBlocks::Route(
+        impl->root->script(), spec.block_class, [&mirror_at](const std::string& path) {
+          auto it = mirror_at.find(path);
+          return it == mirror_at.end() || it->second->parameters().empty() ? nullptr : it->second;
+        });
+    if (!blocks.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(blocks.status().message(), " (model.torchscript_path \"", path, "\")"));
+    }
+    impl->blocks = *std::move(blocks);
   }
   return std::unique_ptr<TorchScriptModel>(
       new TorchScriptModel(std::move(impl), spec.vocab_size, spec.block_size));
@@ -95,9 +142,25 @@ torch::nn::Module& TorchScriptModel::module() { return *impl_->root; }
 
 std::shared_ptr<torch::nn::Module> TorchScriptModel::module_ptr() { return impl_->root; }
 
+void TorchScriptModel::set_unit_runner(fsdp::UnitRunner* runner) {
+  if (impl_->blocks != nullptr) impl_->blocks->set_runner(runner);
+}
+
+std::string TorchScriptModel::block_type() const {
+  return impl_->blocks == nullptr ? "" : impl_->blocks->bare_class();
+}
+
 at::Tensor TorchScriptModel::Forward(const at::Tensor& tokens) {
-  // One unit: the engine gathers it at the start of forward like any root unit.
-  return impl_->root->script().forward({tokens}).toTensor();
+  // Root units were gathered at the start of forward; the blocks' calls gather their units.
+  (void)TakeScriptBlockError();
+  try {
+    return impl_->root->script().forward({tokens}).toTensor();
+  } catch (...) {
+    // An engine status thrown inside a block came back rewrapped by the interpreter.
+    absl::Status engine = TakeScriptBlockError();
+    if (!engine.ok()) throw StatusException(engine);
+    throw;
+  }
 }
 
 double TorchScriptModel::TrainingFlopsPerToken(int64_t /*seq_len*/) const {
@@ -105,8 +168,13 @@ double TorchScriptModel::TrainingFlopsPerToken(int64_t /*seq_len*/) const {
 }
 
 std::string TorchScriptModel::Describe() const {
-  return absl::StrFormat("TorchScript module, vocab %d: %.2fM parameters", vocab_size_,
-                         impl_->num_params / 1e6);
+  std::string blocks;
+  if (impl_->blocks != nullptr) {
+    blocks = absl::StrFormat(", %d %s blocks as FSDP hook points", impl_->blocks->paths().size(),
+                             impl_->blocks->bare_class());
+  }
+  return absl::StrFormat("TorchScript module, vocab %d: %.2fM parameters%s", vocab_size_,
+                         impl_->num_params / 1e6, blocks);
 }
 
 }  // namespace shardline::models

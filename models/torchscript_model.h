@@ -1,10 +1,16 @@
 // TorchScriptModel: bring-your-own model. A TorchScript module file (torch.jit.script(m).save())
 // whose forward maps int64 token ids [B, T] to logits [B, T, V].
 //
-// The scripted module's parameters are re-registered, under the same dotted names, in a tree of
-// plain torch::nn::Modules (the same tensors, not copies), so the trainer and the FSDP engine see
-// an ordinary module; rebinding a parameter's storage there rebinds it in the script too.
-// A script has no RunUnit hook points: the whole model is one FSDP unit (block_type() == "").
+// The scripted module's parameters and buffers are re-registered, under the same dotted names, in a
+// tree of plain torch::nn::Modules (the same tensors, not copies), so the trainer and the FSDP
+// engine see an ordinary module; rebinding a parameter's storage there rebinds it in the script
+// too. Each mirror module is named after its script class's last component ("Block", "Linear"), so
+// the wrap policies (fsdp/wrap_policy.h) see the model's structure.
+//
+// Hook points: with ModelConfig::block_class (fsdp.block_class) the calls of that class's
+// forward are rewritten to run as FSDP units (models/script_blocks.h) and block_type() is the
+// class's last component; without it the script has no hook points and block_type() is "" (the
+// whole model is gathered at the start of forward, as one root unit or several).
 //
 // Thread safety: not thread-safe (see LanguageModel).
 #ifndef SHARDLINE_MODELS_TORCHSCRIPT_MODEL_H_
@@ -21,16 +27,18 @@ namespace shardline::models {
 
 class TorchScriptModel : public LanguageModel {
  public:
-  // Loads spec.torchscript_path. Errors: NOT_FOUND for a missing file, INVALID_ARGUMENT when
-  // the file is not a TorchScript module or has no float parameters.
+  // Loads spec.torchscript_path and routes spec.block_class's calls (if set). Errors: NOT_FOUND
+  // for a missing file, INVALID_ARGUMENT when the file is not a TorchScript module or has no
+  // float parameters, and ScriptBlocks::Route's for the block class (message naming
+  // fsdp.block_class, the class and the method).
   static absl::StatusOr<std::unique_ptr<TorchScriptModel>> Create(const ModelConfig& spec);
   ~TorchScriptModel() override;
 
   at::Tensor Forward(const at::Tensor& tokens) override;
   torch::nn::Module& module() override;
   std::shared_ptr<torch::nn::Module> module_ptr() override;
-  void set_unit_runner(fsdp::UnitRunner* runner) override { runner_ = runner; }
-  std::string block_type() const override { return ""; }
+  void set_unit_runner(fsdp::UnitRunner* runner) override;
+  std::string block_type() const override;
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t block_size() const override { return block_size_; }
   double TrainingFlopsPerToken(int64_t seq_len) const override;
@@ -42,7 +50,6 @@ class TorchScriptModel : public LanguageModel {
   std::unique_ptr<Impl> impl_;
   int64_t vocab_size_;
   int64_t block_size_;
-  fsdp::UnitRunner* runner_ = nullptr;
 };
 
 }  // namespace shardline::models

@@ -64,7 +64,10 @@ absl::Status FillDefaults(JobSpec* s, const FieldPaths* w) {
     f->set_sharding_strategy(FsdpSpec::FULL_SHARD);
   }
   if (f->auto_wrap_policy() == FsdpSpec::WRAP_POLICY_UNSPECIFIED) {
-    f->set_auto_wrap_policy(FsdpSpec::TRANSFORMER_BLOCK);
+    // A TorchScript model without fsdp.block_class has no blocks to wrap.
+    f->set_auto_wrap_policy(m->architecture() == ModelSpec::TORCHSCRIPT && f->block_class().empty()
+                                ? FsdpSpec::SIZE_BASED
+                                : FsdpSpec::TRANSFORMER_BLOCK);
   }
   if (f->auto_wrap_policy() == FsdpSpec::SIZE_BASED && f->min_num_params() == 0) {
     f->set_min_num_params(1000000);

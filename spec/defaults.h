@@ -20,7 +20,8 @@
 //   optimizer.kind: ADAMW                optimizer.lr: 3e-4          optimizer.eps: 1e-8
 //   *optimizer.weight_decay: 0.1 (AdamW) *optimizer.beta1: 0.9       *optimizer.beta2: 0.95
 //   *optimizer.momentum: 0.9 (SGD)       *optimizer.grad_clip: 1.0   *optimizer.min_lr: lr / 10
-//   fsdp.sharding_strategy: FULL_SHARD   fsdp.auto_wrap_policy: TRANSFORMER_BLOCK
+//   fsdp.sharding_strategy: FULL_SHARD   fsdp.auto_wrap_policy: TRANSFORMER_BLOCK (SIZE_BASED
+//     for a TORCHSCRIPT model without fsdp.block_class)
 //   fsdp.backward_prefetch: BACKWARD_PRE fsdp.min_num_params: 1e6 (SIZE_BASED only)
 //   *fsdp.limit_all_gathers: true        fsdp.collective_timeout_s: 300
 //   fsdp.mixed_precision.*: FP32

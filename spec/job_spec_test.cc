@@ -232,6 +232,22 @@ TEST(LoadJobSpec, RejectsBadSpecsWithFieldAndValue) {
        {"checkpoint.dir=/proc/self/status/ckpt"},
        "checkpoint.dir: \"/proc/self/status/ckpt\" cannot be created: \"/proc/self/status\" is "
        "not a directory"},
+      {"block class on a built-in model",
+       "",
+       {"fsdp.block_class=Block"},
+       "fsdp.block_class: \"Block\" is only used with architecture TORCHSCRIPT (built-in models "
+       "wrap their own blocks), not GPT"},
+      {"block class not a name",
+       "",
+       {"model.preset=", "model.architecture=TORCHSCRIPT", "model.torchscript_path=/proc/version",
+        "fsdp.block_class=my-model.Block"},
+       "fsdp.block_class: \"my-model.Block\" is not a class name"},
+      {"transformer block of a script without a block class",
+       "",
+       {"model.preset=", "model.architecture=TORCHSCRIPT", "model.torchscript_path=/proc/version",
+        "fsdp.auto_wrap_policy=TRANSFORMER_BLOCK"},
+       "fsdp.block_class: must name the TorchScript model's block class (e.g. \"Block\") for "
+       "auto_wrap_policy TRANSFORMER_BLOCK"},
       {"megabyte name is shown cut",
        "",
        {"name=" + std::string(1 << 20, 'n')},
@@ -245,6 +261,30 @@ TEST(LoadJobSpec, RejectsBadSpecsWithFieldAndValue) {
     EXPECT_NE(spec.status().message().find(c.expected), absl::string_view::npos)
         << c.label << "\n  got:      " << spec.status().message() << "\n  expected: " << c.expected;
   }
+}
+
+// A TorchScript model's wrap policy defaults to TRANSFORMER_BLOCK when fsdp.block_class names its
+// blocks, else to SIZE_BASED (no hook points); other policies take a block class too.
+TEST(LoadJobSpec, TorchScriptWrapPolicyDefaultFollowsBlockClass) {
+  const std::vector<std::string> script = {"model.preset=", "model.architecture=TORCHSCRIPT",
+                                           "model.torchscript_path=/proc/version",
+                                           "data.seq_len=32"};
+  auto plain = Load(kBase, script);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->fsdp().auto_wrap_policy(), FsdpSpec::SIZE_BASED);
+  EXPECT_EQ(plain->fsdp().min_num_params(), 1000000);
+  std::vector<std::string> with_class = script;
+  with_class.push_back("fsdp.block_class=mymodel.Block");
+  auto blocks = Load(kBase, with_class);
+  ASSERT_TRUE(blocks.ok()) << blocks.status();
+  EXPECT_EQ(blocks->fsdp().auto_wrap_policy(), FsdpSpec::TRANSFORMER_BLOCK);
+  EXPECT_EQ(blocks->fsdp().block_class(), "mymodel.Block");
+  with_class.push_back("fsdp.auto_wrap_policy=PER_LAYER");
+  auto per_layer = Load(kBase, with_class);
+  ASSERT_TRUE(per_layer.ok()) << per_layer.status();
+  EXPECT_EQ(per_layer->fsdp().auto_wrap_policy(), FsdpSpec::PER_LAYER);
+  // Built-in models keep TRANSFORMER_BLOCK.
+  EXPECT_EQ(Load(kBase)->fsdp().auto_wrap_policy(), FsdpSpec::TRANSFORMER_BLOCK);
 }
 
 TEST(LoadJobSpec, ReportsEveryProblemAtOnce) {

@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "fsdp/layout.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/unknown_field_set.h"
@@ -278,12 +280,44 @@ void ValidateOptimizer(const JobSpec& s, Problems* p) {
   }
 }
 
+// fsdp.block_class: a dotted class name, for TORCHSCRIPT models only; TRANSFORMER_BLOCK needs it
+// there. Whether the class exists in the file is checked where the model is loaded (the trainer,
+// models/script_blocks.h): the CLI and the coordinator do not link LibTorch.
+void ValidateBlockClass(const JobSpec& s, Problems* p) {
+  const FsdpSpec& f = s.fsdp();
+  const bool script = s.model().architecture() == ModelSpec::TORCHSCRIPT;
+  if (f.block_class().empty()) {
+    if (script && f.auto_wrap_policy() == FsdpSpec::TRANSFORMER_BLOCK) {
+      p->Add(
+          "fsdp.block_class: must name the TorchScript model's block class (e.g. \"Block\") "
+          "for auto_wrap_policy TRANSFORMER_BLOCK; or choose SIZE_BASED, PER_LAYER or "
+          "PER_PARAMETER (then the model has no hook points)");
+    }
+    return;
+  }
+  bool name_ok = f.block_class().size() <= 256;
+  for (absl::string_view part : absl::StrSplit(f.block_class(), '.')) {
+    name_ok = name_ok && !part.empty() && !absl::ascii_isdigit(part[0]);
+    for (char c : part) name_ok = name_ok && (absl::ascii_isalnum(c) || c == '_');
+  }
+  if (!name_ok) {
+    p->Add("fsdp.block_class: \"", Shown(f.block_class()),
+           "\" is not a class name (Python identifiers separated by dots, at most 256 bytes)");
+  } else if (!script) {
+    p->Add("fsdp.block_class: \"", Shown(f.block_class()),
+           "\" is only used with architecture TORCHSCRIPT (built-in models wrap their own blocks), "
+           "not ",
+           ModelSpec::Architecture_Name(s.model().architecture()));
+  }
+}
+
 void ValidateFsdp(const JobSpec& s, Problems* p) {
   const FsdpSpec& f = s.fsdp();
   CheckLayout(s, p);
   if (f.auto_wrap_policy() == FsdpSpec::SIZE_BASED && f.min_num_params() <= 0) {
     p->Add("fsdp.min_num_params: ", f.min_num_params(), " must be positive for SIZE_BASED");
   }
+  ValidateBlockClass(s, p);
   if (f.collective_timeout_s() <= 0) {
     p->Add("fsdp.collective_timeout_s: ", f.collective_timeout_s(), " must be positive");
   }

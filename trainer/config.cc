@@ -127,6 +127,7 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
   c.job_name = s.name();
   c.spec_yaml = spec::JobSpecToYaml(s);
   ASSIGN_OR_RETURN(c.model, models::ModelConfigFromSpec(s.model()));
+  c.model.block_class = s.fsdp().block_class();  // A model-loading concern (script blocks).
 
   c.data_path = s.data().path();
   c.data_paths.assign(s.data().paths().begin(), s.data().paths().end());

@@ -20,7 +20,8 @@ absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(models::Languag
   options.rank = rank;
   if (block_type.empty()) {
     if (options.wrap_policy.kind == fsdp::WrapPolicyKind::kTransformerBlock) {
-      // No hook points (a TorchScript model): the whole model is one root unit.
+      // No hook points (a TorchScript model without fsdp.block_class; validation refuses
+      // TRANSFORMER_BLOCK there, this covers specs that skipped it): the whole model is one unit.
       options.wrap_policy.kind = fsdp::WrapPolicyKind::kSizeBased;
       options.wrap_policy.min_num_params = INT64_MAX;
     }
@@ -70,6 +71,19 @@ std::string FsdpBackend::Describe() const {
                          " MiB of the persistent state on the device)")
           : "",
       config_.fake_collectives ? ", fake collectives" : "");
+}
+
+std::string FsdpBackend::MemorySummary() const {
+  const fsdp::MemoryStats m = engine_->memory_stats();
+  std::string out = absl::StrCat("FSDP memory: peak gathered parameters ",
+                                 m.peak_gathered_param_bytes, " bytes, peak unsharded gradients ",
+                                 m.peak_unsharded_grad_bytes, " bytes; units (padded elements):");
+  const auto& flats = engine_->flat_params();
+  for (size_t i = 0; i < flats.size() && i < 16; ++i) {
+    absl::StrAppend(&out, " ", flats[i]->name(), "=", flats[i]->padded_numel());
+  }
+  if (flats.size() > 16) absl::StrAppend(&out, " ... (", flats.size(), " units)");
+  return out;
 }
 
 void FsdpBackend::set_step(int64_t step) {

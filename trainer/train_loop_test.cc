@@ -121,13 +121,17 @@ TEST(TrainLoop, FsdpBackendMatchesLocalBackendAtOneRank) {
   }
 }
 
-// Llama (its own block type) and a TorchScript model (no hook points: one FSDP unit) train the
-// same under the engine as under the plain optimizer.
+// Llama (its own block type), a TorchScript model without a block class (no hook points: one
+// FSDP unit; the example spec's TRANSFORMER_BLOCK needs fsdp.block_class there) and one whose
+// Blocks are hook points (fsdp.block_class) train the same under the engine as under the plain
+// optimizer.
 TEST(TrainLoop, LlamaAndTorchScriptModelsTrainUnderFsdp) {
   const std::vector<std::vector<std::string>> models = {
       {"model.architecture=LLAMA", "model.preset=llama-tiny"},
-      {"model.architecture=TORCHSCRIPT",
-       "model.preset=", "model.torchscript_path=../models/testdata/tiny_lm.pt"},
+      {"model.architecture=TORCHSCRIPT", "model.preset=",
+       "model.torchscript_path=../models/testdata/tiny_lm.pt", "fsdp.auto_wrap_policy=SIZE_BASED"},
+      {"model.architecture=TORCHSCRIPT", "model.preset=",
+       "model.torchscript_path=../models/testdata/blocks_lm.pt", "fsdp.block_class=Block"},
   };
   for (const auto& sets : models) {
     std::vector<std::string> all = {"train.steps=3", "train.sample_tokens=5"};

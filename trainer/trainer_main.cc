@@ -530,6 +530,9 @@ int Main(int argc, char** argv) {
   // 5. Train, then finish the last save and report.
   absl::StatusOr<TrainSummary> summary = RunTraining(c, **model, *backend, **dataset, *loop);
   if (!summary.ok()) return FailTraining(summary.status());
+  if (fsdp_backend != nullptr) {
+    SL_LOG(INFO) << fsdp_backend->MemorySummary();
+  }
   absl::Status finished = FinishAndReport(ckpt.get(), *summary, env->rank);
   if (!finished.ok()) return Fail(kExitInternal, "checkpoint", finished);
   return kExitOk;
