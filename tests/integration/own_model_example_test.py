@@ -55,10 +55,9 @@ class OwnModelExampleTest(unittest.TestCase):
         val = [float(v) for v in re.findall(r"val_loss ([0-9.]+)", log)]
         self.assertGreaterEqual(len(val), 3, log[-3000:])
         self.assertLess(val[-1], val[0] - 0.3, "validation loss did not fall: %s" % val)
-        # Sharded over all four ranks: "FSDP W=4 (R=1 x S=4) FULL_SHARD, N units". Today the
-        # scripted model is one unit; with per-block sharding (fsdp.block_class: Block) it is
-        # the root plus one per Block.
-        self.assertRegex(log, r"FSDP W=4 \(R=1 x S=4\) FULL_SHARD, \d+ units")
+        # Sharded over all four ranks, per block (fsdp.block_class: Block): the root plus one
+        # unit per Block of the four.
+        self.assertRegex(log, r"FSDP W=4 \(R=1 x S=4\) FULL_SHARD, 5 units")
 
         cps = self.cluster.shardctl_json("checkpoints", job)["checkpoints"]
         committed = [int(c["step"]) for c in cps if c.get("committed")]
