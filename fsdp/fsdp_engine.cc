@@ -164,7 +164,17 @@ absl::StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(
 absl::Status FsdpEngine::SyncModuleStates(bool sharded) {
   if (sharded) {
     // Each rank built its own shards; the ranks holding the same shard form a replicate group.
-    for (const auto& flat : flats_) RETURN_IF_ERROR(BroadcastAny(replicate_, flat->shard()));
+    // An offloaded (host) shard travels through the device, where the communicator works.
+    for (const auto& flat : flats_) {
+      if (!Collective(replicate_)) break;
+      if (!flat->offloaded()) {
+        RETURN_IF_ERROR(BroadcastAny(replicate_, flat->shard()));
+        continue;
+      }
+      at::Tensor on_device = flat->shard().to(flat->device());
+      RETURN_IF_ERROR(BroadcastAny(replicate_, on_device));
+      flat->shard().copy_(on_device);
+    }
   }
   // Shard group first (from its rank 0), then replicate group (from its rank 0): global rank 0's
   // values reach everybody.
