@@ -260,24 +260,40 @@ const SafetensorsEntry* SafetensorsReader::Find(const std::string& name) const {
 }
 
 absl::Status SafetensorsReader::Read(const SafetensorsEntry& t, void* dst) const {
+  return ReadBytes(t, 0, t.bytes(), dst);
+}
+
+absl::Status SafetensorsReader::ReadElements(const SafetensorsEntry& t, int64_t first,
+                                             int64_t count, void* dst) const {
+  if (first < 0 || count < 0 || first > t.numel || count > t.numel - first) {
+    return absl::InvalidArgumentError(absl::StrCat("safetensors file ", path_, ": tensor ", t.name,
+                                                   ": elements [", first, ", ", first + count,
+                                                   ") outside [0, ", t.numel, ")"));
+  }
+  const int64_t size = SafetensorsDtypeSize(t.dtype);
+  return ReadBytes(t, first * size, count * size, dst);
+}
+
+absl::Status SafetensorsReader::ReadBytes(const SafetensorsEntry& t, int64_t offset, int64_t n,
+                                          void* dst) const {
   char* out = static_cast<char*>(dst);
-  const uint64_t n = static_cast<uint64_t>(t.bytes());
-  uint64_t done = 0;
+  const int64_t start = data_start_ + t.begin + offset;
+  int64_t done = 0;
   while (done < n) {
     const ssize_t got =
-        ::pread(fd_, out + done, n - done, static_cast<off_t>(data_start_ + t.begin + done));
+        ::pread(fd_, out + done, static_cast<size_t>(n - done), static_cast<off_t>(start + done));
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) {
       return absl::InternalError(absl::StrCat("read safetensors file ", path_, ": tensor ", t.name,
                                               ": ", std::strerror(errno)));
     }
     if (got == 0) {
-      return absl::DataLossError(absl::StrCat(
-          "safetensors file ", path_, ": tensor ", t.name, ": the file ends at byte ",
-          data_start_ + t.begin + static_cast<int64_t>(done), ", inside the tensor's bytes [",
-          data_start_ + t.begin, ", ", data_start_ + t.end, ") (truncated after it was opened)"));
+      return absl::DataLossError(
+          absl::StrCat("safetensors file ", path_, ": tensor ", t.name, ": the file ends at byte ",
+                       start + done, ", inside the tensor's bytes [", data_start_ + t.begin, ", ",
+                       data_start_ + t.end, ") (truncated after it was opened)"));
     }
-    done += static_cast<uint64_t>(got);
+    done += got;
   }
   return absl::OkStatus();
 }

@@ -75,9 +75,16 @@ class SafetensorsReader {
   const SafetensorsEntry* Find(const std::string& name) const;
   // Copies t's bytes (t.bytes() of them) into dst. t must be one of tensors().
   absl::Status Read(const SafetensorsEntry& t, void* dst) const;
+  // Copies elements [first, first + count) of t's row-major flattened elements (count x the
+  // dtype's size bytes) into dst: a rank reads only the range its shard holds. Errors: as Read;
+  // INVALID_ARGUMENT when the range is not inside [0, t.numel).
+  absl::Status ReadElements(const SafetensorsEntry& t, int64_t first, int64_t count,
+                            void* dst) const;
 
  private:
   SafetensorsReader(std::string path, int fd, int64_t data_start, SafetensorsHeader header);
+  // Bytes [offset, offset + n) of t's bytes into dst.
+  absl::Status ReadBytes(const SafetensorsEntry& t, int64_t offset, int64_t n, void* dst) const;
 
   std::string path_;
   int fd_;

@@ -197,6 +197,24 @@ TEST(SafetensorsReader, ReadsEachTensorAndRoundTripsThroughTheWriter) {
   EXPECT_EQ((*all)[2].shape, (std::vector<int64_t>{0, 5}));
 }
 
+TEST(SafetensorsReader, ReadElementsCopiesOnlyThatRangeAndRefusesOneOutside) {
+  const std::string dir = TempDir("st_range");
+  const std::string path = dir + "/t.safetensors";
+  std::string bytes;
+  for (int i = 0; i < 12; ++i) bytes.push_back(static_cast<char>(i));  // 6 F16 elements.
+  ASSERT_TRUE(WriteSafetensors(path, {{"w", "F16", {2, 3}, bytes}}, {}).ok());
+  auto r = SafetensorsReader::Open(path);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const SafetensorsEntry* w = (*r)->Find("w");
+  ASSERT_NE(w, nullptr);
+  std::string got(4, '\0');
+  ASSERT_TRUE((*r)->ReadElements(*w, 2, 2, got.data()).ok());
+  EXPECT_EQ(got, bytes.substr(4, 4));
+  absl::Status s = (*r)->ReadElements(*w, 5, 2, got.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "tensor w: elements [5, 7) outside [0, 6)")) << s;
+}
+
 TEST(SafetensorsReader, FileTruncatedAfterOpenIsDataLossNamingFileAndTensor) {
   const std::string dir = FreshTempDir("st_trunc");
   const std::string path = dir + "/t.safetensors";

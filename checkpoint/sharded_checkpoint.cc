@@ -14,6 +14,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -455,7 +456,8 @@ absl::Status LoadSafetensorsIntoEngine(const std::string& path, fsdp::FsdpEngine
   // and then each is read (pread) straight into a tensor of its dtype: the file is never held
   // whole, and a hostile header is refused by the reader before LibTorch sees a shape.
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsReader> reader, SafetensorsReader::Open(path));
-  std::vector<std::pair<const SafetensorsEntry*, at::ScalarType>> wanted;
+  // Canonical parameter name -> its tensor in the file and that tensor's dtype.
+  std::map<std::string, std::pair<const SafetensorsEntry*, at::ScalarType>> wanted;
   for (const auto& f : engine->flat_params()) {
     for (const fsdp::FlatParamEntry& e : f->entries()) {
       const SafetensorsEntry* t = nullptr;
@@ -480,22 +482,26 @@ absl::Status LoadSafetensorsIntoEngine(const std::string& path, fsdp::FsdpEngine
         return absl::InvalidArgumentError(
             absl::StrCat(path, ": parameter ", e.name, " has another shape than the model's"));
       }
-      wanted.emplace_back(t, *type);
+      wanted.emplace(e.name, std::make_pair(t, *type));
     }
   }
-  std::map<std::string, at::Tensor> state;
-  for (const auto& [t, type] : wanted) {
-    if (state.count(t->name) > 0) continue;
+  // Then only this rank's range of each parameter, one range at a time, straight into the
+  // shard (converted to float32 there): a rank never holds a whole tensor of the file.
+  engine->ReshardAll();  // Gathered copies would be stale.
+  for (const fsdp::ShardSlice& slice : engine->LocalParamState()) {
+    const auto& [t, type] = wanted.at(slice.name);
+    const int64_t count = slice.end - slice.start;
+    if (count == 0) continue;
     at::Tensor raw;
-    RETURN_IF_ERROR(TorchCall("allocate a safetensors tensor",
-                              [&, t = t, type = type] { raw = at::empty(t->shape, type); }));
-    RETURN_IF_ERROR(reader->Read(*t, raw.data_ptr()));
-    RETURN_IF_ERROR(TorchCall("convert a safetensors tensor to float32",
-                              [&, t = t] { state[t->name] = raw.to(at::kFloat); }));
+    RETURN_IF_ERROR(TorchCall("allocate a safetensors range",
+                              [&, type = type] { raw = at::empty({count}, type); }));
+    RETURN_IF_ERROR(reader->ReadElements(*t, slice.start, count, raw.data_ptr()));
+    RETURN_IF_ERROR(TorchCall("convert a safetensors range to float32", [&] {
+      at::NoGradGuard no_grad;
+      slice.local.copy_(raw);
+    }));
   }
-  absl::Status s;
-  RETURN_IF_ERROR(TorchCall("load safetensors", [&] { s = engine->LoadFullParamState(state); }));
-  return s;
+  return absl::OkStatus();
 }
 
 }  // namespace shardline::checkpoint

@@ -158,7 +158,9 @@ class Checkpointer {
 // weights; the optimizer stays fresh). Names are the model's parameter names (aliases of tied
 // parameters accepted); F32, F16 and BF16 are converted to fp32. Each rank keeps its shard; no
 // collective. The header is checked (SafetensorsReader) and every parameter looked up before
-// any tensor is read; then only the needed tensors are read, one at a time. Errors:
+// any tensor is read; then only this rank's range of each parameter is read (pread), one range
+// at a time, into its shard: a rank never holds a whole tensor (sharded initialization,
+// docs/fsdp_step.md). Errors:
 // SafetensorsReader's (NOT_FOUND, DATA_LOSS naming the file and the tensor or field);
 // INVALID_ARGUMENT naming a missing parameter or a shape mismatch (nothing is loaded then).
 absl::Status LoadSafetensorsIntoEngine(const std::string& path, fsdp::FsdpEngine* engine);

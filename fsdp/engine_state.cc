@@ -6,6 +6,8 @@
 #include <ATen/core/grad_mode.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/torch_status.h"
 
 namespace shardline::fsdp {
 
@@ -103,6 +105,51 @@ absl::Status LoadFullParams(const FlatParams& flats,
       f->shard()
           .narrow(0, r.shard_offset, r.end - r.start)
           .copy_(it->second.reshape({-1}).narrow(0, r.start, r.end - r.start));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InitShards(const FlatParams& flats, const ParamInitializer& init) {
+  struct Target {
+    FlatParam* flat;
+    size_t entry;
+  };
+  std::map<std::string, Target> by_name;  // Canonical names and aliases.
+  std::map<std::string, bool> done;       // Canonical name -> produced.
+  for (const auto& f : flats) {
+    for (size_t i = 0; i < f->entries().size(); ++i) {
+      const FlatParamEntry& e = f->entries()[i];
+      by_name[e.name] = {f.get(), i};
+      for (const std::string& a : e.aliases) by_name[a] = {f.get(), i};
+      done[e.name] = false;
+    }
+  }
+  RETURN_IF_ERROR(init.ForEach([&](const std::string& name, const InitialValue& value) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sharded initialization: the model has no parameter ", name));
+    }
+    FlatParam& f = *it->second.flat;
+    const FlatParamEntry& e = f.entries()[it->second.entry];
+    if (value.shape() != e.shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sharded initialization: parameter ", name, " has shape ",
+                       c10::str(at::IntArrayRef(e.shape)), ", its initial value ",
+                       c10::str(at::IntArrayRef(value.shape()))));
+    }
+    done[e.name] = true;
+    const FlatParam::LocalRange r = f.LocalRangeOf(it->second.entry);
+    if (r.end == r.start) return absl::OkStatus();
+    return TorchCall("initialize a shard", [&] {
+      value.CopyRange(r.start, r.end, f.shard().narrow(0, r.shard_offset, r.end - r.start));
+    });
+  }));
+  for (const auto& [name, visited] : done) {
+    if (!visited) {
+      return absl::InternalError(
+          absl::StrCat("sharded initialization: no initial value for parameter ", name));
     }
   }
   return absl::OkStatus();

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "fsdp/communicator.h"
 #include "fsdp/flat_param.h"
+#include "fsdp/param_init.h"
 
 namespace shardline::fsdp {
 
@@ -81,6 +82,13 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> GatherFullParams
 // shards. Errors: INVALID_ARGUMENT naming a missing parameter or a shape mismatch.
 absl::Status LoadFullParams(const FlatParams& flats,
                             const std::map<std::string, at::Tensor>& state);
+
+// Sharded initialization: walks `init` (every parameter's full initial value, one at a time,
+// in the model's order) and copies this rank's range of each into the shards. A tied parameter
+// takes the value of the last name visited, as when the values are written to the module.
+// Errors: INVALID_ARGUMENT for a name the model lacks or a shape mismatch; INTERNAL naming a
+// parameter the initializer never produced; RESOURCE_EXHAUSTED when memory runs out.
+absl::Status InitShards(const FlatParams& flats, const ParamInitializer& init);
 
 // Alias name -> canonical name, for tied parameters.
 std::map<std::string, std::string> AliasesOf(const FlatParams& flats);

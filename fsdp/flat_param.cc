@@ -8,6 +8,7 @@
 #include <c10/core/StorageImpl.h>
 
 #include "absl/strings/str_cat.h"
+#include "fsdp/param_init.h"
 
 namespace shardline::fsdp {
 namespace {
@@ -16,11 +17,9 @@ int64_t Bytes(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<FlatParam>> FlatParam::Create(std::string name,
-                                                             std::vector<FlatParamEntry> entries,
-                                                             int shard_rank, int shard_count,
-                                                             at::ScalarType compute_dtype,
-                                                             bool cpu_offload) {
+absl::StatusOr<std::unique_ptr<FlatParam>> FlatParam::Plan(
+    std::string name, std::vector<FlatParamEntry> entries, at::Device device, int shard_rank,
+    int shard_count, at::ScalarType compute_dtype, bool cpu_offload) {
   if (compute_dtype != at::kFloat && compute_dtype != at::kBFloat16 && compute_dtype != at::kHalf) {
     return absl::InvalidArgumentError(absl::StrCat("flat param ", name, ": compute dtype ",
                                                    c10::toString(compute_dtype),
@@ -33,7 +32,6 @@ absl::StatusOr<std::unique_ptr<FlatParam>> FlatParam::Create(std::string name,
     return absl::InvalidArgumentError(absl::StrCat("flat param ", name, ": shard_rank ", shard_rank,
                                                    " not in [0, ", shard_count, ")"));
   }
-  const at::Device device = entries[0].param.device();
   int64_t offset = 0;
   for (FlatParamEntry& e : entries) {
     if (e.param.scalar_type() != at::kFloat) {
@@ -60,39 +58,86 @@ absl::StatusOr<std::unique_ptr<FlatParam>> FlatParam::Create(std::string name,
   fp->mixed_ = compute_dtype != at::kFloat;
   fp->offloaded_ = cpu_offload;
   fp->shard_numel_ = (offset + shard_count - 1) / shard_count;
+  return fp;
+}
 
+absl::StatusOr<std::unique_ptr<FlatParam>> FlatParam::Create(std::string name,
+                                                             std::vector<FlatParamEntry> entries,
+                                                             int shard_rank, int shard_count,
+                                                             at::ScalarType compute_dtype,
+                                                             bool cpu_offload) {
+  const at::Device device = entries.empty() ? at::Device(at::kCPU) : entries[0].param.device();
+  absl::StatusOr<std::unique_ptr<FlatParam>> fp =
+      Plan(std::move(name), std::move(entries), device, shard_rank, shard_count, compute_dtype,
+           cpu_offload);
+  if (!fp.ok()) return fp.status();
   at::NoGradGuard no_grad;
-  const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
   // Build the padded flat copy once, keep our shard, rebind parameters into full_.
-  at::Tensor flat = at::zeros({fp->padded_numel()}, opts);
-  for (const FlatParamEntry& e : fp->entries_) {
+  at::Tensor flat =
+      at::zeros({(*fp)->padded_numel()}, at::TensorOptions().dtype(at::kFloat).device(device));
+  for (const FlatParamEntry& e : (*fp)->entries_) {
     flat.narrow(0, e.offset, e.numel).copy_(e.param.detach().reshape({-1}));
   }
-  if (cpu_offload) {
+  (*fp)->BuildBuffers(flat, device, compute_dtype);
+  return fp;
+}
+
+absl::StatusOr<std::unique_ptr<FlatParam>> FlatParam::CreateUninitialized(
+    std::string name, std::vector<FlatParamEntry> entries, at::Device device, int shard_rank,
+    int shard_count, at::ScalarType compute_dtype, bool cpu_offload) {
+  // Storage-less parameters are CPU tensors whatever `device` is (param_init.h).
+  for (FlatParamEntry& e : entries) {
+    if (e.param.defined() && !IsStorageless(e.param)) {
+      return absl::InvalidArgumentError(absl::StrCat("flat param ", name, ": parameter ", e.name,
+                                                     " holds memory; sharded initialization "
+                                                     "needs storage-less parameters"));
+    }
+  }
+  const at::Device planned = entries.empty() ? device : entries[0].param.device();
+  absl::StatusOr<std::unique_ptr<FlatParam>> fp =
+      Plan(std::move(name), std::move(entries), planned, shard_rank, shard_count, compute_dtype,
+           cpu_offload);
+  if (!fp.ok()) return fp.status();
+  at::NoGradGuard no_grad;
+  (*fp)->BuildBuffers(at::Tensor(), device, compute_dtype);
+  return fp;
+}
+
+void FlatParam::BuildBuffers(const at::Tensor& flat, at::Device device,
+                             at::ScalarType compute_dtype) {
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
+  at::Tensor local;  // This rank's range of flat, or undefined.
+  if (flat.defined()) local = flat.narrow(0, shard_begin(), shard_numel_);
+  if (offloaded_) {
     // Pinned (page-locked) host memory lets the engine's copies to and from a GPU run
     // asynchronously; pinning needs a CUDA runtime, so a CPU model gets ordinary memory.
     const auto host = at::TensorOptions().dtype(at::kFloat).pinned_memory(device.is_cuda());
-    fp->shard_ = at::empty({fp->shard_numel_}, host);
-    fp->shard_.copy_(flat.narrow(0, fp->shard_begin(), fp->shard_numel_));
-    fp->shard_grad_ = at::zeros({fp->shard_numel_}, host);
+    shard_ = at::empty({shard_numel_}, host);
+    if (local.defined()) {
+      shard_.copy_(local);
+    } else {
+      shard_.zero_();
+    }
+    shard_grad_ = at::zeros({shard_numel_}, host);
   } else {
-    fp->shard_ = flat.narrow(0, fp->shard_begin(), fp->shard_numel_).clone();
-    fp->shard_grad_ = at::zeros({fp->shard_numel_}, opts);
+    shard_ = local.defined() ? local.clone() : at::zeros({shard_numel_}, opts);
+    shard_grad_ = at::zeros({shard_numel_}, opts);
   }
-  if (fp->full_is_shard()) {
-    fp->full_ = fp->shard_;
-    fp->full_allocated_ = true;
-  } else {
+  if (full_is_shard()) {
+    full_ = shard_;
+  } else if (flat.defined()) {
     // Allocated now, on the parameters' device, holding the current values (cast under mixed
     // precision); freed below.
-    fp->full_ = fp->mixed_ ? flat.to(compute_dtype) : flat;
-    fp->full_allocated_ = true;
+    full_ = mixed_ ? flat.to(compute_dtype) : flat;
+  } else {
+    // Contents undefined until the first gather; allocated so the parameter views can be made.
+    full_ = at::empty({padded_numel()}, opts.dtype(compute_dtype));
   }
-  for (FlatParamEntry& e : fp->entries_) {
-    e.param.set_data(fp->full_.narrow(0, e.offset, e.numel).view(e.shape));
+  full_allocated_ = true;
+  for (FlatParamEntry& e : entries_) {
+    e.param.set_data(full_.narrow(0, e.offset, e.numel).view(e.shape));
   }
-  fp->FreeFull();
-  return fp;
+  FreeFull();
 }
 
 int64_t FlatParam::valid_shard_numel() const {

@@ -63,6 +63,15 @@ class FlatParam {
       std::string name, std::vector<FlatParamEntry> entries, int shard_rank, int shard_count,
       at::ScalarType compute_dtype = at::kFloat, bool cpu_offload = false);
 
+  // Sharded initialization (fsdp/param_init.h): the parameters are storage-less (shapes only)
+  // and `device` is where the module computes. Allocates only this rank's shard, zeros, for
+  // the caller to fill through LocalRangeOf (FsdpEngine does, from the model's initializer),
+  // and rebinds the parameters into the full buffer on `device` (held only while Create runs:
+  // one unit's gathered size). Errors: as Create.
+  static absl::StatusOr<std::unique_ptr<FlatParam>> CreateUninitialized(
+      std::string name, std::vector<FlatParamEntry> entries, at::Device device, int shard_rank,
+      int shard_count, at::ScalarType compute_dtype = at::kFloat, bool cpu_offload = false);
+
   const std::string& name() const { return name_; }
   const std::vector<FlatParamEntry>& entries() const { return entries_; }
   int64_t numel() const { return numel_; }
@@ -123,6 +132,14 @@ class FlatParam {
 
  private:
   FlatParam() = default;
+  // Checks the arguments and lays out the entries (offsets, shard size); no buffers yet.
+  static absl::StatusOr<std::unique_ptr<FlatParam>> Plan(
+      std::string name, std::vector<FlatParamEntry> entries, at::Device device, int shard_rank,
+      int shard_count, at::ScalarType compute_dtype, bool cpu_offload);
+  // Makes shard_ a copy of flat's range (padded flat buffer on `device`), or zeros when flat is
+  // undefined; allocates shard_grad_ and full_ (holding flat, cast, when given), rebinds the
+  // parameters into full_ and frees it.
+  void BuildBuffers(const at::Tensor& flat, at::Device device, at::ScalarType compute_dtype);
 
   std::string name_;
   std::vector<FlatParamEntry> entries_;

@@ -135,7 +135,7 @@ FsdpEngine::~FsdpEngine() {
 
 absl::StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(
     std::shared_ptr<torch::nn::Module> model, const ParallelLayout& layout, Communicator* shard,
-    Communicator* replicate, const FsdpEngineOptions& options) {
+    Communicator* replicate, const FsdpEngineOptions& options, const DeferredInit* deferred) {
   if (model == nullptr) return absl::InvalidArgumentError("FsdpEngine: model is null");
   const int s = layout.shard_degree();  // ParallelLayout guarantees W = R x S.
   const int r = layout.replicate_degree();
@@ -168,15 +168,30 @@ absl::StatusOr<std::unique_ptr<FsdpEngine>> FsdpEngine::Create(
   }
   auto engine =
       std::unique_ptr<FsdpEngine>(new FsdpEngine(model, layout, shard, replicate, options));
-  RETURN_IF_ERROR(engine->Init());
+  RETURN_IF_ERROR(engine->Init(deferred));
   return engine;
 }
 
-absl::Status FsdpEngine::SyncModuleStates() {
+absl::Status FsdpEngine::SyncModuleStates(bool sharded) {
+  if (sharded) {
+    // Each rank built its own shards; the ranks holding the same shard form a replicate group.
+    // An offloaded (host) shard travels through the device, where the communicator works.
+    for (const auto& flat : flats_) {
+      if (!Collective(replicate_)) break;
+      if (!flat->offloaded()) {
+        RETURN_IF_ERROR(BroadcastAny(replicate_, flat->shard()));
+        continue;
+      }
+      at::Tensor on_device = flat->shard().to(flat->device());
+      RETURN_IF_ERROR(BroadcastAny(replicate_, on_device));
+      flat->shard().copy_(on_device);
+    }
+  }
   // Shard group first (from its rank 0), then replicate group (from its rank 0): global rank 0's
   // values reach everybody.
   for (Communicator* comm : {shard_, replicate_}) {
     for (const auto& p : model_->parameters(/*recurse=*/true)) {
+      if (sharded) break;
       RETURN_IF_ERROR(BroadcastAny(comm, p));
     }
     for (const auto& b : model_->buffers(/*recurse=*/true)) {
@@ -194,11 +209,15 @@ c10::Stream FsdpEngine::ReplicateStream() {
   return *replicate_stream_;
 }
 
-absl::Status FsdpEngine::Init() {
+absl::Status FsdpEngine::Init(const DeferredInit* deferred) {
   std::vector<std::string> hook_paths;
   ASSIGN_OR_RETURN(std::vector<UnitPlan> plans,
                    PlanUnits(*model_, options_.wrap_policy, &hook_paths));
-  if (options_.sync_module_states) RETURN_IF_ERROR(SyncModuleStates());
+  if (deferred != nullptr && deferred->values == nullptr) {
+    return absl::InvalidArgumentError("FsdpEngine: DeferredInit without an initializer");
+  }
+  // With sharded initialization the parameters have nothing to broadcast until the shards exist.
+  if (options_.sync_module_states && deferred == nullptr) RETURN_IF_ERROR(SyncModuleStates(false));
   if (options_.buffer_dtype != Dtype::kFloat32) {
     at::NoGradGuard no_grad;
     const at::ScalarType buffer_dtype = ToScalarType(options_.buffer_dtype);
@@ -223,13 +242,18 @@ absl::Status FsdpEngine::Init() {
       }
       group = it->second;
     }
-    RETURN_IF_ERROR(AddUnit(plan, group));
+    RETURN_IF_ERROR(AddUnit(plan, group, deferred));
+  }
+  if (deferred != nullptr) {
+    RETURN_IF_ERROR(InitShards(flats_, *deferred->values));
+    if (options_.sync_module_states) RETURN_IF_ERROR(SyncModuleStates(true));
   }
   if (!flats_.empty()) device_ = flats_[0]->device();
   return absl::OkStatus();
 }
 
-absl::Status FsdpEngine::AddUnit(const UnitPlan& plan, int hook_group) {
+absl::Status FsdpEngine::AddUnit(const UnitPlan& plan, int hook_group,
+                                 const DeferredInit* deferred) {
   std::vector<FlatParamEntry> entries;
   for (const UnitPlanParam& p : plan.params) {
     FlatParamEntry e;
@@ -240,9 +264,13 @@ absl::Status FsdpEngine::AddUnit(const UnitPlan& plan, int hook_group) {
   }
   absl::StatusOr<std::unique_ptr<FlatParam>> flat;
   RETURN_IF_ERROR(TorchCall("build flat parameter", [&] {
-    flat = FlatParam::Create(plan.name, entries, shard_ == nullptr ? 0 : shard_->rank(),
-                             layout_.shard_degree(), ToScalarType(options_.param_dtype),
-                             options_.cpu_offload);
+    const int shard_rank = shard_ == nullptr ? 0 : shard_->rank();
+    flat = deferred == nullptr
+               ? FlatParam::Create(plan.name, entries, shard_rank, layout_.shard_degree(),
+                                   ToScalarType(options_.param_dtype), options_.cpu_offload)
+               : FlatParam::CreateUninitialized(
+                     plan.name, entries, deferred->device, shard_rank, layout_.shard_degree(),
+                     ToScalarType(options_.param_dtype), options_.cpu_offload);
   }));
   if (!flat.ok()) return flat.status();
   auto unit = std::make_unique<Unit>();

@@ -46,6 +46,7 @@
 #include "fsdp/flat_param.h"
 #include "fsdp/gather_limiter.h"
 #include "fsdp/layout.h"
+#include "fsdp/param_init.h"
 #include "fsdp/unit_runner.h"
 #include "fsdp/wrap_policy.h"
 
@@ -63,9 +64,15 @@ class FsdpEngine : public UnitRunner {
   // Errors: INVALID_ARGUMENT when a communicator's size or rank does not match the layout (the
   // message names both), or for a bad wrap policy; the status of a failed broadcast
   // (sync_module_states).
+  // Sharded initialization (fsdp/param_init.h): with `deferred`, the model's parameters are
+  // storage-less and this rank builds only its shards, on deferred->device, from
+  // deferred->values (one parameter at a time); sync_module_states then broadcasts the shards
+  // over the replicate group instead of the parameters. Errors as well: INVALID_ARGUMENT when a
+  // parameter holds memory, or the initializer's names or shapes do not match the model's.
   static absl::StatusOr<std::unique_ptr<FsdpEngine>> Create(
       std::shared_ptr<torch::nn::Module> model, const ParallelLayout& layout, Communicator* shard,
-      Communicator* replicate, const FsdpEngineOptions& options);
+      Communicator* replicate, const FsdpEngineOptions& options,
+      const DeferredInit* deferred = nullptr);
   ~FsdpEngine() override;
 
   // Sets the step quoted in collective error messages.
@@ -151,11 +158,13 @@ class FsdpEngine : public UnitRunner {
 
   FsdpEngine(std::shared_ptr<torch::nn::Module> model, const ParallelLayout& layout,
              Communicator* shard, Communicator* replicate, const FsdpEngineOptions& options);
-  absl::Status Init();
+  absl::Status Init(const DeferredInit* deferred);
   // Builds the FlatParam of one planned unit, registers it in `hook_group` (-1: root-gathered)
   // and installs its parameters' gradient hooks.
-  absl::Status AddUnit(const UnitPlan& plan, int hook_group);
-  absl::Status SyncModuleStates();
+  absl::Status AddUnit(const UnitPlan& plan, int hook_group, const DeferredInit* deferred);
+  // Broadcasts the parameters (or, after a sharded initialization, the shards over the
+  // replicate group) and buffers from rank 0.
+  absl::Status SyncModuleStates(bool sharded);
 
   // Autograd hooks (through internal::EngineHooks). Throw StatusException on failure.
   void PreBackward(int group);      // Before a hook group's backward: re-gather, prefetch.

@@ -218,13 +218,23 @@ std::vector<TensorMapping> MappingFor(const ModelSpec& model) {
   return {};
 }
 
-absl::StatusOr<std::map<std::string, HostTensor>> ReadHfWeights(const std::string& hf_dir) {
+absl::Status ForEachHfWeight(
+    const std::string& hf_dir,
+    const std::function<absl::Status(const std::string& our_name, const HostTensor& t)>& visit) {
   const std::string config_path = absl::StrCat(hf_dir, "/config.json");
   ASSIGN_OR_RETURN(std::string json, spec::ReadSmallJsonFile(config_path));
   ASSIGN_OR_RETURN(ModelSpec model, spec::ModelSpecFromHfConfig(json, config_path));
   ASSIGN_OR_RETURN(Files files, Files::Open(hf_dir));
-  std::map<std::string, HostTensor> out;
-  for (const TensorMapping& m : MappingFor(model)) {
+  // Every tensor found and its shape checked first, so a bad folder fails before any reading.
+  struct Found {
+    const TensorMapping* mapping;
+    const SafetensorsEntry* entry;
+    const SafetensorsReader* reader;
+    std::vector<int64_t> shape;  // Ours.
+  };
+  const std::vector<TensorMapping> mappings = MappingFor(model);
+  std::vector<Found> found;
+  for (const TensorMapping& m : mappings) {
     auto [entry, reader] = files.Find(m.hf_name);
     for (size_t i = 0; entry == nullptr && i < m.other_names.size(); ++i) {
       std::tie(entry, reader) = files.Find(m.other_names[i]);
@@ -234,13 +244,26 @@ absl::StatusOr<std::map<std::string, HostTensor>> ReadHfWeights(const std::strin
       return absl::InvalidArgumentError(
           absl::StrCat(hf_dir, ": tensor ", m.hf_name, " (our ", m.ours, ") is missing"));
     }
-    HostTensor t;
-    t.shape = OurShape(m, entry->shape);
-    RETURN_IF_ERROR(CheckShape(m, t.shape, reader->path()));
-    ASSIGN_OR_RETURN(std::vector<float> values, files.ReadFloats(*entry, *reader));
-    t.values = ToOurs(m, t.shape, values);
-    out[m.ours] = std::move(t);
+    std::vector<int64_t> shape = OurShape(m, entry->shape);
+    RETURN_IF_ERROR(CheckShape(m, shape, reader->path()));
+    found.push_back({&m, entry, reader, std::move(shape)});
   }
+  for (const Found& f : found) {
+    HostTensor t;
+    t.shape = f.shape;
+    ASSIGN_OR_RETURN(std::vector<float> values, files.ReadFloats(*f.entry, *f.reader));
+    t.values = ToOurs(*f.mapping, t.shape, values);
+    RETURN_IF_ERROR(visit(f.mapping->ours, t));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, HostTensor>> ReadHfWeights(const std::string& hf_dir) {
+  std::map<std::string, HostTensor> out;
+  RETURN_IF_ERROR(ForEachHfWeight(hf_dir, [&](const std::string& name, const HostTensor& t) {
+    out[name] = t;
+    return absl::OkStatus();
+  }));
   return out;
 }
 

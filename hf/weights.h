@@ -9,7 +9,8 @@
 // Every safetensors file is read through checkpoint/safetensors_reader (the hardened header
 // parser; tensors read one at a time with pread). Shard names in an index must be plain file
 // names inside DIR (no "/"), so an index cannot point the trainer at other files. F32, F16 and
-// BF16 tensors are converted to float32. Each rank holds the full model in float32 while loading.
+// BF16 tensors are converted to float32. ForEachHfWeight holds one tensor at a time (the
+// trainer copies this rank's range of each into its shards); ReadHfWeights holds them all.
 //
 // Thread safety: pure functions over the file system.
 #ifndef SHARDLINE_HF_WEIGHTS_H_
@@ -36,6 +37,13 @@ struct HostTensor {
 // and tensor (missing tensor, wrong shape, unsupported dtype, bad index), DATA_LOSS from the
 // safetensors reader.
 absl::StatusOr<std::map<std::string, HostTensor>> ReadHfWeights(const std::string& hf_dir);
+
+// The same tensors, one at a time: calls visit(our_name, tensor) for each (the tensor lives
+// during the call only) and stops at the first error it returns. Every tensor is looked up and
+// its shape checked before the first is read. Errors: as ReadHfWeights, and visit's.
+absl::Status ForEachHfWeight(
+    const std::string& hf_dir,
+    const std::function<absl::Status(const std::string& our_name, const HostTensor& t)>& visit);
 
 // Writes <out_dir>/config.json and <out_dir>/model.safetensors (float32, HF names and layouts)
 // for the model of `config_json` (a config from HfConfigFromModelSpec), taking each parameter

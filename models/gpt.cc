@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "common/torch_status.h"
 #include "models/attention.h"
 #include "models/init.h"
 
@@ -12,8 +14,8 @@ namespace gpt {
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const Config& c)
     : n_head_(c.n_head), dropout_(c.dropout), kernel_(c.attention) {
-  c_attn_ = register_module("c_attn", torch::nn::Linear(c.n_embd, 3 * c.n_embd));
-  c_proj_ = register_module("c_proj", torch::nn::Linear(c.n_embd, c.n_embd));
+  c_attn_ = register_module("c_attn", Storageless(torch::nn::Linear(c.n_embd, 3 * c.n_embd)));
+  c_proj_ = register_module("c_proj", Storageless(torch::nn::Linear(c.n_embd, c.n_embd)));
   resid_drop_ = register_module("resid_drop", torch::nn::Dropout(c.dropout));
 }
 
@@ -28,8 +30,8 @@ at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x) {
 }
 
 MlpImpl::MlpImpl(const Config& c) {
-  c_fc_ = register_module("c_fc", torch::nn::Linear(c.n_embd, 4 * c.n_embd));
-  c_proj_ = register_module("c_proj", torch::nn::Linear(4 * c.n_embd, c.n_embd));
+  c_fc_ = register_module("c_fc", Storageless(torch::nn::Linear(c.n_embd, 4 * c.n_embd)));
+  c_proj_ = register_module("c_proj", Storageless(torch::nn::Linear(4 * c.n_embd, c.n_embd)));
   drop_ = register_module("drop", torch::nn::Dropout(c.dropout));
 }
 
@@ -38,9 +40,11 @@ at::Tensor MlpImpl::forward(const at::Tensor& x) {
 }
 
 BlockImpl::BlockImpl(const Config& c) {
-  ln_1_ = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
+  ln_1_ = register_module(
+      "ln_1", Storageless(torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd}))));
   attn_ = register_module("attn", CausalSelfAttention(c));
-  ln_2_ = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
+  ln_2_ = register_module(
+      "ln_2", Storageless(torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd}))));
   mlp_ = register_module("mlp", Mlp(c));
 }
 
@@ -50,12 +54,13 @@ at::Tensor BlockImpl::forward(const at::Tensor& x) {
 }
 
 GptImpl::GptImpl(const Config& c) : config_(c) {
-  wte_ = register_module("wte", torch::nn::Embedding(c.vocab_size, c.n_embd));
-  wpe_ = register_module("wpe", torch::nn::Embedding(c.block_size, c.n_embd));
+  wte_ = register_module("wte", Storageless(torch::nn::Embedding(c.vocab_size, c.n_embd)));
+  wpe_ = register_module("wpe", Storageless(torch::nn::Embedding(c.block_size, c.n_embd)));
   drop_ = register_module("drop", torch::nn::Dropout(c.dropout));
   blocks_ = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.n_layer; ++i) blocks_->push_back(Block(c));
-  ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
+  ln_f_ = register_module(
+      "ln_f", Storageless(torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd}))));
 }
 
 at::Tensor GptImpl::forward(const at::Tensor& tokens, fsdp::UnitRunner* runner) {
@@ -75,7 +80,7 @@ at::Tensor GptImpl::forward(const at::Tensor& tokens, fsdp::UnitRunner* runner) 
 
 }  // namespace gpt
 
-absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const ModelConfig& spec) {
+absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const ModelConfig& spec, InitMode mode) {
   const gpt::Config c{spec.n_embd,     spec.n_layer, spec.n_head,   spec.vocab_size,
                       spec.block_size, spec.dropout, spec.attention};
   if (c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.vocab_size <= 0 || c.block_size <= 0 ||
@@ -85,9 +90,15 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const ModelConfig& sp
                      c.n_head, ", vocab_size ", c.vocab_size, ", block_size ", c.block_size,
                      " must be positive with n_embd divisible by n_head"));
   }
-  gpt::Gpt net(c);
-  InitParameters(*net, spec.init_seed, {static_cast<int>(c.n_layer), {"c_proj.weight"}, {"ln_"}});
-  return std::unique_ptr<GptModel>(new GptModel(c, std::move(net)));
+  gpt::Gpt net{nullptr};
+  RETURN_IF_ERROR(TorchCall("build the GPT model", [&] { net = gpt::Gpt(c); }));
+  auto init = std::make_unique<SeededInit>(
+      *net, spec.init_seed, InitRules{static_cast<int>(c.n_layer), {"c_proj.weight"}, {"ln_"}});
+  if (mode == InitMode::kMaterialized) {
+    RETURN_IF_ERROR(MaterializeParameters(*net, *init));
+    init.reset();
+  }
+  return std::unique_ptr<GptModel>(new GptModel(c, std::move(net), std::move(init)));
 }
 
 double GptModel::TrainingFlopsPerToken(int64_t seq_len) const {

@@ -28,6 +28,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "absl/status/statusor.h"
+#include "models/init.h"
 #include "models/language_model.h"
 #include "models/model_config.h"
 
@@ -101,12 +102,15 @@ class GptModel : public LanguageModel {
  public:
   // `spec` must have resolved sizes (spec::ResolvePreset). Errors: INVALID_ARGUMENT for
   // non-positive sizes or n_embd not divisible by n_head.
-  static absl::StatusOr<std::unique_ptr<GptModel>> Create(const ModelConfig& spec);
+  // mode: models/init.h (kDeferred: storage-less parameters, values from deferred_init()).
+  static absl::StatusOr<std::unique_ptr<GptModel>> Create(const ModelConfig& spec,
+                                                          InitMode mode = InitMode::kMaterialized);
 
   at::Tensor Forward(const at::Tensor& tokens) override { return net_->forward(tokens, runner_); }
   torch::nn::Module& module() override { return *net_; }
   std::shared_ptr<torch::nn::Module> module_ptr() override { return net_.ptr(); }
   void set_unit_runner(fsdp::UnitRunner* runner) override { runner_ = runner; }
+  const fsdp::ParamInitializer* deferred_init() const override { return init_.get(); }
   std::string block_type() const override { return "Block"; }
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t block_size() const override { return config_.block_size; }
@@ -114,10 +118,12 @@ class GptModel : public LanguageModel {
   std::string Describe() const override;
 
  private:
-  GptModel(const gpt::Config& config, gpt::Gpt net) : config_(config), net_(std::move(net)) {}
+  GptModel(const gpt::Config& config, gpt::Gpt net, std::unique_ptr<SeededInit> init)
+      : config_(config), net_(std::move(net)), init_(std::move(init)) {}
   gpt::Config config_;
   gpt::Gpt net_;
   fsdp::UnitRunner* runner_ = nullptr;
+  std::unique_ptr<SeededInit> init_;  // Null once materialized.
 };
 
 }  // namespace shardline::models

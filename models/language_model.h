@@ -19,6 +19,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include "fsdp/param_init.h"
 #include "fsdp/unit_runner.h"
 
 namespace shardline::models {
@@ -41,6 +42,13 @@ class LanguageModel {
   // Attaches the FSDP engine (or detaches it with nullptr); not owned, must outlive its use.
   // Forward then calls fsdp::RunUnit(runner, block, x, body) around each transformer block.
   virtual void set_unit_runner(fsdp::UnitRunner* runner) = 0;
+
+  // Sharded initialization (fsdp/param_init.h): non-null when the model was created with
+  // InitMode::kDeferred, its parameters storage-less; it produces their initial values for the
+  // FSDP engine (FsdpEngine::Create with DeferredInit), which keeps only this rank's shards.
+  // Null when the parameters hold their values (kMaterialized, and TorchScript models, which
+  // load whole). Owned by the model.
+  virtual const fsdp::ParamInitializer* deferred_init() const { return nullptr; }
 
   // Module type of the blocks wrapped by RunUnit, for fsdp::WrapPolicy::block_type ("Block"),
   // or "" when the model has no hook points (TorchScript without fsdp.block_class: every unit is

@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "common/torch_status.h"
 #include "models/attention.h"
 #include "models/init.h"
 
@@ -12,7 +14,7 @@ namespace llama {
 namespace {
 
 torch::nn::Linear NoBias(int64_t in, int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+  return Storageless(torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
 }
 
 // Rotates channel pairs (2i, 2i+1) of x [B, H, T, D] by angle t * theta^(-2i/D).
@@ -31,6 +33,7 @@ at::Tensor ApplyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Ten
 
 RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight_ = register_parameter("weight", at::ones({dim}));
+  fsdp::ReleaseParameterStorage(*this);  // The value comes from SeededInit (norm weights: 1).
 }
 
 at::Tensor RmsNormImpl::forward(const at::Tensor& x) {
@@ -90,7 +93,8 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& cos, const 
 }
 
 LlamaImpl::LlamaImpl(const Config& c) : config_(c) {
-  tok_embeddings_ = register_module("tok_embeddings", torch::nn::Embedding(c.vocab_size, c.n_embd));
+  tok_embeddings_ =
+      register_module("tok_embeddings", Storageless(torch::nn::Embedding(c.vocab_size, c.n_embd)));
   drop_ = register_module("drop", torch::nn::Dropout(c.dropout));
   layers_ = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.n_layer; ++i) layers_->push_back(Block(c));
@@ -123,7 +127,8 @@ at::Tensor LlamaImpl::forward(const at::Tensor& tokens, fsdp::UnitRunner* runner
 
 }  // namespace llama
 
-absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig& spec) {
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig& spec,
+                                                               InitMode mode) {
   llama::Config c{spec.n_embd,     spec.n_layer,    spec.n_head, spec.vocab_size,
                   spec.block_size, spec.ffn_hidden, spec.dropout};
   c.attention = spec.attention;
@@ -139,10 +144,16 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig
         ", ffn_hidden ", c.ffn_hidden, ", rope_theta ", c.rope_theta, ", norm_eps ", c.norm_eps,
         " must be positive with an even head size n_embd / n_head and n_kv_head dividing n_head"));
   }
-  llama::Llama net(c);
-  InitParameters(*net, spec.init_seed,
-                 {static_cast<int>(c.n_layer), {"wo.weight", "w2.weight"}, {"norm."}});
-  return std::unique_ptr<LlamaModel>(new LlamaModel(c, std::move(net)));
+  llama::Llama net{nullptr};
+  RETURN_IF_ERROR(TorchCall("build the Llama model", [&] { net = llama::Llama(c); }));
+  auto init = std::make_unique<SeededInit>(
+      *net, spec.init_seed,
+      InitRules{static_cast<int>(c.n_layer), {"wo.weight", "w2.weight"}, {"norm."}});
+  if (mode == InitMode::kMaterialized) {
+    RETURN_IF_ERROR(MaterializeParameters(*net, *init));
+    init.reset();
+  }
+  return std::unique_ptr<LlamaModel>(new LlamaModel(c, std::move(net), std::move(init)));
 }
 
 double LlamaModel::TrainingFlopsPerToken(int64_t seq_len) const {

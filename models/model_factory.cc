@@ -7,14 +7,15 @@
 
 namespace shardline::models {
 
-absl::StatusOr<std::unique_ptr<LanguageModel>> CreateModel(const ModelConfig& config) {
+absl::StatusOr<std::unique_ptr<LanguageModel>> CreateModel(const ModelConfig& config,
+                                                           InitMode mode) {
   switch (config.architecture) {
     case Architecture::kGpt: {
-      ASSIGN_OR_RETURN(auto m, GptModel::Create(config));
+      ASSIGN_OR_RETURN(auto m, GptModel::Create(config, mode));
       return std::unique_ptr<LanguageModel>(std::move(m));
     }
     case Architecture::kLlama: {
-      ASSIGN_OR_RETURN(auto m, LlamaModel::Create(config));
+      ASSIGN_OR_RETURN(auto m, LlamaModel::Create(config, mode));
       return std::unique_ptr<LanguageModel>(std::move(m));
     }
     case Architecture::kTorchScript: {

@@ -3,11 +3,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -170,21 +172,51 @@ absl::StatusOr<checkpoint::TrainingProgress> TrainerCheckpointing::Restore() {
 }
 
 absl::Status TrainerCheckpointing::LoadHfWeights() {
-  ASSIGN_OR_RETURN(auto weights, hf::ReadHfWeights(policy_.init_from_hf));
-  std::map<std::string, at::Tensor> state;
-  RETURN_IF_ERROR(TorchCall("wrap Hugging Face weights", [&] {
-    for (auto& [name, t] : weights) {
-      state[name] = at::from_blob(t.values.data(), t.shape, at::kFloat);  // views; copied below
+  // One tensor of the folder at a time (HF layouts need whole tensors to transpose or permute),
+  // of which this rank copies only the ranges its shards hold: never the whole model.
+  engine_->ReshardAll();                                        // Gathered copies would be stale.
+  std::map<std::string, std::vector<fsdp::ShardSlice>> slices;  // Canonical name -> slices.
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (fsdp::ShardSlice& slice : engine_->LocalParamState()) {
+    shapes[slice.name] = slice.global_shape;
+    slices[slice.name].push_back(std::move(slice));
+  }
+  const std::map<std::string, std::string> aliases = engine_->aliases();
+  std::set<std::string> loaded;
+  absl::Status s = hf::ForEachHfWeight(
+      policy_.init_from_hf, [&](const std::string& name, const hf::HostTensor& t) {
+        auto alias = aliases.find(name);
+        const std::string& canonical = alias == aliases.end() ? name : alias->second;
+        auto shape = shapes.find(canonical);
+        if (shape == shapes.end()) return absl::OkStatus();  // Not a parameter of this model.
+        if (shape->second != t.shape) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("LoadFullParamState: parameter ", canonical, " has shape ",
+                           c10::str(at::IntArrayRef(t.shape)), ", model has ",
+                           c10::str(at::IntArrayRef(shape->second))));
+        }
+        loaded.insert(canonical);
+        return TorchCall("load Hugging Face weights", [&] {
+          at::NoGradGuard no_grad;
+          for (const fsdp::ShardSlice& slice : slices[canonical]) {
+            const int64_t count = slice.end - slice.start;
+            slice.local.copy_(at::from_blob(const_cast<float*>(t.values.data()) + slice.start,
+                                            {count}, at::kFloat));
+          }
+        });
+      });
+  for (auto it = shapes.begin(); s.ok() && it != shapes.end(); ++it) {
+    if (loaded.count(it->first) == 0) {
+      s = absl::InvalidArgumentError(
+          absl::StrCat("LoadFullParamState: parameter ", it->first, " missing"));
     }
-  }));
-  absl::Status s;
-  RETURN_IF_ERROR(
-      TorchCall("load Hugging Face weights", [&] { s = engine_->LoadFullParamState(state); }));
-  if (!s.ok()) {
+  }
+  if (!s.ok() && s.code() == absl::StatusCode::kInvalidArgument &&
+      absl::StartsWith(s.message(), "LoadFullParamState")) {
     return absl::Status(s.code(),
                         absl::StrCat("model.hf_dir ", policy_.init_from_hf, ": ", s.message()));
   }
-  return absl::OkStatus();
+  return s;
 }
 
 absl::Status TrainerCheckpointing::AfterStep(int64_t steps_done, int64_t epoch, int64_t position) {

@@ -98,7 +98,8 @@ class TrainerCheckpointing {
   // (rank 0 looks, every rank gets its answer). Errors: NOT_FOUND on rank 0 (ABORTED on the
   // others) when nothing is committed; listing errors.
   absl::StatusOr<int64_t> ResumeStepOnDisk();
-  // policy_.init_from_hf's weights (hf/weights.h) into the engine.
+  // policy_.init_from_hf's weights (hf/weights.h) into the engine: one tensor at a time, of
+  // which this rank keeps the ranges its shards hold.
   absl::Status LoadHfWeights();
   CheckpointPolicy policy_;
   fsdp::FsdpEngine* engine_;

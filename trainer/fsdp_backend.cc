@@ -9,7 +9,8 @@ namespace shardline::trainer {
 
 absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(models::LanguageModel& model,
                                                                  const TrainerConfig& c, int rank,
-                                                                 const Comms& comms) {
+                                                                 const Comms& comms,
+                                                                 at::Device device) {
   const std::string block_type = model.block_type();
   // Options the engine lacks are refused by spec validation (spec/validate.cc) before a
   // TrainerConfig exists.
@@ -32,9 +33,11 @@ absl::StatusOr<std::unique_ptr<FsdpBackend>> FsdpBackend::Create(models::Languag
     SL_LOG(WARNING) << "fsdp.fake_collectives: the shard and replicate groups send nothing "
                        "(same shapes, local copies only); losses are not those of a real run";
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<fsdp::FsdpEngine> engine,
-                   fsdp::FsdpEngine::Create(model.module_ptr(), c.layout, comms.shard,
-                                            comms.replicate, options));
+  const fsdp::DeferredInit deferred{model.deferred_init(), device};
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<fsdp::FsdpEngine> engine,
+      fsdp::FsdpEngine::Create(model.module_ptr(), c.layout, comms.shard, comms.replicate, options,
+                               deferred.values == nullptr ? nullptr : &deferred));
   fsdp::ShardedOptimizerOptions opt;
   opt.kind = c.optimizer == OptimizerKind::kAdamW ? fsdp::ShardedOptimizerOptions::Kind::kAdamW
                                                   : fsdp::ShardedOptimizerOptions::Kind::kSgd;

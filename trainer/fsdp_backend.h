@@ -36,9 +36,13 @@ class FsdpBackend : public TrainingBackend {
   // one unit under TRANSFORMER_BLOCK. The model and communicators are borrowed.
   // Errors: INVALID_ARGUMENT for a bad wrap policy or communicator shapes; the broadcast's
   // error. (Options the engine lacks are refused earlier, by spec validation.)
+  // A model created with InitMode::kDeferred (storage-less parameters, deferred_init() set) is
+  // initialized sharded: this rank builds only its shards, on `device` (fsdp/param_init.h);
+  // RESOURCE_EXHAUSTED when they do not fit. Other models must already be on `device`.
   static absl::StatusOr<std::unique_ptr<FsdpBackend>> Create(models::LanguageModel& model,
                                                              const TrainerConfig& config, int rank,
-                                                             const Comms& comms);
+                                                             const Comms& comms,
+                                                             at::Device device = at::kCPU);
   ~FsdpBackend() override;
 
   std::string Describe() const override;

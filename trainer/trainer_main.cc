@@ -56,6 +56,7 @@
 #include "trainer/checkpointing.h"
 #include "trainer/config.h"
 #include "trainer/coordinator_reporter.h"
+#include "trainer/cpu_memory_cap.h"
 #include "trainer/device_select.h"
 #include "trainer/exit_codes.h"
 #include "trainer/fsdp_backend.h"
@@ -225,7 +226,10 @@ absl::StatusOr<std::unique_ptr<data::TokenDataset>> OpenDataset(const TrainerCon
 }
 
 absl::Status MoveModelToDevice(models::LanguageModel& model, at::Device device, int rank) {
-  absl::Status moved = TorchCall("move model", [&] { model.module().to(device); });
+  // A deferred model has nothing to move: the engine builds its shards on `device`.
+  absl::Status moved = model.deferred_init() != nullptr
+                           ? absl::OkStatus()
+                           : TorchCall("move model", [&] { model.module().to(device); });
   if (moved.ok() && rank == 0) {
     SL_LOG(INFO) << model.Describe();
   }
@@ -263,9 +267,17 @@ absl::StatusOr<fsdp::CommGroups> CreateCommunicators(const TrainerConfig& c, con
 // The FSDP engine and its sharded optimizer around `model`.
 absl::StatusOr<std::unique_ptr<FsdpBackend>> BuildEngine(models::LanguageModel& model,
                                                          const TrainerConfig& c, const RankEnv& env,
-                                                         const fsdp::CommGroups& groups) {
-  return FsdpBackend::Create(model, c, env.rank,
-                             {groups.world.get(), groups.shard.get(), groups.replicate.get()});
+                                                         const fsdp::CommGroups& groups,
+                                                         at::Device device) {
+  // In TorchCall: the optimizer state's allocations may run out of memory (a thrown c10 error).
+  absl::StatusOr<std::unique_ptr<FsdpBackend>> backend;
+  absl::Status built = TorchCall("build the FSDP backend", [&] {
+    backend = FsdpBackend::Create(model, c, env.rank,
+                                  {groups.world.get(), groups.shard.get(), groups.replicate.get()},
+                                  device);
+  });
+  if (!built.ok()) return built;
+  return backend;
 }
 
 void LogBackend(const TrainingBackend& backend, int rank) {
@@ -394,10 +406,32 @@ int FailFlags(const absl::Status& s) {
   return kExitBadSpec;
 }
 
+// A model too large for this rank's memory (its shards and optimizer state, or the whole model
+// with --backend local) is the spec's, like a bad size: a retry would fail the same way.
+int FailModel(const absl::Status& s) {
+  return Fail(kExitBadSpec,
+              s.code() == absl::StatusCode::kResourceExhausted ? "out of memory" : "model", s);
+}
+
 // A lost peer while the engine broadcasts the initial parameters is a communication failure;
-// anything else the engine refuses is the spec's.
+// running out of memory for the shards is as FailModel; anything else the engine refuses is the
+// spec's.
 int FailEngine(const absl::Status& s) {
+  if (s.code() == absl::StatusCode::kResourceExhausted) return FailModel(s);
   return Fail(IsCommError(s) ? kExitCommFailure : kExitBadSpec, "fsdp", s);
+}
+
+// SHARDLINE_CPU_MEMORY_CAP_MIB (trainer/cpu_memory_cap.h): caps this process's tensor host
+// memory. Installed first thing, before any tensor exists.
+absl::Status InstallCpuMemoryCapFromEnv() {
+  const char* v = std::getenv(kCpuMemoryCapEnv);
+  if (v == nullptr || *v == '\0') return absl::OkStatus();
+  double mib = 0;
+  if (!absl::SimpleAtod(v, &mib) || !(mib > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kCpuMemoryCapEnv, ": \"", v, "\" is not a positive number of MiB"));
+  }
+  return InstallCpuMemoryCap(static_cast<int64_t>(mib * 1048576.0));
 }
 
 // Some rank cannot see the checkpoint directory: not retried (exit_codes.h). A lost peer or store
@@ -440,6 +474,9 @@ int Main(int argc, char** argv) {
   if (!args.ok()) return FailFlags(args.status());
   absl::StatusOr<RankEnv> env = ReadRankEnv();
   if (!env.ok()) return Fail(kExitBadSpec, "environment", env.status());
+  if (absl::Status cap = InstallCpuMemoryCapFromEnv(); !cap.ok()) {
+    return Fail(kExitBadSpec, "environment", cap);
+  }
   SetLogPrefix(absl::StrCat("rank ", env->rank));
   absl::StatusOr<TrainerConfig> config = LoadConfig(*args, *env);
   if (!config.ok()) return Fail(kExitBadSpec, "job spec " + args->spec, config.status());
@@ -463,8 +500,12 @@ int Main(int argc, char** argv) {
     vocab = *std::move(v);
     loop->vocab = vocab.get();
   }
-  absl::StatusOr<std::unique_ptr<models::LanguageModel>> model = models::CreateModel(c.model);
-  if (!model.ok()) return Fail(kExitBadSpec, "model", model.status());
+  // Sharded initialization for the FSDP engine: the GPT and Llama parameters get no memory here;
+  // the engine builds only this rank's shards (models/init.h). The local backend needs them all.
+  absl::StatusOr<std::unique_ptr<models::LanguageModel>> model =
+      models::CreateModel(c.model, args->backend == "local" ? models::InitMode::kMaterialized
+                                                            : models::InitMode::kDeferred);
+  if (!model.ok()) return FailModel(model.status());
   absl::Status moved = MoveModelToDevice(**model, *device, env->rank);
   if (!moved.ok()) return Fail(kExitInternal, "model", moved);
   absl::StatusOr<std::unique_ptr<MetricsWriter>> metrics = OpenMetrics(args->metrics_out);
@@ -503,7 +544,7 @@ int Main(int argc, char** argv) {
     absl::StatusOr<fsdp::CommGroups> g = CreateCommunicators(c, *env, *device, store.get());
     if (!g.ok()) return Fail(kExitCommFailure, "communicators", g.status());
     groups = *std::move(g);
-    absl::StatusOr<std::unique_ptr<FsdpBackend>> b = BuildEngine(**model, c, *env, groups);
+    absl::StatusOr<std::unique_ptr<FsdpBackend>> b = BuildEngine(**model, c, *env, groups, *device);
     if (!b.ok()) return FailEngine(b.status());
     fsdp_backend = *std::move(b);
     backend = fsdp_backend.get();
@@ -535,6 +576,9 @@ int Main(int argc, char** argv) {
   }
   absl::Status finished = FinishAndReport(ckpt.get(), *summary, env->rank);
   if (!finished.ok()) return Fail(kExitInternal, "checkpoint", finished);
+  if (CpuMemoryPeak() > 0) {
+    SL_LOG(INFO) << "CPU memory cap: peak " << CpuMemoryPeak() / 1048576.0 << " MiB of tensors";
+  }
   return kExitOk;
 }
 
