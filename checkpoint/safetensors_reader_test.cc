@@ -198,7 +198,7 @@ TEST(SafetensorsReader, ReadsEachTensorAndRoundTripsThroughTheWriter) {
 }
 
 TEST(SafetensorsReader, ReadElementsCopiesOnlyThatRangeAndRefusesOneOutside) {
-  const std::string dir = TempDir("st_range");
+  const std::string dir = FreshTempDir("st_range");
   const std::string path = dir + "/t.safetensors";
   std::string bytes;
   for (int i = 0; i < 12; ++i) bytes.push_back(static_cast<char>(i));  // 6 F16 elements.
