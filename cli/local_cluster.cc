@@ -183,11 +183,11 @@ absl::StatusOr<ClusterInfo> StartLocalCluster(const ClusterOptions& options) {
   unlink(coord_log.c_str());
   ASSIGN_OR_RETURN(
       info.coordinator_pid,
-      SpawnDetached({options.coordinator_bin, "--listen=127.0.0.1:0",
-                     "--state_dir=" + info.state_dir + "/coordinator",
-                     "--token_file=" + user_token_file, "--worker_token_file=" + worker_token_file,
-                     "--dashboard_listen=127.0.0.1:0"},
-                    coord_log));
+      SpawnDetached(
+          {options.coordinator_bin, "--listen=127.0.0.1:0",
+           "--state_dir=" + info.state_dir + "/coordinator", "--token_file=" + user_token_file,
+           "--worker_token_file=" + worker_token_file, "--dashboard_listen=127.0.0.1:0"},
+          coord_log));
 
   // The coordinator prints "listening on HOST:PORT" once its port is bound, after the
   // dashboard's "dashboard on http://HOST:PORT/".

@@ -1,7 +1,8 @@
 // LocalCluster: `shardctl cluster up|down` — a coordinator and worker daemons on this machine as
 // background processes, with everything under one state directory:
 //
-//   <state_dir>/cluster.json       addresses (API, dashboard), user token, pids (read by `cluster down` and by
+//   <state_dir>/cluster.json       addresses (API, dashboard), user token, pids (read by `cluster
+//   down` and by
 //                                  every other shardctl command when no address is given);
 //                                  mode 0600
 //   <state_dir>/coordinator/       the coordinator's --state_dir and log, and user.token

@@ -174,9 +174,10 @@ class ObservabilityTest(unittest.TestCase):
 
     def test_logs_tail_and_since_select(self):
         tail = self.strip_label(self.cli("logs", self.job, "--tail=2").stdout.splitlines())
-        # The last two lines of each rank (rank 1 prints one).
-        self.assertEqual(len(self.rank_file_lines(1)), 1)
-        self.assertEqual(len(tail), 3)
+        # The last two lines of each rank (rank 1 prints few: its FSDP memory line, and the
+        # pause line of the sample test; --tail takes what there is).
+        self.assertGreaterEqual(len(self.rank_file_lines(0)), 3)
+        self.assertEqual(len(tail), sum(min(2, len(self.rank_file_lines(r))) for r in (0, 1)))
         for rank in (0, 1):
             self.assertEqual([t for l, t in tail if l.endswith("rank-%d" % rank)],
                              self.rank_file_lines(rank)[-2:])
