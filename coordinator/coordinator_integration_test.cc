@@ -25,6 +25,7 @@
 
 #include "coordinator/client.h"
 #include "coordinator/testing/coordinator_process.h"
+#include "coordinator/testing/http_get.h"
 #include "coordinator/testing/test_jobs.h"
 #include "fsdp/layout.h"
 #include "gtest/gtest.h"
@@ -75,28 +76,6 @@ class Heartbeater {
   std::vector<RankStatus> ranks_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
-
-// GET http://<address><path>; the whole response (status line, headers, body).
-std::string HttpGet(const std::string& address, const std::string& path) {
-  const size_t colon = address.rfind(':');
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
-  inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "connect failed";
-  }
-  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: x\r\n\r\n";
-  (void)!write(fd, req.data(), req.size());
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
-  close(fd);
-  return out;
-}
 
 // The value text of the sample `name` in a Prometheus exposition whose labels are exactly
 // `labels` (`key="value"` each, in any order: the format does not fix it), or nullopt. Label

@@ -64,6 +64,7 @@
 #include "coordinator/metrics.h"
 #include "coordinator/planner.h"
 #include "coordinator/testing/coordinator_process.h"
+#include "coordinator/testing/http_get.h"
 #include "coordinator/training_series.h"
 #include "proto/coordinator.grpc.pb.h"
 
@@ -90,6 +91,7 @@ ABSL_FLAG(std::string, coordinator, "", "coordinator binary (default: from runfi
 ABSL_FLAG(std::string, out, "coordinator_load_results.txt", "results file");
 
 namespace sc = shardline::coordinator;
+using shardline::coordinator::HttpGet;
 
 namespace {
 
@@ -307,28 +309,6 @@ shardline::ProgressReport Report(const std::string& job_id, int32_t attempt, int
   p.set_peak_memory_bytes(int64_t{8} << 30);
   p.set_val_loss(NAN);
   return p;
-}
-
-// GET http://<address><path> over HTTP/1.0; the whole response, or "" when the connection fails.
-std::string HttpGet(const std::string& address, const std::string& path) {
-  const size_t colon = address.rfind(':');
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
-  inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: x\r\n\r\n";
-  (void)!write(fd, req.data(), req.size());
-  std::string out;
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
-  close(fd);
-  return out;
 }
 
 // Submit-to-RUNNING inside the core (planning, reservations, rendezvous, one START per rank) for
