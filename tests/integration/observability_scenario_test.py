@@ -109,18 +109,26 @@ class ObservabilityTest(unittest.TestCase):
         reader.start()
         # During the pause: the job runs, rank 0 has reported steps, its lines reached the CLI.
         cls.during = None
+        metrics_text = None
         deadline = time.time() + 240
         while time.time() < deadline and cls.during is None:
             status = cls.cluster.job(cls.job)
             if status.get("state") not in (None, "PENDING", "RUNNING"):
                 break
             if proto_int(status.get("step")) >= STEPS - 1:
-                text = urllib.request.urlopen("http://%s/metrics" % cls.metrics_address,
-                                              timeout=10).read().decode()
-                cls.during = {"status": status, "metrics_text": text,
-                              "follow_lines": len(cls.follow_lines),
-                              "state": cls.cluster.job(cls.job).get("state")}
+                if metrics_text is None:
+                    metrics_text = urllib.request.urlopen(
+                        "http://%s/metrics" % cls.metrics_address, timeout=10).read().decode()
+                # Workers ship log lines in batches, so the report of step STEPS - 1 can reach
+                # the coordinator before the lines do; the pause leaves PAUSE_S for them.
+                if cls.follow_lines:
+                    cls.during = {"status": status, "metrics_text": metrics_text,
+                                  "follow_lines": len(cls.follow_lines),
+                                  "state": cls.cluster.job(cls.job).get("state")}
             time.sleep(0.2)
+        if cls.during is None and metrics_text is not None:
+            cls.during = {"status": status, "metrics_text": metrics_text, "follow_lines": 0,
+                          "state": status.get("state")}
         cls.final = cls.cluster.wait_for(cls.job, lambda s: s.get("state") in (
             "SUCCEEDED", "FAILED", "CANCELLED"), timeout=300, what="job end")
         cls.follow_rc = follower.wait(timeout=60)
