@@ -101,6 +101,10 @@ absl::Status FillDefaults(JobSpec* s, const FieldPaths* w) {
   if (s->device().kind() == DeviceSpec::KIND_UNSPECIFIED) {
     s->mutable_device()->set_kind(DeviceSpec::CPU);
   }
+  FaultToleranceSpec* ft = s->mutable_fault_tolerance();
+  if (ft->mode() == FaultToleranceSpec::MODE_UNSPECIFIED) ft->set_mode(FaultToleranceSpec::NONE);
+  if (ft->min_replicas() == 0) ft->set_min_replicas(1);
+  if (ft->vote_timeout_s() == 0) ft->set_vote_timeout_s(10);
   return absl::OkStatus();
 }
 

@@ -30,6 +30,8 @@
 //   train.eval_batches: 8                train.log_every: 1          *train.seed: 1337
 //   *checkpoint.resume_step: -1 (latest) restart.backoff_s: 5 (*)
 //   device.kind: CPU
+//   fault_tolerance.mode: NONE           fault_tolerance.min_replicas: 1
+//   fault_tolerance.vote_timeout_s: 10   (*fault_tolerance.digest_every_steps stays 0)
 //
 // Thread safety: pure functions.
 #ifndef SHARDLINE_SPEC_DEFAULTS_H_

@@ -248,6 +248,44 @@ TEST(LoadJobSpec, RejectsBadSpecsWithFieldAndValue) {
         "fsdp.auto_wrap_policy=TRANSFORMER_BLOCK"},
        "fsdp.block_class: must name the TorchScript model's block class (e.g. \"Block\") for "
        "auto_wrap_policy TRANSFORMER_BLOCK"},
+      {"replica groups on full shard",
+       "",
+       {"fsdp.sharding_strategy=FULL_SHARD", "fsdp.hybrid_shard_degree=0",
+        "fault_tolerance.mode=REPLICA_GROUPS"},
+       "fault_tolerance.mode REPLICA_GROUPS needs replica groups: fsdp.sharding_strategy "
+       "FULL_SHARD shards every parameter over all W ranks, so a lost rank loses state no other "
+       "rank holds; use HYBRID_SHARD"},
+      {"replica groups on shard grad op",
+       "",
+       {"fsdp.sharding_strategy=SHARD_GRAD_OP", "fsdp.hybrid_shard_degree=0",
+        "fault_tolerance.mode=REPLICA_GROUPS"},
+       "fsdp.sharding_strategy SHARD_GRAD_OP shards the optimizer state"},
+      {"one replica group",
+       "",
+       {"fsdp.hybrid_shard_degree=4", "fault_tolerance.mode=REPLICA_GROUPS"},
+       "fault_tolerance.mode REPLICA_GROUPS needs at least 2 replica groups, but world_size 4 / "
+       "shard degree 4 = 1"},
+      {"min replicas above the groups",
+       "",
+       {"fault_tolerance.mode=REPLICA_GROUPS", "fault_tolerance.min_replicas=3"},
+       "fault_tolerance.min_replicas: 3 is not in [1, 2]"},
+      {"negative min replicas",
+       "",
+       {"fault_tolerance.mode=REPLICA_GROUPS", "fault_tolerance.min_replicas=-1"},
+       "fault_tolerance.min_replicas: -1 is not in [1, 2]"},
+      {"negative vote timeout",
+       "",
+       {"fault_tolerance.mode=REPLICA_GROUPS", "fault_tolerance.vote_timeout_s=-5"},
+       "fault_tolerance.vote_timeout_s: -5 must be >= 0"},
+      {"negative digest interval",
+       "",
+       {"fault_tolerance.digest_every_steps=-1"},
+       "fault_tolerance.digest_every_steps: -1 must be >= 0"},
+      {"replica groups with elastic",
+       "",
+       {"fault_tolerance.mode=REPLICA_GROUPS", "elastic.min_world_size=2"},
+       "fault_tolerance.mode REPLICA_GROUPS cannot be combined with elastic.min_world_size 2 "
+       "below world_size 4"},
       {"megabyte name is shown cut",
        "",
        {"name=" + std::string(1 << 20, 'n')},
@@ -285,6 +323,53 @@ TEST(LoadJobSpec, TorchScriptWrapPolicyDefaultFollowsBlockClass) {
   EXPECT_EQ(per_layer->fsdp().auto_wrap_policy(), FsdpSpec::PER_LAYER);
   // Built-in models keep TRANSFORMER_BLOCK.
   EXPECT_EQ(Load(kBase)->fsdp().auto_wrap_policy(), FsdpSpec::TRANSFORMER_BLOCK);
+}
+
+TEST(LoadJobSpec, FaultToleranceParsesAndDefaults) {
+  auto plain = Load(kBase);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->fault_tolerance().mode(), FaultToleranceSpec::NONE);
+  EXPECT_EQ(plain->fault_tolerance().min_replicas(), 1);
+  EXPECT_EQ(plain->fault_tolerance().vote_timeout_s(), 10);
+  EXPECT_EQ(plain->fault_tolerance().digest_every_steps(), 0);
+
+  auto ft = Load(std::string(kBase) + "fault_tolerance: {mode: REPLICA_GROUPS, min_replicas: 2}\n");
+  ASSERT_TRUE(ft.ok()) << ft.status();
+  EXPECT_EQ(ft->fault_tolerance().mode(), FaultToleranceSpec::REPLICA_GROUPS);
+  EXPECT_EQ(ft->fault_tolerance().min_replicas(), 2);
+  EXPECT_EQ(ft->fault_tolerance().vote_timeout_s(), 10);
+
+  // ZERO2 and NO_SHARD (every rank a replica group) are accepted too.
+  EXPECT_TRUE(
+      Load(kBase, {"fsdp.sharding_strategy=HYBRID_SHARD_ZERO2",
+                   "fault_tolerance.mode=REPLICA_GROUPS", "fault_tolerance.min_replicas=2",
+                   "fault_tolerance.vote_timeout_s=3", "fault_tolerance.digest_every_steps=1"})
+          .ok());
+  auto no_shard =
+      Load(kBase, {"fsdp.sharding_strategy=NO_SHARD", "fsdp.hybrid_shard_degree=0",
+                   "fault_tolerance.mode=REPLICA_GROUPS", "fault_tolerance.min_replicas=4"});
+  EXPECT_TRUE(no_shard.ok()) << no_shard.status();
+}
+
+// The coordinator refuses the same fault_tolerance specs (a spec sent as a proto, undefaulted).
+TEST(ValidateForScheduling, RefusesReplicaGroupsWithoutReplicas) {
+  JobSpec spec;
+  spec.set_name("job");
+  spec.set_world_size(4);
+  spec.mutable_fault_tolerance()->set_mode(FaultToleranceSpec::REPLICA_GROUPS);
+  absl::Status s = ValidateForScheduling(spec);  // strategy unspecified: FULL_SHARD
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("fsdp.sharding_strategy FULL_SHARD shards every parameter"),
+            absl::string_view::npos)
+      << s;
+  spec.mutable_fsdp()->set_sharding_strategy(FsdpSpec::HYBRID_SHARD);
+  spec.mutable_fsdp()->set_hybrid_shard_degree(2);
+  EXPECT_TRUE(ValidateForScheduling(spec).ok());  // min_replicas 0 takes 1
+  spec.mutable_fault_tolerance()->set_min_replicas(3);
+  s = ValidateForScheduling(spec);
+  EXPECT_NE(s.message().find("fault_tolerance.min_replicas: 3 is not in [1, 2]"),
+            absl::string_view::npos)
+      << s;
 }
 
 TEST(LoadJobSpec, ReportsEveryProblemAtOnce) {

@@ -112,6 +112,64 @@ void CheckMinWorldSize(const JobSpec& s, Problems* p) {
   }
 }
 
+// fault_tolerance REPLICA_GROUPS needs R = W / S >= 2 replica groups (docs/failures.md), each
+// holding a whole copy of the state; min_replicas counts them (0 takes the default 1).
+void CheckFaultTolerance(const JobSpec& s, Problems* p) {
+  const FaultToleranceSpec& ft = s.fault_tolerance();
+  if (ft.mode() != FaultToleranceSpec::MODE_UNSPECIFIED && ft.mode() != FaultToleranceSpec::NONE &&
+      ft.mode() != FaultToleranceSpec::REPLICA_GROUPS) {
+    p->Add("fault_tolerance.mode: ", static_cast<int>(ft.mode()), " is not NONE or REPLICA_GROUPS");
+    return;
+  }
+  if (ft.vote_timeout_s() < 0) {
+    p->Add("fault_tolerance.vote_timeout_s: ", ft.vote_timeout_s(), " must be >= 0");
+  }
+  if (ft.digest_every_steps() < 0) {
+    p->Add("fault_tolerance.digest_every_steps: ", ft.digest_every_steps(), " must be >= 0");
+  }
+  if (ft.mode() != FaultToleranceSpec::REPLICA_GROUPS) return;
+  const FsdpSpec::ShardingStrategy strategy = s.fsdp().sharding_strategy();
+  if (strategy != FsdpSpec::HYBRID_SHARD && strategy != FsdpSpec::HYBRID_SHARD_ZERO2 &&
+      strategy != FsdpSpec::NO_SHARD) {
+    // Unspecified is the default FULL_SHARD (a spec sent as a proto may not be defaulted).
+    const std::string name = strategy == FsdpSpec::SHARDING_STRATEGY_UNSPECIFIED ? "FULL_SHARD"
+                             : FsdpSpec::ShardingStrategy_IsValid(strategy)
+                                 ? FsdpSpec::ShardingStrategy_Name(strategy)
+                                 : absl::StrCat(static_cast<int>(strategy));
+    p->Add("fault_tolerance.mode REPLICA_GROUPS needs replica groups: fsdp.sharding_strategy ",
+           name,
+           strategy == FsdpSpec::SHARD_GRAD_OP
+               ? " shards the optimizer state and gradients over all W ranks"
+               : " shards every parameter over all W ranks",
+           ", so a lost rank loses state no other rank holds; use HYBRID_SHARD or "
+           "HYBRID_SHARD_ZERO2 (replica groups of fsdp.hybrid_shard_degree ranks) or NO_SHARD "
+           "(every rank a replica)");
+    return;
+  }
+  if (s.world_size() < 1) return;
+  auto layout = fsdp::ParallelLayout::Create(s.world_size(), s.fsdp().sharding_strategy(),
+                                             s.fsdp().hybrid_shard_degree());
+  if (!layout.ok()) return;  // CheckLayout names it
+  const int r = layout->replicate_degree();
+  if (r < 2) {
+    p->Add("fault_tolerance.mode REPLICA_GROUPS needs at least 2 replica groups, but world_size ",
+           s.world_size(), " / shard degree ", layout->shard_degree(), " = ", r,
+           ": with one copy of the state a lost rank loses state no other rank holds");
+  }
+  const int min_replicas = ft.min_replicas() == 0 ? 1 : ft.min_replicas();
+  if (min_replicas < 1 || (r >= 2 && min_replicas > r)) {
+    p->Add("fault_tolerance.min_replicas: ", ft.min_replicas(), " is not in [1, ", r,
+           "] (the job's replica groups: world_size / shard degree)");
+  }
+  const int min_w = s.elastic().min_world_size();
+  if (min_w > 0 && min_w < s.world_size()) {
+    p->Add("fault_tolerance.mode REPLICA_GROUPS cannot be combined with elastic.min_world_size ",
+           min_w, " below world_size ", s.world_size(),
+           ": an elastic restart changes the replica groups, while fault tolerance keeps them and "
+           "replaces a lost one; leave elastic.min_world_size unset");
+  }
+}
+
 void CheckLayout(const JobSpec& s, Problems* p) {
   if (s.world_size() >= 1) {
     // The same rules the engine and coordinator apply (fsdp/layout.h), so the messages agree.
@@ -376,6 +434,7 @@ void ValidateRest(const JobSpec& s, Problems* p) {
     p->Add("restart.backoff_s: ", s.restart().backoff_s(), " must be >= 0");
   }
   CheckMinWorldSize(s, p);
+  CheckFaultTolerance(s, p);
   if (s.device().kind() == DeviceSpec::KIND_UNSPECIFIED) {
     p->Add("device.kind: must be CPU or CUDA");
   }
@@ -421,6 +480,7 @@ absl::Status ValidateForScheduling(const JobSpec& spec) {
   CheckMaxRestarts(spec, &p);
   CheckMinWorldSize(spec, &p);
   CheckLayout(spec, &p);
+  CheckFaultTolerance(spec, &p);
   return p.ToStatus();
 }
 
