@@ -27,6 +27,7 @@ std::vector<std::pair<std::string, Assignment>> AssignmentOutbox::Starts(
     a.set_master_addr(info.master_addr);
     a.set_resume_step(info.resume_step);
     a.set_grace_period_s(grace_period_s_);
+    a.set_generation(p.generation());
     out.emplace_back(p.worker_id(), std::move(a));
   }
   return out;
@@ -42,6 +43,24 @@ void AssignmentOutbox::PushStop(const std::string& worker_id, const std::string&
   stop.set_action(Assignment::STOP);
   stop.set_job_id(job_id);
   stop.set_attempt(attempt);
+  stop.set_grace_period_s(grace_period_s_);
+  Push(worker_id, std::move(stop));
+}
+
+void AssignmentOutbox::PushStart(const JobRecord& rec, const AttemptStartInfo& info, int32_t rank) {
+  for (auto& [worker_id, a] : Starts(rec, info, "")) {
+    if (a.rank() == rank) Push(worker_id, std::move(a));
+  }
+}
+
+void AssignmentOutbox::PushStopRank(const std::string& worker_id, const std::string& job_id,
+                                    int32_t attempt, int32_t rank, int32_t generation) {
+  Assignment stop;
+  stop.set_action(Assignment::STOP_RANK);
+  stop.set_job_id(job_id);
+  stop.set_attempt(attempt);
+  stop.set_rank(rank);
+  stop.set_generation(generation);
   stop.set_grace_period_s(grace_period_s_);
   Push(worker_id, std::move(stop));
 }

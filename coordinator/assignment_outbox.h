@@ -1,6 +1,7 @@
 // AssignmentOutbox: per-worker queues of START / STOP assignments and their delivery over the
 // worker's assignment stream.
 //
+// STARTs carry the rank's placement generation (fault_tolerance REPLICA_GROUPS replacements).
 // Each worker has at most one stream; Open() starts a new one (a new generation), which
 // supersedes the older stream (its next look gets ABORTED) and replaces the queue with the
 // STARTs the caller wants re-sent. Assignments pushed before a worker's first stream wait in its
@@ -55,6 +56,11 @@ class AssignmentOutbox {
   void PushStarts(const JobRecord& rec, const AttemptStartInfo& info);
   // Queues a STOP of every rank of (job_id, attempt) on `worker_id`.
   void PushStop(const std::string& worker_id, const std::string& job_id, int32_t attempt);
+  // fault_tolerance REPLICA_GROUPS: queues the START of `rank` alone (a replacement, with its
+  // placement's generation), and a STOP_RANK of `rank` (generation `generation` or older).
+  void PushStart(const JobRecord& rec, const AttemptStartInfo& info, int32_t rank);
+  void PushStopRank(const std::string& worker_id, const std::string& job_id, int32_t attempt,
+                    int32_t rank, int32_t generation);
 
   // Starts a new stream of `worker_id` whose queue is `resend`; returns its generation.
   int64_t Open(const std::string& worker_id, std::vector<Assignment> resend);

@@ -77,6 +77,7 @@ absl::Status CoordinatorCore::Load() {
     attempt_credentials_.Add(rec.rendezvous_secret(),
                              {rec.status().job_id(), rec.status().attempt(), Namespace(rec)});
     tracker_.RestoreAttempt(rec.status());
+    StartQuorumLocked(job, /*restored=*/true);
     JobStateMachine(&job, clock_->Now())
         .Note("COORDINATOR_RESTARTED",
               "coordinator restarted; waiting for the attempt's workers to heartbeat again");
@@ -97,6 +98,11 @@ void CoordinatorCore::RankSucceededLocked(JobRecord& job, int32_t rank) {
   const auto& done = job.succeeded_ranks();
   if (std::find(done.begin(), done.end(), rank) != done.end()) return;
   job.add_succeeded_ranks(rank);
+  if (quorums_.count(job.status().job_id())) {
+    MaybeSucceedReplicaGroupsLocked(job);
+    jobs_.Changed(job);
+    return;
+  }
   const JobStatus& st = job.status();
   if (job.succeeded_ranks_size() == st.world_size()) {
     EndAttemptLocked(job, /*send_stop=*/false);
@@ -112,6 +118,8 @@ void CoordinatorCore::RankSucceededLocked(JobRecord& job, int32_t rank) {
 
 void CoordinatorCore::ScheduleLocked() {
   if (feed_.shut_down()) return;
+  // Replacement replica groups of running jobs first: they keep a job training at full width.
+  PlaceReplacementsLocked();
   std::vector<QueuedJob> queue;
   std::map<Slot::Kind, std::vector<NodeCapacity>> free;
   // A job whose previous attempt still has stopped ranks alive waits for them (they hold their
@@ -178,6 +186,7 @@ absl::Status CoordinatorCore::StartAttemptLocked(JobRecord& job, const Plan& pla
   rendezvous_.Open(Namespace(job), job.rendezvous_secret());
   attempt_credentials_.Add(job.rendezvous_secret(), {job_id, st.attempt(), Namespace(job)});
   tracker_.StartAttempt(st);
+  StartQuorumLocked(job, /*restored=*/false);
   outbox_.PushStarts(job, StartInfoLocked(job));
   SL_LOG(INFO) << "job " << job_id << " attempt " << st.attempt() << ": " << reason;
   counters_.attempts_started++;
@@ -217,6 +226,7 @@ void CoordinatorCore::EndAttemptLocked(JobRecord& job, bool send_stop) {
     registry_.ReleaseJob(Namespace(job));
   }
   tracker_.EndAttempt(st.job_id());
+  if (quorums_.erase(st.job_id()) > 0) vote_cv_.SignalAll();  // waiting voters: LEAVE
   rendezvous_.Close(Namespace(job));
   attempt_credentials_.Remove(Namespace(job));  // late reports of this attempt find nothing
   feed_.NamespaceChanged(Namespace(job));       // waiting Gets end (ABORTED)
@@ -241,7 +251,7 @@ void CoordinatorCore::FailAttemptLocked(JobRecord& job, const std::string& kind,
 void CoordinatorCore::ApplyFailuresLocked(const std::vector<RankFailure>& failures) {
   for (const RankFailure& f : failures) {
     auto job = jobs_.Find(f.job_id);
-    if (job.ok() && (*job)->status().state() == RUNNING) {
+    if (job.ok() && (*job)->status().state() == RUNNING && !QuorumTakesFailureLocked(**job, f)) {
       FailAttemptLocked(**job, f.kind, f.reason, f.restartable);
     }
   }
@@ -262,6 +272,7 @@ bool CoordinatorCore::WaitDirty(absl::Duration wait, Dirty* dirty) {
 void CoordinatorCore::Shutdown() {
   absl::MutexLock lock(&mu_);
   feed_.Shutdown();
+  vote_cv_.SignalAll();
 }
 
 // ------------------------------------------------------------------------------- rendezvous

@@ -19,10 +19,22 @@
 //   manifest_fetch.h       GetCheckpoint's bounded MANIFEST.json read
 //   training_metrics.h     each job's per-step training series, batched writes  (own lock)
 //   job_logs.h             the ranks' log lines the workers ship                (own lock)
+//   replica_quorum.h       fault_tolerance REPLICA_GROUPS: each running attempt's per-step
+//                          vote, membership epochs, lost and rejoining replica groups
 // Job table, outbox, tracker, feed, draining slots and checkpoint registry have no lock of their
 // own: the core calls them only under its mutex. coordinator_core.cc holds the job lifecycle and
 // the job, report and checkpoint calls; coordinator_core_workers.cc the worker protocol;
-// coordinator_core_observability.cc the logs and training-metrics calls.
+// coordinator_core_observability.cc the logs and training-metrics calls;
+// coordinator_core_ft.cc replica-group fault tolerance (StepVote, lost groups, replacements).
+//
+// Replica-group fault tolerance (docs/failures.md): a rank failure of a REPLICA_GROUPS job
+// (non-zero exit, RANK_LOST, WORKER_LOST, a replacement's start timeout) goes to the attempt's
+// ReplicaQuorum instead of failing the attempt, while at least min_replicas groups live: event
+// REPLICA_GROUP_LOST, STOP_RANK to the group's other ranks (their exits are expected), their
+// slots drain as usual, and a replacement group is placed as soon as S slots are free (the
+// failed node's worker first), with the ranks' placement generation + 1; REPLICA_GROUP_HEALED
+// when a commit admits it. The job succeeds when every rank of every live group exited 0.
+// Fewer than min_replicas groups fail the attempt as without fault tolerance.
 //
 // Credentials: RegisterWorker issues each worker a random credential (the registry keeps its
 // SHA-256, stored too); each attempt's rendezvous secret is its attempt credential, valid from
@@ -66,6 +78,7 @@
 #include "coordinator/rank_tracker.h"
 #include "coordinator/rendezvous_rpc.h"
 #include "coordinator/rendezvous_store.h"
+#include "coordinator/replica_quorum.h"
 #include "coordinator/state.pb.h"
 #include "coordinator/state_store.h"
 #include "coordinator/state_writer.h"
@@ -139,6 +152,16 @@ class CoordinatorCore {
   // UNAVAILABLE when the state store cannot be written.
   absl::Status ReportProgress(const ProgressReport& report);
   absl::Status ReportCheckpoint(const CheckpointReport& report);
+
+  // fault_tolerance REPLICA_GROUPS: records the rank's vote (or join) and waits up to `wait`
+  // (at most kMaxStepVoteWait) for the step's decision. Errors: ReportProgress's (NOT_FOUND,
+  // FAILED_PRECONDITION for an attempt not running, INVALID_ARGUMENT for a rank outside the
+  // world); FAILED_PRECONDITION for a job without REPLICA_GROUPS and for a vote the quorum
+  // refuses (a generation never placed, another step than the one being decided);
+  // DEADLINE_EXCEEDED "no decision yet for step N": send the same vote again; UNAVAILABLE when
+  // the coordinator shuts down. An attempt that ends while the vote waits answers LEAVE.
+  static constexpr absl::Duration kMaxStepVoteWait = absl::Seconds(20);
+  absl::StatusOr<StepVoteResponse> StepVote(const StepVoteRequest& req, absl::Duration wait);
 
   // ---- logs and training metrics
   // Takes the chunks' lines (job_logs.h). A chunk of an unknown job (NOT_FOUND), of an attempt
@@ -251,6 +274,24 @@ class CoordinatorCore {
   // Rank `rank` of the job's running attempt exited 0; the job succeeds with its last rank.
   void RankSucceededLocked(JobRecord& job, int32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistWorker(const std::string& worker_id);
+
+  // ---- replica-group fault tolerance (coordinator_core_ft.cc)
+  // A REPLICA_GROUPS job's new (or restored) attempt gets its quorum.
+  void StartQuorumLocked(JobRecord& job, bool restored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The failure goes to the job's quorum (true), unless the job has none or no restart could fix
+  // it (false: fail the attempt as usual).
+  bool QuorumTakesFailureLocked(JobRecord& job, const RankFailure& f)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Notes the events, stops the lost groups' ranks, persists the membership, fails the attempt
+  // when the quorum says so (`kind` / `reason`: the failure that caused it), wakes the voters.
+  void ApplyQuorumActionsLocked(JobRecord& job, QuorumActions actions, const std::string& kind,
+                                const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Places a replacement for every lost group S free slots allow.
+  void PlaceReplacementsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The votes whose vote_timeout passed.
+  void TickQuorumsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A REPLICA_GROUPS job succeeds when every rank of every live group exited 0.
+  void MaybeSucceedReplicaGroupsLocked(JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finished-job retention (CoreOptions::finished_job_ttl, max_finished_jobs).
   void CollectFinishedJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The in-memory halves of CancelJob and ReportCheckpoint; the public calls then wait, without
@@ -280,6 +321,8 @@ class CoordinatorCore {
   CheckpointRegistry checkpoints_ ABSL_GUARDED_BY(mu_);
   Counters counters_ ABSL_GUARDED_BY(mu_);       // jobs_by_state filled on read
   DrainingSlots draining_ ABSL_GUARDED_BY(mu_);  // stopped ranks still holding their slot
+  std::map<std::string, ReplicaQuorum> quorums_ ABSL_GUARDED_BY(mu_);  // by job id
+  absl::CondVar vote_cv_;  // signalled (under mu_) on decisions, attempt ends and shutdown
 };
 
 }  // namespace shardline::coordinator

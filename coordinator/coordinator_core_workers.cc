@@ -144,6 +144,7 @@ void CoordinatorCore::Tick() {
     }
     // Ranks whose START was never acknowledged in time.
     ApplyFailuresLocked(tracker_.StartTimeouts(clock_->Now(), options_.rank_start_timeout));
+    TickQuorumsLocked();
     ScheduleLocked();
     CollectFinishedJobsLocked();
   }

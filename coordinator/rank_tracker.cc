@@ -28,9 +28,14 @@ void RankTracker::Track(const JobStatus& status, bool restored) {
   a.attempt = status.attempt();
   a.started_unix_ms = status.started_unix_ms();
   a.placement.clear();
+  a.generation.clear();
+  a.placed_unix_ms.clear();
   a.acked.clear();
+  a.stopped.clear();
   for (const RankPlacement& p : status.placement()) {
     a.placement.emplace_back(p.worker_id(), p.node_name());
+    a.generation.push_back(p.generation());
+    a.placed_unix_ms.push_back(status.started_unix_ms());
     if (restored) {
       a.acked.insert(p.rank());
       running_[p.worker_id()].insert({status.job_id(), p.rank()});
@@ -78,15 +83,20 @@ RankTracker::Observation RankTracker::Observe(const std::string& worker_id, cons
   }
   Attempt& a = it->second;
   const int32_t rank = rs.rank();
-  // A worker speaks only for its own ranks.
+  // A worker speaks only for its own ranks, and an older generation of a replaced rank is over
+  // (it was stopped; its exit is expected).
   if (rank < 0 || rank >= static_cast<int32_t>(a.placement.size()) ||
-      a.placement[rank].first != worker_id) {
+      a.placement[rank].first != worker_id || rs.generation() < a.generation[rank]) {
     return seen;
   }
   seen.current = true;
-  if (a.acked.insert(rank).second && !exited) running_[worker_id].insert({rs.job_id(), rank});
+  const bool stopped = a.stopped.count(rank) > 0;
+  if (a.acked.insert(rank).second && !exited && !stopped) {
+    running_[worker_id].insert({rs.job_id(), rank});
+  }
   if (!exited) return seen;
   running_[worker_id].erase({rs.job_id(), rank});
+  if (stopped) return seen;  // the rest of a lost replica group: any exit is expected
   if (rs.exit_code() == 0) {
     seen.exited_ok = true;
     return seen;
@@ -103,6 +113,7 @@ RankTracker::Observation RankTracker::Observe(const std::string& worker_id, cons
     return seen;
   }
   seen.failed = RankFailure{rs.job_id(), "RANK_FAILED", std::move(reason)};
+  seen.failed->ranks.push_back(rank);
   return seen;
 }
 
@@ -114,13 +125,19 @@ std::vector<RankFailure> RankTracker::LostRanks(const std::string& worker_id,
   // A rank the worker acknowledged earlier and no longer lists is gone (e.g. its daemon
   // restarted and the kernel killed its trainers): fail the attempt rather than wait forever.
   for (const auto& [job_id, rank] : w->second) {
-    if (reported.count({job_id, rank}) || (!out.empty() && out.back().job_id == job_id)) continue;
+    if (reported.count({job_id, rank})) continue;
+    if (!out.empty() && out.back().job_id == job_id) {
+      out.back().ranks.push_back(rank);
+      continue;
+    }
     auto a = attempts_.find(job_id);
     if (a == attempts_.end()) continue;  // not reached: running ranks belong to tracked attempts
     const std::string& node = a->second.placement[rank].second;
-    out.push_back({job_id, "RANK_LOST",
-                   absl::StrCat("rank ", rank, " on node ", node,
-                                " is no longer reported by its worker (daemon restarted?)")});
+    RankFailure f{job_id, "RANK_LOST",
+                  absl::StrCat("rank ", rank, " on node ", node,
+                               " is no longer reported by its worker (daemon restarted?)")};
+    f.ranks.push_back(rank);
+    out.push_back(std::move(f));
   }
   return out;
 }
@@ -130,16 +147,27 @@ std::vector<RankFailure> RankTracker::StartTimeouts(absl::Time now, absl::Durati
   const int64_t now_ms = absl::ToUnixMillis(now);
   const int64_t limit_ms = absl::ToInt64Milliseconds(limit);
   for (const auto& [job_id, a] : attempts_) {
-    if (now_ms - a.started_unix_ms <= limit_ms || a.acked.size() >= a.placement.size()) continue;
+    if (a.acked.size() >= a.placement.size()) continue;
     std::vector<std::string> missing;
+    std::vector<int32_t> ranks;
+    bool replacement = false;
     for (int32_t rank = 0; rank < static_cast<int32_t>(a.placement.size()); ++rank) {
-      if (!a.acked.count(rank))
-        missing.push_back(absl::StrCat(rank, " (", a.placement[rank].second, ")"));
+      if (a.acked.count(rank) || a.stopped.count(rank) ||
+          now_ms - a.placed_unix_ms[rank] <= limit_ms) {
+        continue;
+      }
+      missing.push_back(absl::StrCat(rank, " (", a.placement[rank].second, ")"));
+      ranks.push_back(rank);
+      replacement |= a.generation[rank] > 0;
     }
-    out.push_back({job_id, "RANK_START_TIMEOUT",
-                   absl::StrCat("ranks [", absl::StrJoin(missing, ", "),
-                                "] were not reported by their workers within ",
-                                absl::FormatDuration(limit), " of the attempt's start")});
+    if (ranks.empty()) continue;
+    RankFailure f{
+        job_id, "RANK_START_TIMEOUT",
+        absl::StrCat("ranks [", absl::StrJoin(missing, ", "),
+                     "] were not reported by their workers within ", absl::FormatDuration(limit),
+                     replacement ? " of their placement" : " of the attempt's start")};
+    f.ranks = std::move(ranks);
+    out.push_back(std::move(f));
   }
   return out;
 }
@@ -152,13 +180,15 @@ std::vector<RankFailure> RankTracker::WorkerDied(const std::string& worker_id,
   for (const auto& [job_id, a] : attempts_) {
     std::vector<int32_t> lost;
     for (int32_t rank = 0; rank < static_cast<int32_t>(a.placement.size()); ++rank) {
-      if (a.placement[rank].first == worker_id) lost.push_back(rank);
+      if (a.placement[rank].first == worker_id && !a.stopped.count(rank)) lost.push_back(rank);
     }
     if (lost.empty()) continue;
-    out.push_back({job_id, "WORKER_LOST",
-                   absl::StrCat("worker ", worker_id, " (node ", node, ") missed heartbeats for ",
-                                absl::FormatDuration(timeout), "; ranks [",
-                                absl::StrJoin(lost, ", "), "] lost")});
+    RankFailure f{job_id, "WORKER_LOST",
+                  absl::StrCat("worker ", worker_id, " (node ", node, ") missed heartbeats for ",
+                               absl::FormatDuration(timeout), "; ranks [",
+                               absl::StrJoin(lost, ", "), "] lost")};
+    f.ranks = std::move(lost);
+    out.push_back(std::move(f));
   }
   return out;
 }
@@ -173,5 +203,32 @@ void RankTracker::ForgetJob(const std::string& job_id) {
 }
 
 void RankTracker::StreamOpened(const std::string& worker_id) { stops_sent_.erase(worker_id); }
+
+void RankTracker::StopRanks(const std::string& job_id, const std::vector<int32_t>& ranks) {
+  auto it = attempts_.find(job_id);
+  if (it == attempts_.end()) return;
+  Attempt& a = it->second;
+  for (int32_t rank : ranks) {
+    if (rank < 0 || rank >= static_cast<int32_t>(a.placement.size())) continue;
+    a.stopped.insert(rank);
+    auto w = running_.find(a.placement[rank].first);
+    if (w != running_.end()) w->second.erase({job_id, rank});
+  }
+}
+
+void RankTracker::ReplaceRank(const std::string& job_id, int32_t rank, const std::string& worker_id,
+                              const std::string& node, int32_t generation, absl::Time now) {
+  auto it = attempts_.find(job_id);
+  if (it == attempts_.end()) return;
+  Attempt& a = it->second;
+  if (rank < 0 || rank >= static_cast<int32_t>(a.placement.size())) return;
+  auto w = running_.find(a.placement[rank].first);
+  if (w != running_.end()) w->second.erase({job_id, rank});
+  a.placement[rank] = {worker_id, node};
+  a.generation[rank] = generation;
+  a.placed_unix_ms[rank] = absl::ToUnixMillis(now);
+  a.acked.erase(rank);
+  a.stopped.erase(rank);
+}
 
 }  // namespace shardline::coordinator

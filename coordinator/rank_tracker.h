@@ -13,6 +13,10 @@
 //   start timeout  a rank not acked within the start timeout of its attempt's start
 //               (RANK_START_TIMEOUT: its START was lost or never acted on).
 //   worker lost a dead worker's attempts fail (WORKER_LOST).
+//   generations fault_tolerance REPLICA_GROUPS replaces the ranks of a lost replica group with a
+//               new process generation (ReplaceRank); statuses of an older generation are
+//               ignored (its exit is expected), and so are those of a stopped rank (StopRanks:
+//               the rest of a lost group, whatever its exit code).
 //   not shared  a rank exited with the trainer's kExitCheckpointDirNotShared (exit_codes.h):
 //               the job's checkpoint.dir is not one directory on every worker it was placed on
 //               (CHECKPOINT_DIR_NOT_SHARED, permanent: a restart would meet the same mounts).
@@ -47,6 +51,9 @@ struct RankFailure {
   std::string reason;
   // False when no restart can help: the job fails now, with restarts left.
   bool restartable = true;
+  // The ranks that failed (fault_tolerance REPLICA_GROUPS loses their replica groups instead of
+  // failing the attempt, see coordinator_core.h).
+  std::vector<int32_t> ranks;
 };
 
 class RankTracker {
@@ -97,12 +104,23 @@ class RankTracker {
   // A new stream of `worker_id` (maybe a new daemon): stale ranks get a STOP again.
   void StreamOpened(const std::string& worker_id);
 
+  // fault_tolerance REPLICA_GROUPS. `ranks` of the job's attempt were told to stop (their group
+  // is lost): their exits and absence are expected from now on.
+  void StopRanks(const std::string& job_id, const std::vector<int32_t>& ranks);
+  // `rank` of the job's attempt runs again as `generation` on `worker_id` (`node`), placed at
+  // `now`: not acked, not stopped; its start timeout counts from `now`.
+  void ReplaceRank(const std::string& job_id, int32_t rank, const std::string& worker_id,
+                   const std::string& node, int32_t generation, absl::Time now);
+
  private:
   struct Attempt {
     int32_t attempt = 0;
     int64_t started_unix_ms = 0;
     std::vector<std::pair<std::string, std::string>> placement;  // by rank: (worker id, node)
+    std::vector<int32_t> generation;                             // by rank
+    std::vector<int64_t> placed_unix_ms;                         // by rank
     std::set<int32_t> acked;
+    std::set<int32_t> stopped;
   };
   void Track(const JobStatus& status, bool restored);
 
