@@ -14,12 +14,15 @@
 #include <functional>
 #include <thread>
 
+#include <grpcpp/grpcpp.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/client.h"
 #include "coordinator/testing/coordinator_process.h"
 #include "coordinator/testing/test_jobs.h"
 #include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
 
 namespace shardline::coordinator {
 namespace {
@@ -331,6 +334,41 @@ TEST_F(AuthIntegrationTest, AttemptCredentialMayOnlyReportAndRendezvous) {
   EXPECT_EQ(Job(job).state(), RUNNING);
   EXPECT_EQ(Job(job).attempt(), before.attempt());
   EXPECT_EQ(root_->ListWorkers()->size(), 1u);
+  ExpectServing();
+}
+
+// StepVote over raw gRPC (the trainer's client is CoordinatorClient::StepVote): the bearer must
+// be the attempt credential of the job and attempt voted for.
+TEST_F(AuthIntegrationTest, StepVoteNeedsTheAttemptCredentialOfItsAttempt) {
+  auto [a, start_a] = StartJob(alice_.get(), TestJobSpec("vote-a"));
+  auto [b, start_b] = StartJob(bob_.get(), TestJobSpec("vote-b"));
+  auto stub = ::shardline::Coordinator::NewStub(
+      grpc::CreateChannel(proc_->address(), grpc::InsecureChannelCredentials()));
+  auto vote = [&](const std::string& token, const std::string& job) {
+    grpc::ClientContext ctx;
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    StepVoteRequest req;
+    req.set_job_id(job);
+    req.set_attempt(1);
+    req.set_rank(0);
+    req.set_step(1);
+    req.set_ok(true);
+    StepVoteResponse resp;
+    const grpc::Status s = stub->StepVote(&ctx, req, &resp);
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+  };
+  ExpectStatus(vote("", a), absl::StatusCode::kUnauthenticated,
+               "StepVote needs the credential of a running job attempt");
+  ExpectStatus(vote(kAlice, a), absl::StatusCode::kUnauthenticated,
+               "StepVote needs the credential of a running job attempt");
+  ExpectStatus(vote(kJoinToken, a), absl::StatusCode::kUnauthenticated,
+               "StepVote needs the credential of a running job attempt");
+  ExpectStatus(vote(start_b.rendezvous_secret(), a), absl::StatusCode::kPermissionDenied,
+               absl::StrCat("may not report for job ", a, " attempt 1"));
+  // Its own credential passes; the job has no replica groups to vote in.
+  ExpectStatus(vote(start_a.rendezvous_secret(), a), absl::StatusCode::kFailedPrecondition,
+               "does not use fault_tolerance.mode REPLICA_GROUPS");
   ExpectServing();
 }
 

@@ -369,10 +369,11 @@ grpc::Status MissingBearer() {
 grpc::Status AttemptMayNot(const AttemptIdentity& a, const char* method, const char* needs) {
   return grpc::Status(
       grpc::StatusCode::PERMISSION_DENIED,
-      absl::StrCat("an attempt credential (job ", a.job_id, " attempt ", a.attempt,
-                   ") may only call ReportProgress and ReportCheckpoint for that attempt and "
-                   "RendezvousSet/RendezvousGet in its namespace ",
-                   a.rendezvous_namespace, "; ", method, " needs ", needs));
+      absl::StrCat(
+          "an attempt credential (job ", a.job_id, " attempt ", a.attempt,
+          ") may only call ReportProgress, ReportCheckpoint and StepVote for that attempt and "
+          "RendezvousSet/RendezvousGet in its namespace ",
+          a.rendezvous_namespace, "; ", method, " needs ", needs));
 }
 
 }  // namespace
@@ -628,6 +629,25 @@ grpc::Status CoordinatorService::ReportCheckpoint(grpc::ServerContext* ctx,
   SL_RETURN_IF_DENIED(AuthorizeAttempt(ctx, "ReportCheckpoint", &caller));
   SL_RETURN_IF_DENIED(CheckReportFor(caller, req->job_id(), req->attempt()));
   return ToGrpcStatus(core_->ReportCheckpoint(*req));
+}
+
+grpc::Status CoordinatorService::StepVote(grpc::ServerContext* ctx, const StepVoteRequest* req,
+                                          StepVoteResponse* resp) {
+  AttemptIdentity caller;
+  SL_RETURN_IF_DENIED(AuthorizeAttempt(ctx, "StepVote", &caller));
+  SL_RETURN_IF_DENIED(CheckReportFor(caller, req->job_id(), req->attempt()));
+  // The vote waits for the step's decision on this thread, at most kMaxStepVoteWait, and ends
+  // a little before the caller's own deadline (DEADLINE_EXCEEDED "no decision yet": re-send).
+  absl::Duration wait = CoordinatorCore::kMaxStepVoteWait;
+  const auto deadline = ctx->deadline();
+  if (deadline != std::chrono::system_clock::time_point::max()) {
+    wait = std::min(wait, std::max(absl::ZeroDuration(), absl::FromChrono(deadline) - absl::Now() -
+                                                             absl::Milliseconds(200)));
+  }
+  auto decided = core_->StepVote(*req, wait);
+  if (!decided.ok()) return ToGrpcStatus(decided.status());
+  *resp = *std::move(decided);
+  return grpc::Status::OK;
 }
 
 grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* ctx, const SubmitJobRequest* req,

@@ -16,9 +16,10 @@
 //     credential from RegisterWorker as "x-shardline-worker-credential" metadata (UNAUTHENTICATED
 //     when missing, PERMISSION_DENIED "worker credential does not match worker <id>" when it is
 //     another worker's or outdated).
-//   - attempt methods (ReportProgress, ReportCheckpoint, RendezvousSet/Get) need the credential
-//     of a running job attempt (its rendezvous secret, which its trainers get): a report only
-//     for that job and attempt, rendezvous only in its namespace (PERMISSION_DENIED otherwise);
+//   - attempt methods (ReportProgress, ReportCheckpoint, StepVote, RendezvousSet/Get) need the
+//     credential of a running job attempt (its rendezvous secret, which its trainers get): a
+//     report or vote only for that job and attempt, rendezvous only in its namespace
+//     (PERMISSION_DENIED otherwise);
 //     any other token, or none, is UNAUTHENTICATED. These checks hold with or without tokens.
 //   - an attempt credential sent to any other method is PERMISSION_DENIED naming what it may do.
 //   - WhoAmI answers for any valid credential.
@@ -97,6 +98,9 @@ class CoordinatorService final : public CoordinatorServiceBase {
                                           RendezvousGetResponse* resp) override;
   grpc::Status ReportProgress(grpc::ServerContext* ctx, const ProgressReport* req,
                               ReportProgressResponse* resp) override;
+  // fault_tolerance REPLICA_GROUPS: blocks this thread up to CoordinatorCore::kMaxStepVoteWait.
+  grpc::Status StepVote(grpc::ServerContext* ctx, const StepVoteRequest* req,
+                        StepVoteResponse* resp) override;
   grpc::Status ReportCheckpoint(grpc::ServerContext* ctx, const CheckpointReport* req,
                                 ReportCheckpointResponse* resp) override;
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const SubmitJobRequest* req,
