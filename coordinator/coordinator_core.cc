@@ -216,7 +216,8 @@ void CoordinatorCore::EndAttemptLocked(JobRecord& job, bool send_stop) {
       // the attempt), and a dead worker's ranks are gone with it; a rank its live worker
       // reported may run until the STOP's SIGKILL: its slot waits.
       if (tracker_.IsAcked(st.job_id(), p.rank()) && registry_.IsAlive(p.worker_id())) {
-        draining_.Hold(p.worker_id(), st.job_id(), st.attempt(), p.rank(), p.slot_index());
+        draining_.Hold(p.worker_id(), st.job_id(), st.attempt(), p.rank(), p.slot_index(),
+                       p.generation());
       } else {
         registry_.ReleaseSlot(p.worker_id(), p.slot_index(), Namespace(job));
       }

@@ -115,7 +115,7 @@ void CoordinatorCore::ApplyQuorumActionsLocked(JobRecord& job, QuorumActions act
       }
       outbox_.PushStopRank(p.worker_id(), job_id, st.attempt(), rank, p.generation());
       if (tracker_.IsAcked(job_id, rank)) {
-        draining_.Hold(p.worker_id(), job_id, st.attempt(), rank, p.slot_index());
+        draining_.Hold(p.worker_id(), job_id, st.attempt(), rank, p.slot_index(), p.generation());
       } else {
         registry_.ReleaseSlot(p.worker_id(), p.slot_index(), Namespace(job));
       }

@@ -3,6 +3,8 @@
 // heartbeats, votes and a fake clock.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <map>
 #include <set>
 #include <string>
@@ -57,9 +59,14 @@ std::string Events(const JobStatus& st) {
 
 class FtCoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { Make(""); }
+  // A core on `state_dir` (empty: in memory); a second call restarts the coordinator.
+  void Make(const std::string& state_dir) {
+    core_.reset();
     CoreOptions o;
     o.clock = &clock_;
+    o.state_dir = state_dir;
+    o.state_retry_interval = absl::Milliseconds(20);
     o.heartbeat_interval = absl::Seconds(1);
     o.heartbeat_timeout = absl::Seconds(5);
     o.rank_start_timeout = absl::Seconds(30);
@@ -71,7 +78,7 @@ class FtCoreTest : public ::testing::Test {
   // `workers` workers of `slots` slots each, every one with an open stream.
   void AddWorkers(int workers, int slots) {
     for (int i = 0; i < workers; ++i) {
-      auto r = core_->RegisterWorker(Worker(absl::StrCat("node-", i), slots));
+      auto r = core_->RegisterWorker(Worker(absl::StrCat("node-", nodes_++), slots));
       ASSERT_TRUE(r.ok()) << r.status();
       auto gen = core_->OpenAssignmentStream(r->worker_id());
       ASSERT_TRUE(gen.ok());
@@ -179,6 +186,7 @@ class FtCoreTest : public ::testing::Test {
   std::map<std::string, int64_t> streams_;
   std::string job_;
   std::set<int> exited_;
+  int nodes_ = 0;
 };
 
 std::vector<int32_t> LiveOf(const JobStatus& st) {
@@ -316,6 +324,67 @@ TEST_F(FtCoreTest, LostGroupIsReplacedHealedAndTheJobSucceedsWithoutARestart) {
   EXPECT_EQ(st.state(), SUCCEEDED) << Events(st);
   EXPECT_EQ(st.attempt(), 1);
   EXPECT_FALSE(HasEvent(st, "RESTARTING"));
+}
+
+// A whole worker dies: its group is lost at once (no vote waits for it) and the replacement
+// goes to another worker with free slots.
+TEST_F(FtCoreTest, LostWorkerLosesItsGroupAndTheReplacementGoesElsewhere) {
+  AddWorkers(3, 2);
+  SubmitAndRun(FtSpec(6, 2));
+  const std::string dead = WorkerOf(4);
+  ASSERT_EQ(WorkerOf(5), dead);
+  std::set<std::string> before;
+  for (const auto& [w, gen] : streams_) before.insert(w);
+  AddWorkers(1, 2);  // a spare worker
+  std::string spare;
+  for (const auto& [w, gen] : streams_) {
+    if (!before.count(w)) spare = w;
+  }
+  ASSERT_FALSE(spare.empty());
+  // Steps 1: everyone votes; then the worker of group 2 stops heartbeating.
+  EXPECT_EQ(VoteAll({0, 1, 2, 3, 4, 5}, 1, 0).decision(), StepVoteResponse::COMMIT);
+  for (int i = 0; i < 6; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    for (int rank : {0, 2}) Status(rank, RankStatus::RUNNING);
+    HeartbeatRequest hb;
+    hb.set_worker_id(spare);
+    ASSERT_TRUE(core_->Heartbeat(hb).ok());
+    core_->Tick();
+  }
+  JobStatus st = Job();
+  EXPECT_EQ(st.state(), RUNNING) << Events(st);
+  EXPECT_TRUE(HasEvent(st, "REPLICA_GROUP_LOST", "replica group 2 (ranks 4-5) lost at step 2"))
+      << Events(st);
+  EXPECT_EQ(LiveOf(st), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(st.membership_epoch(), 1);
+  EXPECT_EQ(st.placement(4).worker_id(), spare);
+  EXPECT_EQ(st.placement(5).worker_id(), spare);
+  EXPECT_EQ(st.placement(4).generation(), 1);
+  EXPECT_EQ(st.placement(5).generation(), 1);
+  // A vote of the old epoch on the next step is told to train it again under epoch 1.
+  auto abort = Vote(0, 2, 0);
+  ASSERT_TRUE(abort.ok()) << abort.status();
+  EXPECT_EQ(abort->decision(), StepVoteResponse::ABORT);
+  EXPECT_EQ(abort->epoch(), 1);
+  EXPECT_EQ(Live(*abort), (std::vector<int32_t>{0, 1}));
+}
+
+// The membership is stored with the job: a restarted coordinator goes on with it.
+TEST_F(FtCoreTest, MembershipSurvivesACoordinatorRestart) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/ft_state_", getpid());
+  Make(dir);
+  AddWorkers(3, 2);
+  SubmitAndRun(FtSpec(6, 2));
+  Status(2, RankStatus::EXITED, 1);
+  EXPECT_EQ(Job().membership_epoch(), 1);
+  nodes_ = 0;
+  Make(dir);
+  JobStatus st = Job();
+  EXPECT_EQ(st.state(), RUNNING);
+  EXPECT_EQ(st.membership_epoch(), 1);
+  EXPECT_EQ(LiveOf(st), (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(Vote(0, 1, 1).status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(Vote(2, 1, 1)->decision(), StepVoteResponse::LEAVE);
 }
 
 TEST_F(FtCoreTest, FewerThanMinReplicasRestartsFromTheCheckpoint) {

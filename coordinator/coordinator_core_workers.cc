@@ -109,7 +109,10 @@ absl::StatusOr<int64_t> CoordinatorCore::OpenAssignmentStream(const std::string&
   for (const auto& [id, job] : jobs_.records()) {
     if (job.status().state() != RUNNING) continue;
     for (auto& [worker, start] : outbox_.Starts(job, StartInfoLocked(job), worker_id)) {
-      if (!tracker_.IsAcked(id, start.rank())) resend.push_back(std::move(start));
+      // (A stopped rank of a lost replica group is not started again.)
+      if (!tracker_.IsAcked(id, start.rank()) && !tracker_.IsStopped(id, start.rank())) {
+        resend.push_back(std::move(start));
+      }
     }
   }
   return outbox_.Open(worker_id, std::move(resend));

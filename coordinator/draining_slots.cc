@@ -1,5 +1,6 @@
 #include "coordinator/draining_slots.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -8,8 +9,8 @@
 namespace shardline::coordinator {
 
 void DrainingSlots::Hold(const std::string& worker, const std::string& job_id, int32_t attempt,
-                         int32_t rank, int32_t slot) {
-  held_[worker][{job_id, attempt, rank}] = slot;
+                         int32_t rank, int32_t slot, int32_t generation) {
+  held_[worker][{job_id, attempt, rank}] = Held{slot, generation};
 }
 
 bool DrainingSlots::ReleaseExited(const std::string& worker,
@@ -17,18 +18,21 @@ bool DrainingSlots::ReleaseExited(const std::string& worker,
                                   WorkerRegistry* registry) {
   auto w = held_.find(worker);
   if (w == held_.end()) return false;
-  std::set<Key> alive;
+  std::map<Key, int32_t> alive;  // -> the oldest generation listed alive
   for (const RankStatus& rs : ranks) {
-    if (rs.state() != RankStatus::EXITED) alive.insert({rs.job_id(), rs.attempt(), rs.rank()});
+    if (rs.state() == RankStatus::EXITED) continue;
+    auto [it, inserted] = alive.emplace(Key{rs.job_id(), rs.attempt(), rs.rank()}, rs.generation());
+    if (!inserted) it->second = std::min(it->second, rs.generation());
   }
   bool released = false;
   for (auto it = w->second.begin(); it != w->second.end();) {
-    if (alive.count(it->first)) {
+    auto a = alive.find(it->first);
+    if (a != alive.end() && a->second <= it->second.generation) {
       ++it;
       continue;
     }
     const auto& [job_id, attempt, rank] = it->first;
-    registry->ReleaseSlot(worker, it->second, absl::StrCat(job_id, "/", attempt));
+    registry->ReleaseSlot(worker, it->second.slot, absl::StrCat(job_id, "/", attempt));
     it = w->second.erase(it);
     released = true;
   }

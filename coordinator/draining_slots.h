@@ -27,14 +27,17 @@ class DrainingSlots {
  public:
   // Rank `rank` of `job_id` attempt `attempt` was stopped on `worker`, where it holds `slot`
   // (reserved in the registry under the attempt's namespace "<job id>/<attempt>").
+  // `generation`: the stopped process's (fault_tolerance REPLICA_GROUPS may start a newer one of
+  // the same rank meanwhile, which does not keep this slot held).
   void Hold(const std::string& worker, const std::string& job_id, int32_t attempt, int32_t rank,
-            int32_t slot);
+            int32_t slot, int32_t generation = 0);
 
   // Whether `worker` has any held slot.
   bool Holds(const std::string& worker) const { return held_.count(worker) > 0; }
 
   // After a heartbeat of `worker` listing `ranks`: releases (in `registry`) the held slots whose
-  // rank is reported EXITED or no longer listed. Returns whether any slot was released.
+  // rank (that generation or an older one) is reported EXITED or no longer listed. Returns whether
+  // any slot was released.
   bool ReleaseExited(const std::string& worker,
                      const google::protobuf::RepeatedPtrField<RankStatus>& ranks,
                      WorkerRegistry* registry);
@@ -53,7 +56,11 @@ class DrainingSlots {
 
  private:
   using Key = std::tuple<std::string, int32_t, int32_t>;  // (job id, attempt, rank)
-  std::map<std::string, std::map<Key, int32_t>> held_;    // worker id -> key -> slot index
+  struct Held {
+    int32_t slot = 0;
+    int32_t generation = 0;
+  };
+  std::map<std::string, std::map<Key, Held>> held_;  // worker id -> key -> slot, generation
 };
 
 }  // namespace shardline::coordinator

@@ -54,6 +54,19 @@ TEST_F(DrainingSlotsTest, SlotStaysHeldWhileItsRankIsListedRunning) {
   EXPECT_EQ(slots_.CountByJob().at("job-a"), 2);
 }
 
+// fault_tolerance REPLICA_GROUPS: a newer generation of the stopped rank running on the same
+// worker does not keep the old process's slot held.
+TEST_F(DrainingSlotsTest, ANewerGenerationOfTheRankDoesNotHoldTheStoppedOnesSlot) {
+  google::protobuf::RepeatedPtrField<RankStatus> ranks;
+  RankStatus newer = Rank(0, RankStatus::RUNNING);
+  newer.set_generation(1);
+  *ranks.Add() = newer;
+  *ranks.Add() = Rank(1, RankStatus::RUNNING);
+  EXPECT_TRUE(slots_.ReleaseExited(worker_, ranks, &registry_));
+  EXPECT_EQ(FreeSlots(), 1u);
+  EXPECT_EQ(slots_.CountByJob().at("job-a"), 1);
+}
+
 TEST_F(DrainingSlotsTest, ExitedOrUnlistedRankReleasesItsSlotOnly) {
   google::protobuf::RepeatedPtrField<RankStatus> ranks;
   *ranks.Add() = Rank(0, RankStatus::EXITED);

@@ -63,6 +63,11 @@ bool RankTracker::IsAcked(const std::string& job_id, int32_t rank) const {
   return it != attempts_.end() && it->second.acked.count(rank) > 0;
 }
 
+bool RankTracker::IsStopped(const std::string& job_id, int32_t rank) const {
+  auto it = attempts_.find(job_id);
+  return it != attempts_.end() && it->second.stopped.count(rank) > 0;
+}
+
 bool RankTracker::HasRunningRanks(const std::string& worker_id) const {
   auto it = running_.find(worker_id);
   return it != running_.end() && !it->second.empty();

@@ -77,6 +77,8 @@ class RankTracker {
 
   bool IsRunning(const std::string& job_id, int32_t attempt) const;
   bool IsAcked(const std::string& job_id, int32_t rank) const;
+  // Told to stop (StopRanks) and not replaced since.
+  bool IsStopped(const std::string& job_id, int32_t rank) const;
   // Whether `worker_id` runs ranks it must keep listing.
   bool HasRunningRanks(const std::string& worker_id) const;
 
