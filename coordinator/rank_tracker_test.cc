@@ -212,3 +212,46 @@ TEST(RankTracker, RestoredAttemptCountsEveryRankAsAckedAndRunning) {
 
 }  // namespace
 }  // namespace shardline::coordinator
+
+namespace shardline::coordinator {
+namespace {
+
+// fault_tolerance REPLICA_GROUPS: stopped ranks exit as expected; a replaced rank's older
+// generation is ignored and the new one is tracked from its placement.
+TEST(RankTracker, StoppedRanksAndOlderGenerationsAreExpectedAndReplacementsTracked) {
+  RankTracker t;
+  t.StartAttempt(Attempt());
+  for (int r : {0, 1}) t.Observe("w-a", Rank(r, RankStatus::RUNNING));
+  t.Observe("w-b", Rank(2, RankStatus::RUNNING));
+  const RankTracker::Observation killed = t.Observe("w-a", Rank(0, RankStatus::EXITED, 1, -9));
+  ASSERT_TRUE(killed.failed);
+  EXPECT_EQ(killed.failed->ranks, (std::vector<int32_t>{0}));
+  t.StopRanks("job-1", {0, 1});
+  EXPECT_TRUE(t.IsStopped("job-1", 1));
+  // Rank 1 is not lost when left out, and its exit, whatever the code, is no failure.
+  EXPECT_TRUE(t.LostRanks("w-a", {}).empty());
+  const RankTracker::Observation left = t.Observe("w-a", Rank(1, RankStatus::EXITED, 1, 7));
+  EXPECT_FALSE(left.failed);
+  EXPECT_FALSE(left.exited_ok);
+  // Rank 0 runs again as generation 1 on w-b, placed 100 s after the attempt's start.
+  t.ReplaceRank("job-1", 0, "w-b", "b", 1, kStart + absl::Seconds(100));
+  EXPECT_FALSE(t.IsStopped("job-1", 0));
+  EXPECT_FALSE(t.IsAcked("job-1", 0));
+  EXPECT_TRUE(t.StartTimeouts(kStart + absl::Seconds(120), absl::Seconds(30)).empty());
+  const std::vector<RankFailure> late =
+      t.StartTimeouts(kStart + absl::Seconds(131), absl::Seconds(30));
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_EQ(late[0].ranks, (std::vector<int32_t>{0}));
+  EXPECT_NE(late[0].reason.find("of their placement"), std::string::npos) << late[0].reason;
+  RankStatus old = Rank(0, RankStatus::EXITED, 1, -9);
+  EXPECT_FALSE(t.Observe("w-b", old).current);  // generation 0 on w-b: not the current process
+  RankStatus fresh = Rank(0, RankStatus::RUNNING);
+  fresh.set_generation(1);
+  EXPECT_TRUE(t.Observe("w-b", fresh).current);
+  fresh.set_state(RankStatus::EXITED);
+  fresh.set_exit_code(0);
+  EXPECT_TRUE(t.Observe("w-b", fresh).exited_ok);
+}
+
+}  // namespace
+}  // namespace shardline::coordinator
