@@ -67,6 +67,8 @@ class FsdpBackend : public TrainingBackend {
   absl::Status SetCommunicators(const Comms& comms);
 
   fsdp::FsdpEngine* engine() { return engine_.get(); }
+  // float16 loss scaling's scaler (null otherwise), for the heal.
+  fsdp::DynamicLossScaler* scaler() { return scaler_.has_value() ? &*scaler_ : nullptr; }
   fsdp::ShardedOptimizer* optimizer() { return optimizer_.get(); }
   fsdp::Communicator* world() const { return comms_.world; }
 

@@ -1,5 +1,6 @@
 #include "trainer/replica_fault_tolerance.h"
 
+#include <cstring>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -199,8 +200,28 @@ absl::Status ReplicaFaultTolerance::Heal(const StepDecision& d, std::vector<int6
                                             " is not among the live groups ",
                                             Groups(d.live_groups)));
   }
-  return fsdp::BroadcastReplicaState(*backend_->engine(), backend_->optimizer(),
-                                     current_.replicate.get(), root, progress);
+  // float16 loss scaling: the scaler's state travels with the progress (the replicas' scales
+  // must agree, or their scaled gradients would not average).
+  fsdp::DynamicLossScaler* scaler = backend_->scaler();
+  const size_t n = progress->size();
+  if (scaler != nullptr) {
+    const fsdp::DynamicLossScaler::State st = scaler->state();
+    int64_t bits = 0;
+    static_assert(sizeof(bits) == sizeof(st.scale));
+    std::memcpy(&bits, &st.scale, sizeof(bits));
+    progress->insert(progress->end(), {bits, st.good_steps, st.skipped});
+  }
+  RETURN_IF_ERROR(fsdp::BroadcastReplicaState(*backend_->engine(), backend_->optimizer(),
+                                              current_.replicate.get(), root, progress));
+  if (scaler != nullptr) {
+    fsdp::DynamicLossScaler::State st;
+    std::memcpy(&st.scale, &(*progress)[n], sizeof(st.scale));
+    st.good_steps = static_cast<int>((*progress)[n + 1]);
+    st.skipped = (*progress)[n + 2];
+    scaler->set_state(st);
+    progress->resize(n);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ReplicaFaultTolerance::AfterCommit(int64_t step, int64_t data_epoch,

@@ -8,7 +8,8 @@
 //   COMMIT         (the loop steps the optimizer); a new epoch: AfterCommit builds its
 //                  communicators and, when groups join, runs the heal broadcast over each
 //                  replicate group from heal_source_group's rank: parameter shards, optimizer
-//                  state, then [optimizer step, step, data epoch, data position]
+//                  state, then [optimizer step, step, data epoch, data position] (and with
+//                  float16 loss scaling the scaler's state)
 //   ABORT          drop gradients, build the communicators of the decision's epoch and live
 //                  groups; logs "step N aborted: <error>; training it again with replica groups
 //                  [0, 2] (epoch E)"
