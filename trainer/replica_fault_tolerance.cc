@@ -250,6 +250,9 @@ absl::StatusOr<JoinPoint> ReplicaFaultTolerance::Join() {
   ballot.joining = true;
   ballot.ok = true;
   while (true) {
+    if (options_.should_stop && options_.should_stop()) {
+      return absl::CancelledError("stopped by a signal while waiting to join");
+    }
     ASSIGN_OR_RETURN(StepDecision d, options_.voter->Vote(ballot));
     if (d.kind == StepDecision::Kind::kLeave) {
       left_ = true;

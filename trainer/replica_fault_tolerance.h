@@ -34,6 +34,7 @@
 #define SHARDLINE_TRAINER_REPLICA_FAULT_TOLERANCE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,6 +61,8 @@ struct ReplicaFaultToleranceOptions {
   fsdp::KvStore* store = nullptr;  // Borrowed.
   StepVoter* voter = nullptr;      // Borrowed.
   at::DeviceType device = at::kCPU;
+  // Optional: polled by Join between votes (a stop signal while waiting to be admitted).
+  std::function<bool()> should_stop;
 };
 
 // Where a replacement continues after its heal.
@@ -83,7 +86,8 @@ class ReplicaFaultTolerance : public StepGate {
       TrainerCheckpointing* checkpointing, fsdp::CommGroups initial, bool joining);
 
   // A replacement: see the header comment. Errors: the vote's; UNAVAILABLE when told to LEAVE
-  // (left() is true) or when the heal fails (the communicators' errors).
+  // (left() is true) or when the heal fails (the communicators' errors); CANCELLED when
+  // should_stop turned true while waiting.
   absl::StatusOr<JoinPoint> Join();
 
   void BeginStep(int64_t step) override;

@@ -310,6 +310,7 @@ absl::StatusOr<std::unique_ptr<ReplicaFaultTolerance>> StartFaultTolerance(
   o.store = store;
   o.voter = voter.get();
   o.device = device.type();
+  o.should_stop = loop.should_stop;
   const bool joining = env.rank_generation > 0;
   ASSIGN_OR_RETURN(std::unique_ptr<ReplicaFaultTolerance> ft,
                    ReplicaFaultTolerance::Create(o, fsdp, ckpt, std::move(groups), joining));
