@@ -211,6 +211,13 @@ std::vector<fsdp::ShardSlice> Checkpointer::LocalSlices() const {
   return out;
 }
 
+absl::Status Checkpointer::SetMembership(fsdp::Communicator* world, int writer_group) {
+  absl::Status pending = WaitForPendingSave();
+  world_ = world;
+  writer_group_ = writer_group;
+  return pending;
+}
+
 absl::Status Checkpointer::WaitForPendingSave() {
   if (save_thread_.joinable()) save_thread_.join();
   absl::MutexLock lock(&mu_);
@@ -288,6 +295,8 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   const int rank = engine_->rank();
   // The communicator's device (the shards may be offloaded to the host).
   const at::Device device = engine_->device();
+  // Global rank 0, or with SetMembership the first rank of the writer group.
+  const bool committer = rank == writer_group_ * layout.shard_degree();
 
   // Saving a step that is already committed (a run resumed from an older checkpoint reaches it
   // again): rank 0 un-commits it first, before the all-reduce below lets any writer replace its
@@ -296,11 +305,11 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   // A root holding another job's committed checkpoints is never written to (its steps would be
   // un-committed, overwritten and deleted by retention). Checked once: only this job writes
   // here afterwards.
-  if (rank == 0 && !root_checked_ && !options_.job_id.empty()) {
+  if (committer && !root_checked_ && !options_.job_id.empty()) {
     uncommit = CheckRootOwner();
     root_checked_ = uncommit.ok();
   }
-  if (rank == 0 && uncommit.ok()) {
+  if (committer && uncommit.ok()) {
     const std::string manifest =
         absl::StrCat(StepDir(options_.root, progress.step), "/", kManifestFile);
     if (::access(manifest.c_str(), F_OK) == 0) {
@@ -314,7 +323,7 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   // A save id from rank 0 (sum of rank 0's value and zeros), so the committing rank never
   // merges leftovers of an interrupted save of the same step.
   at::Tensor id = at::zeros({1}, at::kLong);
-  if (rank == 0) {
+  if (committer) {
     std::random_device rd;
     // Negative (never a real id): rank 0 refused the save; every rank returns an error.
     id.fill_(uncommit.ok() ? static_cast<int64_t>(((uint64_t{rd()} << 32) | rd()) >> 2) : -1);
@@ -331,10 +340,10 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   auto sl = std::make_shared<Slices>();
   sl->step_dir = StepDir(options_.root, progress.step);
   sl->save_id = absl::StrFormat("%016x", static_cast<uint64_t>(id.item<int64_t>()));
-  sl->writer = layout.ReplicateIndex(rank) == 0;
+  sl->writer = layout.ReplicateIndex(rank) == writer_group_;
   sl->shard_index = layout.ShardIndex(rank);
   sl->shard_count = layout.shard_degree();
-  sl->commit = rank == 0;
+  sl->commit = committer;
   if (sl->commit && options_.report_commit && commit_reporter_ == nullptr) {
     CommitReporter::Options ro;
     ro.root = options_.root;

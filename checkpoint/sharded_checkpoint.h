@@ -122,6 +122,12 @@ class Checkpointer {
   // the RNG state; returns the progress to continue from.
   absl::StatusOr<TrainingProgress> Load(int64_t step);
 
+  // Replica-group fault tolerance: later saves run over `world` (borrowed; the live replica
+  // groups' ranks) and are written by the ranks of replica group `writer_group` (one per shard)
+  // and committed by that group's first rank, instead of group 0 and global rank 0. Between
+  // saves only (waits for a pending one first; its error is returned).
+  absl::Status SetMembership(fsdp::Communicator* world, int writer_group);
+
   // The fingerprint this model's checkpoints carry (format.h ModelFingerprint).
   std::string fingerprint() const { return fingerprint_; }
 
@@ -142,6 +148,7 @@ class Checkpointer {
   std::string fingerprint_;
   std::map<std::string, std::string> aliases_;
   bool root_checked_ = false;  // CheckRootOwner passed (rank 0)
+  int writer_group_ = 0;       // SetMembership: the replica group that writes and commits.
 
   // Rank 0 with report_commit: reports commits and applies retention after each is
   // acknowledged. Created before the first commit.

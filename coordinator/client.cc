@@ -182,6 +182,16 @@ absl::Status CoordinatorClient::ReportCheckpoint(const CheckpointReport& report,
   return absl::OkStatus();
 }
 
+absl::StatusOr<StepVoteResponse> CoordinatorClient::StepVote(
+    const StepVoteRequest& request, const std::string& attempt_credential) {
+  StepVoteResponse resp;
+  // The server holds the call until the step is decided (bounded server-side).
+  auto ctx = Context(options_.timeout + absl::Seconds(30), attempt_credential);
+  grpc::Status st = stub_->StepVote(ctx.get(), request, &resp);
+  if (!st.ok()) return FromGrpcStatus(st, "StepVote");
+  return resp;
+}
+
 absl::StatusOr<WhoAmIResponse> CoordinatorClient::WhoAmI() {
   WhoAmIRequest req;
   WhoAmIResponse resp;

@@ -86,6 +86,13 @@ class CoordinatorClient {
                               const std::string& attempt_credential = "");
   absl::Status ReportCheckpoint(const CheckpointReport& report,
                                 const std::string& attempt_credential = "");
+  // A rank's vote on a step of a replica-group fault-tolerant job (docs/failures.md, "Replica-
+  // group fault tolerance"). The coordinator holds the call until the step is decided, up to
+  // about 20 s; the call's deadline is Options::timeout plus 30 s. Errors: the server's
+  // (DEADLINE_EXCEEDED "no decision yet": send the same vote again; UNAVAILABLE: retry with
+  // backoff; UNAUTHENTICATED / PERMISSION_DENIED for another attempt's credential).
+  absl::StatusOr<StepVoteResponse> StepVote(const StepVoteRequest& request,
+                                            const std::string& attempt_credential = "");
 
   // ---- jobs
   absl::StatusOr<std::string> SubmitJob(const JobSpec& spec);

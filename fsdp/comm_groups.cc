@@ -93,25 +93,28 @@ GroupCommunicatorFactory FakeFactory(CommBackend backend) {
 // Every rank publishes the layout it was given and compares it with everyone else's, so a
 // rank started with another world size, shard degree or backend fails fast with both values
 // named instead of hanging in the first collective.
-absl::Status CheckRanksAgree(int world_size, int shard_degree, int rank, KvStore* store,
+// `members`: the world ranks taking part (all W, or the live replica groups' ranks).
+absl::Status CheckRanksAgree(int world_size, int shard_degree, int rank,
+                             const std::vector<int>& members, KvStore* store,
                              const CommOptions& options) {
   PrefixKvStore layout_store(store, absl::StrCat(options.key_prefix, "/layout"));
   const std::string mine = LayoutValue(world_size, shard_degree, options);
   absl::Status s = layout_store.Set(absl::StrCat("rank", rank), mine);
   if (!s.ok()) return s;
   std::vector<std::string> keys;
-  for (int r = 0; r < world_size; ++r) keys.push_back(absl::StrCat("rank", r));
+  for (int r : members) keys.push_back(absl::StrCat("rank", r));
   absl::StatusOr<std::vector<std::string>> all = layout_store.Get(keys, options.timeout);
   if (!all.ok()) {
-    return absl::Status(all.status().code(),
-                        absl::StrCat(CommErrorPrefix("world", "connect", 0), "waiting for all ",
-                                     world_size, " ranks to join (", all.status().message(), ")"));
+    return absl::Status(
+        all.status().code(),
+        absl::StrCat(CommErrorPrefix("world", "connect", 0), "waiting for all ", members.size(),
+                     " ranks to join (", all.status().message(), ")"));
   }
-  for (int r = 0; r < world_size; ++r) {
-    if ((*all)[r] != mine) {
-      return absl::InvalidArgumentError(absl::StrCat(CommErrorPrefix("world", "connect", 0),
-                                                     "rank ", r, " was started with ", (*all)[r],
-                                                     " but rank ", rank, " with ", mine));
+  for (size_t i = 0; i < members.size(); ++i) {
+    if ((*all)[i] != mine) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(CommErrorPrefix("world", "connect", 0), "rank ", members[i],
+                       " was started with ", (*all)[i], " but rank ", rank, " with ", mine));
     }
   }
   return absl::OkStatus();
@@ -149,11 +152,12 @@ absl::StatusOr<CommGroups> CreateCommGroups(const ParallelLayout& layout, int ra
   if (store == nullptr) return absl::InvalidArgumentError("CreateCommGroups: no store");
   absl::StatusOr<GroupCommunicatorFactory> factory = FactoryFor(options.backend);
   if (!factory.ok()) return factory.status();
-  absl::Status agreed = CheckRanksAgree(world_size, shard_degree, rank, store, options);
-  if (!agreed.ok()) return agreed;
-
   std::vector<int> world_ranks;
   for (int r = 0; r < world_size; ++r) world_ranks.push_back(r);
+  absl::Status agreed =
+      CheckRanksAgree(world_size, shard_degree, rank, world_ranks, store, options);
+  if (!agreed.ok()) return agreed;
+
   CommGroups groups;
   absl::StatusOr<std::unique_ptr<Communicator>> world =
       CreateGroup("world", world_ranks, rank, store, options, *factory);
@@ -171,6 +175,64 @@ absl::StatusOr<CommGroups> CreateCommGroups(const ParallelLayout& layout, int ra
   absl::StatusOr<std::unique_ptr<Communicator>> replicate =
       CreateGroup(absl::StrCat("replicate[", layout.ShardIndex(rank), "]"),
                   layout.ReplicateGroupRanks(rank), rank, store, options, group_factory);
+  if (!replicate.ok()) return replicate.status();
+  groups.replicate = std::move(*replicate);
+  return groups;
+}
+
+absl::StatusOr<CommGroups> CreateMemberCommGroups(const ParallelLayout& layout, int rank,
+                                                  const std::vector<int>& live_groups,
+                                                  KvStore* store, const CommOptions& options) {
+  const int world_size = layout.world_size();
+  const int shard_degree = layout.shard_degree();
+  const int replicas = layout.replicate_degree();
+  if (rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is outside world_size ", world_size));
+  }
+  if (store == nullptr) return absl::InvalidArgumentError("CreateMemberCommGroups: no store");
+  const int own_group = layout.ReplicateIndex(rank);
+  bool member = false;
+  for (size_t i = 0; i < live_groups.size(); ++i) {
+    const int g = live_groups[i];
+    if (g < 0 || g >= replicas || (i > 0 && g <= live_groups[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat("live replica groups must ascend within [0, ",
+                                                     replicas, "); got group ", g));
+    }
+    member = member || g == own_group;
+  }
+  if (!member) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, "'s replica group ", own_group,
+                                                   " is not among the live groups"));
+  }
+  absl::StatusOr<GroupCommunicatorFactory> factory = FactoryFor(options.backend);
+  if (!factory.ok()) return factory.status();
+  std::vector<int> world_ranks;
+  for (int g : live_groups) {
+    for (int i = 0; i < shard_degree; ++i) world_ranks.push_back(g * shard_degree + i);
+  }
+  absl::Status agreed =
+      CheckRanksAgree(world_size, shard_degree, rank, world_ranks, store, options);
+  if (!agreed.ok()) return agreed;
+
+  CommGroups groups;
+  absl::StatusOr<std::unique_ptr<Communicator>> world =
+      CreateGroup("world", world_ranks, rank, store, options, *factory);
+  if (!world.ok()) return world.status();
+  groups.world = std::move(*world);
+  const GroupCommunicatorFactory group_factory =
+      options.fake_collectives ? FakeFactory(options.backend) : *factory;
+  absl::StatusOr<std::unique_ptr<Communicator>> shard =
+      CreateGroup(absl::StrCat("shard[", own_group, "]"), layout.ShardGroupRanks(rank), rank, store,
+                  options, group_factory);
+  if (!shard.ok()) return shard.status();
+  groups.shard = std::move(*shard);
+  const int shard_index = layout.ShardIndex(rank);
+  std::vector<int> replicate_ranks;
+  for (int g : live_groups) replicate_ranks.push_back(g * shard_degree + shard_index);
+  absl::StatusOr<std::unique_ptr<Communicator>> replicate =
+      CreateGroup(absl::StrCat("replicate[", shard_index, "]"), replicate_ranks, rank, store,
+                  options, group_factory);
   if (!replicate.ok()) return replicate.status();
   groups.replicate = std::move(*replicate);
   return groups;

@@ -77,6 +77,20 @@ struct CommGroups {
 absl::StatusOr<CommGroups> CreateCommGroups(const ParallelLayout& layout, int rank, KvStore* store,
                                             const CommOptions& options);
 
+// The communicators of one membership of a replica-group fault-tolerant job (docs/failures.md,
+// "Replica-group fault tolerance"): `live_groups` (ascending replica group indices, including
+// this rank's) are the replica groups still training. world = the live groups' ranks in group
+// order (its rank is this rank's position there), shard = this rank's own group (S ranks, as in
+// CreateCommGroups), replicate[j] = rank j of each live group, in group order (its rank is the
+// position of this rank's group among the live groups). options.key_prefix must be fresh per
+// membership epoch (the trainer passes "<attempt prefix>/ft/e<epoch>"); the layout check covers
+// the members only.
+// Errors: as CreateCommGroups; INVALID_ARGUMENT when live_groups do not ascend within [0, R) or
+// lack this rank's group.
+absl::StatusOr<CommGroups> CreateMemberCommGroups(const ParallelLayout& layout, int rank,
+                                                  const std::vector<int>& live_groups,
+                                                  KvStore* store, const CommOptions& options);
+
 // One group's communicator: what a backend registers. `store` is already namespaced.
 struct GroupSpec {
   std::string name;

@@ -157,6 +157,61 @@ TEST(CreateCommGroups, BuildsNamedGroupsOfTheLayout) {
   for (std::thread& t : threads) t.join();
 }
 
+TEST(CreateMemberCommGroups, BuildsTheGroupsOfTheLiveReplicaGroupsOnly) {
+  TcpKvStore::Options o;
+  o.serve = true;
+  auto store = TcpKvStore::Create(o);
+  ASSERT_TRUE(store.ok());
+  // W = 6, S = 2: replica groups {0, 1}, {2, 3}, {4, 5}; group 1 is lost.
+  constexpr int kWorld = 6, kShard = 2;
+  const std::vector<int> live = {0, 2};
+  const std::vector<int> members = {0, 1, 4, 5};
+  std::vector<std::thread> threads;
+  for (int rank : members) {
+    threads.emplace_back([&, rank] {
+      CommOptions options;
+      options.timeout = absl::Seconds(20);
+      options.key_prefix = "comm/job/1/ft/e1";
+      auto groups = CreateMemberCommGroups(*ParallelLayout::Create(kWorld, "HYBRID_SHARD", kShard),
+                                           rank, live, store->get(), options);
+      ASSERT_TRUE(groups.ok()) << groups.status();
+      const int position = rank < 2 ? 0 : 1;  // Of this rank's group among the live ones.
+      EXPECT_EQ(groups->world->size(), 4);
+      EXPECT_EQ(groups->world->rank(), position * kShard + rank % kShard);
+      EXPECT_EQ(groups->shard->name(), "shard[" + std::to_string(rank / kShard) + "]");
+      EXPECT_EQ(groups->shard->rank(), rank % kShard);
+      EXPECT_EQ(groups->replicate->name(), "replicate[" + std::to_string(rank % kShard) + "]");
+      EXPECT_EQ(groups->replicate->size(), 2);
+      EXPECT_EQ(groups->replicate->rank(), position);
+      at::Tensor w = at::full({1}, static_cast<double>(rank), at::kFloat);
+      ASSERT_TRUE(groups->world->AllReduce(w, ReduceOp::kSum).ok());
+      EXPECT_EQ(w[0].item<float>(), 10.0f);  // 0 + 1 + 4 + 5.
+      at::Tensor r = at::full({1}, static_cast<double>(rank), at::kFloat);
+      ASSERT_TRUE(groups->replicate->AllReduce(r, ReduceOp::kAvg).ok());
+      // replicate[0] = {0, 4} -> 2, replicate[1] = {1, 5} -> 3.
+      EXPECT_EQ(r[0].item<float>(), rank % kShard == 0 ? 2.0f : 3.0f);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+TEST(CreateMemberCommGroups, RefusesARankOutsideTheLiveGroupsAndUnorderedGroups) {
+  TcpKvStore::Options o;
+  o.serve = true;
+  auto store = TcpKvStore::Create(o);
+  ASSERT_TRUE(store.ok());
+  const ParallelLayout layout = *ParallelLayout::Create(6, "HYBRID_SHARD", 2);
+  auto groups = CreateMemberCommGroups(layout, 2, {0, 2}, store->get(), {});
+  ASSERT_EQ(groups.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(groups.status().message(), "rank 2's replica group 1 is not among the live groups");
+  groups = CreateMemberCommGroups(layout, 0, {2, 0}, store->get(), {});
+  ASSERT_EQ(groups.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(groups.status().message(),
+            "live replica groups must ascend within [0, 3); got group 0");
+  groups = CreateMemberCommGroups(layout, 0, {0, 3}, store->get(), {});
+  EXPECT_EQ(groups.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(NoOpCommunicator, SameShapesNoCommunicationCountsCalls) {
   NoOpCommunicator comm("shard[0]", 1, 4, at::kCPU);
   EXPECT_EQ(comm.rank(), 1);

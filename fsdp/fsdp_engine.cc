@@ -674,6 +674,62 @@ void FsdpEngine::ZeroShardGrads() {
   for (auto& f : flats_) f->shard_grad().zero_();
 }
 
+void FsdpEngine::DropStepGradients() {
+  for (PendingReduce& p : pending_reduces_) {  // Their memory is in use until they end.
+    if (p.handle != nullptr) (void)p.handle->Wait();
+  }
+  pending_reduces_.clear();
+  ReshardAll();  // Waits for prefetches in flight.
+  pending_gathers_.clear();
+  WaitForOffloadCopies();
+  offloaded_grads_.clear();
+  for (auto& f : flats_) f->FreeFullGrad();
+  checkpointer_.Clear();
+  for (auto& u : units_) {
+    u->grads_ready = 0;
+    u->post_backward_done = false;
+  }
+  recording_order_.clear();
+  ZeroShardGrads();
+  in_backward_ = false;
+  sync_ = true;
+  grads_pending_ = false;
+}
+
+absl::Status FsdpEngine::SetCommunicators(Communicator* shard, Communicator* replicate) {
+  if (!pending_gathers_.empty() || !pending_reduces_.empty() || in_backward_) {
+    return absl::FailedPreconditionError(
+        "SetCommunicators: a gather or gradient reduction is in flight; call DropStepGradients "
+        "first");
+  }
+  if (grads_pending_) {
+    return absl::FailedPreconditionError(
+        "SetCommunicators: no_sync gradients are pending; call DropStepGradients first");
+  }
+  const int s = layout_.shard_degree();
+  const int r = layout_.replicate_degree();
+  const int shard_size = shard == nullptr ? 1 : shard->size();
+  if (shard_size != s || (shard != nullptr && shard->rank() != layout_.ShardIndex(rank()))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SetCommunicators: shard communicator has ", shard_size, " ranks (this one ",
+        shard == nullptr ? 0 : shard->rank(), ") but global rank ", rank(), " needs S=", s,
+        " with shard index ", layout_.ShardIndex(rank()), " in ", layout_.DebugString()));
+  }
+  const int replicate_size = replicate == nullptr ? 1 : replicate->size();
+  const int replicate_rank = replicate == nullptr ? 0 : replicate->rank();
+  if (replicate_size < 1 || replicate_size > r || replicate_rank < 0 ||
+      replicate_rank >= replicate_size || replicate_rank > layout_.ReplicateIndex(rank())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SetCommunicators: replicate communicator has ", replicate_size, " ranks (this one ",
+        replicate_rank, ") but global rank ", rank(), " is in replica group ",
+        layout_.ReplicateIndex(rank()), " of R=", r, " in ", layout_.DebugString()));
+  }
+  shard_ = shard;
+  replicate_ = replicate;
+  first_error_ = absl::OkStatus();
+  return absl::OkStatus();
+}
+
 // ---- State access (fsdp/engine_state.h) ------------------------------------------------------
 
 std::vector<ShardSlice> FsdpEngine::LocalParamState() const {

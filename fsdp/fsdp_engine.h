@@ -95,6 +95,21 @@ class FsdpEngine : public UnitRunner {
   bool gradients_pending() const { return grads_pending_; }
   // Zeroes the reduced gradient shards (the optimizer does this after a step).
   void ZeroShardGrads();
+  // Replica-group fault tolerance: forgets the step in progress, after a failure or an aborted
+  // vote. Waits for (and drops) any gather or reduction still in flight, frees gathered
+  // parameters and unsharded gradients (and the parameters' .grad views), zeroes the gradient
+  // shards and clears gradients_pending(). The recorded collective error stays until
+  // SetCommunicators. No collectives.
+  void DropStepGradients();
+  // Replica-group fault tolerance: the communicators of a new membership epoch, between steps
+  // (after DropStepGradients when the step failed). Borrowed, as in Create; the old ones may be
+  // destroyed once this returns. The replicate group may have any size 1..R (the live replica
+  // groups); gradients then average over it (ReduceOp::kAvg). Clears the recorded collective
+  // error. Errors: FAILED_PRECONDITION while a gather, reduction or no_sync gradient is pending
+  // (naming which), INVALID_ARGUMENT when the shard group is not S ranks with this rank at its
+  // shard index, or the replicate group is larger than R or places this rank after its own
+  // replica group index (its rank is the position of this rank's group among the live ones).
+  absl::Status SetCommunicators(Communicator* shard, Communicator* replicate);
 
   MemoryStats memory_stats() const { return ComputeMemoryStats(flats_, peaks_); }
   // The device the model computes on (where gathered parameters and gradients live).

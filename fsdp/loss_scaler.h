@@ -34,6 +34,20 @@ class DynamicLossScaler {
 
   int64_t skipped_steps() const { return skipped_; }
 
+  // The whole state, for the heal of a replica group's replacement (trainer/
+  // replica_fault_tolerance.h): scale, steps since the last overflow, steps skipped.
+  struct State {
+    double scale = 0;
+    int good_steps = 0;
+    int64_t skipped = 0;
+  };
+  State state() const { return {scale_, good_steps_, skipped_}; }
+  void set_state(const State& s) {
+    scale_ = s.scale;
+    good_steps_ = s.good_steps;
+    skipped_ = s.skipped;
+  }
+
  private:
   LossScalerOptions options_;
   double scale_;

@@ -232,6 +232,12 @@ absl::Status TrainerCheckpointing::AfterStep(int64_t steps_done, int64_t epoch, 
   return ckpt_->Save(p, policy_.async_save);
 }
 
+absl::Status TrainerCheckpointing::SetMembership(fsdp::Communicator* world, int writer_group) {
+  world_ = world;
+  if (ckpt_ == nullptr) return absl::OkStatus();
+  return ckpt_->SetMembership(world, writer_group);
+}
+
 absl::Status TrainerCheckpointing::Finish() {
   if (ckpt_ == nullptr) return absl::OkStatus();
   RETURN_IF_ERROR(ckpt_->WaitForPendingSave());

@@ -81,6 +81,10 @@ class TrainerCheckpointing {
   absl::StatusOr<checkpoint::TrainingProgress> Restore();
   // `steps_done` optimizer steps are complete; (epoch, position) is the sampler's cursor.
   absl::Status AfterStep(int64_t steps_done, int64_t epoch, int64_t position);
+  // Replica-group fault tolerance: later saves run over `world` (the live replica groups' ranks;
+  // borrowed) and are written by replica group `writer_group` (the lowest live one), committed
+  // by its first rank (checkpoint::Checkpointer::SetMembership). Waits for a pending save.
+  absl::Status SetMembership(fsdp::Communicator* world, int writer_group);
   // Waits for an asynchronous save, then for rank 0's commit reports (each bounded by
   // checkpoint::Checkpointer::Options::report_backoff, 5 minutes from its commit).
   absl::Status Finish();

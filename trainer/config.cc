@@ -64,6 +64,13 @@ absl::StatusOr<RankEnv> ReadRankEnv(const std::function<const char*(const char*)
   e.job_id = ReadStr(getenv, "SHARDLINE_JOB_ID");
   bool has_attempt = false;
   RETURN_IF_ERROR(ReadInt(getenv, "SHARDLINE_ATTEMPT", &e.attempt, &has_attempt));
+  bool has_generation = false;
+  RETURN_IF_ERROR(
+      ReadInt(getenv, "SHARDLINE_RANK_GENERATION", &e.rank_generation, &has_generation));
+  if (e.rank_generation < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment SHARDLINE_RANK_GENERATION=", e.rank_generation, " is negative"));
+  }
   e.advertise_address = ReadStr(getenv, "SHARDLINE_ADVERTISE_ADDRESS");
   e.store_secret = ReadStr(getenv, "SHARDLINE_STORE_SECRET");
   const bool rendezvous = !e.coordinator.empty() && !e.rdzv_namespace.empty();
@@ -158,6 +165,10 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
   ASSIGN_OR_RETURN(c.engine, fsdp::EngineOptionsFromSpec(f));
   c.fake_collectives = f.fake_collectives();
   c.collective_timeout_s = f.collective_timeout_s();
+  const FaultToleranceSpec& ft = s.fault_tolerance();
+  c.replica_fault_tolerance = ft.mode() == FaultToleranceSpec::REPLICA_GROUPS;
+  c.ft_min_replicas = ft.min_replicas();
+  c.ft_digest_every_steps = ft.digest_every_steps();
 
   const TrainSpec& t = s.train();
   c.steps = t.steps();

@@ -58,6 +58,10 @@ struct RankEnv {
   std::string node_name;
   // The TCP store's shared secret (SHARDLINE_STORE_SECRET); "" when unset.
   std::string store_secret;
+  // SHARDLINE_RANK_GENERATION: 0 for a rank's first process in the attempt; >= 1 for a
+  // replacement of a lost replica group, which joins the running job (fault_tolerance
+  // REPLICA_GROUPS) instead of starting or resuming.
+  int rank_generation = 0;
 };
 
 // Reads the variables above through `getenv` (tests pass a fake).
@@ -98,6 +102,10 @@ struct TrainerConfig {
   fsdp::FsdpEngineOptions engine;
   bool fake_collectives = false;
   int collective_timeout_s = 300;
+  // fault_tolerance (mode REPLICA_GROUPS): trainer/replica_fault_tolerance.h.
+  bool replica_fault_tolerance = false;
+  int ft_min_replicas = 0;
+  int ft_digest_every_steps = 0;
 
   // Loop.
   int steps = 0;

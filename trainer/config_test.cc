@@ -89,6 +89,35 @@ TEST(ReadRankEnv, OffLoopbackStoreNeedsSecret) {
                   .ok());
 }
 
+TEST(ReadRankEnv, RankGenerationOfAReplacementIsRead) {
+  auto first = ReadRankEnv(FakeEnv({}));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->rank_generation, 0);
+  auto replacement = ReadRankEnv(FakeEnv({{"SHARDLINE_RANK_GENERATION", "2"}}));
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  EXPECT_EQ(replacement->rank_generation, 2);
+  auto bad = ReadRankEnv(FakeEnv({{"SHARDLINE_RANK_GENERATION", "-1"}}));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "environment SHARDLINE_RANK_GENERATION=-1 is negative");
+}
+
+TEST(LoadTrainerConfig, ReplicaGroupFaultToleranceIsConverted) {
+  RankEnv env;
+  env.world_size = 4;
+  auto plain = LoadTrainerConfig("examples/tiny_gpt_shakespeare.yaml", {}, env);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->replica_fault_tolerance);
+  auto c =
+      LoadTrainerConfig("examples/tiny_gpt_shakespeare.yaml",
+                        {"fault_tolerance.mode=REPLICA_GROUPS", "fault_tolerance.min_replicas=1",
+                         "fault_tolerance.digest_every_steps=5"},
+                        env);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->replica_fault_tolerance);
+  EXPECT_EQ(c->ft_min_replicas, 1);
+  EXPECT_EQ(c->ft_digest_every_steps, 5);
+}
+
 TEST(LoadTrainerConfig, EnvironmentWorldSizeSetsLayoutAndAccumulation) {
   RankEnv env;
   env.world_size = 2;

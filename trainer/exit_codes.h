@@ -13,6 +13,9 @@
 //        start (trainer/checkpoint_dir_probe.h; the message names the directory, the rank and
 //        both hosts). The coordinator fails the job without restarting it: a new attempt would
 //        see the same mounts
+//   7    left the job: fault_tolerance REPLICA_GROUPS and this rank's replica group was lost (the
+//        coordinator answered its step vote LEAVE; trainer/replica_fault_tolerance.h). Expected:
+//        the coordinator treats any exit of a rank of a lost group as part of the loss
 //   128+N  stopped by signal N between steps (143 for SIGTERM, 130 for SIGINT); a SIGKILL
 //        shows as the signal itself to the parent
 #ifndef SHARDLINE_TRAINER_EXIT_CODES_H_
@@ -28,6 +31,7 @@ enum TrainerExitCode : int {
   kExitCommFailure = 4,
   kExitDiverged = 5,
   kExitCheckpointDirNotShared = 6,
+  kExitLeftReplicaGroup = 7,
   kExitSignalBase = 128,
 };
 

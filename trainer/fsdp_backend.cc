@@ -94,6 +94,15 @@ void FsdpBackend::set_step(int64_t step) {
   comms_.world->set_step(step);
 }
 
+absl::Status FsdpBackend::SetCommunicators(const Comms& comms) {
+  if (comms.world == nullptr) {
+    return absl::InvalidArgumentError("FsdpBackend needs a world communicator");
+  }
+  RETURN_IF_ERROR(engine_->SetCommunicators(comms.shard, comms.replicate));
+  comms_ = comms;
+  return absl::OkStatus();
+}
+
 absl::Status FsdpBackend::Backward(const at::Tensor& loss, bool sync) {
   return engine_->Backward(scaler_.has_value() ? loss * scaler_->scale() : loss, sync);
 }

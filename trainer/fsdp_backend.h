@@ -62,7 +62,13 @@ class FsdpBackend : public TrainingBackend {
   std::optional<double> loss_scale() const override;
   int64_t skipped_steps() const override;
 
+  // Replica-group fault tolerance: the communicators of a new membership (borrowed, as in
+  // Create), between steps; the engine's FsdpEngine::SetCommunicators (its errors).
+  absl::Status SetCommunicators(const Comms& comms);
+
   fsdp::FsdpEngine* engine() { return engine_.get(); }
+  // float16 loss scaling's scaler (null otherwise), for the heal.
+  fsdp::DynamicLossScaler* scaler() { return scaler_.has_value() ? &*scaler_ : nullptr; }
   fsdp::ShardedOptimizer* optimizer() { return optimizer_.get(); }
   fsdp::Communicator* world() const { return comms_.world; }
 

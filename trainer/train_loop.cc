@@ -42,8 +42,8 @@ class Loop {
     device_ = model_.module().parameters().front().device();
     RETURN_IF_ERROR(sampler_.Restore(o_.start_cursor));
     at::manual_seed(c_.seed + 1000003ULL * o_.rank);  // Dropout: per rank, reproducible.
-    const double flops_per_token = model_.TrainingFlopsPerToken(c_.seq_len);
-    const int64_t tokens_per_step = static_cast<int64_t>(c_.global_batch_size) * c_.seq_len;
+    flops_per_token_ = model_.TrainingFlopsPerToken(c_.seq_len);
+    tokens_per_step_ = static_cast<int64_t>(c_.global_batch_size) * c_.seq_len;
     TrainSummary summary;
     model_.module().train();
     for (int64_t step = o_.start_step; step < c_.steps; ++step) {
@@ -54,51 +54,20 @@ class Loop {
       const auto t0 = Clock::now();
       const double lr =
           LearningRateAt(static_cast<int>(step), c_.lr, c_.min_lr, c_.warmup_steps, c_.steps);
+      if (o_.gate != nullptr) {
+        ASSIGN_OR_RETURN(double loss, VotedStep(step));
+        ASSIGN_OR_RETURN(double grad_norm, backend_.Step(lr));
+        const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        RETURN_IF_ERROR(FinishStep(step, lr, grad_norm, loss, seconds, summary));
+        const data::DataCursor& next = sampler_.cursor();
+        RETURN_IF_ERROR(o_.gate->AfterCommit(step + 1, next.epoch, next.position));
+        continue;
+      }
       ASSIGN_OR_RETURN(at::Tensor local_loss, TrainStep());
       ASSIGN_OR_RETURN(double grad_norm, backend_.Step(lr));
       ASSIGN_OR_RETURN(double loss, GlobalMean(backend_, local_loss, 1.0));
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (!std::isfinite(loss)) {
-        return absl::AbortedError(absl::StrCat(
-            "training loss became ", loss, " at step ", step + 1,
-            "; lower optimizer.lr, raise optimizer.warmup_steps or set optimizer.grad_clip"));
-      }
-      summary.train_losses.push_back(loss);
-
-      std::optional<double> val_loss;
-      const bool last = step + 1 == c_.steps;
-      if (last || (c_.eval_every > 0 && (step + 1) % c_.eval_every == 0)) {
-        ASSIGN_OR_RETURN(double v, Evaluate());
-        val_loss = v;
-        summary.val_losses.emplace_back(step + 1, v);
-        summary.final_val_loss = v;
-        model_.module().train();
-      }
-      if (last || val_loss.has_value() || (step + 1) % c_.log_every == 0) {
-        StepMetrics m;
-        m.step = step + 1;
-        m.loss = loss;
-        m.lr = lr;
-        m.grad_norm = grad_norm;
-        m.step_time_s = seconds;
-        m.tokens_per_s = tokens_per_step / seconds;
-        m.mfu =
-            flops_per_token * tokens_per_step / seconds / (o_.peak_flops_per_rank * o_.world_size);
-        m.rss_bytes = CurrentRssBytes();
-        m.peak_memory_bytes = PeakRssBytes();
-        FillDeviceMemory(device_, &m);
-        m.val_loss = val_loss;
-        m.loss_scale = backend_.loss_scale();
-        m.skipped_steps = backend_.skipped_steps();
-        m.rank = o_.rank;
-        m.world_size = o_.world_size;
-        if (last && c_.sample_tokens > 0) {
-          ASSIGN_OR_RETURN(summary.sample, Sample());
-          if (o_.rank == 0) m.sample = summary.sample;
-        }
-        RETURN_IF_ERROR(Emit(m));
-      }
-      if (o_.after_step) RETURN_IF_ERROR(o_.after_step(step + 1, sampler_.cursor()));
+      RETURN_IF_ERROR(FinishStep(step, lr, grad_norm, loss, seconds, summary));
     }
     summary.steps = c_.steps;
     summary.cursor = sampler_.cursor();
@@ -106,6 +75,103 @@ class Loop {
   }
 
  private:
+  // After the optimizer step: the divergence check, evaluation, logs and checkpoint.
+  absl::Status FinishStep(int64_t step, double lr, double grad_norm, double loss, double seconds,
+                          TrainSummary& summary) {
+    if (!std::isfinite(loss)) {
+      return absl::AbortedError(absl::StrCat(
+          "training loss became ", loss, " at step ", step + 1,
+          "; lower optimizer.lr, raise optimizer.warmup_steps or set optimizer.grad_clip"));
+    }
+    summary.train_losses.push_back(loss);
+
+    std::optional<double> val_loss;
+    const bool last = step + 1 == c_.steps;
+    if ((last || (c_.eval_every > 0 && (step + 1) % c_.eval_every == 0)) && !Broken()) {
+      absl::StatusOr<double> v = Evaluate();
+      if (!v.ok() && !MarkBroken(v.status())) return v.status();
+      if (v.ok()) {
+        val_loss = *v;
+        summary.val_losses.emplace_back(step + 1, *v);
+        summary.final_val_loss = *v;
+      }
+      model_.module().train();
+    }
+    if (last || val_loss.has_value() || (step + 1) % c_.log_every == 0) {
+      StepMetrics m;
+      m.step = step + 1;
+      m.loss = loss;
+      m.lr = lr;
+      m.grad_norm = grad_norm;
+      m.step_time_s = seconds;
+      m.tokens_per_s = tokens_per_step_ / seconds;
+      m.mfu =
+          flops_per_token_ * tokens_per_step_ / seconds / (o_.peak_flops_per_rank * o_.world_size);
+      m.rss_bytes = CurrentRssBytes();
+      m.peak_memory_bytes = PeakRssBytes();
+      FillDeviceMemory(device_, &m);
+      m.val_loss = val_loss;
+      m.loss_scale = backend_.loss_scale();
+      m.skipped_steps = backend_.skipped_steps();
+      m.rank = o_.rank;
+      m.world_size = o_.world_size;
+      if (last && c_.sample_tokens > 0 && !Broken()) {
+        absl::StatusOr<std::string> sample = Sample();
+        if (!sample.ok() && !MarkBroken(sample.status())) return sample.status();
+        if (sample.ok()) summary.sample = *std::move(sample);
+        if (Leader()) m.sample = summary.sample;
+      }
+      RETURN_IF_ERROR(Emit(m));
+    }
+    if (o_.after_step && !Broken()) {
+      absl::Status saved = o_.after_step(step + 1, sampler_.cursor());
+      if (!saved.ok() && !MarkBroken(saved)) return saved;
+    } else if (o_.after_step) {
+      SL_LOG(WARNING) << "step " << step + 1 << ": no checkpoint save while the communicators "
+                      << "are broken (" << o_.gate->broken().message() << ")";
+    }
+    return absl::OkStatus();
+  }
+
+  // Replica-group fault tolerance: trains step `step` (0-based) until a vote commits it, and
+  // returns the committed loss. ABORT rewinds the sampler to the step's start and trains again.
+  absl::StatusOr<double> VotedStep(int64_t step) {
+    const data::DataCursor start = sampler_.cursor();
+    while (true) {
+      o_.gate->BeginStep(step + 1);
+      backend_.set_step(step + 1);  // The communicators may be new since the last try (ABORT).
+      absl::Status trained = o_.gate->broken();
+      double local = 0;
+      if (trained.ok()) {
+        absl::StatusOr<at::Tensor> l = TrainStep();
+        trained = l.status();
+        if (trained.ok()) {
+          trained = TorchCall("read the loss", [&] { local = l->cpu().item<double>(); });
+        }
+      }
+      ASSIGN_OR_RETURN(StepDecision d, o_.gate->EndStep(step + 1, trained, local));
+      if (d.kind == StepDecision::Kind::kCommit) return d.loss;
+      if (d.kind == StepDecision::Kind::kLeave) {
+        return absl::UnavailableError(absl::StrCat("left the job at step ", step + 1,
+                                                   ": this rank's replica group was lost"));
+      }
+      RETURN_IF_ERROR(sampler_.Restore(start));  // ABORT: the same data again.
+    }
+  }
+
+  // Whether this rank logs the job's lines (rank 0; with a gate, its leader).
+  bool Leader() const { return o_.gate != nullptr ? o_.gate->leader() : o_.rank == 0; }
+  // With a gate: its communicators failed since they were built (never without one).
+  bool Broken() const { return o_.gate != nullptr && !o_.gate->broken().ok(); }
+  // With a gate, a communication failure `s` outside the voted step breaks it (true); false:
+  // the caller fails with `s` (always without a gate).
+  bool MarkBroken(const absl::Status& s) {
+    if (o_.gate == nullptr || !o_.gate->MarkBroken(s)) return false;
+    SL_LOG(WARNING) << "a collective failed between steps: " << s.message()
+                    << "; the next step votes not ok";
+    return true;
+  }
+
   // Forward + backward of this rank's micro-batches; returns their mean loss as a float64 scalar
   // on the model's device. The losses add up there: a host read (item()) per micro-batch would
   // wait for the device each time; the step reads the mean once, in GlobalMean. (The same float64
@@ -188,7 +254,7 @@ class Loop {
   }
 
   absl::Status Emit(const StepMetrics& m) {
-    if (o_.rank == 0) {
+    if (Leader()) {
       std::string line = absl::StrFormat(
           "step %d/%d loss %.4f lr %.3g grad_norm %.3f %.3fs %.0f tok/s mfu %.2f%% rss %.0fMiB",
           m.step, c_.steps, m.loss, m.lr, m.grad_norm, m.step_time_s, m.tokens_per_s, 100 * m.mfu,
@@ -219,6 +285,8 @@ class Loop {
   const TrainLoopOptions& o_;
   data::DistributedSampler sampler_;
   at::Device device_ = at::kCPU;
+  double flops_per_token_ = 0;
+  int64_t tokens_per_step_ = 0;
 };
 
 }  // namespace

@@ -36,6 +36,7 @@
 #include "trainer/backend.h"
 #include "trainer/config.h"
 #include "trainer/metrics.h"
+#include "trainer/step_gate.h"
 #include "trainer/tensorboard_writer.h"
 
 namespace shardline::trainer {
@@ -62,6 +63,13 @@ struct TrainLoopOptions {
   // Optional, borrowed: data.vocab_path's vocabulary; the sample prompt is encoded and the sample
   // decoded with it (otherwise bytes for TEXT data, ids for token data).
   const data::TokenVocab* vocab = nullptr;
+  // Optional, borrowed: replica-group fault tolerance (trainer/step_gate.h). Each step is then
+  // voted on before the optimizer touches it: ABORT trains it again on the same data, LEAVE
+  // ends the loop (UNAVAILABLE; gate->left()), COMMIT's loss (the mean of the members' votes)
+  // replaces the world all-reduce; the gate's leader logs; a communication failure in
+  // evaluation, sampling or a checkpoint save breaks the gate instead of ending training (the
+  // next step votes not ok; a save is skipped while broken). Null: the plain loop.
+  StepGate* gate = nullptr;
 };
 
 struct TrainSummary {

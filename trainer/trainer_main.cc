@@ -10,6 +10,11 @@
 // Exit codes: exit_codes.h. The spec's paths are relative to the spec file. Logs go to
 // stderr; the sample to stdout.
 //
+// fault_tolerance REPLICA_GROUPS (trainer/replica_fault_tolerance.h): every step is voted on
+// with the coordinator (StepVote); SHARDLINE_RANK_GENERATION >= 1 marks a replacement rank,
+// which resumes no checkpoint: it joins the running job and is healed from a live replica group.
+// A rank whose group was lost exits 7 (kExitLeftReplicaGroup).
+//
 // Tests only: SHARDLINE_TEST_PAUSE_IN_SAMPLE=RANK:SECONDS makes rank RANK sleep SECONDS when it
 // reaches the final sample, before its first sampling forward, so that its peers wait for it
 // inside their sampling collectives. It prints "test pause in sample: rank R" to stderr first,
@@ -48,6 +53,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/network_interface.h"
+#include "common/status_macros.h"
 #include "common/torch_status.h"
 #include "data/token_dataset.h"
 #include "fsdp/comm_groups.h"
@@ -56,12 +62,14 @@
 #include "trainer/checkpointing.h"
 #include "trainer/config.h"
 #include "trainer/coordinator_reporter.h"
+#include "trainer/coordinator_step_voter.h"
 #include "trainer/cpu_memory_cap.h"
 #include "trainer/device_select.h"
 #include "trainer/exit_codes.h"
 #include "trainer/fsdp_backend.h"
 #include "trainer/local_backend.h"
 #include "trainer/metrics.h"
+#include "trainer/replica_fault_tolerance.h"
 #include "trainer/store.h"
 #include "trainer/train_loop.h"
 
@@ -242,10 +250,8 @@ absl::StatusOr<std::unique_ptr<MetricsWriter>> OpenMetrics(const std::string& pa
   return MetricsWriter::Open(path);
 }
 
-// The communicators of c.layout (world, shard group, replicate group), bootstrapped through
-// `store`: Gloo on CPU, NCCL on CUDA.
-absl::StatusOr<fsdp::CommGroups> CreateCommunicators(const TrainerConfig& c, const RankEnv& env,
-                                                     at::Device device, fsdp::KvStore* store) {
+// The attempt's communicator options: Gloo on CPU, NCCL on CUDA, under the attempt's key prefix.
+fsdp::CommOptions CommOptionsFor(const TrainerConfig& c, const RankEnv& env, at::Device device) {
   fsdp::CommOptions comm;
   comm.backend = c.cuda ? fsdp::CommBackend::kNccl : fsdp::CommBackend::kGloo;
   comm.address = env.advertise_address;
@@ -261,7 +267,67 @@ absl::StatusOr<fsdp::CommGroups> CreateCommunicators(const TrainerConfig& c, con
   comm.fake_collectives = c.fake_collectives;  // Shard/replicate groups only; world stays real.
   comm.key_prefix =
       env.job_id.empty() ? "comm" : absl::StrCat("comm/", env.job_id, "/", env.attempt);
-  return fsdp::CreateCommGroups(c.layout, env.rank, store, comm);
+  return comm;
+}
+
+// The communicators of c.layout (world, shard group, replicate group), bootstrapped through
+// `store`. A replacement rank of a replica-group fault-tolerant job gets placeholders (no
+// sockets): it builds the live membership's communicators when it joins.
+absl::StatusOr<fsdp::CommGroups> CreateCommunicators(const TrainerConfig& c, const RankEnv& env,
+                                                     at::Device device, fsdp::KvStore* store) {
+  if (c.replica_fault_tolerance && env.rank_generation > 0) {
+    return ReplicaFaultTolerance::PlaceholderGroups(c.layout, env.rank, device.type());
+  }
+  return fsdp::CreateCommGroups(c.layout, env.rank, store, CommOptionsFor(c, env, device));
+}
+
+// fault_tolerance REPLICA_GROUPS: the step gate over the coordinator's votes, owning the
+// communicators from now on (a replacement rank must JoinRunningJob next). Null otherwise.
+absl::StatusOr<std::unique_ptr<ReplicaFaultTolerance>> StartFaultTolerance(
+    const TrainerConfig& c, const RankEnv& env, at::Device device, fsdp::KvStore* store,
+    fsdp::CommGroups& groups, FsdpBackend* fsdp, TrainerCheckpointing* ckpt,
+    std::unique_ptr<StepVoter>& voter, TrainLoopOptions& loop) {
+  if (!c.replica_fault_tolerance) return std::unique_ptr<ReplicaFaultTolerance>();
+  if (fsdp == nullptr || env.coordinator.empty() || env.job_id.empty()) {
+    return absl::InvalidArgumentError(
+        "fault_tolerance mode REPLICA_GROUPS needs the FSDP backend and a coordinator (run the "
+        "job with shardctl submit)");
+  }
+  CoordinatorStepVoterOptions vo;
+  vo.address = env.coordinator;
+  vo.token = env.rdzv_secret;
+  vo.job_id = env.job_id;
+  vo.attempt = env.attempt;
+  vo.rank = env.rank;
+  vo.generation = env.rank_generation;
+  ASSIGN_OR_RETURN(voter, MakeCoordinatorStepVoter(vo));
+  ReplicaFaultToleranceOptions o;
+  o.layout = c.layout;
+  o.rank = env.rank;
+  o.seed = c.seed;
+  o.digest_every_steps = c.ft_digest_every_steps;
+  o.comm = CommOptionsFor(c, env, device);
+  o.store = store;
+  o.voter = voter.get();
+  o.device = device.type();
+  o.should_stop = loop.should_stop;
+  const bool joining = env.rank_generation > 0;
+  ASSIGN_OR_RETURN(std::unique_ptr<ReplicaFaultTolerance> ft,
+                   ReplicaFaultTolerance::Create(o, fsdp, ckpt, std::move(groups), joining));
+  loop.gate = ft.get();
+  return ft;
+}
+
+// A replacement rank: admitted by the coordinator, healed from a live replica group; training
+// continues after the step the live groups last committed.
+absl::Status JoinRunningJob(const RankEnv& env, ReplicaFaultTolerance& ft, TrainLoopOptions& loop) {
+  SL_LOG(INFO) << "replacement rank (generation " << env.rank_generation
+               << "): joining the running job";
+  absl::StatusOr<JoinPoint> at = ft.Join();
+  if (!at.ok()) return at.status();
+  loop.start_step = at->steps_done;
+  loop.start_cursor = {at->data_epoch, at->data_position};
+  return absl::OkStatus();
 }
 
 // The FSDP engine and its sharded optimizer around `model`.
@@ -303,6 +369,8 @@ std::string JobCheckpointDir(const TrainerConfig& c, const RankEnv& env) {
 absl::Status CheckCheckpointDir(const TrainerConfig& c, const RankEnv& env, at::Device device,
                                 fsdp::KvStore* store, fsdp::Communicator* world) {
   if (c.checkpoint_dir.empty() || world == nullptr || world->size() < 2) return absl::OkStatus();
+  // A replacement rank's peers checked the directory at the attempt's start.
+  if (c.replica_fault_tolerance && env.rank_generation > 0) return absl::OkStatus();
   CheckpointDirProbeOptions o;
   o.dir = JobCheckpointDir(c, env);
   o.configured_dir = c.checkpoint_dir;
@@ -355,13 +423,16 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const 
   return TrainerCheckpointing::Create(policy, fsdp->engine(), fsdp->optimizer(), fsdp->world());
 }
 
-// Where training starts: a restored checkpoint's step and data cursor, or the beginning.
-absl::Status RestoreCheckpoint(TrainerCheckpointing* ckpt, TrainLoopOptions& loop) {
+// Where training starts: a restored checkpoint's step and data cursor, or the beginning. A
+// replacement rank of a replica-group fault-tolerant job restores nothing (it is healed).
+absl::Status RestoreCheckpoint(TrainerCheckpointing* ckpt, TrainLoopOptions& loop, bool joining) {
   if (ckpt == nullptr) return absl::OkStatus();
-  absl::StatusOr<checkpoint::TrainingProgress> start = ckpt->Restore();
-  if (!start.ok()) return start.status();
-  loop.start_step = start->step;
-  loop.start_cursor = {start->data_epoch, start->data_position};
+  if (!joining) {
+    absl::StatusOr<checkpoint::TrainingProgress> start = ckpt->Restore();
+    if (!start.ok()) return start.status();
+    loop.start_step = start->step;
+    loop.start_cursor = {start->data_epoch, start->data_position};
+  }
   loop.after_step = [ckpt](int64_t done, const data::DataCursor& next) {
     return ckpt->AfterStep(done, next.epoch, next.position);
   };
@@ -369,12 +440,12 @@ absl::Status RestoreCheckpoint(TrainerCheckpointing* ckpt, TrainLoopOptions& loo
 }
 
 // Waits for an asynchronous save still in flight; rank 0 logs the result and prints the sample.
-absl::Status FinishAndReport(TrainerCheckpointing* ckpt, const TrainSummary& summary, int rank) {
+absl::Status FinishAndReport(TrainerCheckpointing* ckpt, const TrainSummary& summary, bool leader) {
   if (ckpt != nullptr) {
     absl::Status finished = ckpt->Finish();
     if (!finished.ok()) return finished;
   }
-  if (rank == 0) {
+  if (leader) {
     SL_LOG(INFO) << "finished " << summary.steps << " steps: train loss "
                  << (summary.train_losses.empty() ? NAN : summary.train_losses.back())
                  << ", val loss " << summary.final_val_loss.value_or(NAN);
@@ -565,16 +636,31 @@ int Main(int argc, char** argv) {
     if (!created.ok()) return Fail(kExitBadSpec, "checkpoint", created.status());
     ckpt = *std::move(created);
   }
-  absl::Status restored = RestoreCheckpoint(ckpt.get(), *loop);
+  const bool joining = c.replica_fault_tolerance && env->rank_generation > 0;
+  absl::Status restored = RestoreCheckpoint(ckpt.get(), *loop, joining);
   if (!restored.ok()) return FailRestore(restored);
 
-  // 5. Train, then finish the last save and report.
+  // 5. fault_tolerance REPLICA_GROUPS: the per-step vote (a replacement rank joins and is
+  //    healed here). Then train, finish the last save and report.
+  std::unique_ptr<StepVoter> voter;
+  absl::StatusOr<std::unique_ptr<ReplicaFaultTolerance>> ft = StartFaultTolerance(
+      c, *env, *device, store.get(), groups, fsdp_backend.get(), ckpt.get(), voter, *loop);
+  if (!ft.ok()) return Fail(kExitBadSpec, "fault_tolerance", ft.status());
+  if (joining) {
+    absl::Status joined = JoinRunningJob(*env, **ft, *loop);
+    if ((*ft)->left()) return Fail(kExitLeftReplicaGroup, "fault tolerance", joined);
+    if (!joined.ok()) return FailTraining(joined);
+  }
   absl::StatusOr<TrainSummary> summary = RunTraining(c, **model, *backend, **dataset, *loop);
+  if (*ft != nullptr && (*ft)->left()) {
+    return Fail(kExitLeftReplicaGroup, "fault tolerance", summary.status());
+  }
   if (!summary.ok()) return FailTraining(summary.status());
   if (fsdp_backend != nullptr) {
     SL_LOG(INFO) << fsdp_backend->MemorySummary();
   }
-  absl::Status finished = FinishAndReport(ckpt.get(), *summary, env->rank);
+  const bool leader = *ft != nullptr ? (*ft)->leader() : env->rank == 0;
+  absl::Status finished = FinishAndReport(ckpt.get(), *summary, leader);
   if (!finished.ok()) return Fail(kExitInternal, "checkpoint", finished);
   if (CpuMemoryPeak() > 0) {
     SL_LOG(INFO) << "CPU memory cap: peak " << CpuMemoryPeak() / 1048576.0 << " MiB of tensors";

@@ -1,0 +1,383 @@
+// Replica-group fault tolerance in the trainer: the loop under a gate (abort, leave), and
+// ReplicaFaultTolerance over real Gloo communicators on threads with a scripted coordinator
+// (a rank fails, its group leaves, the survivors train on alone, a replacement group joins and
+// is healed bit for bit).
+#include "trainer/replica_fault_tolerance.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "common/status_macros.h"
+#include "fsdp/comm_groups.h"
+#include "fsdp/replica_state.h"
+#include "fsdp/tcp_kv_store.h"
+#include "models/model_factory.h"
+#include "trainer/config.h"
+#include "trainer/fsdp_backend.h"
+#include "trainer/store.h"
+#include "trainer/train_loop.h"
+
+namespace shardline::trainer {
+namespace {
+
+constexpr char kSpec[] = "examples/tiny_gpt_shakespeare.yaml";
+
+TrainerConfig Config(int world_size, const std::vector<std::string>& sets) {
+  RankEnv env;
+  env.world_size = world_size;
+  auto c = LoadTrainerConfig(kSpec, sets, env);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
+}
+
+// ---- the loop under a fake gate (one rank, FSDP backend at W = 1) ---------------------------
+
+class ScriptedGate : public StepGate {
+ public:
+  explicit ScriptedGate(fsdp::FsdpEngine* engine) : engine_(engine) {}
+  void BeginStep(int64_t step) override { begun.push_back(step); }
+  absl::Status broken() const override { return absl::OkStatus(); }
+  absl::StatusOr<StepDecision> EndStep(int64_t step, const absl::Status& trained,
+                                       double loss) override {
+    EXPECT_TRUE(trained.ok()) << trained;
+    StepDecision d;
+    d.step = step;
+    d.loss = loss;
+    if (step == abort_step && !aborted) {
+      aborted = true;
+      engine_->DropStepGradients();
+      d.kind = StepDecision::Kind::kAbort;
+    } else if (step == leave_step) {
+      left_ = true;
+      d.kind = StepDecision::Kind::kLeave;
+    }
+    return d;
+  }
+  absl::Status AfterCommit(int64_t step, int64_t, int64_t) override {
+    committed.push_back(step);
+    return absl::OkStatus();
+  }
+  bool MarkBroken(const absl::Status&) override { return false; }
+  bool leader() const override { return true; }
+  bool left() const override { return left_; }
+
+  int64_t abort_step = -1, leave_step = -1;
+  bool aborted = false;
+  std::vector<int64_t> begun, committed;
+
+ private:
+  fsdp::FsdpEngine* engine_;
+  bool left_ = false;
+};
+
+struct OneRank {
+  TrainerConfig config;
+  std::unique_ptr<data::TokenDataset> dataset;
+  std::unique_ptr<models::LanguageModel> model;
+  std::unique_ptr<fsdp::KvStore> store;
+  fsdp::CommGroups groups;
+  std::unique_ptr<FsdpBackend> backend;
+};
+
+std::unique_ptr<OneRank> MakeOneRank() {
+  auto r = std::make_unique<OneRank>();
+  r->config = Config(1, {"fsdp.sharding_strategy=NO_SHARD", "fsdp.hybrid_shard_degree=0",
+                         "train.sample_tokens=0", "train.log_every=1000", "train.steps=4",
+                         "train.eval_every=0", "train.deterministic=true"});
+  const TrainerConfig& c = r->config;
+  auto ds = data::TokenDataset::Open(
+      {c.data_path, c.data_format, c.val_fraction, c.seq_len, c.model.vocab_size});
+  EXPECT_TRUE(ds.ok()) << ds.status();
+  r->dataset = std::move(*ds);
+  auto model = models::CreateModel(c.model);
+  EXPECT_TRUE(model.ok()) << model.status();
+  r->model = std::move(*model);
+  r->store = *CreateBootstrapStore(RankEnv(), absl::Seconds(10));
+  auto groups = fsdp::CreateCommGroups(fsdp::ParallelLayout(), 0, r->store.get(), {});
+  EXPECT_TRUE(groups.ok()) << groups.status();
+  r->groups = std::move(*groups);
+  auto b = FsdpBackend::Create(
+      *r->model, c, 0, {r->groups.world.get(), r->groups.shard.get(), r->groups.replicate.get()});
+  EXPECT_TRUE(b.ok()) << b.status();
+  r->backend = std::move(*b);
+  return r;
+}
+
+TEST(TrainLoopWithAGate, AnAbortedStepIsTrainedAgainOnTheSameDataAndLossesMatchAPlainRun) {
+  std::unique_ptr<OneRank> plain = MakeOneRank();
+  auto want = RunTraining(plain->config, *plain->model, *plain->backend, *plain->dataset, {});
+  ASSERT_TRUE(want.ok()) << want.status();
+
+  std::unique_ptr<OneRank> gated = MakeOneRank();
+  ScriptedGate gate(gated->backend->engine());
+  gate.abort_step = 2;
+  TrainLoopOptions o;
+  o.gate = &gate;
+  auto got = RunTraining(gated->config, *gated->model, *gated->backend, *gated->dataset, o);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(gate.begun, (std::vector<int64_t>{1, 2, 2, 3, 4}));
+  EXPECT_EQ(gate.committed, (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(got->train_losses, want->train_losses);  // Bit for bit: the same data, no leftovers.
+  EXPECT_EQ(got->cursor, want->cursor);
+}
+
+TEST(TrainLoopWithAGate, LeaveEndsTrainingUnavailableNamingTheStep) {
+  std::unique_ptr<OneRank> r = MakeOneRank();
+  ScriptedGate gate(r->backend->engine());
+  gate.leave_step = 3;
+  TrainLoopOptions o;
+  o.gate = &gate;
+  auto got = RunTraining(r->config, *r->model, *r->backend, *r->dataset, o);
+  ASSERT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_EQ(got.status().message(), "left the job at step 3: this rank's replica group was lost");
+  EXPECT_TRUE(gate.left());
+  EXPECT_EQ(gate.committed, (std::vector<int64_t>{1, 2}));
+}
+
+// ---- ReplicaFaultTolerance over Gloo on threads, with a scripted coordinator ---------------
+
+// Rounds of votes: each round waits for its ranks' ballots, then `decide` answers each of them.
+class ScriptedCoordinator {
+ public:
+  struct Round {
+    std::vector<int> ranks;
+    std::function<std::map<int, StepDecision>(const std::map<int, StepBallot>&)> decide;
+  };
+  explicit ScriptedCoordinator(std::vector<Round> rounds) : rounds_(std::move(rounds)) {}
+
+  absl::StatusOr<StepDecision> Vote(int rank, const StepBallot& b) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (next_ >= rounds_.size()) return absl::InternalError("no round left");
+    // The first round still waiting for this rank (a replacement's vote may come early).
+    size_t round = next_;
+    while (round < rounds_.size() &&
+           (std::find(rounds_[round].ranks.begin(), rounds_[round].ranks.end(), rank) ==
+                rounds_[round].ranks.end() ||
+            ballots_[round].count(rank) > 0)) {
+      ++round;
+    }
+    if (round == rounds_.size()) return absl::InternalError("no round for this vote");
+    ballots_[round][rank] = b;
+    while (next_ < rounds_.size() && ballots_[next_].size() == rounds_[next_].ranks.size()) {
+      seen.push_back(ballots_[next_]);
+      decisions_[next_] = rounds_[next_].decide(ballots_[next_]);
+      ++next_;
+      cv_.notify_all();
+    }
+    if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return decisions_.count(round); })) {
+      return absl::DeadlineExceededError("no decision");
+    }
+    return decisions_[round].at(rank);
+  }
+
+  std::vector<std::map<int, StepBallot>> seen;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Round> rounds_;
+  size_t next_ = 0;
+  std::map<size_t, std::map<int, StepBallot>> ballots_;
+  std::map<size_t, std::map<int, StepDecision>> decisions_;
+};
+
+class RankVoter : public StepVoter {
+ public:
+  RankVoter(ScriptedCoordinator* c, int rank) : c_(c), rank_(rank) {}
+  absl::StatusOr<StepDecision> Vote(const StepBallot& b) override { return c_->Vote(rank_, b); }
+
+ private:
+  ScriptedCoordinator* c_;
+  int rank_;
+};
+
+StepDecision Decide(StepDecision::Kind kind, int64_t step, int64_t epoch, std::vector<int> live,
+                    std::vector<int> joining = {}) {
+  StepDecision d;
+  d.kind = kind;
+  d.step = step;
+  d.epoch = epoch;
+  d.live_groups = std::move(live);
+  d.joining_groups = std::move(joining);
+  d.heal_source_group = 0;
+  return d;
+}
+
+struct FtRank {
+  std::unique_ptr<models::LanguageModel> model;
+  std::unique_ptr<FsdpBackend> backend;
+  std::unique_ptr<ReplicaFaultTolerance> ft;
+};
+
+absl::StatusOr<FtRank> MakeFtRank(const TrainerConfig& c, int rank, fsdp::KvStore* store,
+                                  StepVoter* voter, bool joining) {
+  FtRank r;
+  auto model = models::CreateModel(c.model);
+  if (!model.ok()) return model.status();
+  r.model = std::move(*model);
+  ReplicaFaultToleranceOptions o;
+  o.layout = c.layout;
+  o.rank = rank;
+  o.comm.timeout = absl::Seconds(30);
+  o.comm.key_prefix = "comm/job-1/1";
+  o.store = store;
+  o.voter = voter;
+  fsdp::CommGroups groups;
+  if (joining) {
+    groups = ReplicaFaultTolerance::PlaceholderGroups(c.layout, rank, at::kCPU);
+  } else {
+    auto g = fsdp::CreateCommGroups(c.layout, rank, store, o.comm);
+    if (!g.ok()) return g.status();
+    groups = std::move(*g);
+  }
+  auto b = FsdpBackend::Create(*r.model, c, rank,
+                               {groups.world.get(), groups.shard.get(), groups.replicate.get()});
+  if (!b.ok()) return b.status();
+  r.backend = std::move(*b);
+  auto ft = ReplicaFaultTolerance::Create(o, r.backend.get(), nullptr, std::move(groups), joining);
+  if (!ft.ok()) return ft.status();
+  r.ft = std::move(*ft);
+  return r;
+}
+
+// A committed step's update from gradients that depend on the shard and the step only (so the
+// replicas of a shard stay equal).
+absl::Status Update(FtRank& r, int64_t step, int shard_index) {
+  for (const auto& flat : r.backend->engine()->flat_params()) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 * step + shard_index);
+    flat->shard_grad().copy_(at::randn(flat->shard_grad().sizes(), gen));
+  }
+  return r.backend->Step(1e-2).status();
+}
+
+TEST(ReplicaFaultTolerance, LostGroupLeavesSurvivorsTrainOnAndAReplacementIsHealedBitForBit) {
+  const TrainerConfig c = Config(4, {"train.sample_tokens=0"});  // HYBRID_SHARD, S = 2.
+  fsdp::TcpKvStore::Options so;
+  so.serve = true;
+  auto store = fsdp::TcpKvStore::Create(so);
+  ASSERT_TRUE(store.ok()) << store.status();
+  using K = StepDecision::Kind;
+  ScriptedCoordinator coordinator(
+      {// Step 1: everyone ok.
+       {{0, 1, 2, 3},
+        [](const std::map<int, StepBallot>& b) {
+          std::map<int, StepDecision> d;
+          for (auto& [r, ballot] : b) d[r] = Decide(K::kCommit, 1, 0, {0, 1});
+          return d;
+        }},
+       // Step 2: rank 2 failed; group 1 is lost.
+       {{0, 1, 2, 3},
+        [](const std::map<int, StepBallot>&) {
+          std::map<int, StepDecision> d;
+          for (int r : {0, 1}) d[r] = Decide(K::kAbort, 2, 1, {0});
+          for (int r : {2, 3}) d[r] = Decide(K::kLeave, 2, 1, {0});
+          return d;
+        }},
+       // Step 2 again, group 0 alone.
+       {{0, 1},
+        [](const std::map<int, StepBallot>&) {
+          std::map<int, StepDecision> d;
+          for (int r : {0, 1}) d[r] = Decide(K::kCommit, 2, 1, {0});
+          return d;
+        }},
+       // Step 3: group 1's replacement is admitted and healed from group 0.
+       {{0, 1, 2, 3}, [](const std::map<int, StepBallot>&) {
+          std::map<int, StepDecision> d;
+          for (int r : {0, 1, 2, 3}) d[r] = Decide(K::kCommit, 3, 2, {0, 1}, {1});
+          return d;
+        }}});
+  std::vector<uint64_t> digest(4);
+  std::vector<int64_t> opt_steps(4), epochs(4);
+  std::vector<JoinPoint> joined(4);
+  std::vector<bool> left(4), leader(4);
+  std::vector<absl::Status> status(4);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 4; ++rank) {
+    threads.emplace_back([&, rank] {
+      status[rank] = [&]() -> absl::Status {
+        RankVoter voter(&coordinator, rank);
+        const int shard_index = rank % 2;
+        absl::StatusOr<FtRank> r = MakeFtRank(c, rank, store->get(), &voter, false);
+        if (!r.ok()) return r.status();
+        r->ft->BeginStep(1);
+        ASSIGN_OR_RETURN(StepDecision d, r->ft->EndStep(1, absl::OkStatus(), 2.5));
+        if (d.kind != K::kCommit) return absl::InternalError("step 1 not committed");
+        RETURN_IF_ERROR(Update(*r, 1, shard_index));
+        RETURN_IF_ERROR(r->ft->AfterCommit(1, 0, 32));
+        r->ft->BeginStep(2);
+        const absl::Status failure =
+            rank == 2 ? absl::UnavailableError("group shard[1] op all_gather step 2: lost a peer")
+                      : absl::OkStatus();
+        ASSIGN_OR_RETURN(d, r->ft->EndStep(2, failure, 2.4));
+        if (rank >= 2) {
+          left[rank] = r->ft->left();
+          if (d.kind != K::kLeave) return absl::InternalError("group 1 did not leave");
+          r = absl::StatusOr<FtRank>();  // The lost process ends...
+          RankVoter replacement_voter(&coordinator, rank);
+          // ...and its replacement joins.
+          absl::StatusOr<FtRank> fresh =
+              MakeFtRank(c, rank, store->get(), &replacement_voter, /*joining=*/true);
+          if (!fresh.ok()) return fresh.status();
+          ASSIGN_OR_RETURN(joined[rank], fresh->ft->Join());
+          ASSIGN_OR_RETURN(digest[rank], fsdp::StateDigest(*fresh->backend->engine(),
+                                                           fresh->backend->optimizer()));
+          opt_steps[rank] = fresh->backend->optimizer()->step_count();
+          epochs[rank] = fresh->ft->epoch();
+          leader[rank] = fresh->ft->leader();
+          return absl::OkStatus();
+        }
+        if (d.kind != K::kAbort) return absl::InternalError("step 2 not aborted");
+        if (r->ft->live_groups() != std::vector<int>{0}) return absl::InternalError("live");
+        r->ft->BeginStep(2);
+        ASSIGN_OR_RETURN(d, r->ft->EndStep(2, absl::OkStatus(), 2.4));
+        if (d.kind != K::kCommit) return absl::InternalError("step 2 not committed");
+        RETURN_IF_ERROR(Update(*r, 2, shard_index));
+        RETURN_IF_ERROR(r->ft->AfterCommit(2, 0, 64));
+        r->ft->BeginStep(3);
+        ASSIGN_OR_RETURN(d, r->ft->EndStep(3, absl::OkStatus(), 2.3));
+        if (d.kind != K::kCommit) return absl::InternalError("step 3 not committed");
+        RETURN_IF_ERROR(Update(*r, 3, shard_index));
+        RETURN_IF_ERROR(r->ft->AfterCommit(3, 0, 96));  // New epoch: build and heal.
+        ASSIGN_OR_RETURN(digest[rank],
+                         fsdp::StateDigest(*r->backend->engine(), r->backend->optimizer()));
+        opt_steps[rank] = r->backend->optimizer()->step_count();
+        epochs[rank] = r->ft->epoch();
+        leader[rank] = r->ft->leader();
+        return absl::OkStatus();
+      }();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+  // Rank 2's vote on step 2 said why.
+  ASSERT_EQ(coordinator.seen.size(), 4u);
+  EXPECT_FALSE(coordinator.seen[1].at(2).ok);
+  EXPECT_EQ(coordinator.seen[1].at(2).error, "group shard[1] op all_gather step 2: lost a peer");
+  EXPECT_TRUE(coordinator.seen[1].at(3).ok);
+  EXPECT_TRUE(coordinator.seen[3].at(2).joining);
+  EXPECT_TRUE(left[2] && left[3]);
+  for (int r : {2, 3}) {
+    EXPECT_EQ(joined[r].steps_done, 3) << "rank " << r;
+    EXPECT_EQ(joined[r].data_epoch, 0);
+    EXPECT_EQ(joined[r].data_position, 96);
+  }
+  EXPECT_EQ(digest[0], digest[2]);
+  EXPECT_EQ(digest[1], digest[3]);
+  EXPECT_NE(digest[0], digest[1]);
+  EXPECT_EQ(opt_steps, (std::vector<int64_t>{3, 3, 3, 3}));
+  EXPECT_EQ(epochs, (std::vector<int64_t>{2, 2, 2, 2}));
+  EXPECT_EQ(leader, (std::vector<bool>{true, false, false, false}));
+}
+
+}  // namespace
+}  // namespace shardline::trainer
