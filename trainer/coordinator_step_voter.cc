@@ -50,7 +50,10 @@ class CoordinatorStepVoter : public StepVoter {
       if (resp.ok()) return FromProto(*resp);
       last = resp.status();
       const bool again = last.code() == absl::StatusCode::kDeadlineExceeded;
-      const bool retry = again || last.code() == absl::StatusCode::kUnavailable;
+      // UNAVAILABLE: the coordinator is restarting or unreachable; RESOURCE_EXHAUSTED: its
+      // threads are busy. Anything else (the attempt is over, a bug) ends the wait.
+      const bool retry = again || last.code() == absl::StatusCode::kUnavailable ||
+                         last.code() == absl::StatusCode::kResourceExhausted;
       if (!retry || absl::Now() >= give_up) break;
       if (!again) {
         SL_LOG(WARNING) << "vote on step " << b.step << ": " << last.message() << "; retrying";
