@@ -129,8 +129,9 @@ class Bench:
         if kill:
             status = self.cluster.wait_for(job, lambda s: len(s.get("placement", [])) ==
                                            a.world_size, timeout=300, what="placement")
-            node = {int(p["rank"]): int(p["node_name"].rsplit("-", 1)[1])
-                    for p in status["placement"]}
+            # rank r's entry is placement[r] (a proto's JSON leaves out rank 0's "rank").
+            node = {r: int(p["node_name"].rsplit("-", 1)[1])
+                    for r, p in enumerate(status["placement"])}
             metrics = os.path.join(self.cluster.worker_dir(node[0]), "jobs", job, "attempt-1",
                                    "metrics-rank-0.jsonl")
             victim = None
