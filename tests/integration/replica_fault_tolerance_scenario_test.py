@@ -42,8 +42,9 @@ import cluster_test  # noqa: E402  (imported as a module, so its tests are not c
 COLLECTIVE_TIMEOUT_S = 10
 VOTE_TIMEOUT_S = 5
 S = 2  # hybrid_shard_degree: replica group g is ranks [g*S, (g+1)*S)
-# Every wait is generous: up to six trainers share two cores with the daemons.
-JOB_TIMEOUT_S = 900
+# Every wait is generous: up to six trainers share two cores with the daemons. (A job of these
+# takes 15-40 s on an idle 2-core machine before any collective or vote timeout.)
+JOB_TIMEOUT_S = 420
 
 STARTED = re.compile(r"started rank (\d+)/(\d+) of (\S+) attempt (\d+) \(pid (\d+)"
                      r"(?:, generation (\d+))?")
