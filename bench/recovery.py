@@ -19,8 +19,13 @@ Per failure run:
                     checkpoint step attempt 2 resumed from); ft = 0 unless a step was written
                     twice. Plus "aborted": steps whose work in flight was dropped (ft: rank 0's
                     "step N aborted" lines; none: 1, the step the kill hit).
-  wall lost         (first SCHEDULED event -> job end) of the failure run minus that of the
-                    clean run of the same mode.
+  wall lost         kill -> rank 0 logs the step the kill hit as committed (in the attempt that
+                    finished), minus one step time (the median before the kill): what the
+                    failure delayed training by; for ft plus the survivors' pause at the heal
+                    (the heal step's gap in rank 0's log minus one step). The whole runs' wall
+                    times (first SCHEDULED -> end) against the clean runs are printed too, but
+                    are no measure on this machine: with a group gone, four trainers instead of
+                    six share the two cores and run faster.
   ft split          detection: kill -> REPLICA_GROUP_LOST event; quorum: that event -> rank 0's
                     first "step N aborted" line (the survivors train on from there); placement:
                     event -> the replacement's "started rank" lines (worker logs); rejoin:
@@ -92,6 +97,30 @@ def log_times(text, pattern):
             mo, d, h, mi, s, ms = (int(x) for x in m.groups())
             out.append(time.mktime((year, mo, d, h, mi, s, 0, 0, -1)) + ms / 1000.0)
     return out
+
+
+def step_times(text):
+    """{step: unix time} of rank 0's "step k/N ..." lines (one per committed step, log_every 1)."""
+    out = {}
+    year = datetime.datetime.now().year
+    for line in text.splitlines():
+        m = LOG_TIME.match(line)
+        k = re.search(r"\] step (\d+)/\d+ loss ", line)
+        if m and k:
+            mo, d, h, mi, sec, ms = (int(x) for x in m.groups())
+            out[int(k.group(1))] = time.mktime((year, mo, d, h, mi, sec, 0, 0, -1)) + ms / 1000.0
+    return out
+
+
+def regain(r, before, after, fail_step):
+    """Fills r's step_time_s (median step before the kill) and regain_s (kill -> rank 0 has
+    committed the step the kill hit, in the attempt that finished): lost_s = regain_s - one step."""
+    steps = sorted(k for k in before if k < fail_step)
+    gaps = [before[b] - before[a] for a, b in zip(steps, steps[1:]) if b == a + 1 and a >= 2]
+    r["step_time_s"] = statistics.median(gaps) if gaps else None
+    r["regain_s"] = (after[fail_step] - r["t_kill"]) if fail_step in after else None
+    r["lost_s"] = (r["regain_s"] - r["step_time_s"]
+                   if r["regain_s"] is not None and r["step_time_s"] is not None else None)
 
 
 def read(path):
@@ -185,6 +214,17 @@ class Bench:
         for p in self.attempt_files(job, 1, "rank-*.gen*.log"):
             healed_lines += log_times(read(p), r"healed from replica group \d+ at step \d+")
         t_admit = times("REPLICA_GROUP_HEALED")
+        times0 = step_times(rank0)
+        regain(r, times0, times0, self.a.fail_step)
+        # The survivors also pause for the heal broadcast at the step the replacement is admitted.
+        h = re.search(r"healed replica group\(s\) .* at step (\d+)", rank0)
+        r["heal_pause_s"] = None
+        if h and r["step_time_s"] is not None:
+            k = int(h.group(1))
+            if k in times0 and k + 1 in times0:
+                r["heal_pause_s"] = max(0.0, times0[k + 1] - times0[k] - r["step_time_s"])
+        if r["lost_s"] is not None:
+            r["lost_s"] += r["heal_pause_s"] or 0.0
         r["detection_s"] = t_lost - r["t_kill"]
         r["quorum_s"] = (t_abort[0] - t_lost) if t_abort else None
         r["placement_s"] = (max(started) - t_lost) if started else None
@@ -214,6 +254,8 @@ class Bench:
         r["restart_s"] = (t_sched[1] - t_failed[0]) if t_failed and len(t_sched) > 1 else None
         r["reload_s"] = (t_resumed[0] - t_sched[1]) if t_resumed and len(t_sched) > 1 else None
         r["recompute_s"] = (t_caught[0] - t_resumed[0]) if t_caught and t_resumed else None
+        rank0_1 = read(self.attempt_files(job, 1, "rank-0.log")[0])
+        regain(r, step_times(rank0_1), step_times(rank0), self.a.fail_step)
 
 
 def fmt(x, spec="%.2f"):
@@ -292,11 +334,13 @@ def main():
         killed = [r for r in runs if r["mode"] == mode and r["kill"]]
         lost = [k["wall_s"] - c["wall_s"] for k, c in zip(killed, clean)]
         summary[mode] = {"clean_wall_s": med(clean, "wall_s"), "kill_wall_s": med(killed, "wall_s"),
-                         "wall_lost_s": statistics.median(lost) if lost else None,
+                         "wall_diff_s": statistics.median(lost) if lost else None,
+                         "wall_lost_s": med(killed, "lost_s"),
+                         "step_time_s": med(killed, "step_time_s"),
                          "steps_recomputed": med(killed, "steps_recomputed"),
                          "aborted": med(killed, "aborted")}
         for key in ("detection_s", "quorum_s", "placement_s", "rejoin_s", "transfer_s",
-                    "restart_s", "reload_s", "recompute_s"):
+                    "heal_pause_s", "restart_s", "reload_s", "recompute_s"):
             if any(key in r for r in killed):
                 summary[mode][key] = med(killed, key)
     ft, none = summary["ft"], summary["none"]
@@ -306,22 +350,32 @@ def main():
                   ft["aborted"] <= 1)
     goal_wall = ratio is not None and ratio <= 1 / 3
 
-    table = ["| mode | clean wall s | failure wall s | wall lost s | steps recomputed | "
-             "aborted in flight | split (s) |", "|---|---|---|---|---|---|---|"]
-    table.append("| fault_tolerance REPLICA_GROUPS | %s | %s | %s | %s | %s | detection %s, "
-                 "quorum %s, placement %s, rejoin %s, transfer %s |" % (
+    table = ["| mode | step s | wall lost s | steps recomputed | aborted in flight | split (s) | "
+             "clean / failure run wall s (diff) |", "|---|---|---|---|---|---|---|"]
+    table.append("| fault_tolerance REPLICA_GROUPS | %s | %s | %s | %s | detection %s, quorum %s, "
+                 "survivors' heal pause %s; replacement: placement %s, rejoin %s, transfer %s | "
+                 "%s / %s (%s) |" % (
+                     fmt(ft["step_time_s"], "%.3f"), fmt(ft["wall_lost_s"]),
+                     fmt(ft["steps_recomputed"], "%g"), fmt(ft["aborted"], "%g"),
+                     fmt(ft.get("detection_s")), fmt(ft.get("quorum_s")),
+                     fmt(ft.get("heal_pause_s")), fmt(ft.get("placement_s")),
+                     fmt(ft.get("rejoin_s")), fmt(ft.get("transfer_s")),
                      fmt(ft["clean_wall_s"], "%.1f"), fmt(ft["kill_wall_s"], "%.1f"),
-                     fmt(ft["wall_lost_s"], "%.1f"), fmt(ft["steps_recomputed"], "%g"),
-                     fmt(ft["aborted"], "%g"), fmt(ft.get("detection_s")),
-                     fmt(ft.get("quorum_s")), fmt(ft.get("placement_s")),
-                     fmt(ft.get("rejoin_s")), fmt(ft.get("transfer_s"))))
-    table.append("| NONE (restart from checkpoint) | %s | %s | %s | %s | %s | detection %s, "
-                 "restart %s, reload %s, recompute %s |" % (
+                     fmt(ft["wall_diff_s"], "%+.1f")))
+    table.append("| NONE (restart from checkpoint) | %s | %s | %s | %s | detection %s, restart %s, "
+                 "reload %s, recompute %s | %s / %s (%s) |" % (
+                     fmt(none["step_time_s"], "%.3f"), fmt(none["wall_lost_s"]),
+                     fmt(none["steps_recomputed"], "%g"), fmt(none["aborted"], "%g"),
+                     fmt(none.get("detection_s")), fmt(none.get("restart_s")),
+                     fmt(none.get("reload_s")), fmt(none.get("recompute_s")),
                      fmt(none["clean_wall_s"], "%.1f"), fmt(none["kill_wall_s"], "%.1f"),
-                     fmt(none["wall_lost_s"], "%.1f"), fmt(none["steps_recomputed"], "%g"),
-                     fmt(none["aborted"], "%g"), fmt(none.get("detection_s")),
-                     fmt(none.get("restart_s")), fmt(none.get("reload_s")),
-                     fmt(none.get("recompute_s"))))
+                     fmt(none["wall_diff_s"], "%+.1f")))
+    table.append("")
+    table.append("wall lost = (kill -> rank 0 has committed the step the kill hit, in the attempt "
+                 "that finished) - one step (the median step before the kill), plus for ft the "
+                 "survivors' pause at the heal. The whole runs' wall times are shown too but are "
+                 "no measure here: six trainers on two cores run faster with a group gone, and "
+                 "other builds load the machine.")
     verdict = ("goal (issue #19): at most one step of work lost per failure: %s; wall time lost "
                "at most 1/3 of the restart's: %s (ratio %s)" % (
                    "met" if goal_steps else "NOT met", "met" if goal_wall else "NOT met",
