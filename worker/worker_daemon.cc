@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +15,7 @@
 #include "common/network_interface.h"
 #include "common/status_macros.h"
 #include "spec/job_spec.h"
+#include "worker/rank_files.h"
 
 namespace shardline::worker {
 namespace {
@@ -216,39 +219,71 @@ absl::Status WorkerDaemon::ServeAssignments() {
 }
 
 void WorkerDaemon::HandleAssignment(const Assignment& a) {
+  const absl::Duration grace =
+      a.grace_period_s() > 0 ? absl::Seconds(a.grace_period_s()) : options_.grace_period;
   if (a.action() == Assignment::STOP) {
     SL_LOG(INFO) << "stop " << a.job_id() << " attempt " << a.attempt();
-    StopAttempt(a.job_id(), a.attempt(),
-                a.grace_period_s() > 0 ? absl::Seconds(a.grace_period_s()) : options_.grace_period);
+    StopAttempt(a.job_id(), a.attempt(), grace);
+    return;
+  }
+  if (a.action() == Assignment::STOP_RANK) {
+    SL_LOG(INFO) << "stop rank " << a.rank() << " (generation " << a.generation()
+                 << " or older) of " << a.job_id() << " attempt " << a.attempt();
+    StopRank(a.job_id(), a.attempt(), a.rank(), a.generation(), grace);
     return;
   }
   if (a.action() != Assignment::START) return;
+  std::optional<int> older;
   {
     // A START delivered just before a stream broke is sent again on the new stream; the rank
-    // already runs (or ran) here, so a second trainer must not start.
+    // already runs (or ran) here, so a second trainer must not start. Only a newer generation
+    // (a replacement) starts the rank again.
     absl::MutexLock lock(&mu_);
-    if (ranks_.count(RankKey{a.job_id(), a.attempt(), a.rank()}) > 0) {
-      SL_LOG(INFO) << "ignoring repeated START of rank " << a.rank() << " of " << a.job_id()
+    older = NewestGenerationLocked(a.job_id(), a.attempt(), a.rank());
+    if (older.has_value() && *older >= a.generation()) {
+      SL_LOG(INFO) << "ignoring repeated START of rank " << a.rank() << " (generation "
+                   << a.generation() << ", generation " << *older << " ran here) of " << a.job_id()
                    << " attempt " << a.attempt();
       return;
     }
+  }
+  if (older.has_value()) {
+    // Two generations of a rank must never run at once (they would share its rendezvous keys
+    // and its slot): the older one goes first, if it still runs.
+    SL_LOG(INFO) << "rank " << a.rank() << " of " << a.job_id() << " attempt " << a.attempt()
+                 << ": generation " << a.generation() << " replaces generation " << *older;
+    StopRank(a.job_id(), a.attempt(), a.rank(), a.generation() - 1, grace);
   }
   const absl::Status s = StartRank(a);
   if (!s.ok()) {
     SL_LOG(ERROR) << "cannot start rank " << a.rank() << " of " << a.job_id() << ": " << s;
     // Report it as exited so the coordinator fails the attempt instead of waiting forever.
     absl::MutexLock lock(&mu_);
-    Rank& r = ranks_[RankKey{a.job_id(), a.attempt(), a.rank()}];
+    Rank& r = ranks_[RankKey{a.job_id(), a.attempt(), a.rank(), a.generation()}];
     r.assignment = a;
     r.status.set_job_id(a.job_id());
     r.status.set_attempt(a.attempt());
     r.status.set_rank(a.rank());
+    r.status.set_generation(a.generation());
     r.status.set_state(RankStatus::EXITED);
     // 2 as the trainer's "bad job spec" when this node's path policy refused the spec.
     r.status.set_exit_code(absl::IsPermissionDenied(s) ? 2 : 127);
     r.status.set_log_tail(std::string(s.message()));
     r.exited_at = absl::Now();
   }
+}
+
+std::optional<int> WorkerDaemon::NewestGenerationLocked(const std::string& job_id, int attempt,
+                                                        int rank) const {
+  std::optional<int> newest;
+  for (auto it =
+           ranks_.lower_bound(RankKey{job_id, attempt, rank, std::numeric_limits<int>::min()});
+       it != ranks_.end() && std::get<0>(it->first) == job_id &&
+       std::get<1>(it->first) == attempt && std::get<2>(it->first) == rank;
+       ++it) {
+    newest = std::get<3>(it->first);  // ascending: the last one is the newest
+  }
+  return newest;
 }
 
 absl::Status WorkerDaemon::StartRank(const Assignment& a) {
@@ -259,18 +294,19 @@ absl::Status WorkerDaemon::StartRank(const Assignment& a) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  const std::string spec_path = absl::StrCat(dir, "/spec-rank-", a.rank(), ".yaml");
+  const RankFiles files = RankFilesFor(dir, a.rank(), a.generation());
+  const std::string& spec_path = files.spec;
   {
     std::ofstream out(spec_path, std::ios::trunc);
     out << spec::JobSpecToYaml(a.spec());
     if (!out) return absl::InternalError(absl::StrCat("cannot write ", spec_path));
   }
-  const std::string metrics_path = absl::StrCat(dir, "/metrics-rank-", a.rank(), ".jsonl");
+  const std::string& metrics_path = files.metrics;
   unlink(metrics_path.c_str());
 
   RankProcess::Options po;
   po.argv = {options_.trainer_path, "--spec=" + spec_path, "--metrics_out=" + metrics_path};
-  po.log_path = absl::StrCat(dir, "/rank-", a.rank(), ".log");
+  po.log_path = files.log;
   po.log_max_file_bytes = options_.rank_log_max_file_bytes;
   po.working_dir = dir;
   po.env = {
@@ -287,6 +323,9 @@ absl::Status WorkerDaemon::StartRank(const Assignment& a) {
       {"SHARDLINE_RDZV_NAMESPACE", a.rendezvous_namespace()},
       {"SHARDLINE_RDZV_SECRET", a.rendezvous_secret()},
       {"SHARDLINE_RESUME_STEP", std::to_string(a.resume_step())},
+      // 0 for a rank's first process; a replacement (>= 1) joins the running job instead of
+      // starting or resuming from a checkpoint.
+      {"SHARDLINE_RANK_GENERATION", std::to_string(a.generation())},
       {"SHARDLINE_ADVERTISE_ADDRESS", options_.advertise_address},
       {"SHARDLINE_NODE_NAME", options_.node_name},
   };
@@ -305,30 +344,47 @@ absl::Status WorkerDaemon::StartRank(const Assignment& a) {
   }
   ASSIGN_OR_RETURN(std::unique_ptr<RankProcess> process, RankProcess::Start(po));
   SL_LOG(INFO) << "started rank " << a.rank() << "/" << a.world_size() << " of " << a.job_id()
-               << " attempt " << a.attempt() << " (pid " << process->pid() << ", log "
-               << po.log_path << ")";
+               << " attempt " << a.attempt() << " (pid " << process->pid() << ", generation "
+               << a.generation() << ", log " << po.log_path << ")";
   absl::MutexLock lock(&mu_);
-  Rank& r = ranks_[RankKey{a.job_id(), a.attempt(), a.rank()}];
+  Rank& r = ranks_[RankKey{a.job_id(), a.attempt(), a.rank(), a.generation()}];
   r.assignment = a;
   r.process = std::move(process);
   r.metrics = std::make_unique<MetricsTail>(metrics_path);
   r.status.set_job_id(a.job_id());
   r.status.set_attempt(a.attempt());
   r.status.set_rank(a.rank());
+  r.status.set_generation(a.generation());
   r.status.set_state(RankStatus::RUNNING);
   return absl::OkStatus();
 }
 
 void WorkerDaemon::StopAttempt(const std::string& job_id, int attempt, absl::Duration grace) {
+  StopWhere(
+      [&](const RankKey& key) {
+        return std::get<0>(key) == job_id && (attempt <= 0 || std::get<1>(key) == attempt);
+      },
+      grace);
+}
+
+void WorkerDaemon::StopRank(const std::string& job_id, int attempt, int rank, int generation,
+                            absl::Duration grace) {
+  StopWhere(
+      [&](const RankKey& key) {
+        return std::get<0>(key) == job_id && std::get<1>(key) == attempt &&
+               std::get<2>(key) == rank && std::get<3>(key) <= generation;
+      },
+      grace);
+}
+
+void WorkerDaemon::StopWhere(const std::function<bool(const RankKey&)>& which,
+                             absl::Duration grace) {
   // Collect the processes under the lock, stop them outside it (stopping takes up to `grace`).
   std::vector<RankProcess*> to_stop;
   {
     absl::MutexLock lock(&mu_);
     for (auto& [key, rank] : ranks_) {
-      if (std::get<0>(key) == job_id && (attempt <= 0 || std::get<1>(key) == attempt) &&
-          rank.process != nullptr) {
-        to_stop.push_back(rank.process.get());
-      }
+      if (which(key) && rank.process != nullptr) to_stop.push_back(rank.process.get());
     }
   }
   std::vector<std::thread> stoppers;
@@ -407,6 +463,9 @@ void WorkerDaemon::SuperviseLoop() {
         if (code != 0) r.status.set_log_tail(r.process->LogTail(4096));
         r.exited_at = absl::Now();
         SL_LOG(INFO) << "rank " << r.assignment.rank() << " of " << r.assignment.job_id() << " "
+                     << (r.assignment.generation() > 0
+                             ? absl::StrCat("(generation ", r.assignment.generation(), ") ")
+                             : "")
                      << DescribeExit(code);
       }
     }
@@ -459,7 +518,17 @@ void WorkerDaemon::HeartbeatLoop() {
       interval = heartbeat_interval_;
       credential = worker_credential_;
       req.set_worker_id(worker_id_);
-      for (const auto& [key, rank] : ranks_) *req.add_ranks() = rank.status;
+      for (auto it = ranks_.begin(); it != ranks_.end(); ++it) {
+        // Per (job, attempt, rank) only the newest generation: an older one has ended (the
+        // newer one started after it), and the coordinator tracks the newest.
+        const auto next = std::next(it);
+        if (next != ranks_.end() && std::get<0>(next->first) == std::get<0>(it->first) &&
+            std::get<1>(next->first) == std::get<1>(it->first) &&
+            std::get<2>(next->first) == std::get<2>(it->first)) {
+          continue;
+        }
+        *req.add_ranks() = it->second.status;
+      }
     }
     if (registered) {
       const absl::StatusOr<HeartbeatResponse> resp = client_->Heartbeat(req);

@@ -12,6 +12,15 @@
 //   exit   -> ship its last lines, then report EXITED with the exit code and, on failure, the
 //             log's tail;
 //   STOP   -> SIGTERM, then SIGKILL after the grace period.
+//   STOP_RANK -> the same for one rank of the attempt, if the generation it runs is at most the
+//             assignment's (fault_tolerance REPLICA_GROUPS stops the rest of a lost group).
+// Generations (Assignment.generation): a rank's first process is generation 0. A START whose
+// generation is above the newest this daemon holds for (job, attempt, rank) starts the rank again
+// (a replacement: it joins the running job, SHARDLINE_RANK_GENERATION); an older process of that
+// rank still running is stopped first. A START of an equal or older generation is a repeat and
+// is ignored. Each generation has its own files (rank_files.h); its log lines ship as rank R.
+// Heartbeats carry, per (job, attempt, rank), the newest generation's status only: a newer
+// generation runs only after every older one here has ended.
 // When the coordinator goes away the daemon keeps its trainers running and reconnects with
 // exponential backoff (re-registering under the same node name); if the daemon itself dies, the
 // kernel kills its trainers (see RankProcess).
@@ -22,6 +31,7 @@
 #define SHARDLINE_WORKER_WORKER_DAEMON_H_
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -90,7 +100,7 @@ class WorkerDaemon {
     // kLogDrainWait after this).
     absl::Time exit_seen = absl::InfiniteFuture();
   };
-  using RankKey = std::tuple<std::string, int, int>;  // job, attempt, rank
+  using RankKey = std::tuple<std::string, int, int, int>;  // job, attempt, rank, generation
 
   WorkerDaemon(WorkerOptions options, std::unique_ptr<coordinator::CoordinatorClient> client);
 
@@ -105,6 +115,15 @@ class WorkerDaemon {
   void HandleAssignment(const Assignment& a);
   absl::Status StartRank(const Assignment& a);
   void StopAttempt(const std::string& job_id, int attempt, absl::Duration grace);
+  // Stops `rank` of the attempt where its generation is <= `generation`.
+  void StopRank(const std::string& job_id, int attempt, int rank, int generation,
+                absl::Duration grace);
+  // Stops (SIGTERM, SIGKILL after `grace`) every running process whose key `which` selects, in
+  // parallel; returns once all have ended.
+  void StopWhere(const std::function<bool(const RankKey&)>& which, absl::Duration grace);
+  // The newest generation this daemon holds for (job, attempt, rank); nullopt: none.
+  std::optional<int> NewestGenerationLocked(const std::string& job_id, int attempt, int rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<Slot> DiscoverSlots() const;
 
   const WorkerOptions options_;
