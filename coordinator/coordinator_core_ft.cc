@@ -43,8 +43,13 @@ void CoordinatorCore::StartQuorumLocked(JobRecord& job, bool restored) {
   if (!UsesReplicaGroups(st)) return;
   const int32_t s = std::max(1, job.shard_degree());
   const FaultToleranceSpec& ft = st.spec().fault_tolerance();
-  ReplicaQuorum q(st.world_size() / s, s, ft.min_replicas(),
-                  absl::Seconds(ft.vote_timeout_s() > 0 ? ft.vote_timeout_s() : 10));
+  const absl::Duration vote_timeout =
+      absl::Seconds(ft.vote_timeout_s() > 0 ? ft.vote_timeout_s() : 10);
+  // A rank that stalls after its collectives finished fails no peer: its peers vote ok and wait.
+  // It is declared stalled once it could not still be in a collective of the step.
+  const absl::Duration stall_timeout =
+      absl::Seconds(st.spec().fsdp().collective_timeout_s()) + vote_timeout;
+  ReplicaQuorum q(st.world_size() / s, s, ft.min_replicas(), vote_timeout, stall_timeout);
   if (restored && st.live_replica_groups_size() > 0) {
     std::vector<int32_t> generations;
     for (const RankPlacement& p : st.placement()) generations.push_back(p.generation());

@@ -32,11 +32,12 @@ void QuorumActions::Append(QuorumActions o) {
 }
 
 ReplicaQuorum::ReplicaQuorum(int32_t groups, int32_t group_size, int32_t min_replicas,
-                             absl::Duration vote_timeout)
+                             absl::Duration vote_timeout, absl::Duration stall_timeout)
     : r_(groups),
       s_(group_size),
       min_replicas_(std::max(1, min_replicas)),
       vote_timeout_(vote_timeout),
+      stall_timeout_(stall_timeout),
       state_(groups, State::kLive),
       generation_(static_cast<size_t>(groups) * group_size, 0) {
   for (int32_t g = 0; g < r_; ++g) live_.insert(g);
@@ -123,6 +124,7 @@ absl::StatusOr<ReplicaQuorum::VoteResult> ReplicaQuorum::Vote(const StepVoteRequ
             absl::StrCat("rank ", rank, " voted on step ", req.step(), " while step ", open_step_,
                          " is being decided in membership epoch ", epoch_));
       }
+      if (!first_vote_) first_vote_ = now;
       if (votes_.emplace(rank, req).second && !req.ok() && !first_failure_) first_failure_ = now;
       TryDecide(now, &result.actions);
     }
@@ -202,13 +204,20 @@ void ReplicaQuorum::TryDecide(absl::Time now, QuorumActions* out) {
       }
     }
   }
-  if (!any_failed) {
+  // A step nobody failed whose missing voters are past stall_timeout: they stalled after their
+  // collectives (their peers finished them and voted ok), so no failure starts vote_timeout.
+  const bool silent_stall = !any_failed && !all_in && stall_timeout_ > absl::ZeroDuration() &&
+                            first_vote_ && now >= *first_vote_ + stall_timeout_;
+  if (!any_failed && !silent_stall) {
     if (all_in) Commit(out);
     return;
   }
-  if (!all_in && !(first_failure_ && now >= *first_failure_ + vote_timeout_)) return;
+  if (!silent_stall && !all_in && !(first_failure_ && now >= *first_failure_ + vote_timeout_)) {
+    return;
+  }
   const int64_t step = open_step_;
-  // Stalled: no vote within vote_timeout of the step's first failure.
+  // Stalled: no vote within vote_timeout of the step's first failure (or, in a step nobody
+  // failed, within stall_timeout of its first vote).
   std::set<int32_t> stalled;
   for (int32_t r : missing) stalled.insert(r / s_);
   for (int32_t g : stalled) {
@@ -225,10 +234,15 @@ void ReplicaQuorum::TryDecide(absl::Time now, QuorumActions* out) {
     lost_in_step_.insert(g);
     for (int32_t r = g * s_; r < (g + 1) * s_; ++r) out->stop_ranks.push_back(r);
     out->lost.push_back({g, step,
-                         absl::StrCat("rank ", first_missing, " did not vote on step ", step,
-                                      " within fault_tolerance.vote_timeout_s ",
-                                      absl::FormatDuration(vote_timeout_),
-                                      " of the step's first failure (stalled)"),
+                         silent_stall
+                             ? absl::StrCat("rank ", first_missing, " did not vote on step ", step,
+                                            " within ", absl::FormatDuration(stall_timeout_),
+                                            " of the step's first vote (fsdp.collective_timeout_s"
+                                            " + fault_tolerance.vote_timeout_s; stalled)")
+                             : absl::StrCat("rank ", first_missing, " did not vote on step ", step,
+                                            " within fault_tolerance.vote_timeout_s ",
+                                            absl::FormatDuration(vote_timeout_),
+                                            " of the step's first failure (stalled)"),
                          static_cast<int32_t>(live_.size() - lost_in_step_.size())});
   }
   const int64_t voted_epoch = epoch_;
@@ -238,6 +252,7 @@ void ReplicaQuorum::TryDecide(absl::Time now, QuorumActions* out) {
   votes_.clear();
   lost_in_step_.clear();
   first_failure_.reset();
+  first_vote_.reset();
   out->decided = true;
   out->membership_changed = true;
   if (static_cast<int32_t>(live_.size()) < min_replicas_) {
@@ -298,6 +313,7 @@ void ReplicaQuorum::Commit(QuorumActions* out) {
   open_step_ = 0;
   votes_.clear();
   first_failure_.reset();
+  first_vote_.reset();
   out->decided = true;
 }
 

@@ -12,7 +12,10 @@
 // ready joiners are admitted: new epoch, joining_groups, heal_source_group = lowest live group
 // that is not joining). ABORT once a member voted not ok or a member's group was lost, and then
 // every other member voted or vote_timeout passed since the step's first failure (the missing
-// voters' groups are lost, stalled); every ABORT starts a new epoch without the lost groups, so
+// voters' groups are lost, stalled). A member that stalls after its collectives finished makes no
+// peer fail: when members are still missing stall_timeout after the step's first vote of any
+// kind (the trainer's collective timeout + vote_timeout), their groups are lost too and the step
+// is aborted. Every ABORT starts a new epoch without the lost groups, so
 // the ranks rebuild their communicators under a fresh rendezvous prefix. A loss between steps
 // (no vote open) starts the new epoch at once; votes of the old epoch then get ABORT. Fewer live
 // groups than min_replicas: the attempt fails (the core restarts it as without fault tolerance).
@@ -69,9 +72,11 @@ struct QuorumActions {
 
 class ReplicaQuorum {
  public:
-  // `groups` R >= 1 groups of `group_size` S ranks; min_replicas >= 1.
+  // `groups` R >= 1 groups of `group_size` S ranks; min_replicas >= 1. stall_timeout: how long
+  // after a step's first vote the missing votes of a step nobody failed are awaited (0 or less:
+  // collective-less stalls are never declared; tests).
   ReplicaQuorum(int32_t groups, int32_t group_size, int32_t min_replicas,
-                absl::Duration vote_timeout);
+                absl::Duration vote_timeout, absl::Duration stall_timeout = absl::ZeroDuration());
 
   // A coordinator restart: the stored epoch, live groups and per-rank generations (other groups
   // count as lost, to be replaced).
@@ -130,6 +135,7 @@ class ReplicaQuorum {
   const int32_t s_;
   const int32_t min_replicas_;
   const absl::Duration vote_timeout_;
+  const absl::Duration stall_timeout_;
 
   int64_t epoch_ = 0;
   std::set<int32_t> live_;
@@ -147,6 +153,7 @@ class ReplicaQuorum {
   std::map<int32_t, StepVoteRequest> votes_;
   std::set<int32_t> lost_in_step_;
   std::optional<absl::Time> first_failure_;
+  std::optional<absl::Time> first_vote_;
   // Recent decisions by (epoch voted under, step).
   std::map<std::pair<int64_t, int64_t>, StepVoteResponse> decided_;
 };

@@ -144,6 +144,30 @@ TEST(ReplicaQuorum, AStalledRankIsLostAfterTheVoteTimeout) {
   EXPECT_EQ(q.live_groups(), (std::vector<int32_t>{0, 1}));
 }
 
+TEST(ReplicaQuorum, ARankStalledAfterItsCollectivesIsLostAfterTheStallTimeout) {
+  // Every voter so far voted ok (the stalled rank finished the step's collectives first): no
+  // failure starts vote_timeout, so the stall bound after the first vote decides.
+  ReplicaQuorum q(3, 2, 1, absl::Seconds(10), absl::Seconds(40));
+  for (int32_t rank : {0, 1, 2, 4, 5}) ASSERT_FALSE(q.Vote(V(rank, 7, 0), kT0)->answer);
+  EXPECT_FALSE(q.Tick(kT0 + absl::Seconds(39)).decided);
+  QuorumActions a = q.Tick(kT0 + absl::Seconds(40));
+  ASSERT_TRUE(a.decided);
+  ASSERT_EQ(a.lost.size(), 1u);
+  EXPECT_EQ(a.lost[0].group, 1);
+  EXPECT_EQ(a.lost[0].cause,
+            "rank 3 did not vote on step 7 within 40s of the step's first vote "
+            "(fsdp.collective_timeout_s + fault_tolerance.vote_timeout_s; stalled)");
+  EXPECT_EQ(a.stop_ranks, (std::vector<int32_t>{2, 3}));
+  auto r = q.Answer(V(0, 7, 0));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->decision(), StepVoteResponse::ABORT);
+  EXPECT_EQ(Live(*r), (std::vector<int32_t>{0, 2}));
+  // Without a stall bound (0) the same votes wait.
+  ReplicaQuorum unbounded = Quorum();
+  for (int32_t rank : {0, 1, 2, 4, 5}) ASSERT_TRUE(unbounded.Vote(V(rank, 7, 0), kT0).ok());
+  EXPECT_FALSE(unbounded.Tick(kT0 + absl::Hours(1)).decided);
+}
+
 TEST(ReplicaQuorum, FewerThanMinReplicasFailsTheAttempt) {
   ReplicaQuorum q = Quorum(/*min_replicas=*/2);
   EXPECT_TRUE(q.RankFailed(0, 0, "exit 1", kT0).attempt_failure.empty());
