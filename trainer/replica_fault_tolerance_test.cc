@@ -18,12 +18,17 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "common/status_macros.h"
+#include "data/batch.h"
+#include "data/sampler.h"
+#include "data/token_dataset.h"
 #include "fsdp/comm_groups.h"
 #include "fsdp/replica_state.h"
 #include "fsdp/tcp_kv_store.h"
 #include "models/model_factory.h"
 #include "trainer/config.h"
 #include "trainer/fsdp_backend.h"
+#include "trainer/local_backend.h"
+#include "trainer/lr_schedule.h"
 #include "trainer/store.h"
 #include "trainer/train_loop.h"
 
@@ -377,6 +382,141 @@ TEST(ReplicaFaultTolerance, LostGroupLeavesSurvivorsTrainOnAndAReplacementIsHeal
   EXPECT_EQ(opt_steps, (std::vector<int64_t>{3, 3, 3, 3}));
   EXPECT_EQ(epochs, (std::vector<int64_t>{2, 2, 2, 2}));
   EXPECT_EQ(leader, (std::vector<bool>{true, false, false, false}));
+}
+
+// The numerics of the steps with fewer replicas, against an explicit reference. W = 4
+// HYBRID_SHARD (S = 2, groups {0, 1} and {2, 3}), two micro-batches per rank, real training
+// (RunTraining under ReplicaFaultTolerance over Gloo threads, fused sharded AdamW, clipping): steps
+// 1-2 commit with both groups; step 3 is trained by both, then the coordinator loses group 1
+// (ABORT to group 0, LEAVE to group 1); group 0 trains step 3 again (same data: its samplers
+// rewind) and steps 3-5 alone. The reference is one process with LibTorch's AdamW
+// (LocalBackend): each step's gradient is the mean over the LIVE ranks of their micro-batches'
+// mean gradient, exactly what averaging over the live replicas means; the losses are the mean
+// over the live ranks. Every committed loss matches it within float tolerance (the sums run in
+// other orders; fused and op-by-op AdamW differ in rounding only).
+TEST(ReplicaFaultTolerance, StepsWithALostGroupMatchAnExplicitReferenceOverTheLiveRanks) {
+  constexpr int kSteps = 5, kLostAt = 3, kWorld = 4;
+  const TrainerConfig c =
+      Config(kWorld, {"train.sample_tokens=0", "train.steps=5", "train.eval_every=0",
+                      "train.eval_batches=1", "train.log_every=1", "train.global_batch_size=16",
+                      "train.micro_batch_size=2", "optimizer.warmup_steps=2"});
+  ASSERT_EQ(c.accumulation_steps, 2);
+  fsdp::TcpKvStore::Options so;
+  so.serve = true;
+  auto store = fsdp::TcpKvStore::Create(so);
+  ASSERT_TRUE(store.ok()) << store.status();
+
+  using K = StepDecision::Kind;
+  std::mutex loss_mu;
+  std::map<int64_t, double> committed_loss;  // step -> the decided (mean) loss
+  auto commit_all = [&](int64_t step, int64_t epoch, std::vector<int> live) {
+    return [&, step, epoch, live](const std::map<int, StepBallot>& b) {
+      double sum = 0;
+      for (auto& [r, ballot] : b) sum += ballot.loss;
+      {
+        std::lock_guard<std::mutex> lock(loss_mu);
+        committed_loss[step] = sum / b.size();
+      }
+      std::map<int, StepDecision> d;
+      for (auto& [r, ballot] : b) {
+        d[r] = Decide(K::kCommit, step, epoch, live);
+        d[r].loss = sum / b.size();
+      }
+      return d;
+    };
+  };
+  std::vector<ScriptedCoordinator::Round> rounds = {
+      {{0, 1, 2, 3}, commit_all(1, 0, {0, 1})},
+      {{0, 1, 2, 3}, commit_all(2, 0, {0, 1})},
+      // Step 3: everyone trained it (ok), but group 1 is lost (a stall, say): ABORT / LEAVE.
+      {{0, 1, 2, 3},
+       [](const std::map<int, StepBallot>& b) {
+         std::map<int, StepDecision> d;
+         for (int r : {0, 1}) d[r] = Decide(K::kAbort, kLostAt, 1, {0});
+         for (int r : {2, 3}) d[r] = Decide(K::kLeave, kLostAt, 1, {0});
+         return d;
+       }},
+      {{0, 1}, commit_all(3, 1, {0})},
+      {{0, 1}, commit_all(4, 1, {0})},
+      {{0, 1}, commit_all(5, 1, {0})}};
+  ScriptedCoordinator coordinator(std::move(rounds));
+
+  std::vector<absl::Status> status(kWorld);
+  std::vector<std::vector<double>> losses(kWorld);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    threads.emplace_back([&, rank] {
+      status[rank] = [&]() -> absl::Status {
+        RankVoter voter(&coordinator, rank);
+        ASSIGN_OR_RETURN(FtRank r, MakeFtRank(c, rank, store->get(), &voter, false));
+        ASSIGN_OR_RETURN(auto ds,
+                         data::TokenDataset::Open({c.data_path, c.data_format, c.val_fraction,
+                                                   c.seq_len, c.model.vocab_size}));
+        TrainLoopOptions o;
+        o.rank = rank;
+        o.world_size = kWorld;
+        o.gate = r.ft.get();
+        absl::StatusOr<TrainSummary> summary = RunTraining(c, *r.model, *r.backend, *ds, o);
+        if (rank >= 2) {
+          if (summary.ok() || !r.ft->left()) return absl::InternalError("group 1 did not leave");
+          return absl::OkStatus();
+        }
+        if (!summary.ok()) return summary.status();
+        losses[rank] = summary->train_losses;
+        return absl::OkStatus();
+      }();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+  ASSERT_EQ(committed_loss.size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(losses[0], losses[1]);
+  ASSERT_EQ(losses[0].size(), static_cast<size_t>(kSteps));
+
+  // The reference: one process, the live ranks' micro-batches, LibTorch AdamW.
+  auto ds = data::TokenDataset::Open(
+      {c.data_path, c.data_format, c.val_fraction, c.seq_len, c.model.vocab_size});
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  auto model = models::CreateModel(c.model);
+  ASSERT_TRUE(model.ok()) << model.status();
+  TrainerConfig one_process = c;  // The same optimizer fields, in one process.
+  one_process.layout = fsdp::ParallelLayout();
+  auto local = LocalBackend::Create((*model)->module(), one_process);
+  ASSERT_TRUE(local.ok()) << local.status();
+  std::vector<data::DistributedSampler> samplers;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    auto sampler = data::DistributedSampler::Create({(*ds)->num_samples(data::Split::kTrain),
+                                                     c.global_batch_size, c.micro_batch_size,
+                                                     kWorld, rank, c.shuffle_seed});
+    ASSERT_TRUE(sampler.ok()) << sampler.status();
+    samplers.push_back(std::move(*sampler));
+  }
+  (*model)->module().train();
+  for (int step = 1; step <= kSteps; ++step) {
+    const std::vector<int> live =
+        step < kLostAt ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0, 1};
+    std::vector<std::vector<std::vector<int64_t>>> micro(kWorld);
+    for (int rank = 0; rank < kWorld; ++rank) micro[rank] = samplers[rank].Next();
+    double loss_sum = 0;
+    const double a = c.accumulation_steps;
+    for (size_t i = 0; i < live.size(); ++i) {
+      for (size_t m = 0; m < micro[live[i]].size(); ++m) {
+        auto batch = data::ReadBatch(**ds, data::Split::kTrain, micro[live[i]][m]);
+        ASSERT_TRUE(batch.ok()) << batch.status();
+        at::Tensor logits = (*model)->Forward(batch->inputs).to(at::kFloat);
+        at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
+                                                 batch->targets.reshape({-1}));
+        const bool last = i + 1 == live.size() && m + 1 == micro[live[i]].size();
+        ASSERT_TRUE((*local)->Backward(loss / (a * live.size()), last).ok());
+        loss_sum += loss.item<double>() / a;
+      }
+    }
+    const double lr = LearningRateAt(step - 1, c.lr, c.min_lr, c.warmup_steps, c.steps);
+    ASSERT_TRUE((*local)->Step(lr).ok());
+    const double want = loss_sum / live.size();
+    EXPECT_NEAR(committed_loss.at(step), want, 2e-5 * want) << "step " << step;
+    EXPECT_NEAR(losses[0][step - 1], want, 2e-5 * want) << "step " << step;
+  }
 }
 
 }  // namespace
