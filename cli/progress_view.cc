@@ -1,9 +1,11 @@
 #include "cli/progress_view.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -66,6 +68,17 @@ std::string StatusBlock(const JobStatus& status) {
   absl::StrAppend(&out, "\n");
   absl::StrAppend(&out, "attempt    ", status.attempt(), "   world ", status.world_size(), "\n");
   absl::StrAppend(&out, "progress   ", ProgressLine(status), "\n");
+  const FaultToleranceSpec& ft = status.spec().fault_tolerance();
+  if (ft.mode() == FaultToleranceSpec::REPLICA_GROUPS && status.live_replica_groups_size() > 0) {
+    // Which replica groups train now: a lost group shows until its replacement rejoins.
+    int groups = 0;
+    for (const RankPlacement& p : status.placement())
+      groups = std::max(groups, p.shard_group() + 1);
+    absl::StrAppend(&out, "replicas   ", status.live_replica_groups_size(), " of ", groups,
+                    " groups live [", absl::StrJoin(status.live_replica_groups(), ", "),
+                    "]  (membership epoch ", status.membership_epoch(), ", min_replicas ",
+                    ft.min_replicas(), ")\n");
+  }
   if (status.latest_checkpoint_step() > 0) {
     absl::StrAppend(&out, "checkpoint step ", status.latest_checkpoint_step(), "\n");
   }
@@ -80,9 +93,12 @@ std::string StatusBlock(const JobStatus& status) {
   if (status.placement_size() > 0) absl::StrAppend(&out, "placement\n");
   for (const RankPlacement& p : status.placement()) {
     absl::StrAppend(&out, absl::StrFormat("  rank %-3d node %-12s slot %d  local %d  shard %d  "
-                                          "replica %d\n",
+                                          "replica %d",
                                           p.rank(), p.node_name(), p.slot_index(), p.local_rank(),
                                           p.shard_group(), p.replicate_group()));
+    // A replacement process of a lost replica group (fault_tolerance REPLICA_GROUPS).
+    if (p.generation() > 0) absl::StrAppend(&out, "  generation ", p.generation());
+    absl::StrAppend(&out, "\n");
   }
   if (status.events_size() > 0) absl::StrAppend(&out, "events\n");
   if (status.events_dropped() > 0) {

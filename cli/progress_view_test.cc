@@ -76,5 +76,34 @@ TEST(ProgressView, StatusBlockListsPlacementAndEvents) {
       << StatusBlock(s);
 }
 
+TEST(ProgressView, StatusBlockOfAFaultTolerantJobShowsTheLiveReplicaGroupsAndGenerations) {
+  JobStatus s;
+  s.set_job_id("job-8");
+  s.set_state(RUNNING);
+  s.set_world_size(6);
+  s.mutable_spec()->mutable_fault_tolerance()->set_mode(FaultToleranceSpec::REPLICA_GROUPS);
+  s.mutable_spec()->mutable_fault_tolerance()->set_min_replicas(2);
+  for (int r = 0; r < 6; ++r) {
+    RankPlacement* p = s.add_placement();
+    p->set_rank(r);
+    p->set_node_name("node-" + std::to_string(r / 2));
+    p->set_shard_group(r / 2);
+    p->set_replicate_group(r % 2);
+    if (r / 2 == 1) p->set_generation(1);
+  }
+  s.add_live_replica_groups(0);
+  s.add_live_replica_groups(2);
+  s.set_membership_epoch(1);
+  const std::string block = StatusBlock(s);
+  EXPECT_TRUE(absl::StrContains(
+      block, "replicas   2 of 3 groups live [0, 2]  (membership epoch 1, min_replicas 2)\n"))
+      << block;
+  EXPECT_TRUE(absl::StrContains(block, "shard 1  replica 0  generation 1\n")) << block;
+  EXPECT_TRUE(absl::StrContains(block, "shard 0  replica 0\n")) << block;
+  // A job without fault tolerance has no replicas line.
+  s.mutable_spec()->clear_fault_tolerance();
+  EXPECT_FALSE(absl::StrContains(StatusBlock(s), "replicas")) << StatusBlock(s);
+}
+
 }  // namespace
 }  // namespace shardline::cli
