@@ -143,41 +143,11 @@ void CommGroups::set_step(int64_t step) {
 
 absl::StatusOr<CommGroups> CreateCommGroups(const ParallelLayout& layout, int rank, KvStore* store,
                                             const CommOptions& options) {
-  const int world_size = layout.world_size();
-  const int shard_degree = layout.shard_degree();
-  if (rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " is outside world_size ", world_size));
-  }
-  if (store == nullptr) return absl::InvalidArgumentError("CreateCommGroups: no store");
-  absl::StatusOr<GroupCommunicatorFactory> factory = FactoryFor(options.backend);
-  if (!factory.ok()) return factory.status();
-  std::vector<int> world_ranks;
-  for (int r = 0; r < world_size; ++r) world_ranks.push_back(r);
-  absl::Status agreed =
-      CheckRanksAgree(world_size, shard_degree, rank, world_ranks, store, options);
-  if (!agreed.ok()) return agreed;
-
-  CommGroups groups;
-  absl::StatusOr<std::unique_ptr<Communicator>> world =
-      CreateGroup("world", world_ranks, rank, store, options, *factory);
-  if (!world.ok()) return world.status();
-  groups.world = std::move(*world);
-  const GroupCommunicatorFactory group_factory =
-      options.fake_collectives ? FakeFactory(options.backend) : *factory;
-
-  absl::StatusOr<std::unique_ptr<Communicator>> shard =
-      CreateGroup(absl::StrCat("shard[", layout.ReplicateIndex(rank), "]"),
-                  layout.ShardGroupRanks(rank), rank, store, options, group_factory);
-  if (!shard.ok()) return shard.status();
-  groups.shard = std::move(*shard);
-
-  absl::StatusOr<std::unique_ptr<Communicator>> replicate =
-      CreateGroup(absl::StrCat("replicate[", layout.ShardIndex(rank), "]"),
-                  layout.ReplicateGroupRanks(rank), rank, store, options, group_factory);
-  if (!replicate.ok()) return replicate.status();
-  groups.replicate = std::move(*replicate);
-  return groups;
+  // Every replica group is live: the world is all W ranks and replicate group j is {j, j+S, ...},
+  // the layout's own groups.
+  std::vector<int> all_groups;
+  for (int g = 0; g < layout.replicate_degree(); ++g) all_groups.push_back(g);
+  return CreateMemberCommGroups(layout, rank, all_groups, store, options);
 }
 
 absl::StatusOr<CommGroups> CreateMemberCommGroups(const ParallelLayout& layout, int rank,
@@ -190,7 +160,7 @@ absl::StatusOr<CommGroups> CreateMemberCommGroups(const ParallelLayout& layout, 
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is outside world_size ", world_size));
   }
-  if (store == nullptr) return absl::InvalidArgumentError("CreateMemberCommGroups: no store");
+  if (store == nullptr) return absl::InvalidArgumentError("CreateCommGroups: no store");
   const int own_group = layout.ReplicateIndex(rank);
   bool member = false;
   for (size_t i = 0; i < live_groups.size(); ++i) {
