@@ -145,17 +145,14 @@ void CoordinatorCore::MaybeSucceedReplicaGroupsLocked(JobRecord& job) {
       if (!done.count(rank)) return;
     }
   }
-  // A replacement not admitted yet has nothing left to join: stop it.
-  for (int32_t rank : q.UnadmittedRanks()) {
-    const RankPlacement& p = st.placement(rank);
-    if (registry_.IsAlive(p.worker_id())) {
-      outbox_.PushStopRank(p.worker_id(), st.job_id(), st.attempt(), rank, p.generation());
-    }
-  }
   const std::string message =
       absl::StrCat("all ", live.size() * q.group_size(), " ranks of the ", live.size(), " live of ",
                    q.groups(), " replica groups of attempt ", st.attempt(), " exited with code 0");
-  EndAttemptLocked(job, /*send_stop=*/false);
+  // A replacement not admitted yet has nothing left to join: the attempt's STOP ends it, and
+  // its slots drain until it exited (as a failed attempt's do), so no other job is placed on a
+  // slot it still holds. The exited ranks' slots free at their workers' next heartbeats.
+  const bool replacements_running = !q.UnadmittedRanks().empty();
+  EndAttemptLocked(job, /*send_stop=*/replacements_running);
   (void)JobStateMachine(&job, clock_->Now()).Succeed(message);
   SL_LOG(INFO) << "job " << job.status().job_id() << " succeeded";
   jobs_.Changed(job);

@@ -328,6 +328,57 @@ TEST_F(FtCoreTest, LostGroupIsReplacedHealedAndTheJobSucceedsWithoutARestart) {
 
 // A whole worker dies: its group is lost at once (no vote waits for it) and the replacement
 // goes to another worker with free slots.
+TEST_F(FtCoreTest,
+       AReplacementStillJoiningWhenTheJobSucceedsIsStoppedAndHoldsItsSlotsUntilItExits) {
+  AddWorkers(2, 2);  // W = 4 fills both workers.
+  SubmitAndRun(FtSpec(4, 2));
+  const std::string wa = WorkerOf(0);
+  const std::string wb = WorkerOf(2);
+  ASSERT_NE(wa, wb);
+  ASSERT_EQ(WorkerOf(3), wb);
+  // Group 1 (worker B) is lost; its survivor exits at the STOP_RANK; the replacement starts on B.
+  Status(2, RankStatus::EXITED, -9);
+  Status(3, RankStatus::EXITED, 7);
+  bool started = false;
+  for (const Assignment& a : Drain(wb)) started |= a.action() == Assignment::START;
+  ASSERT_TRUE(started) << Events(Job());
+  exited_.erase(2);
+  exited_.erase(3);
+  Status(2, RankStatus::RUNNING, 0, 1);
+  Status(3, RankStatus::RUNNING, 0, 1);
+  // Group 0 finishes before the replacement was admitted: the job succeeds.
+  Status(0, RankStatus::EXITED, 0);
+  Status(1, RankStatus::EXITED, 0);
+  ASSERT_EQ(Job().state(), SUCCEEDED) << Events(Job());
+  bool stopped = false;
+  for (const Assignment& a : Drain(wb)) stopped |= a.action() == Assignment::STOP;
+  EXPECT_TRUE(stopped);
+  // The replacement still runs on B's two slots: a job needing all four slots waits for it.
+  const std::string first = job_;
+  auto next = core_->SubmitJob(FtSpec(4, 2));
+  ASSERT_TRUE(next.ok()) << next.status();
+  core_->Tick();
+  EXPECT_EQ(core_->GetJob(*next)->state(), PENDING);
+  // Once B reports the replacement's ranks EXITED, its slots free and the next job runs.
+  HeartbeatRequest hb;
+  hb.set_worker_id(wb);
+  for (int rank : {2, 3}) {
+    RankStatus* rs = hb.add_ranks();
+    rs->set_job_id(first);
+    rs->set_attempt(1);
+    rs->set_rank(rank);
+    rs->set_generation(1);
+    rs->set_state(RankStatus::EXITED);
+    rs->set_exit_code(-15);
+  }
+  ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  HeartbeatRequest hb_a;
+  hb_a.set_worker_id(wa);
+  ASSERT_TRUE(core_->Heartbeat(hb_a).ok());
+  core_->Tick();
+  EXPECT_EQ(core_->GetJob(*next)->state(), RUNNING) << core_->GetJob(*next)->message();
+}
+
 TEST_F(FtCoreTest, LostWorkerLosesItsGroupAndTheReplacementGoesElsewhere) {
   AddWorkers(3, 2);
   SubmitAndRun(FtSpec(6, 2));
