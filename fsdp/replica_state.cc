@@ -1,5 +1,7 @@
 #include "fsdp/replica_state.h"
 
+#include <vector>
+
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
@@ -96,6 +98,34 @@ absl::Status BroadcastReplicaState(FsdpEngine& engine, ShardedOptimizer* optimiz
   });
   RETURN_IF_ERROR(status);
   return torch;
+}
+
+absl::StatusOr<bool> DigestsAgree(const FsdpEngine& engine, uint64_t digest) {
+  Communicator* replicate = engine.replicate_comm();
+  if (replicate == nullptr || replicate->size() == 1) return true;
+  const int64_t r = replicate->size();
+  if (r > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DigestsAgree: a replicate group of ", r, " ranks (at most 1024)"));
+  }
+  // Four 16-bit chunks c of the digest and their squares, summed over the group in float64: each
+  // sum is exact (R * 2^32 < 2^53 for R <= 1024, and so are sum^2 and R * sum c^2), and
+  // (sum c)^2 == R * (sum c^2) holds exactly when every member's c is the same (the equality
+  // case of Cauchy-Schwarz). So one all-reduce decides, and NCCL needs no all-gather of int64.
+  std::vector<double> values(8);
+  for (int i = 0; i < 4; ++i) {
+    const double c = static_cast<double>((digest >> (16 * i)) & 0xffff);
+    values[i] = c;
+    values[4 + i] = c * c;
+  }
+  at::Tensor t = at::tensor(values, at::kDouble).to(engine.device());
+  RETURN_IF_ERROR(replicate->AllReduce(t, ReduceOp::kSum));
+  const at::Tensor host = t.cpu();
+  const double* sums = host.data_ptr<double>();
+  for (int i = 0; i < 4; ++i) {
+    if (sums[i] * sums[i] != static_cast<double>(r) * sums[4 + i]) return false;
+  }
+  return true;
 }
 
 }  // namespace shardline::fsdp

@@ -10,6 +10,11 @@
 //                          shards, then its optimizer state in LocalState() order, then an int64
 //                          progress tensor [optimizer step count, progress...]; every other rank
 //                          overwrites its own with them. Afterwards the digests agree.
+//   DigestsAgree           on demand, a collective over the replicate group: whether every
+//                          member's digest is the same, with one 8-element all-reduce (no
+//                          all-gather). The trainer's per-step check sends the digests to the
+//                          coordinator with the votes instead (no extra collective in the step,
+//                          and the coordinator names the ranks that differ).
 //
 // Thread safety: training thread only, between steps (nothing gathered or pending).
 #ifndef SHARDLINE_FSDP_REPLICA_STATE_H_
@@ -29,6 +34,11 @@ namespace shardline::fsdp {
 // `optimizer` may be null (parameters only). Reads device tensors back to the host.
 // Errors: INTERNAL for a LibTorch failure.
 absl::StatusOr<uint64_t> StateDigest(const FsdpEngine& engine, const ShardedOptimizer* optimizer);
+
+// A collective over the engine's replicate group (every member calls it): true when every
+// member passed the same `digest`. Exact for groups of up to 1024 ranks. Errors: the
+// all-reduce's; INVALID_ARGUMENT for a larger group.
+absl::StatusOr<bool> DigestsAgree(const FsdpEngine& engine, uint64_t digest);
 
 // A collective over `replicate` (every member calls it with the same root and progress size).
 // On the root `progress` is sent; elsewhere it is overwritten, and the optimizer's step count is

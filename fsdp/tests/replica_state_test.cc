@@ -77,6 +77,8 @@ absl::Status TrainStep(Rank& r, int64_t seed, bool step_optimizer = true) {
 TEST(ReplicaState, HealMakesAFreshReplicaBitIdenticalToTheSourceAndTrainingGoesOnTogether) {
   FakeWorld world(kWorld, kShard);
   std::vector<uint64_t> before(kWorld), healed(kWorld), after(kWorld);
+  // DigestsAgree (the on-demand all-reduce check) before and after the heal.
+  std::vector<int> agree_before(kWorld, -1), agree_healed(kWorld, -1);
   std::vector<std::vector<int64_t>> progress(kWorld);
   std::vector<int64_t> steps(kWorld);
   auto statuses = RunOnThreads(world, [&](int rank, Communicator* s, Communicator* rep) {
@@ -92,10 +94,14 @@ TEST(ReplicaState, HealMakesAFreshReplicaBitIdenticalToTheSourceAndTrainingGoesO
     ASSIGN_OR_RETURN(before[rank], StateDigest(*r.engine, r.optimizer.get()));
     // The new epoch: both groups again; group 0 is the heal source (replicate rank 0).
     RETURN_IF_ERROR(r.engine->SetCommunicators(s, rep));
+    ASSIGN_OR_RETURN(bool agreed, DigestsAgree(*r.engine, before[rank]));
+    agree_before[rank] = agreed;
     progress[rank] = group == 0 ? std::vector<int64_t>{3, 1, 12} : std::vector<int64_t>{0, 0, 0};
     RETURN_IF_ERROR(BroadcastReplicaState(*r.engine, r.optimizer.get(), rep, 0, &progress[rank]));
     steps[rank] = r.optimizer->step_count();
     ASSIGN_OR_RETURN(healed[rank], StateDigest(*r.engine, r.optimizer.get()));
+    ASSIGN_OR_RETURN(agreed, DigestsAgree(*r.engine, healed[rank]));
+    agree_healed[rank] = agreed;
     // Both groups train the next step together (gradients average over both) and stay equal.
     RETURN_IF_ERROR(TrainStep(r, 200 + group));
     ASSIGN_OR_RETURN(after[rank], StateDigest(*r.engine, r.optimizer.get()));
@@ -111,6 +117,8 @@ TEST(ReplicaState, HealMakesAFreshReplicaBitIdenticalToTheSourceAndTrainingGoesO
     EXPECT_NE(after[shard], healed[shard]);
   }
   EXPECT_NE(healed[0], healed[1]);  // Different shards, different digests.
+  EXPECT_EQ(agree_before, (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_EQ(agree_healed, (std::vector<int>{1, 1, 1, 1}));
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_EQ(progress[r], (std::vector<int64_t>{3, 1, 12})) << "rank " << r;
     EXPECT_EQ(steps[r], 3) << "rank " << r;
