@@ -63,6 +63,15 @@ class Binaries:
 BINARIES = None
 
 
+def proc_state(pid):
+    """The state letter of /proc/<pid>/stat ('T' stopped, 'Z' zombie), or None if gone."""
+    try:
+        with open("/proc/%d/stat" % int(pid)) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
 def pids_of(pattern):
     """Pids whose command line contains `pattern`."""
     out = []
@@ -75,9 +84,8 @@ def pids_of(pattern):
         except OSError:
             continue
         if pattern in cmd and int(pid) != os.getpid():
-            with open("/proc/%s/stat" % pid) as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-            if state != "Z":
+            state = proc_state(pid)
+            if state not in (None, "Z"):  # None: it ended since its cmdline was read
                 out.append(int(pid))
     return out
 

@@ -65,15 +65,6 @@ def group_ranks(g):
     return "ranks %d-%d" % (g * S, (g + 1) * S - 1)
 
 
-def proc_state(pid):
-    """The state letter of /proc/<pid>/stat ('T' stopped, 'Z' zombie), or None if gone."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
-
-
 class ReplicaFaultToleranceScenarioTest(unittest.TestCase):
     cluster = None
 
@@ -322,9 +313,9 @@ class ReplicaFaultToleranceScenarioTest(unittest.TestCase):
             # STOP_RANK: SIGTERM stays pending on a stopped process; the SIGKILL after the grace
             # period ends it, and its daemon reaps it.
             deadline = time.time() + 60
-            while proc_state(victim) is not None and time.time() < deadline:
+            while harness.proc_state(victim) is not None and time.time() < deadline:
                 time.sleep(0.1)
-            self.assertIsNone(proc_state(victim), "the stalled rank was not stopped")
+            self.assertIsNone(harness.proc_state(victim), "the stalled rank was not stopped")
             expected = "rank %d of %s killed by SIGKILL" % (victim_rank, job)
             log_path = os.path.join(self.cluster.worker_dir(worker), "worker.log")
             deadline = time.time() + 10
@@ -332,7 +323,7 @@ class ReplicaFaultToleranceScenarioTest(unittest.TestCase):
                 time.sleep(0.1)
             self.assertIn(expected, open(log_path).read())
         finally:
-            if proc_state(victim) is not None:
+            if harness.proc_state(victim) is not None:
                 os.kill(victim, signal.SIGCONT)
 
         status = self.wait_end(job)

@@ -37,15 +37,6 @@ COMMIT_WAIT_ERROR = re.compile(r"checkpoint \S+: shard writers did not finish wi
                                r"missing shard_00001\.index\.json" % COLLECTIVE_TIMEOUT_S)
 
 
-def proc_state(pid):
-    """The state letter of /proc/<pid>/stat ('T' stopped, 'Z' zombie), or None if gone."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
-
-
 class StalledRankScenarioTest(unittest.TestCase):
     setUp = cluster_test.ClusterTest.setUp
     tearDown = cluster_test.ClusterTest.tearDown
@@ -79,9 +70,9 @@ class StalledRankScenarioTest(unittest.TestCase):
         self.assertIsNotNone(victim, "no trainer for rank 1 on " + node)
         os.kill(victim, signal.SIGSTOP)
         deadline = time.time() + 10
-        while proc_state(victim) != "T" and time.time() < deadline:
+        while harness.proc_state(victim) != "T" and time.time() < deadline:
             time.sleep(0.05)
-        self.assertEqual(proc_state(victim), "T")
+        self.assertEqual(harness.proc_state(victim), "T")
 
         # The attempt fails on the others' timeouts; the frozen rank is torn down with it.
         status = self.cluster.wait_for(job, lambda s: int(s.get("attempt", 0)) >= 2, timeout=120,
@@ -121,9 +112,9 @@ class StalledRankScenarioTest(unittest.TestCase):
         # The frozen process is gone: killed (SIGKILL ends a stopped process) and reaped by its
         # daemon, not left as a zombie or still stopped.
         deadline = time.time() + 30
-        while proc_state(victim) is not None and time.time() < deadline:
+        while harness.proc_state(victim) is not None and time.time() < deadline:
             time.sleep(0.1)
-        self.assertIsNone(proc_state(victim), "the stopped rank outlived its attempt")
+        self.assertIsNone(harness.proc_state(victim), "the stopped rank outlived its attempt")
         # The daemon reports how it ended (its supervision loop looks every 200 ms).
         expected = "rank 1 of %s killed by SIGKILL" % job
         log_path = os.path.join(self.cluster.worker_dir(worker), "worker.log")
