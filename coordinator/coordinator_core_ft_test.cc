@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_core.h"
 #include "coordinator/testing/fake_clock.h"
+#include "coordinator/testing/test_jobs.h"
 
 namespace shardline::coordinator {
 namespace {
@@ -30,18 +31,6 @@ JobSpec FtSpec(int w, int s, int min_replicas = 1, int max_restarts = 0) {
   spec.mutable_fault_tolerance()->set_min_replicas(min_replicas);
   spec.mutable_fault_tolerance()->set_vote_timeout_s(10);
   return spec;
-}
-
-RegisterWorkerRequest Worker(const std::string& node, int slots) {
-  RegisterWorkerRequest r;
-  r.set_node_name(node);
-  r.set_address(node + ":0");
-  for (int i = 0; i < slots; ++i) {
-    Slot* s = r.add_slots();
-    s->set_kind(Slot::CPU);
-    s->set_index(i);
-  }
-  return r;
 }
 
 bool HasEvent(const JobStatus& st, const std::string& kind, const std::string& text = "") {
@@ -78,7 +67,7 @@ class FtCoreTest : public ::testing::Test {
   // `workers` workers of `slots` slots each, every one with an open stream.
   void AddWorkers(int workers, int slots) {
     for (int i = 0; i < workers; ++i) {
-      auto r = core_->RegisterWorker(Worker(absl::StrCat("node-", nodes_++), slots));
+      auto r = core_->RegisterWorker(TestWorkerRequest(absl::StrCat("node-", nodes_++), slots));
       ASSERT_TRUE(r.ok()) << r.status();
       auto gen = core_->OpenAssignmentStream(r->worker_id());
       ASSERT_TRUE(gen.ok());
