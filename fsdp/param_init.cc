@@ -21,6 +21,13 @@ InitialValue InitialValue::Values(at::Tensor values) {
   return v;
 }
 
+InitialValue InitialValue::Read(std::vector<int64_t> shape, RangeReader read) {
+  InitialValue v;
+  v.shape_ = std::move(shape);
+  v.read_ = std::move(read);
+  return v;
+}
+
 int64_t InitialValue::numel() const {
   int64_t n = 1;
   for (int64_t d : shape_) n *= d;
@@ -29,21 +36,25 @@ int64_t InitialValue::numel() const {
 
 void InitialValue::CopyRange(int64_t start, int64_t end, const at::Tensor& dst) const {
   at::NoGradGuard no_grad;
-  if (values_.defined()) {
+  if (read_) {
+    read_(start, end, dst);
+  } else if (values_.defined()) {
     dst.copy_(values_.view({-1}).narrow(0, start, end - start));
   } else {
     dst.fill_(fill_);
   }
 }
 
+void ReleaseTensorStorage(at::Tensor& t) {
+  // An empty storage with the tensor's shape: set_sizes_contiguous changes only the metadata, so
+  // nothing is allocated (at::empty(shape) would allocate the whole tensor).
+  at::Tensor none = at::empty({0}, t.options());
+  none.unsafeGetTensorImpl()->set_sizes_contiguous(t.sizes());
+  t.set_data(none);
+}
+
 void ReleaseParameterStorage(torch::nn::Module& module) {
-  for (at::Tensor& p : module.parameters(/*recurse=*/true)) {
-    // An empty storage with the parameter's shape: set_sizes_contiguous changes only the
-    // metadata, so nothing is allocated (at::empty(shape) would allocate the whole tensor).
-    at::Tensor none = at::empty({0}, p.options());
-    none.unsafeGetTensorImpl()->set_sizes_contiguous(p.sizes());
-    p.set_data(none);
-  }
+  for (at::Tensor& p : module.parameters(/*recurse=*/true)) ReleaseTensorStorage(p);
 }
 
 bool IsStorageless(const at::Tensor& t) {

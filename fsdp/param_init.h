@@ -29,12 +29,17 @@
 
 namespace shardline::fsdp {
 
-// One parameter's full initial value: a constant, or the values themselves (float32, host,
-// contiguous, the parameter's shape).
+// One parameter's full initial value: a constant, the values themselves (float32, host,
+// contiguous, the parameter's shape), or a reader that produces any range of them on demand (a
+// file's parameter: only the ranges a rank's shards hold are ever read).
 class InitialValue {
  public:
+  // Writes elements [start, end) of the row-major flattened value into `dst` (as CopyRange).
+  using RangeReader = std::function<void(int64_t start, int64_t end, const at::Tensor& dst)>;
+
   static InitialValue Fill(std::vector<int64_t> shape, double value);
   static InitialValue Values(at::Tensor values);
+  static InitialValue Read(std::vector<int64_t> shape, RangeReader read);
 
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t numel() const;
@@ -45,7 +50,8 @@ class InitialValue {
  private:
   std::vector<int64_t> shape_;
   double fill_ = 0;
-  at::Tensor values_;  // Undefined for a constant.
+  at::Tensor values_;  // Undefined for a constant and a reader.
+  RangeReader read_;   // Empty unless made by Read.
 };
 
 // Produces a model's initial parameter values in a fixed order.
@@ -69,6 +75,8 @@ struct DeferredInit {
 // dtype and requires_grad (the Variable is kept: references to it stay valid). Frees the memory
 // the parameters held unless something else shares it.
 void ReleaseParameterStorage(torch::nn::Module& module);
+// The same for one tensor (a parameter held outside a torch::nn::Module: a TorchScript slot).
+void ReleaseTensorStorage(at::Tensor& t);
 
 // True when `t` is defined and its storage holds no memory although it has elements.
 bool IsStorageless(const at::Tensor& t);

@@ -46,7 +46,7 @@ class LanguageModel {
   // Sharded initialization (fsdp/param_init.h): non-null when the model was created with
   // InitMode::kDeferred, its parameters storage-less; it produces their initial values for the
   // FSDP engine (FsdpEngine::Create with DeferredInit), which keeps only this rank's shards.
-  // Null when the parameters hold their values (kMaterialized, and TorchScript models, which
+  // Null when the parameters hold their values (kMaterialized, and a TorchScript file that must
   // load whole). Owned by the model.
   virtual const fsdp::ParamInitializer* deferred_init() const { return nullptr; }
 

@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<LanguageModel>> CreateModel(const ModelConfig& co
       return std::unique_ptr<LanguageModel>(std::move(m));
     }
     case Architecture::kTorchScript: {
-      ASSIGN_OR_RETURN(auto m, TorchScriptModel::Create(config));
+      ASSIGN_OR_RETURN(auto m, TorchScriptModel::Create(config, mode));
       return std::unique_ptr<LanguageModel>(std::move(m));
     }
   }

@@ -17,7 +17,8 @@ namespace shardline::models {
 // Builds the architecture on CPU with weights initialised from config.init_seed (move it with
 // module().to(device)). With InitMode::kDeferred (models/init.h) the GPT and Llama parameters
 // hold no memory and deferred_init() produces their values for the FSDP engine, which builds
-// only this rank's shards (sharded initialization); a TorchScript model loads whole either way.
+// only this rank's shards (sharded initialization); so do a TorchScript model's, read from its file
+// range by range (models/torchscript_file.h).
 // Errors: INVALID_ARGUMENT naming the bad size; NOT_FOUND for a missing TorchScript file;
 // RESOURCE_EXHAUSTED when memory runs out.
 absl::StatusOr<std::unique_ptr<LanguageModel>> CreateModel(const ModelConfig& config,

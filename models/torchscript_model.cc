@@ -16,6 +16,7 @@
 #include "common/status_macros.h"
 #include "common/torch_status.h"
 #include "models/script_blocks.h"
+#include "models/torchscript_file.h"
 
 namespace shardline::models {
 namespace {
@@ -41,11 +42,13 @@ struct TorchScriptModel::Impl {
   std::shared_ptr<ScriptRootImpl> root;
   std::map<std::string, torch::nn::Module*> mirror_at;  // Module path -> mirror module.
   std::unique_ptr<ScriptBlocks> blocks;                 // Null without a block class.
+  std::unique_ptr<ScriptFileInit> init;                 // kDeferred and split: the values.
+  std::string whole_reason;                             // kDeferred but loaded whole: why.
   int64_t num_params = 0;
 };
 
-absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(
-    const ModelConfig& spec) {
+absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(const ModelConfig& spec,
+                                                                           InitMode mode) {
   const std::string& path = spec.torchscript_path;
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
@@ -53,13 +56,24 @@ absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(
         absl::StrCat("model.torchscript_path: \"", path, "\" does not exist"));
   }
   torch::jit::Module script;
-  absl::Status loaded = TorchCall("load TorchScript module",
-                                  [&] { script = torch::jit::load(path, at::Device(at::kCPU)); });
+  auto impl = std::make_unique<Impl>();
+  absl::Status loaded;
+  if (mode == InitMode::kDeferred) {
+    absl::StatusOr<LoadedScript> split = LoadScriptForShardedInit(path);
+    loaded = split.status();
+    if (split.ok()) {
+      script = split->module;
+      impl->init = std::move(split->init);
+      impl->whole_reason = std::move(split->whole_reason);
+    }
+  } else {
+    loaded = TorchCall("load TorchScript module",
+                       [&] { script = torch::jit::load(path, at::Device(at::kCPU)); });
+  }
   if (!loaded.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.torchscript_path: \"", path, "\" is not a TorchScript module: ", loaded.message()));
   }
-  auto impl = std::make_unique<Impl>();
   impl->root = std::make_shared<ScriptRootImpl>(script);
   // The module tree first, each mirror named after its class's last component (its name without
   // the package: "Block"), so the wrap policies match modules by class.
@@ -146,6 +160,8 @@ void TorchScriptModel::set_unit_runner(fsdp::UnitRunner* runner) {
   if (impl_->blocks != nullptr) impl_->blocks->set_runner(runner);
 }
 
+const fsdp::ParamInitializer* TorchScriptModel::deferred_init() const { return impl_->init.get(); }
+
 std::string TorchScriptModel::block_type() const {
   return impl_->blocks == nullptr ? "" : impl_->blocks->bare_class();
 }
@@ -173,8 +189,14 @@ std::string TorchScriptModel::Describe() const {
     blocks = absl::StrFormat(", %d %s blocks as FSDP hook points", impl_->blocks->paths().size(),
                              impl_->blocks->bare_class());
   }
-  return absl::StrFormat("TorchScript module, vocab %d: %.2fM parameters%s", vocab_size_,
-                         impl_->num_params / 1e6, blocks);
+  std::string load;
+  if (impl_->init != nullptr) {
+    load = ", parameters read from the file shard by shard";
+  } else if (!impl_->whole_reason.empty()) {
+    load = absl::StrCat(", loaded whole (", impl_->whole_reason, ")");
+  }
+  return absl::StrFormat("TorchScript module, vocab %d: %.2fM parameters%s%s", vocab_size_,
+                         impl_->num_params / 1e6, blocks, load);
 }
 
 }  // namespace shardline::models

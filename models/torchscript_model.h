@@ -20,6 +20,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "models/init.h"
 #include "models/language_model.h"
 #include "models/model_config.h"
 
@@ -27,17 +28,22 @@ namespace shardline::models {
 
 class TorchScriptModel : public LanguageModel {
  public:
-  // Loads spec.torchscript_path and routes spec.block_class's calls (if set). Errors: NOT_FOUND
-  // for a missing file, INVALID_ARGUMENT when the file is not a TorchScript module or has no
-  // float parameters, and ScriptBlocks::Route's for the block class (message naming
-  // fsdp.block_class, the class and the method).
-  static absl::StatusOr<std::unique_ptr<TorchScriptModel>> Create(const ModelConfig& spec);
+  // Loads spec.torchscript_path and routes spec.block_class's calls (if set). With
+  // InitMode::kDeferred the parameters are storage-less and deferred_init() reads their values
+  // from the file range by range (models/torchscript_file.h), unless the file must be loaded
+  // whole (Describe() then says why). Errors: NOT_FOUND for a missing file, INVALID_ARGUMENT
+  // when the file is not a TorchScript module or has no float parameters, and
+  // ScriptBlocks::Route's for the block class (message naming fsdp.block_class, the class and
+  // the method).
+  static absl::StatusOr<std::unique_ptr<TorchScriptModel>> Create(
+      const ModelConfig& spec, InitMode mode = InitMode::kMaterialized);
   ~TorchScriptModel() override;
 
   at::Tensor Forward(const at::Tensor& tokens) override;
   torch::nn::Module& module() override;
   std::shared_ptr<torch::nn::Module> module_ptr() override;
   void set_unit_runner(fsdp::UnitRunner* runner) override;
+  const fsdp::ParamInitializer* deferred_init() const override;
   std::string block_type() const override;
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t block_size() const override { return block_size_; }

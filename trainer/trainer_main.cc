@@ -234,10 +234,16 @@ absl::StatusOr<std::unique_ptr<data::TokenDataset>> OpenDataset(const TrainerCon
 }
 
 absl::Status MoveModelToDevice(models::LanguageModel& model, at::Device device, int rank) {
-  // A deferred model has nothing to move: the engine builds its shards on `device`.
-  absl::Status moved = model.deferred_init() != nullptr
-                           ? absl::OkStatus()
-                           : TorchCall("move model", [&] { model.module().to(device); });
+  // A deferred model's parameters have nothing to move (the engine builds their shards on
+  // `device`); its buffers (a scripted model's causal mask) hold their values and move.
+  absl::Status moved = TorchCall("move model", [&] {
+    if (model.deferred_init() == nullptr) {
+      model.module().to(device);
+      return;
+    }
+    at::NoGradGuard no_grad;
+    for (at::Tensor& b : model.module().buffers(/*recurse=*/true)) b.set_data(b.to(device));
+  });
   if (moved.ok() && rank == 0) {
     SL_LOG(INFO) << model.Describe();
   }
