@@ -70,6 +70,10 @@ absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(const
     loaded = TorchCall("load TorchScript module",
                        [&] { script = torch::jit::load(path, at::Device(at::kCPU)); });
   }
+  if (loaded.code() == absl::StatusCode::kResourceExhausted) {  // Out of memory: not the file.
+    return absl::ResourceExhaustedError(
+        absl::StrCat("model.torchscript_path: \"", path, "\": ", loaded.message()));
+  }
   if (!loaded.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.torchscript_path: \"", path, "\" is not a TorchScript module: ", loaded.message()));

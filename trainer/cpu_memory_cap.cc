@@ -1,7 +1,9 @@
 #include "trainer/cpu_memory_cap.h"
 
 #include <atomic>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -14,6 +16,12 @@ namespace {
 
 std::string MiB(int64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 1048576.0); }
 
+class CappedCpuAllocator;
+std::atomic<CappedCpuAllocator*> g_capped{nullptr};
+
+// A DataPtr's context is its data pointer, so that raw_allocate / raw_deallocate work too (the
+// TorchScript interpreter's kernels allocate workspace through them, and raw_allocate asserts
+// data == context); the base allocation behind each pointer is kept in a table.
 class CappedCpuAllocator : public c10::Allocator {
  public:
   CappedCpuAllocator(c10::Allocator* base, int64_t cap) : base_(base), cap_(cap) {}
@@ -33,9 +41,18 @@ class CappedCpuAllocator : public c10::Allocator {
     c10::DataPtr inner = base_->allocate(n);
     void* data = inner.get();
     const c10::Device device = inner.device();
-    auto* ctx = new Context{std::move(inner), bytes, this};
-    return c10::DataPtr(data, ctx, &Release, device);
+    if (data == nullptr) {  // A zero-byte allocation: nothing to track.
+      in_use_.fetch_sub(bytes);
+      return inner;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_.emplace(data, Allocation{std::move(inner), bytes});
+    }
+    return c10::DataPtr(data, data, &Release, device);
   }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &Release; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
@@ -45,24 +62,30 @@ class CappedCpuAllocator : public c10::Allocator {
   int64_t peak() const { return peak_.load(); }
 
  private:
-  struct Context {
+  struct Allocation {
     c10::DataPtr inner;  // Frees the memory through the base allocator's deleter.
     int64_t bytes;
-    CappedCpuAllocator* owner;
   };
-  static void Release(void* ctx) {
-    auto* c = static_cast<Context*>(ctx);
-    c->owner->in_use_.fetch_sub(c->bytes);
-    delete c;
+  static void Release(void* data) {
+    CappedCpuAllocator* self = g_capped.load();
+    c10::DataPtr inner;  // Freed after the lock is dropped.
+    {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      auto it = self->live_.find(data);
+      if (it == self->live_.end()) return;
+      self->in_use_.fetch_sub(it->second.bytes);
+      inner = std::move(it->second.inner);
+      self->live_.erase(it);
+    }
   }
 
   c10::Allocator* base_;
   const int64_t cap_;
   std::atomic<int64_t> in_use_{0};
   std::atomic<int64_t> peak_{0};
+  std::mutex mu_;
+  std::unordered_map<void*, Allocation> live_;  // Guarded by mu_.
 };
-
-std::atomic<CappedCpuAllocator*> g_capped{nullptr};
 
 }  // namespace
 
@@ -76,8 +99,8 @@ absl::Status InstallCpuMemoryCap(int64_t cap_bytes) {
   }
   // Leaked on purpose: storages allocated through it may outlive any owner (static tensors).
   auto* capped = new CappedCpuAllocator(c10::GetCPUAllocator(), cap_bytes);
+  g_capped.store(capped);  // Before any allocation through it can be released.
   c10::SetCPUAllocator(capped, /*priority=*/100);
-  g_capped.store(capped);
   return absl::OkStatus();
 }
 

@@ -4,11 +4,17 @@
 # trains at W = 4 FULL_SHARD, where each rank holds a quarter of the parameters and gradients
 # (plain SGD: no optimizer state; activation checkpointing keeps the activations small) from
 # construction on, and fails at W = 1, where one rank would hold them all, with an out-of-memory
-# error that names the cap (exit 2, docs/fsdp_step.md "Sharded initialization").
-#   $1: the trainer binary   $2: the free-port helper
+# error that names the cap (exit 2, docs/fsdp_step.md "Sharded initialization"). The same for a
+# TorchScript file of that size (written by models/testdata/make_blocks_lm.py, sharded per block):
+# each rank reads only its ranges from the file (models/torchscript_file.h).
+#   $1: the trainer binary   $2: the free-port helper   $3: run_venv_python.sh
+#   $4: make_blocks_lm.py   $5: the training text
 set -euo pipefail
 TRAINER="$(realpath "$1")"
 FREE_PORT="$(realpath "$2")"
+VENV_PYTHON="$(realpath "$3")"
+MAKE_BLOCKS="$(realpath "$4")"
+DATA="$(realpath "$5")"
 SPEC="examples/tiny_gpt_shakespeare.yaml"
 OUT="${TEST_TMPDIR:-$(mktemp -d)}"
 CAP_MIB=${CAP_MIB:-64}
@@ -23,40 +29,75 @@ SETS=(--set model.n_embd=256 --set model.n_layer=24 --set model.n_head=4
   --set optimizer.kind=SGD --set optimizer.momentum=0 --set optimizer.weight_decay=0
   --set fsdp.activation_checkpointing=true --set fsdp.collective_timeout_s=120)
 
+# run_w4 NAME SPEC ARGS...: four FULL_SHARD ranks under the cap; each must exit 0.
+run_w4() {
+  local name=$1 spec=$2
+  shift 2
+  local port pids=() r code
+  port="$("$FREE_PORT")"
+  for r in 0 1 2 3; do
+    SHARDLINE_CPU_MEMORY_CAP_MIB=$CAP_MIB RANK=$r WORLD_SIZE=4 LOCAL_RANK=$r \
+      MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$TRAINER" --spec "$spec" "$@" --set fsdp.sharding_strategy=FULL_SHARD \
+      --set fsdp.hybrid_shard_degree=0 --metrics_out "$OUT/$name.metrics.$r.jsonl" \
+      >"$OUT/$name.out.$r" 2>"$OUT/$name.log.$r" &
+    pids+=($!)
+  done
+  for r in 0 1 2 3; do
+    code=0
+    wait "${pids[$r]}" || code=$?
+    if [[ $code -ne 0 ]]; then
+      fail "$name: W=4 rank $r exited $code under a cap of $CAP_MIB MiB"
+      tail -5 "$OUT/$name.log.$r" >&2
+    fi
+  done
+  grep -q "W=4 (R=1 x S=4) FULL_SHARD" "$OUT/$name.log.0" || fail "$name: no FULL_SHARD layout logged"
+  grep -q '"step": 2, "loss": ' "$OUT/$name.metrics.0.jsonl" || fail "$name: rank 0 has no step 2 loss"
+  grep -h "CPU memory cap: peak" "$OUT/$name".log.* >&2 || fail "$name: no rank logged its peak"
+}
+
+# run_w1 NAME SPEC ARGS...: one rank under the same cap must fail naming it.
+run_w1() {
+  local name=$1 spec=$2 code=0
+  shift 2
+  SHARDLINE_CPU_MEMORY_CAP_MIB=$CAP_MIB "$TRAINER" --spec "$spec" "$@" \
+    --set fsdp.sharding_strategy=NO_SHARD --set fsdp.hybrid_shard_degree=0 \
+    >"$OUT/$name.out.w1" 2>"$OUT/$name.log.w1" || code=$?
+  [[ $code -eq 2 ]] || fail "$name: W=1 exited $code under a cap of $CAP_MIB MiB, want 2"
+  grep -qF "CPU memory cap of $CAP_MIB.0 MiB (SHARDLINE_CPU_MEMORY_CAP_MIB) exceeded" \
+    "$OUT/$name.log.w1" || fail "$name: W=1's error does not name the cap: $(tail -2 "$OUT/$name.log.w1")"
+  grep -q "RESOURCE_EXHAUSTED; exit 2" "$OUT/$name.log.w1" || fail "$name: W=1's error is not RESOURCE_EXHAUSTED"
+  tail -1 "$OUT/$name.log.w1" >&2
+}
+
 # --- 1. W = 4 FULL_SHARD under the cap ----------------------------------------------------------
-PORT="$("$FREE_PORT")"
-pids=()
-for r in 0 1 2 3; do
-  SHARDLINE_CPU_MEMORY_CAP_MIB=$CAP_MIB RANK=$r WORLD_SIZE=4 LOCAL_RANK=$r \
-    MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT \
-    "$TRAINER" --spec "$SPEC" "${SETS[@]}" --set fsdp.sharding_strategy=FULL_SHARD \
-    --set fsdp.hybrid_shard_degree=0 --metrics_out "$OUT/metrics.$r.jsonl" \
-    >"$OUT/out.$r" 2>"$OUT/log.$r" &
-  pids+=($!)
-done
-for r in 0 1 2 3; do
-  code=0
-  wait "${pids[$r]}" || code=$?
-  if [[ $code -ne 0 ]]; then
-    fail "W=4 rank $r exited $code under a cap of $CAP_MIB MiB"
-    tail -5 "$OUT/log.$r" >&2
-  fi
-done
-grep -q "W=4 (R=1 x S=4) FULL_SHARD" "$OUT/log.0" || fail "rank 0 did not log the FULL_SHARD layout"
-grep -q "GPT 24x256" "$OUT/log.0" || fail "rank 0 did not log the model"
-grep -q '"step": 2, "loss": ' "$OUT/metrics.0.jsonl" || fail "rank 0 has no step 2 loss"
-grep -h "CPU memory cap: peak" "$OUT"/log.* >&2 || fail "no rank logged its peak"
+run_w4 gpt "$SPEC" "${SETS[@]}"
+grep -q "GPT 24x256" "$OUT/gpt.log.0" || fail "rank 0 did not log the model"
 
 # --- 2. W = 1 under the same cap: a clear out-of-memory error -----------------------------------
-code=0
-SHARDLINE_CPU_MEMORY_CAP_MIB=$CAP_MIB "$TRAINER" --spec "$SPEC" "${SETS[@]}" \
-  --set fsdp.sharding_strategy=NO_SHARD --set fsdp.hybrid_shard_degree=0 \
-  >"$OUT/out.w1" 2>"$OUT/log.w1" || code=$?
-[[ $code -eq 2 ]] || fail "W=1 exited $code under a cap of $CAP_MIB MiB, want 2"
-grep -qF "CPU memory cap of $CAP_MIB.0 MiB (SHARDLINE_CPU_MEMORY_CAP_MIB) exceeded" "$OUT/log.w1" ||
-  fail "W=1's error does not name the cap: $(tail -2 "$OUT/log.w1")"
-grep -q "RESOURCE_EXHAUSTED; exit 2" "$OUT/log.w1" || fail "W=1's error is not RESOURCE_EXHAUSTED"
-tail -1 "$OUT/log.w1" >&2
+run_w1 gpt "$SPEC" "${SETS[@]}"
+
+# --- 2b. A TorchScript file of the same size, per block: the same two outcomes ------------------
+# 24 blocks of 256 channels (make_blocks_lm.py's BlocksLm, a tied head): 19.0M parameters.
+BIG="$OUT/big_blocks_lm.pt"
+"$VENV_PYTHON" "$MAKE_BLOCKS" --out "$BIG" --dim 256 --layers 24
+SCRIPTED="$OUT/scripted.yaml"
+cat >"$SCRIPTED" <<YAML
+name: scripted-memory
+world_size: 4
+model: {architecture: TORCHSCRIPT, torchscript_path: $BIG, vocab_size: 256, block_size: 64}
+data: {path: $DATA, seq_len: 32, shuffle_seed: 3}
+optimizer: {kind: SGD, lr: 1.0e-3, momentum: 0, weight_decay: 0, warmup_steps: 0}
+fsdp: {sharding_strategy: FULL_SHARD, block_class: Block, collective_timeout_s: 120,
+       activation_checkpointing: true}
+train: {steps: 2, global_batch_size: 4, micro_batch_size: 1, log_every: 1, eval_every: 0,
+        sample_tokens: 0}
+device: {kind: CPU, cpu_threads: 1}
+YAML
+run_w4 scripted "$SCRIPTED"
+grep -q "parameters read from the file shard by shard" "$OUT/scripted.log.0" ||
+  fail "scripted: rank 0 did not read its parameters shard by shard: $(grep -m1 TorchScript "$OUT/scripted.log.0")"
+run_w1 scripted "$SCRIPTED"
 
 # --- 3. A malformed cap is a bad environment ----------------------------------------------------
 code=0

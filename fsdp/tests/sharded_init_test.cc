@@ -1,7 +1,8 @@
 // Sharded initialization (models/init.h, fsdp/param_init.h): a GPT or Llama built with
 // InitMode::kDeferred holds no parameter memory, and wrapped by FsdpEngine with DeferredInit
 // each rank builds only its shards, which equal the full (unsharded) initialisation bit for bit
-// at W = 1, 2, 4 and S = 1, 2, 4. Ranks are threads joined by in-process communicators.
+// at W = 1, 2, 4 and S = 1, 2, 4; so does a TorchScript file's, read range by range, against
+// torch::jit::load. Ranks are threads joined by in-process communicators.
 #include <cmath>
 #include <map>
 #include <memory>
@@ -204,6 +205,85 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"llama-tiny", 1, 1, WrapPolicyKind::kTransformerBlock,
                            Dtype::kBFloat16}),
     CaseName);
+
+// A TorchScript file (models/torchscript_file.h): each rank reads only its ranges from the file,
+// and its shards and the gathered weights equal torch::jit::load's whole values bit for bit.
+struct ScriptCase {
+  std::string file, block_class;
+  int world_size, shard_degree;
+};
+
+class ScriptedShardedInit : public ::testing::TestWithParam<ScriptCase> {};
+
+TEST_P(ScriptedShardedInit, ShardsEqualTheWholeLoadBitForBit) {
+  const ScriptCase& c = GetParam();
+  ModelConfig config;
+  config.architecture = models::Architecture::kTorchScript;
+  config.torchscript_path = "models/testdata/" + c.file;
+  config.vocab_size = 256;
+  config.block_class = c.block_class;
+  std::map<std::string, at::Tensor> want;
+  {
+    auto whole = models::CreateModel(config, InitMode::kMaterialized);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    for (const auto& item : (*whole)->module().named_parameters(/*recurse=*/true)) {
+      want[item.key()] = item.value().detach().clone();
+    }
+  }
+  const ParallelLayout layout = LayoutOf(Case{c.file, c.world_size, c.shard_degree});
+  FakeWorld world(c.world_size, c.shard_degree);
+  std::vector<std::vector<std::string>> mismatches(c.world_size);
+  std::vector<absl::Status> statuses =
+      RunOnThreads(world, [&](int rank, Communicator* shard, Communicator* replicate) {
+        ASSIGN_OR_RETURN(auto model, models::CreateModel(config, InitMode::kDeferred));
+        if (model->deferred_init() == nullptr) {
+          return absl::InternalError(absl::StrCat("loaded whole: ", model->Describe()));
+        }
+        FsdpEngineOptions options;
+        options.rank = rank;
+        options.wrap_policy.kind =
+            c.block_class.empty() ? WrapPolicyKind::kSizeBased : WrapPolicyKind::kTransformerBlock;
+        options.wrap_policy.block_type = model->block_type();
+        options.wrap_policy.min_num_params = 2000;
+        const DeferredInit deferred{model->deferred_init(), at::kCPU};
+        ASSIGN_OR_RETURN(auto engine, FsdpEngine::Create(model->module_ptr(), layout, shard,
+                                                         replicate, options, &deferred));
+        for (const ShardSlice& s : engine->LocalParamState()) {
+          const at::Tensor full = want.at(s.name).reshape({-1});
+          if (!at::equal(s.local, full.narrow(0, s.start, s.end - s.start))) {
+            mismatches[rank].push_back(absl::StrCat("shard of ", s.name));
+          }
+        }
+        ASSIGN_OR_RETURN(auto gathered, engine->FullParamState(/*rank0_only=*/false));
+        if (gathered.size() + engine->aliases().size() != want.size()) {
+          mismatches[rank].push_back(absl::StrCat(gathered.size(), " gathered tensors"));
+        }
+        for (const auto& [name, t] : gathered) {
+          if (!at::equal(t.cpu(), want.at(name))) mismatches[rank].push_back(name);
+        }
+        return absl::OkStatus();
+      });
+  for (int r = 0; r < c.world_size; ++r) {
+    ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+    EXPECT_TRUE(mismatches[r].empty()) << "rank " << r << ": " << mismatches[r].front();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, ScriptedShardedInit,
+                         ::testing::Values(ScriptCase{"blocks_lm.pt", "Block", 1, 1},
+                                           ScriptCase{"blocks_lm.pt", "Block", 4, 4},
+                                           ScriptCase{"blocks_lm.pt", "Block", 4, 2},
+                                           ScriptCase{"blocks_lm.pt", "", 2, 2},
+                                           ScriptCase{"layout_lm.pt", "", 4, 4},
+                                           ScriptCase{"layout_lm.pt", "", 2, 1}),
+                         [](const ::testing::TestParamInfo<ScriptCase>& info) {
+                           const ScriptCase& c = info.param;
+                           std::string name =
+                               absl::StrCat(c.file.substr(0, c.file.find('.')),
+                                            c.block_class.empty() ? "" : "_blocks", "_W",
+                                            c.world_size, "_S", c.shard_degree);
+                           return name;
+                         });
 
 TEST(ShardedInit, RefusesParametersThatHoldMemory) {
   auto model = models::CreateModel(Config("tiny"), InitMode::kMaterialized);

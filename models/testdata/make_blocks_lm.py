@@ -7,10 +7,11 @@ it per block with fsdp.block_class "Block" (models/models_test, trainer/scripted
 Also writes unsupported_blocks_lm.pt, whose block classes the refusal tests name.
 
 Run from the repository root with the project's venv:
-  .venv/bin/python models/testdata/make_blocks_lm.py
+  .venv/bin/python models/testdata/make_blocks_lm.py [--out FILE --dim D --layers L]
 The committed file was produced by this script with torch 2.11.0; regenerate it only if the
 TorchScript format changes.
 """
+import argparse
 import math
 from typing import Tuple
 
@@ -123,6 +124,15 @@ class UnsupportedBlocksLm(nn.Module):
         return self.head(self.stepper.step(a + b))
 
 
+parser = argparse.ArgumentParser()
+parser.add_argument("--out", help="write only a BlocksLm of --dim and --layers, to this file "
+                    "(trainer/sharded_init_memory_test.sh makes a 73 MiB one)")
+parser.add_argument("--dim", type=int, default=64)
+parser.add_argument("--layers", type=int, default=4)
+args = parser.parse_args()
 torch.manual_seed(0)
-torch.jit.script(BlocksLm()).save("models/testdata/blocks_lm.pt")
-torch.jit.script(UnsupportedBlocksLm()).save("models/testdata/unsupported_blocks_lm.pt")
+if args.out:
+    torch.jit.script(BlocksLm(dim=args.dim, layers=args.layers)).save(args.out)
+else:
+    torch.jit.script(BlocksLm()).save("models/testdata/blocks_lm.pt")
+    torch.jit.script(UnsupportedBlocksLm()).save("models/testdata/unsupported_blocks_lm.pt")
