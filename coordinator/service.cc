@@ -1,21 +1,15 @@
 #include "coordinator/service.h"
 
 #include <algorithm>
-#include <functional>
-#include <map>
 #include <optional>
-#include <set>
+#include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
-#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
-#include "common/constant_time.h"
 #include "common/grpc_status.h"
 #include "coordinator/job_state_machine.h"
 #include "coordinator/rendezvous_store.h"
+#include "coordinator/stream_hub.h"
 #include "spec/job_spec.h"
 
 namespace shardline::coordinator {
@@ -58,175 +52,7 @@ absl::StatusOr<JobSpec> ResolveSubmittedSpec(const SubmitJobRequest& req) {
 
 }  // namespace
 
-// One open server stream whose messages come from a `next` function. Pump() writes the next
-// message when no write is in flight; the hub pumps a stream whenever its key (worker or job)
-// changed. gRPC runs reactions (OnWriteDone, OnCancel, OnDone) on its own threads, never inside
-// StartWrite/Finish, so those may be called under mu_.
-class PumpedStreamBase {
- public:
-  virtual ~PumpedStreamBase() = default;
-  virtual void Pump() = 0;
-  virtual void Abort(const grpc::Status& status) = 0;
-};
-
-// A time after which some call must be pumped even without a change (rendezvous timeouts).
-using Deadline = std::pair<absl::Time, PumpedStreamBase*>;
-
-class StreamHub {
- public:
-  void Add(const std::string& key, PumpedStreamBase* s,
-           absl::Time deadline = absl::InfiniteFuture()) {
-    absl::MutexLock lock(&mu_);
-    streams_[key].insert(s);
-    if (deadline != absl::InfiniteFuture()) {
-      deadlines_.insert({deadline, s});
-      deadline_of_[s] = deadline;
-    }
-  }
-  void Remove(const std::string& key, PumpedStreamBase* s) {
-    absl::MutexLock lock(&mu_);
-    if (auto d = deadline_of_.find(s); d != deadline_of_.end()) {
-      deadlines_.erase({d->second, s});
-      deadline_of_.erase(d);
-    }
-    auto it = streams_.find(key);
-    if (it == streams_.end()) return;
-    it->second.erase(s);
-    if (it->second.empty()) streams_.erase(it);
-  }
-  // Pumps the streams of `keys` (all streams when `all`). The hub lock is held while one key's
-  // streams are pumped, so a stream cannot finish its OnDone (and be deleted) meanwhile; it is
-  // released between keys so that opening and closing streams never waits for a whole sweep.
-  void Pump(const std::vector<std::string>& keys, bool all) {
-    std::vector<std::string> all_keys;
-    if (all) {
-      absl::MutexLock lock(&mu_);
-      for (const auto& [key, set] : streams_) all_keys.push_back(key);
-    }
-    for (const std::string& key : all ? all_keys : keys) {
-      absl::MutexLock lock(&mu_);
-      auto it = streams_.find(key);
-      if (it == streams_.end()) continue;
-      for (PumpedStreamBase* s : it->second) s->Pump();
-    }
-  }
-  // The earliest deadline of a waiting call (InfiniteFuture when none).
-  absl::Time NextDeadline() {
-    absl::MutexLock lock(&mu_);
-    return deadlines_.empty() ? absl::InfiniteFuture() : deadlines_.begin()->first;
-  }
-  // Pumps every call whose deadline passed (each finishes then) and forgets those deadlines,
-  // so the pump does not wake for them again before their OnDone runs.
-  void PumpExpired(absl::Time now) {
-    absl::MutexLock lock(&mu_);
-    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
-      PumpedStreamBase* s = deadlines_.begin()->second;
-      deadlines_.erase(deadlines_.begin());
-      deadline_of_.erase(s);
-      s->Pump();
-    }
-  }
-  void AbortAll(const grpc::Status& status) {
-    absl::MutexLock lock(&mu_);
-    for (auto& [key, set] : streams_) {
-      for (PumpedStreamBase* s : set) s->Abort(status);
-    }
-  }
-  // Waits until every stream finished (OnDone ran), up to `timeout`.
-  void WaitEmpty(absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto empty = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_.empty(); };
-    mu_.AwaitWithTimeout(absl::Condition(&empty), timeout);
-  }
-
- private:
-  absl::Mutex mu_;
-  std::map<std::string, std::set<PumpedStreamBase*>> streams_ ABSL_GUARDED_BY(mu_);
-  std::set<Deadline> deadlines_ ABSL_GUARDED_BY(mu_);
-  std::map<PumpedStreamBase*, absl::Time> deadline_of_ ABSL_GUARDED_BY(mu_);
-};
-
 namespace {
-
-template <typename Msg>
-class PumpedStream : public grpc::ServerWriteReactor<Msg>, public PumpedStreamBase {
- public:
-  // Returns the next message (nullopt: nothing yet) or the status to finish with; sets *last
-  // when the stream ends OK after this message.
-  using NextFn = std::function<absl::StatusOr<std::optional<Msg>>(bool* last)>;
-
-  PumpedStream(StreamHub* hub, std::string key, NextFn next)
-      : hub_(hub), key_(std::move(key)), next_(std::move(next)) {}
-
-  // Registers with the hub and sends what is ready. Call once, from the RPC method.
-  void Start() {
-    hub_->Add(key_, this);
-    Pump();
-  }
-
-  void Pump() override {
-    absl::MutexLock lock(&mu_);
-    if (finished_ || writing_) return;
-    if (cancelled_) return FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
-    if (last_sent_) return FinishLocked(grpc::Status::OK);
-    bool last = false;
-    absl::StatusOr<std::optional<Msg>> next = next_(&last);
-    if (!next.ok()) return FinishLocked(ToGrpcStatus(next.status()));
-    if (!next->has_value()) return;
-    current_ = std::move(**next);
-    last_sent_ = last;
-    writing_ = true;
-    this->StartWrite(&current_);
-  }
-
-  void Abort(const grpc::Status& status) override {
-    absl::MutexLock lock(&mu_);
-    if (!writing_) FinishLocked(status);
-    abort_ = status;
-    aborted_ = true;
-  }
-
-  void OnWriteDone(bool ok) override {
-    {
-      absl::MutexLock lock(&mu_);
-      writing_ = false;
-      if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
-      if (aborted_) return FinishLocked(abort_);
-    }
-    Pump();
-  }
-
-  void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    cancelled_ = true;
-    if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled"));
-  }
-
-  void OnDone() override {
-    hub_->Remove(key_, this);
-    delete this;
-  }
-
- private:
-  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    finished_ = true;
-    this->Finish(status);
-  }
-
-  StreamHub* hub_;
-  const std::string key_;
-  NextFn next_;
-  absl::Mutex mu_;
-  Msg current_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool last_sent_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status abort_ ABSL_GUARDED_BY(mu_);
-};
-
 std::string WorkerKey(const std::string& id) { return "w:" + id; }
 std::string JobKey(const std::string& id) { return "j:" + id; }
 std::string NamespaceKey(const std::string& ns) { return "r:" + ns; }
@@ -293,6 +119,13 @@ class PendingGet : public grpc::ServerUnaryReactor, public PumpedStreamBase {
 
 }  // namespace
 
+// Returns the authorization's status from an RPC method when it denies the call.
+#define SL_RETURN_IF_DENIED(expr)                \
+  do {                                           \
+    grpc::Status auth_status_ = (expr);          \
+    if (!auth_status_.ok()) return auth_status_; \
+  } while (0)
+
 CoordinatorService::CoordinatorService(CoordinatorCore* core, ServiceOptions options)
     : core_(core),
       options_(std::move(options)),
@@ -337,189 +170,6 @@ CoordinatorService::~CoordinatorService() {
   Shutdown();
   hub_->WaitEmpty(absl::Seconds(5));
 }
-
-namespace {
-
-constexpr char kWorkerCredentialHeader[] = "x-shardline-worker-credential";
-
-// The "authorization" metadata of a call: whether it was sent and its bearer token (empty for a
-// value without the "Bearer " prefix).
-struct Bearer {
-  bool present = false;
-  std::string token;
-};
-
-Bearer BearerOf(const grpc::ServerContextBase* ctx) {
-  Bearer b;
-  const auto& md = ctx->client_metadata();
-  auto it = md.find("authorization");
-  if (it == md.end()) return b;
-  b.present = true;
-  absl::string_view value(it->second.data(), it->second.size());
-  if (absl::ConsumePrefix(&value, "Bearer ")) b.token = std::string(value);
-  return b;
-}
-
-grpc::Status MissingBearer() {
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                      "missing \"authorization: Bearer <token>\" metadata");
-}
-
-// What an attempt credential may do, for a call it may not make.
-grpc::Status AttemptMayNot(const AttemptIdentity& a, const char* method, const char* needs) {
-  return grpc::Status(
-      grpc::StatusCode::PERMISSION_DENIED,
-      absl::StrCat(
-          "an attempt credential (job ", a.job_id, " attempt ", a.attempt,
-          ") may only call ReportProgress, ReportCheckpoint and StepVote for that attempt and "
-          "RendezvousSet/RendezvousGet in its namespace ",
-          a.rendezvous_namespace, "; ", method, " needs ", needs));
-}
-
-}  // namespace
-
-grpc::Status CoordinatorService::AuthorizeUser(const grpc::ServerContextBase* ctx,
-                                               const char* method, User* user) const {
-  const Bearer b = BearerOf(ctx);
-  if (b.present) {
-    if (std::optional<User> u = users_->Find(b.token)) {
-      *user = *u;
-      return grpc::Status::OK;
-    }
-    if (std::optional<AttemptIdentity> a = core_->IdentifyAttempt(b.token)) {
-      return AttemptMayNot(*a, method, "a user token");
-    }
-  }
-  if (users_->empty()) {  // user authentication is off
-    *user = User{"anonymous", true};
-    return grpc::Status::OK;
-  }
-  if (!b.present) return MissingBearer();
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong user token");
-}
-
-grpc::Status CoordinatorService::AuthorizeDaemon(const grpc::ServerContextBase* ctx,
-                                                 const char* method) const {
-  if (options_.require_worker_client_cert) {
-    auto auth = ctx->auth_context();
-    if (auth == nullptr || !auth->IsPeerAuthenticated()) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "worker calls need a client certificate signed by the coordinator's "
-                          "client CA");
-    }
-  }
-  const Bearer b = BearerOf(ctx);
-  if (b.present && !worker_token_.empty() && ConstantTimeEquals(b.token, worker_token_)) {
-    return grpc::Status::OK;
-  }
-  if (b.present) {
-    if (std::optional<AttemptIdentity> a = core_->IdentifyAttempt(b.token)) {
-      return AttemptMayNot(*a, method, "the worker join token");
-    }
-  }
-  if (worker_token_.empty()) return grpc::Status::OK;  // worker authentication is off
-  if (!b.present) return MissingBearer();
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong worker join token");
-}
-
-grpc::Status CoordinatorService::CheckWorkerCredential(const grpc::ServerContextBase* ctx,
-                                                       const std::string& worker_id) const {
-  const auto& md = ctx->client_metadata();
-  auto it = md.find(kWorkerCredentialHeader);
-  if (it == md.end()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        absl::StrCat("missing \"", kWorkerCredentialHeader,
-                                     "\" metadata: send the worker_credential RegisterWorker "
-                                     "returned"));
-  }
-  const absl::Status s = core_->CheckWorkerCredential(
-      worker_id, absl::string_view(it->second.data(), it->second.size()));
-  // An unknown id is the core's business (re-register / NOT_FOUND), not an identity question.
-  if (absl::IsNotFound(s)) return grpc::Status::OK;
-  return ToGrpcStatus(s);
-}
-
-grpc::Status CoordinatorService::AuthorizeAttempt(const grpc::ServerContextBase* ctx,
-                                                  const char* method,
-                                                  AttemptIdentity* attempt) const {
-  const Bearer b = BearerOf(ctx);
-  if (!b.present) {
-    return grpc::Status(
-        grpc::StatusCode::UNAUTHENTICATED,
-        absl::StrCat("missing \"authorization: Bearer <attempt credential>\" metadata: ", method,
-                     " needs the credential of a running job attempt (its trainers' "
-                     "SHARDLINE_RDZV_SECRET)"));
-  }
-  std::optional<AttemptIdentity> a = core_->IdentifyAttempt(b.token);
-  if (!a) {
-    return grpc::Status(
-        grpc::StatusCode::UNAUTHENTICATED,
-        absl::StrCat(method,
-                     " needs the credential of a running job attempt (its trainers' "
-                     "SHARDLINE_RDZV_SECRET); the token sent is none (user and worker tokens are "
-                     "not, and an attempt's stops working when the attempt ends)"));
-  }
-  *attempt = *std::move(a);
-  return grpc::Status::OK;
-}
-
-grpc::Status CoordinatorService::CheckReportFor(const AttemptIdentity& caller,
-                                                const std::string& job_id, int32_t attempt) {
-  if (caller.job_id == job_id && caller.attempt == attempt) return grpc::Status::OK;
-  return grpc::Status(
-      grpc::StatusCode::PERMISSION_DENIED,
-      absl::StrCat("the attempt credential of job ", caller.job_id, " attempt ", caller.attempt,
-                   " may not report for job ", job_id, " attempt ", attempt));
-}
-
-grpc::Status CoordinatorService::CheckNamespaceFor(const AttemptIdentity& caller,
-                                                   const std::string& ns) {
-  if (caller.rendezvous_namespace == ns) return grpc::Status::OK;
-  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                      absl::StrCat("the attempt credential of job ", caller.job_id, " attempt ",
-                                   caller.attempt, " may only use rendezvous namespace ",
-                                   caller.rendezvous_namespace, ", not ", ns));
-}
-
-grpc::Status CoordinatorService::CheckOwner(const User& user, const std::string& job_id,
-                                            const char* action) const {
-  if (user.admin) return grpc::Status::OK;
-  auto st = core_->GetJob(job_id);
-  if (!st.ok()) return ToGrpcStatus(st.status());
-  if (st->owner() == user.name) return grpc::Status::OK;
-  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                      absl::StrCat("job ", job_id, " is owned by ",
-                                   st->owner().empty() ? "nobody recorded" : st->owner(),
-                                   "; only its owner or an admin may ", action));
-}
-
-grpc::Status CoordinatorService::CheckNode(const grpc::ServerContextBase* ctx,
-                                           const std::string& node_name) const {
-  if (!options_.require_worker_client_cert) return grpc::Status::OK;
-  auto auth = ctx->auth_context();
-  if (auth != nullptr) {
-    for (const grpc::string_ref& id : auth->GetPeerIdentity()) {
-      if (absl::string_view(id.data(), id.size()) == node_name) return grpc::Status::OK;
-    }
-  }
-  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                      "the client certificate does not name node " + node_name);
-}
-
-grpc::Status CoordinatorService::CheckWorker(const grpc::ServerContextBase* ctx,
-                                             const std::string& worker_id) const {
-  if (!options_.require_worker_client_cert) return grpc::Status::OK;
-  auto info = core_->GetWorker(worker_id);
-  // An unknown id is the core's business (re-register / NOT_FOUND), not an identity question.
-  if (!info.ok()) return grpc::Status::OK;
-  return CheckNode(ctx, info->node_name());
-}
-
-#define SL_RETURN_IF_DENIED(expr)                \
-  do {                                           \
-    grpc::Status auth_status_ = (expr);          \
-    if (!auth_status_.ok()) return auth_status_; \
-  } while (0)
 
 grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* ctx,
                                                 const RegisterWorkerRequest* req,
@@ -769,39 +419,6 @@ grpc::Status CoordinatorService::GetJobMetrics(grpc::ServerContext* ctx,
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = std::move(*r);
   return grpc::Status::OK;
-}
-
-grpc::Status CoordinatorService::WhoAmI(grpc::ServerContext* ctx, const WhoAmIRequest*,
-                                        WhoAmIResponse* resp) {
-  const Bearer b = BearerOf(ctx);
-  if (b.present) {
-    if (std::optional<User> u = users_->Find(b.token)) {
-      resp->set_user(u->name);
-      resp->set_admin(u->admin);
-      resp->set_credential("user token");
-      return grpc::Status::OK;
-    }
-    if (!worker_token_.empty() && ConstantTimeEquals(b.token, worker_token_)) {
-      resp->set_credential("worker join token");
-      return grpc::Status::OK;
-    }
-    if (std::optional<AttemptIdentity> a = core_->IdentifyAttempt(b.token)) {
-      resp->set_credential("attempt credential");
-      resp->set_job_id(a->job_id);
-      resp->set_attempt(a->attempt);
-      return grpc::Status::OK;
-    }
-  }
-  if (users_->empty()) {
-    resp->set_user("anonymous");
-    resp->set_admin(true);
-    resp->set_credential("none");
-    return grpc::Status::OK;
-  }
-  if (!b.present) return MissingBearer();
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                      "wrong token: no user's, not the worker join token, and no running job "
-                      "attempt's credential");
 }
 
 }  // namespace shardline::coordinator

@@ -64,7 +64,7 @@ struct ServiceOptions {
   absl::Duration sweep = absl::Seconds(5);
 };
 
-class StreamHub;  // service.cc
+class StreamHub;  // stream_hub.h
 
 using CoordinatorServiceBase = ::shardline::Coordinator::WithCallbackMethod_StreamAssignments<
     ::shardline::Coordinator::WithCallbackMethod_WatchJob<
