@@ -462,6 +462,7 @@ void WorkerDaemon::SuperviseLoop() {
         r.status.set_exit_code(code);
         if (code != 0) r.status.set_log_tail(r.process->LogTail(4096));
         r.exited_at = absl::Now();
+        heartbeat_now_.store(true);
         SL_LOG(INFO) << "rank " << r.assignment.rank() << " of " << r.assignment.job_id() << " "
                      << (r.assignment.generation() > 0
                              ? absl::StrCat("(generation ", r.assignment.generation(), ") ")
@@ -508,6 +509,7 @@ void WorkerDaemon::ShipLogs() {
 
 void WorkerDaemon::HeartbeatLoop() {
   while (!shutdown_.load()) {
+    heartbeat_now_.store(false);  // This heartbeat carries every exit published before it.
     HeartbeatRequest req;
     absl::Duration interval;
     bool registered;
@@ -551,7 +553,8 @@ void WorkerDaemon::HeartbeatLoop() {
         SL_LOG(WARNING) << resp.status();
       }
     }
-    for (absl::Time until = absl::Now() + interval; absl::Now() < until && !shutdown_.load();) {
+    for (absl::Time until = absl::Now() + interval;
+         absl::Now() < until && !shutdown_.load() && !heartbeat_now_.load();) {
       absl::SleepFor(absl::Milliseconds(20));
     }
   }

@@ -134,6 +134,10 @@ class WorkerDaemon {
   std::string nccl_ifname_;
   std::unique_ptr<coordinator::CoordinatorClient> client_;
   std::atomic<bool> shutdown_{false};
+  // Set when a rank's exit was published: the heartbeat loop sends at once instead of at its
+  // next interval, so a lost rank reaches the coordinator's fault handling (a restart, or a
+  // replica group's ABORT vote) without waiting up to a heartbeat interval.
+  std::atomic<bool> heartbeat_now_{false};
 
   absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);

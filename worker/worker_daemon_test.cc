@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -36,7 +37,7 @@ class FakeCoordinator final : public Coordinator::Service {
                               RegisterWorkerResponse* resp) override {
     resp->set_worker_id("w-1");
     resp->set_worker_credential("cred");
-    resp->set_heartbeat_interval_ms(100);
+    resp->set_heartbeat_interval_ms(heartbeat_interval_ms_.load());
     return grpc::Status::OK;
   }
   grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* req,
@@ -79,6 +80,9 @@ class FakeCoordinator final : public Coordinator::Service {
                               ReportProgressResponse*) override {
     return grpc::Status::OK;
   }
+
+  // The interval the next registration hands out (before the daemon registers).
+  void SetHeartbeatIntervalMs(int ms) { heartbeat_interval_ms_.store(ms); }
 
   void Push(const Assignment& a) {
     absl::MutexLock lock(&mu_);
@@ -123,6 +127,7 @@ class FakeCoordinator final : public Coordinator::Service {
   }
 
  private:
+  std::atomic<int> heartbeat_interval_ms_{100};
   absl::Mutex mu_;
   std::deque<Assignment> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
@@ -373,6 +378,32 @@ TEST_F(WorkerDaemonTest, StopRankStopsOnlyThatRankAndOnlyUpToItsGeneration) {
   })) << fake_.LastHeartbeat().DebugString();
   EXPECT_EQ(StatusesOf(fake_.LastHeartbeat(), 1)[0].exit_code(), -SIGKILL);
   EXPECT_FALSE(Alive(rank1));
+}
+
+// A rank's exit goes out in a heartbeat at once, not at the next interval: with a 30 s interval
+// the coordinator still hears of a killed rank within seconds (for a restart, or a replica
+// group's ABORT vote, docs/failures.md).
+class WorkerDaemonSlowHeartbeatTest : public WorkerDaemonTest {
+ protected:
+  void SetUp() override {
+    fake_.SetHeartbeatIntervalMs(30000);
+    WorkerDaemonTest::SetUp();
+  }
+};
+
+TEST_F(WorkerDaemonSlowHeartbeatTest, AnExitIsHeartbeatAtOnce) {
+  // The first heartbeat at the registered interval: the next one is due 30 s after it.
+  ASSERT_TRUE(fake_.WaitForHeartbeat([](const HeartbeatRequest&) { return true; }));
+  fake_.Push(Start(0, 0));
+  ASSERT_TRUE(WaitForFileWith(Log(0, 0), "pid="));
+  const pid_t pid = PidIn(ReadFile(Log(0, 0)));
+  ASSERT_TRUE(Alive(pid));
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_TRUE(fake_.WaitForHeartbeat(
+      [](const HeartbeatRequest& hb) { return HasOnly(hb, 0, 0, RankStatus::EXITED); },
+      absl::Seconds(10)))
+      << fake_.LastHeartbeat().DebugString();
+  EXPECT_EQ(StatusesOf(fake_.LastHeartbeat(), 0)[0].exit_code(), -SIGKILL);
 }
 
 }  // namespace
