@@ -98,6 +98,13 @@ class Communicator {
   // watchdog fails a collective that runs past the timeout later (nccl_communicator.h), and
   // this returns that first error (DEADLINE_EXCEEDED or UNAVAILABLE, named as above).
   virtual absl::Status AsyncError() const { return absl::OkStatus(); }
+
+  // This rank gives the group up after a failure (replica-group fault tolerance leaving a
+  // membership that lost a rank): its teardown then skips the closing handshake with its peers
+  // (Gloo's closing barrier, NCCL's drain and finalize), so that peers blocked in a collective
+  // with this rank fail at once instead of after the handshake's timeout. Collectives issued
+  // after it fail. Backends without a closing handshake ignore it.
+  virtual void Abandon() {}
 };
 
 }  // namespace shardline::fsdp

@@ -513,6 +513,13 @@ class GlooCommunicator::Impl {
 
   const Options& options() const { return options_; }
   void set_step(int64_t step) { step_.store(step); }
+  // Broken on purpose: no closing barrier at teardown, no collective after it.
+  void Abandon() {
+    absl::MutexLock lock(&mu_);
+    if (broken_.ok()) {
+      broken_ = absl::CancelledError(absl::StrCat(options_.name, ": abandoned by this rank"));
+    }
+  }
 
   // Runs `body(tag, timeout)` on the communication thread unless `args` is an error.
   std::unique_ptr<CommHandle> Submit(absl::string_view op, absl::Status args,
@@ -607,6 +614,8 @@ int GlooCommunicator::rank() const { return impl_->options().rank; }
 int GlooCommunicator::size() const { return impl_->options().size; }
 const std::string& GlooCommunicator::name() const { return impl_->options().name; }
 void GlooCommunicator::set_step(int64_t step) { impl_->set_step(step); }
+
+void GlooCommunicator::Abandon() { impl_->Abandon(); }
 
 std::unique_ptr<CommHandle> GlooCommunicator::AllGatherAsync(const at::Tensor& in,
                                                              const at::Tensor& out) {

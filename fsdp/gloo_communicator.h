@@ -87,6 +87,7 @@ class GlooCommunicator : public Communicator {
   int size() const override;
   const std::string& name() const override;
   void set_step(int64_t step) override;
+  void Abandon() override;
 
   absl::Status AllGather(const at::Tensor& in, const at::Tensor& out) override;
   std::unique_ptr<CommHandle> AllGatherAsync(const at::Tensor& in, const at::Tensor& out) override;

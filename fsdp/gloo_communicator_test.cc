@@ -12,6 +12,7 @@
 
 #include <ATen/ATen.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "fsdp/prefix_kv_store.h"
@@ -420,6 +421,32 @@ TEST(GlooCommunicator, StalledPeerTimesOutNamingGroupOpAndStepThenStaysBroken) {
              rank0_done = true;
            },
            absl::Seconds(1), /*global_ranks=*/{1, 3});
+}
+
+// Abandon (replica-group fault tolerance giving a group up after a failure elsewhere): the
+// abandoned communicator refuses collectives, and its teardown skips the closing barrier, so
+// peers blocked in a collective with it fail at once with "lost a peer". A graceful teardown
+// would first wait out the barrier's 2 s for peers that are busy in that collective.
+TEST(GlooCommunicator, AbandonedCommunicatorClosesAtOnceAndPeersFailFast) {
+  RunGroup(3, [&](GlooCommunicator& comm) {
+    comm.set_step(5);
+    if (comm.rank() == 0) {
+      absl::SleepFor(absl::Milliseconds(300));  // The others are in the all-reduce by now.
+      comm.Abandon();
+      at::Tensor t = at::ones({8}, at::kFloat);
+      absl::Status s = comm.AllReduce(t, ReduceOp::kSum);
+      EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+      EXPECT_TRUE(absl::StrContains(s.message(), "abandoned by this rank")) << s;
+      return;  // The communicator is destroyed now.
+    }
+    at::Tensor t = at::ones({1 << 16}, at::kFloat);
+    const absl::Time start = absl::Now();
+    absl::Status s = comm.AllReduce(t, ReduceOp::kSum);
+    const absl::Duration took = absl::Now() - start;
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "lost a peer")) << s;
+    EXPECT_LT(took, absl::Milliseconds(1500)) << "waited for rank 0's closing barrier";
+  });
 }
 
 TEST(GlooCommunicator, StalledPeerTimeoutNamesGroupRankWithoutGlobalRanks) {

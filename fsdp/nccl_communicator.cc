@@ -84,7 +84,9 @@ class NcclCommunicator::Impl : public std::enable_shared_from_this<Impl> {
   ~Impl() {
     watchdog_.Stop();
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
-    if (!watchdog_.aborted()) {
+    if (abandoned_.load() && !watchdog_.aborted()) {
+      ncclCommAbort(comm_);  // No drain, no finalize: ends kernels stuck on a peer at once.
+    } else if (!watchdog_.aborted()) {
       // Outstanding work first, for at most the timeout: a collective stuck on a dead peer
       // would hold cudaStreamSynchronize forever. Then finalize (non-blocking comms finalize
       // asynchronously), also bounded; whatever does not end in time is aborted.
@@ -117,6 +119,7 @@ class NcclCommunicator::Impl : public std::enable_shared_from_this<Impl> {
     return DescribeGroupMembers(options_.global_ranks, options_.rank, options_.size);
   }
   void set_step(int64_t step) { step_.store(step); }
+  void Abandon() { abandoned_.store(true); }
   ncclComm_t comm() const { return comm_; }
   int device() const { return device_; }
   CommWatchdog& watchdog() { return watchdog_; }
@@ -127,6 +130,10 @@ class NcclCommunicator::Impl : public std::enable_shared_from_this<Impl> {
                                      const std::function<ncclResult_t(cudaStream_t)>& call);
 
   absl::Status BrokenStatus(const std::string& prefix) const {
+    if (abandoned_.load()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(prefix, "communicator was abandoned by this rank"));
+    }
     const absl::Status failure = watchdog_.failure();
     if (failure.ok()) return absl::OkStatus();
     return absl::FailedPreconditionError(
@@ -152,7 +159,8 @@ class NcclCommunicator::Impl : public std::enable_shared_from_this<Impl> {
   ncclComm_t comm_;
   cudaStream_t stream_;
   std::atomic<int64_t> step_{0};
-  CommWatchdog watchdog_;  // Last: its thread uses the members above.
+  std::atomic<bool> abandoned_{false};  // Abandon(): abort at teardown, refuse collectives.
+  CommWatchdog watchdog_;               // Last: its thread uses the members above.
 };
 
 namespace {
@@ -368,6 +376,8 @@ int NcclCommunicator::rank() const { return impl_->options().rank; }
 int NcclCommunicator::size() const { return impl_->options().size; }
 const std::string& NcclCommunicator::name() const { return impl_->options().name; }
 void NcclCommunicator::set_step(int64_t step) { impl_->set_step(step); }
+
+void NcclCommunicator::Abandon() { impl_->Abandon(); }
 absl::Status NcclCommunicator::AsyncError() const { return impl_->watchdog().failure(); }
 
 std::unique_ptr<CommHandle> NcclCommunicator::AllGatherAsync(const at::Tensor& in,

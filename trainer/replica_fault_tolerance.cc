@@ -91,7 +91,7 @@ void ReplicaFaultTolerance::BeginStep(int64_t step) {
   }
 }
 
-void ReplicaFaultTolerance::TearDown() {
+void ReplicaFaultTolerance::TearDown(bool abandon) {
   backend_->engine()->DropStepGradients();
   if (!current_is_placeholder_) {
     absl::Status s = backend_->SetCommunicators(
@@ -105,7 +105,15 @@ void ReplicaFaultTolerance::TearDown() {
         SL_LOG(WARNING) << "checkpoint save before the membership change: " << s;
       }
     }
-    // Closing the sockets now makes peers blocked in a collective with this rank fail fast.
+    // Closing the sockets now makes peers blocked in a collective with this rank fail fast;
+    // after a failure without a closing handshake, which would wait for peers busy elsewhere
+    // (Gloo's closing barrier held a lost group's other rank, and so every survivor, 2 s).
+    if (abandon) {
+      for (fsdp::Communicator* c :
+           {current_.world.get(), current_.shard.get(), current_.replicate.get()}) {
+        if (c != nullptr) c->Abandon();
+      }
+    }
     current_ = fsdp::CommGroups();
     current_is_placeholder_ = true;
   }
@@ -114,12 +122,13 @@ void ReplicaFaultTolerance::TearDown() {
 bool ReplicaFaultTolerance::MarkBroken(const absl::Status& s) {
   if (!IsCommFailure(s)) return false;
   if (broken_.ok()) broken_ = s;
-  TearDown();
+  TearDown(/*abandon=*/true);
   return true;
 }
 
-absl::Status ReplicaFaultTolerance::Rebuild(int64_t epoch, const std::vector<int>& live) {
-  TearDown();
+absl::Status ReplicaFaultTolerance::Rebuild(int64_t epoch, const std::vector<int>& live,
+                                            bool abandon) {
+  TearDown(abandon);
   if (epoch != epoch_) builds_in_epoch_ = 0;
   epoch_ = epoch;
   live_ = live;
@@ -164,7 +173,7 @@ absl::StatusOr<StepDecision> ReplicaFaultTolerance::EndStep(int64_t step,
       left_ = true;
       SL_LOG(WARNING) << "left the job: replica group " << own_group() << " was lost (step " << step
                       << ")";
-      TearDown();
+      TearDown(/*abandon=*/true);
       return d;
     case StepDecision::Kind::kAbort: {
       const std::string why =
@@ -172,7 +181,7 @@ absl::StatusOr<StepDecision> ReplicaFaultTolerance::EndStep(int64_t step,
       SL_LOG(WARNING) << "step " << step << " aborted: " << why
                       << "; training it again with replica groups " << Groups(d.live_groups)
                       << " (epoch " << d.epoch << ")";
-      absl::Status rebuilt = Rebuild(d.epoch, d.live_groups);
+      absl::Status rebuilt = Rebuild(d.epoch, d.live_groups, /*abandon=*/true);
       if (!rebuilt.ok()) {
         SL_LOG(WARNING) << "building the communicators of epoch " << d.epoch << ": " << rebuilt
                         << "; voting not ok on step " << step;

@@ -106,11 +106,14 @@ class ReplicaFaultTolerance : public StepGate {
   ReplicaFaultTolerance(const ReplicaFaultToleranceOptions& options, FsdpBackend* backend,
                         TrainerCheckpointing* checkpointing, fsdp::CommGroups initial);
   int own_group() const { return options_.layout.ReplicateIndex(options_.rank); }
-  // Drops the step, points the backend at the placeholders and destroys the communicators.
-  void TearDown();
-  // TearDown, then the communicators of (epoch, live). A failed build is recorded in broken_
-  // (the next vote says not ok) and returned.
-  absl::Status Rebuild(int64_t epoch, const std::vector<int>& live);
+  // Drops the step, points the backend at the placeholders and destroys the communicators;
+  // `abandon` (after a failure, an ABORT or a LEAVE) first gives them up (Communicator::Abandon:
+  // no closing handshake with peers that may be gone or blocked). A membership change after a
+  // COMMIT (a heal) closes them gracefully: every peer finished the step's collectives.
+  void TearDown(bool abandon);
+  // TearDown(abandon), then the communicators of (epoch, live). A failed build is recorded in
+  // broken_ (the next vote says not ok) and returned.
+  absl::Status Rebuild(int64_t epoch, const std::vector<int>& live, bool abandon = false);
   // Over the replicate group, from heal_source_group's rank: state and progress.
   absl::Status Heal(const StepDecision& d, std::vector<int64_t>* progress);
 
