@@ -29,6 +29,10 @@ CoordinatorCore::CoordinatorCore(const CoreOptions& options, std::unique_ptr<Sta
 
 CoordinatorCore::~CoordinatorCore() {
   Shutdown();
+  {
+    absl::MutexLock lock(&mu_);
+    jobs_.FlushDeferred(clock_->Now(), options_.metrics_flush_interval, /*all=*/true);
+  }
   FlushTrainingMetrics(/*all=*/true);  // the writer tries its queue once more as it stops
 }
 
@@ -294,7 +298,7 @@ absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
   ASSIGN_OR_RETURN(const ProgressChange change, ApplyProgress(r, job->mutable_status()));
   if (change == ProgressChange::kProgress) {
     training_.Add(r.job_id(), MetricsPointFromReport(r, job->status(), clock_->Now()));
-    jobs_.Changed(*job);  // persisted: rank 0 reports only every log_every steps
+    jobs_.ProgressChanged(*job, clock_->Now());  // written within metrics_flush_interval
   } else if (change == ProgressChange::kPeakMemory) {
     feed_.JobChanged(r.job_id());  // watchers hear of it; not persisted
   }

@@ -150,6 +150,7 @@ void CoordinatorCore::Tick() {
     TickQuorumsLocked();
     ScheduleLocked();
     CollectFinishedJobsLocked();
+    jobs_.FlushDeferred(clock_->Now(), options_.metrics_flush_interval, /*all=*/false);
   }
   // Outside mu_: copying a series for its write must not stall heartbeats.
   FlushTrainingMetrics(/*all=*/false);

@@ -58,8 +58,9 @@ ABSL_FLAG(int32_t, dashboard_threads, 4, "threads serving the dashboard concurre
 ABSL_FLAG(std::string, dashboard_chart_js, "/usr/share/javascript/chart.js/chart.min.js",
           "chart.js file the dashboard serves (Debian's libjs-chart.js)");
 ABSL_FLAG(int32_t, metrics_flush_ms, 5000,
-          "a job's training series is written to the state dir at most this often (and at a "
-          "clean shutdown)");
+          "a job's training series and its progress (step, loss) are written to the state dir "
+          "at most this often (and at a clean shutdown); state changes, events and checkpoints "
+          "are written at once");
 ABSL_FLAG(
     int32_t, metrics_points, 2048,
     "points a job's training series keeps before adjacent pairs merge (docs/observability.md)");

@@ -88,7 +88,24 @@ void JobTable::TrimEvents(JobRecord& job) const {
 StateWriter::Ticket JobTable::Changed(JobRecord& job) {
   TrimEvents(job);
   feed_->JobChanged(job.status().job_id());
+  deferred_.erase(job.status().job_id());  // This write carries the progress too.
   return writer_->PutJob(job);
+}
+
+void JobTable::ProgressChanged(JobRecord& job, absl::Time now) {
+  feed_->JobChanged(job.status().job_id());
+  deferred_.emplace(job.status().job_id(), now);  // Keeps the first change's time.
+}
+
+void JobTable::FlushDeferred(absl::Time now, absl::Duration interval, bool all) {
+  for (auto it = deferred_.begin(); it != deferred_.end();) {
+    if (!all && now - it->second < interval) {
+      ++it;
+      continue;
+    }
+    if (auto job = jobs_.find(it->first); job != jobs_.end()) writer_->PutJob(job->second);
+    it = deferred_.erase(it);
+  }
 }
 
 std::vector<JobStatus> JobTable::ListPage(const std::vector<JobState>& states, int64_t after_seq,
@@ -146,7 +163,10 @@ std::vector<std::string> JobTable::CollectFinished(absl::Time now, absl::Duratio
   }
   std::vector<std::string> ids;
   for (size_t i = 0; i < n; ++i) ids.push_back(finished[i]->status().job_id());
-  for (const std::string& id : ids) jobs_.erase(id);
+  for (const std::string& id : ids) {
+    jobs_.erase(id);
+    deferred_.erase(id);  // A late write would bring the removed record back.
+  }
   return ids;
 }
 

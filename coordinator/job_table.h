@@ -57,6 +57,16 @@ class JobTable {
   // off the caller's thread) and reports it to the feed. Returns the write's ticket:
   // StateWriter::Wait on it says whether it is durable.
   StateWriter::Ticket Changed(JobRecord& job);
+  // A change of `job`'s training progress only (latest step, loss, throughput): reported to the
+  // feed at once, its write deferred until FlushDeferred finds it `interval` old, or a Changed
+  // of the job writes it along. Rank 0 reports progress every log_every steps, every job at
+  // once: one state write (and fsync) per report made the store the coordinator's bottleneck at
+  // a thousand jobs. After a crash a job's progress is then at most that interval old; its
+  // state, events and checkpoints are written by Changed, at once.
+  void ProgressChanged(JobRecord& job, absl::Time now);
+  // Queues the writes of jobs whose progress changed at least `interval` before `now` (all of
+  // them when `all`: at shutdown).
+  void FlushDeferred(absl::Time now, absl::Duration interval, bool all);
 
   // Statuses of the jobs in any of `states` (empty: all), in submission order.
   std::vector<JobStatus> List(const std::vector<JobState>& states) const;
@@ -86,6 +96,8 @@ class JobTable {
   const int max_events_;
   Records jobs_;
   std::set<std::string> new_ids_;  // handed out by NewJob, not yet added
+  // Jobs with an unwritten progress change -> when the first one happened.
+  std::map<std::string, absl::Time> deferred_;
   int64_t next_seq_ = 1;
 };
 

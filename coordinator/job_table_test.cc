@@ -164,6 +164,72 @@ TEST(JobTable, JobsAreStoredAndRestoredWithTheirSequence) {
   EXPECT_EQ((*c)->seq(), 3);  // numbering goes on after the restored ones
 }
 
+// Progress is written at most once per interval per job (one write for many reports), the feed
+// hears of it at once, a full Changed write carries it along, a removed job's pending write is
+// dropped, and the newest progress is what the store holds after the flush.
+TEST(JobTable, ProgressWritesWaitForTheFlushIntervalOtherChangesDoNot) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/job_table_progress";
+  const absl::Duration interval = absl::Seconds(5);
+  std::string a_id;
+  {
+    auto store = StateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    StateWriter writer(*std::move(store), absl::Seconds(1));
+    ChangeFeed feed;
+    JobTable jobs(&writer, &feed);
+    auto a = jobs.Submit(Spec("a"), kNow);
+    ASSERT_TRUE(a.ok());
+    a_id = (*a)->status().job_id();
+    const StateWriter::Ticket t0 = writer.last_ticket();
+    (*a)->mutable_status()->set_step(10);
+    jobs.ProgressChanged(**a, kNow);
+    EXPECT_EQ(writer.last_ticket(), t0);  // nothing queued
+    EXPECT_EQ(feed.Version(a_id), 2);     // watchers hear of it at once
+    (*a)->mutable_status()->set_step(20);
+    jobs.ProgressChanged(**a, kNow + absl::Seconds(3));
+    jobs.FlushDeferred(kNow + absl::Seconds(4), interval, /*all=*/false);
+    EXPECT_EQ(writer.last_ticket(), t0);  // 4 s after the first change: not yet
+    jobs.FlushDeferred(kNow + absl::Seconds(5), interval, /*all=*/false);
+    EXPECT_EQ(writer.last_ticket(), t0 + 1);  // one write for both reports
+    jobs.FlushDeferred(kNow + absl::Seconds(60), interval, /*all=*/false);
+    EXPECT_EQ(writer.last_ticket(), t0 + 1);  // and only once
+    // A full write carries a pending progress change along.
+    (*a)->mutable_status()->set_step(30);
+    jobs.ProgressChanged(**a, kNow + absl::Seconds(61));
+    jobs.Changed(**a);
+    jobs.FlushDeferred(kNow + absl::Seconds(61), interval, /*all=*/true);
+    EXPECT_EQ(writer.last_ticket(), t0 + 2);
+    // A job collected with a pending progress write is not written back.
+    auto b = jobs.Submit(Spec("b"), kNow);
+    ASSERT_TRUE(b.ok());
+    const std::string b_id = (*b)->status().job_id();
+    ASSERT_TRUE(JobStateMachine(*b, kNow).Cancel("done").ok());
+    jobs.Changed(**b);
+    jobs.ProgressChanged(**b, kNow);
+    const StateWriter::Ticket t1 = writer.last_ticket();
+    EXPECT_EQ(jobs.CollectFinished(kNow + absl::Hours(1), absl::Minutes(1), 0),
+              (std::vector<std::string>{b_id}));
+    jobs.FlushDeferred(kNow + absl::Hours(1), interval, /*all=*/true);
+    EXPECT_EQ(writer.last_ticket(), t1);
+    // The last progress, pending at shutdown, is written by the final flush.
+    (*a)->mutable_status()->set_step(40);
+    jobs.ProgressChanged(**a, kNow + absl::Seconds(70));
+    jobs.FlushDeferred(kNow + absl::Seconds(70), interval, /*all=*/true);
+    EXPECT_EQ(writer.last_ticket(), t1 + 1);
+  }
+  auto store = StateStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto loaded = (*store)->LoadJobs();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  bool found = false;
+  for (const JobRecord& rec : *loaded) {
+    if (rec.status().job_id() != a_id) continue;
+    found = true;
+    EXPECT_EQ(rec.status().step(), 40);
+  }
+  EXPECT_TRUE(found);
+}
+
 TEST(JobTable, IdsAreNotReusedByATableWithoutAStore) {
   // A coordinator without --state_dir forgets its jobs; the next one must not hand out an id
   // again (its checkpoints live under <checkpoint.dir>/<job id>): the old scheme gave "job-1"
