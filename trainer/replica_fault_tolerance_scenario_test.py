@@ -11,7 +11,7 @@ that answers StepVote (and the rendezvous and checkpoint reports), like docs/fai
 Scenario 1: rank 2 is SIGKILLed at step 10; group 0 trains on alone; a replacement group (ranks 2
 and 3, SHARDLINE_RANK_GENERATION=1) joins, is healed, and every replica's digest agrees with its
 peer's until the end. Scenario 2: rank 1 (group 0) is killed with checkpoints every 10 steps;
-group 1 writes and commits the later checkpoints and its first rank logs.
+group 1 writes and commits the later checkpoints, and its first rank logs and writes TensorBoard.
 
 Run by sh_test through tests/integration/run_venv_python.sh (grpcio); args: trainer=PATH.
 """
@@ -229,8 +229,10 @@ def test_lost_group_leaves_survivors_train_on_and_a_replacement_is_healed(traine
 
 def test_group_zero_lost_then_group_one_writes_and_commits_the_checkpoints(trainer):
     ckpt = tempfile.mkdtemp(prefix="ft_ckpt_", dir=os.environ.get("TEST_TMPDIR"))
+    tb = tempfile.mkdtemp(prefix="ft_tb_", dir=os.environ.get("TEST_TMPDIR"))
     job = Job(trainer, "ft-ckpt", steps=40,
-              extra=["--set", "checkpoint.dir=" + ckpt, "--set", "checkpoint.every_steps=10"])
+              extra=["--set", "checkpoint.dir=" + ckpt, "--set", "checkpoint.every_steps=10",
+                     "--set", "train.tensorboard_dir=" + tb])
     try:
         for r in range(4):
             job.start(r)
@@ -244,6 +246,18 @@ def test_group_zero_lost_then_group_one_writes_and_commits_the_checkpoints(train
         for step in (20, 30, 40):
             check(os.path.exists(os.path.join(root, "step_%d" % step, "MANIFEST.json")),
                   "step %d not committed: %s" % (step, sorted(os.listdir(root))), job)
+        # TensorBoard goes on: rank 2, the new leader, opens an event file of its own in the run
+        # (rank 0's ends at the kill); merged, the run's loss covers every step to the end.
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        run = os.path.join(tb, "ft-ckpt")  # <tensorboard_dir>/<job id>
+        files = sorted(os.listdir(run))
+        check(len(files) == 2, "want rank 0's and rank 2's event files: %s" % files, job)
+        check("leading the job: TensorBoard events go to " in job.text(2),
+              "rank 2 did not open an event file", job)
+        acc = EventAccumulator(run, size_guidance={"scalars": 0})
+        acc.Reload()
+        steps = sorted({e.step for e in acc.Scalars("loss")})
+        check(steps == list(range(1, 41)), "loss steps in TensorBoard: %s" % steps, job)
     finally:
         job.close()
 

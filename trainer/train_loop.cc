@@ -263,7 +263,15 @@ class Loop {
       SL_LOG(INFO) << line;
     }
     if (o_.on_log) o_.on_log(m);
-    if (o_.tensorboard != nullptr && o_.rank == 0) {
+    TensorBoardWriter* tensorboard = Leader() ? o_.tensorboard : nullptr;
+    if (Leader() && tensorboard == nullptr && !o_.tensorboard_dir.empty()) {
+      if (own_tensorboard_ == nullptr) {
+        ASSIGN_OR_RETURN(own_tensorboard_, TensorBoardWriter::Open(o_.tensorboard_dir));
+        SL_LOG(INFO) << "leading the job: TensorBoard events go to " << own_tensorboard_->path();
+      }
+      tensorboard = own_tensorboard_.get();
+    }
+    if (tensorboard != nullptr) {
       std::vector<std::pair<std::string, double>> scalars = {{"loss", m.loss},
                                                              {"lr", m.lr},
                                                              {"grad_norm", m.grad_norm},
@@ -272,7 +280,7 @@ class Loop {
       const double now =
           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
               .count();
-      RETURN_IF_ERROR(o_.tensorboard->WriteScalars(m.step, now, scalars));
+      RETURN_IF_ERROR(tensorboard->WriteScalars(m.step, now, scalars));
     }
     if (o_.metrics != nullptr) return o_.metrics->Write(m);
     return absl::OkStatus();
@@ -287,6 +295,8 @@ class Loop {
   at::Device device_ = at::kCPU;
   double flops_per_token_ = 0;
   int64_t tokens_per_step_ = 0;
+  // Opened when this rank leads without o_.tensorboard (TrainLoopOptions::tensorboard_dir).
+  std::unique_ptr<TensorBoardWriter> own_tensorboard_;
 };
 
 }  // namespace

@@ -44,8 +44,12 @@ namespace shardline::trainer {
 struct TrainLoopOptions {
   int rank = 0;
   int world_size = 1;
-  MetricsWriter* metrics = nullptr;                // Optional; borrowed.
-  TensorBoardWriter* tensorboard = nullptr;        // Optional; borrowed; rank 0 writes to it.
+  MetricsWriter* metrics = nullptr;          // Optional; borrowed.
+  TensorBoardWriter* tensorboard = nullptr;  // Optional; borrowed; the leader writes to it.
+  // With a gate: the run directory where this rank, should it become the leader without
+  // `tensorboard` (rank 0's group was lost), opens an event file of its own; TensorBoard merges
+  // a run's files by step. Empty: none.
+  std::string tensorboard_dir;
   std::function<void(const StepMetrics&)> on_log;  // Optional; each logged line (tests).
   std::function<bool()> should_stop;               // Optional; polled between steps.
   // Peak FLOP/s of one rank's device, for the MFU estimate.

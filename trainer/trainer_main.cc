@@ -589,14 +589,18 @@ int Main(int argc, char** argv) {
   if (!metrics.ok()) return Fail(kExitBadSpec, "metrics", metrics.status());
   loop->metrics = metrics->get();
   std::unique_ptr<TensorBoardWriter> tensorboard;
-  if (!c.tensorboard_dir.empty() && env->rank == 0) {
-    // Under the coordinator one run per job: <dir>/<job id>, as checkpoints.
-    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> tb = TensorBoardWriter::Open(
-        env->job_id.empty() ? c.tensorboard_dir
-                            : absl::StrCat(c.tensorboard_dir, "/", env->job_id));
+  // Under the coordinator one run per job: <dir>/<job id>, as checkpoints.
+  const std::string tensorboard_run = c.tensorboard_dir.empty() || env->job_id.empty()
+                                          ? c.tensorboard_dir
+                                          : absl::StrCat(c.tensorboard_dir, "/", env->job_id);
+  if (!tensorboard_run.empty() && env->rank == 0) {
+    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> tb =
+        TensorBoardWriter::Open(tensorboard_run);
     if (!tb.ok()) return Fail(kExitBadSpec, "tensorboard", tb.status());
     tensorboard = *std::move(tb);
     loop->tensorboard = tensorboard.get();
+  } else if (c.replica_fault_tolerance) {
+    loop->tensorboard_dir = tensorboard_run;  // Written if this rank comes to lead.
   }
 
   // 3. The backend: the FSDP engine at any W over communicators bootstrapped through the store
