@@ -27,6 +27,11 @@ void ChangeFeed::NamespaceChanged(const std::string& ns) {
   changed_.SignalAll();
 }
 
+void ChangeFeed::VotesChanged(const std::string& job_id) {
+  dirty_votes_.insert(job_id);
+  changed_.SignalAll();
+}
+
 int64_t ChangeFeed::Version(const std::string& job_id) const {
   auto it = versions_.find(job_id);
   return it == versions_.end() ? 0 : it->second;
@@ -59,15 +64,18 @@ absl::Status ChangeFeed::WaitForJobLocked(absl::Mutex* mu, const std::string& jo
 
 bool ChangeFeed::WaitDirtyLocked(absl::Mutex* mu, absl::Duration wait, Dirty* dirty) {
   const absl::Time deadline = absl::Now() + wait;
-  while (!shutdown_ && dirty_workers_.empty() && dirty_jobs_.empty() && dirty_namespaces_.empty()) {
+  while (!shutdown_ && dirty_workers_.empty() && dirty_jobs_.empty() && dirty_namespaces_.empty() &&
+         dirty_votes_.empty()) {
     if (changed_.WaitWithDeadline(mu, deadline)) break;
   }
   dirty->workers.assign(dirty_workers_.begin(), dirty_workers_.end());
   dirty->jobs.assign(dirty_jobs_.begin(), dirty_jobs_.end());
   dirty->namespaces.assign(dirty_namespaces_.begin(), dirty_namespaces_.end());
+  dirty->votes.assign(dirty_votes_.begin(), dirty_votes_.end());
   dirty_workers_.clear();
   dirty_jobs_.clear();
   dirty_namespaces_.clear();
+  dirty_votes_.clear();
   return !shutdown_;
 }
 

@@ -28,6 +28,7 @@ class ChangeFeed {
     std::vector<std::string> workers;
     std::vector<std::string> jobs;
     std::vector<std::string> namespaces;
+    std::vector<std::string> votes;  // Jobs whose step votes were decided (or ended).
   };
 
   // Gives a job reloaded from the state store its first version, without reporting a change.
@@ -40,6 +41,8 @@ class ChangeFeed {
   void WorkerChanged(const std::string& worker_id);
   // A rendezvous namespace got a value or was closed.
   void NamespaceChanged(const std::string& ns);
+  // A fault-tolerant job's step decision (or the end of its attempt): its waiting votes answer.
+  void VotesChanged(const std::string& job_id);
 
   // The job's current version; 0 for a job the feed does not know.
   int64_t Version(const std::string& job_id) const;
@@ -74,6 +77,7 @@ class ChangeFeed {
   std::set<std::string> dirty_workers_;
   std::set<std::string> dirty_jobs_;
   std::set<std::string> dirty_namespaces_;
+  std::set<std::string> dirty_votes_;
 };
 
 }  // namespace shardline::coordinator

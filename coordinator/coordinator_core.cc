@@ -231,7 +231,10 @@ void CoordinatorCore::EndAttemptLocked(JobRecord& job, bool send_stop) {
     registry_.ReleaseJob(Namespace(job));
   }
   tracker_.EndAttempt(st.job_id());
-  if (quorums_.erase(st.job_id()) > 0) vote_cv_.SignalAll();  // waiting voters: LEAVE
+  if (quorums_.erase(st.job_id()) > 0) {  // waiting voters: LEAVE
+    vote_cv_.SignalAll();
+    feed_.VotesChanged(st.job_id());
+  }
   rendezvous_.Close(Namespace(job));
   attempt_credentials_.Remove(Namespace(job));  // late reports of this attempt find nothing
   feed_.NamespaceChanged(Namespace(job));       // waiting Gets end (ABORTED)

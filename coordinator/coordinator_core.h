@@ -162,6 +162,15 @@ class CoordinatorCore {
   // the coordinator shuts down. An attempt that ends while the vote waits answers LEAVE.
   static constexpr absl::Duration kMaxStepVoteWait = absl::Seconds(20);
   absl::StatusOr<StepVoteResponse> StepVote(const StepVoteRequest& req, absl::Duration wait);
+  // StepVote in two halves, for callers that must not block a thread on the decision (the
+  // service's callback reactor, woken by WaitDirty's `votes`). CastStepVote records the vote
+  // and returns the decision when there already is one (nullopt: wait); same errors as
+  // StepVote but DEADLINE_EXCEEDED. StepVoteAnswer returns a cast vote's decision, LEAVE when
+  // the attempt ended, nullopt while undecided.
+  absl::StatusOr<std::optional<StepVoteResponse>> CastStepVote(const StepVoteRequest& req);
+  std::optional<StepVoteResponse> StepVoteAnswer(const StepVoteRequest& req);
+  // StepVote's DEADLINE_EXCEEDED: no decision within the wait; the voter sends the vote again.
+  static absl::Status NoDecisionYet(const StepVoteRequest& req);
 
   // ---- logs and training metrics
   // Takes the chunks' lines (job_logs.h). A chunk of an unknown job (NOT_FOUND), of an attempt
@@ -290,6 +299,10 @@ class CoordinatorCore {
   void PlaceReplacementsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The votes whose vote_timeout passed.
   void TickQuorumsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::optional<StepVoteResponse>> CastStepVoteLocked(const StepVoteRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::optional<StepVoteResponse> StepVoteAnswerLocked(const StepVoteRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A REPLICA_GROUPS job succeeds when every rank of every live group exited 0.
   void MaybeSucceedReplicaGroupsLocked(JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finished-job retention (CoreOptions::finished_job_ttl, max_finished_jobs).

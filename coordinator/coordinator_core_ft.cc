@@ -98,7 +98,10 @@ void CoordinatorCore::ApplyQuorumActionsLocked(JobRecord& job, QuorumActions act
                            actions.healed->step, ", healed from group ", actions.healed->source));
     }
   }
-  if (actions.decided) vote_cv_.SignalAll();
+  if (actions.decided) {
+    vote_cv_.SignalAll();
+    feed_.VotesChanged(job_id);  // the service's waiting votes
+  }
   if (!actions.diverged.empty()) {
     FailAttemptLocked(job, "REPLICAS_DIVERGED", actions.diverged, /*restartable=*/false);
     return;
@@ -239,51 +242,70 @@ void CoordinatorCore::TickQuorumsLocked() {
   }
 }
 
+absl::StatusOr<std::optional<StepVoteResponse>> CoordinatorCore::CastStepVote(
+    const StepVoteRequest& req) {
+  absl::MutexLock lock(&mu_);
+  return CastStepVoteLocked(req);
+}
+
+absl::StatusOr<std::optional<StepVoteResponse>> CoordinatorCore::CastStepVoteLocked(
+    const StepVoteRequest& req) {
+  if (feed_.shut_down()) return absl::UnavailableError("coordinator is shutting down");
+  ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(req.job_id()));
+  RETURN_IF_ERROR(CheckReportSource(job->status(), req.attempt(), req.rank()));
+  auto it = quorums_.find(req.job_id());
+  if (it == quorums_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", req.job_id(), " does not use fault_tolerance.mode REPLICA_GROUPS: no StepVote"));
+  }
+  ASSIGN_OR_RETURN(ReplicaQuorum::VoteResult result, it->second.Vote(req, clock_->Now()));
+  ApplyQuorumActionsLocked(
+      *job, std::move(result.actions), "RANK_FAILED",
+      absl::StrCat("rank ", req.rank(), " voted not ok on step ", req.step(), ": ", req.error()));
+  if (result.answer) return result.answer;
+  return StepVoteAnswerLocked(req);
+}
+
+std::optional<StepVoteResponse> CoordinatorCore::StepVoteAnswer(const StepVoteRequest& req) {
+  absl::MutexLock lock(&mu_);
+  return StepVoteAnswerLocked(req);
+}
+
+std::optional<StepVoteResponse> CoordinatorCore::StepVoteAnswerLocked(const StepVoteRequest& req) {
+  auto job = jobs_.Find(req.job_id());
+  auto it = quorums_.find(req.job_id());
+  if (!job.ok() || it == quorums_.end() || (*job)->status().attempt() != req.attempt()) {
+    StepVoteResponse leave;  // the attempt ended while the vote waited
+    leave.set_decision(StepVoteResponse::LEAVE);
+    leave.set_step(req.step());
+    return leave;
+  }
+  return it->second.Answer(req);
+}
+
+absl::Status CoordinatorCore::NoDecisionYet(const StepVoteRequest& req) {
+  return absl::DeadlineExceededError(
+      req.joining() ? absl::StrCat("no decision yet on the join of rank ", req.rank(),
+                                   " generation ", req.generation(), "; send it again")
+                    : absl::StrCat("no decision yet for step ", req.step(), " (membership epoch ",
+                                   req.epoch(), "); send the vote again"));
+}
+
 absl::StatusOr<StepVoteResponse> CoordinatorCore::StepVote(const StepVoteRequest& req,
                                                            absl::Duration wait) {
   const absl::Time deadline = absl::Now() + std::min(wait, kMaxStepVoteWait);
   absl::MutexLock lock(&mu_);
-  if (feed_.shut_down()) return absl::UnavailableError("coordinator is shutting down");
-  {
-    ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(req.job_id()));
-    RETURN_IF_ERROR(CheckReportSource(job->status(), req.attempt(), req.rank()));
-    auto it = quorums_.find(req.job_id());
-    if (it == quorums_.end()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", req.job_id(), " does not use fault_tolerance.mode REPLICA_GROUPS: no StepVote"));
-    }
-    ASSIGN_OR_RETURN(ReplicaQuorum::VoteResult result, it->second.Vote(req, clock_->Now()));
-    ApplyQuorumActionsLocked(
-        *job, std::move(result.actions), "RANK_FAILED",
-        absl::StrCat("rank ", req.rank(), " voted not ok on step ", req.step(), ": ", req.error()));
-    if (result.answer) return *result.answer;
-  }
-  while (true) {
+  ASSIGN_OR_RETURN(std::optional<StepVoteResponse> answer, CastStepVoteLocked(req));
+  while (!answer.has_value()) {
     if (feed_.shut_down()) return absl::UnavailableError("coordinator is shutting down");
-    auto job = jobs_.Find(req.job_id());
-    auto it = quorums_.find(req.job_id());
-    if (!job.ok() || it == quorums_.end() || (*job)->status().attempt() != req.attempt()) {
-      StepVoteResponse leave;  // the attempt ended while the vote waited
-      leave.set_decision(StepVoteResponse::LEAVE);
-      leave.set_step(req.step());
-      return leave;
-    }
-    if (std::optional<StepVoteResponse> answer = it->second.Answer(req)) return *answer;
     if (vote_cv_.WaitWithDeadline(&mu_, deadline)) {
-      auto again = quorums_.find(req.job_id());
-      if (again != quorums_.end()) {
-        if (std::optional<StepVoteResponse> answer = again->second.Answer(req)) return *answer;
-      } else {
-        continue;  // ended: LEAVE above
-      }
-      return absl::DeadlineExceededError(
-          req.joining()
-              ? absl::StrCat("no decision yet on the join of rank ", req.rank(), " generation ",
-                             req.generation(), "; send it again")
-              : absl::StrCat("no decision yet for step ", req.step(), " (membership epoch ",
-                             req.epoch(), "); send the vote again"));
+      answer = StepVoteAnswerLocked(req);
+      if (!answer.has_value()) return NoDecisionYet(req);
+      break;
     }
+    answer = StepVoteAnswerLocked(req);
   }
+  return *answer;
 }
 
 }  // namespace shardline::coordinator

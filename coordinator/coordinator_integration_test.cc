@@ -574,6 +574,80 @@ TEST_F(CoordinatorIntegrationTest, WaitingRendezvousGetsAndStreamsHoldNoThreads)
   worker_->CancelStreams();
 }
 
+// fault_tolerance REPLICA_GROUPS: every rank's StepVote waits for the step's decision; at
+// hundreds of ranks a thread per waiting vote would exhaust the server's thread quota
+// (--grpc_max_threads) and the step could never be decided. Votes wait on the callback API.
+TEST_F(CoordinatorIntegrationTest, WaitingStepVotesHoldNoThreadsAndAllGetTheCommit) {
+  constexpr int kWorld = 96;  // 48 replica groups of 2.
+  auto reg = worker_->RegisterWorker(TestWorkerRequest("node-a", kWorld));
+  ASSERT_TRUE(reg.ok());
+  Heartbeater hb(worker_.get(), reg->worker_id());
+  AssignmentCollector stream(worker_.get(), reg->worker_id());
+  JobSpec spec = TestJobSpec("ft-votes", kWorld);
+  spec.mutable_fsdp()->set_sharding_strategy(FsdpSpec::HYBRID_SHARD);
+  spec.mutable_fsdp()->set_hybrid_shard_degree(2);
+  spec.mutable_fault_tolerance()->set_mode(FaultToleranceSpec::REPLICA_GROUPS);
+  spec.mutable_fault_tolerance()->set_min_replicas(1);
+  spec.mutable_fault_tolerance()->set_vote_timeout_s(10);
+  auto job = user_->SubmitJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto got = stream.WaitFor(kWorld);
+  ASSERT_EQ(got.size(), static_cast<size_t>(kWorld));
+  const std::string secret = got[0].rendezvous_secret();
+  const int threads_before = ThreadCount(proc_->pid());
+  auto channel = grpc::CreateChannel(proc_->address(), grpc::InsecureChannelCredentials());
+  auto stub = ::shardline::Coordinator::NewStub(channel);
+  grpc::CompletionQueue cq;
+  struct Call {
+    grpc::ClientContext ctx;
+    StepVoteResponse resp;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<StepVoteResponse>> reader;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  auto vote = [&](int rank) {
+    StepVoteRequest req;
+    req.set_job_id(*job);
+    req.set_attempt(1);
+    req.set_rank(rank);
+    req.set_step(1);
+    req.set_ok(true);
+    req.set_loss(2.0 + rank);
+    auto c = std::make_unique<Call>();
+    c->ctx.AddMetadata("authorization", "Bearer " + secret);
+    c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    c->reader = stub->AsyncStepVote(&c->ctx, req, &cq);
+    c->reader->Finish(&c->resp, &c->status, c.get());
+    calls.push_back(std::move(c));
+  };
+  // All but the last rank vote; the step cannot be decided yet, so every one of them waits.
+  for (int r = 0; r + 1 < kWorld; ++r) vote(r);
+  absl::SleepFor(absl::Milliseconds(800));
+  const int threads_waiting = ThreadCount(proc_->pid());
+  EXPECT_LT(threads_waiting - threads_before, 20)
+      << "before " << threads_before << ", with " << kWorld - 1 << " waiting votes "
+      << threads_waiting;
+  vote(kWorld - 1);  // The last vote decides the step: everybody gets the COMMIT.
+  int done = 0;
+  void* tag;
+  bool ok;
+  while (done < kWorld && cq.Next(&tag, &ok)) {
+    Call* c = static_cast<Call*>(tag);
+    EXPECT_TRUE(c->status.ok()) << c->status.error_message();
+    if (c->status.ok()) {
+      EXPECT_EQ(c->resp.decision(), StepVoteResponse::COMMIT);
+      EXPECT_EQ(c->resp.step(), 1);
+      EXPECT_DOUBLE_EQ(c->resp.loss(), 2.0 + (kWorld - 1) / 2.0);  // the members' mean
+    }
+    ++done;
+  }
+  EXPECT_EQ(done, kWorld);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  worker_->CancelStreams();
+}
+
 TEST_F(CoordinatorIntegrationTest, PrometheusMetricsCountJobsWorkersAndRpcs) {
   ASSERT_FALSE(proc_->metrics_address().empty());
   auto reg = worker_->RegisterWorker(TestWorkerRequest("node-a", 1));

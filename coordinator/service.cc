@@ -56,6 +56,7 @@ namespace {
 std::string WorkerKey(const std::string& id) { return "w:" + id; }
 std::string JobKey(const std::string& id) { return "j:" + id; }
 std::string NamespaceKey(const std::string& ns) { return "r:" + ns; }
+std::string VoteKey(const std::string& job_id) { return "v:" + job_id; }
 
 // A RendezvousGet waiting for keys: re-polled when its namespace changes, finished with
 // DEADLINE_EXCEEDED when its wait runs out.
@@ -117,6 +118,59 @@ class PendingGet : public grpc::ServerUnaryReactor, public PumpedStreamBase {
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// A StepVote waiting for its step's decision: re-polled when the job's votes change (a decision,
+// the attempt's end), finished with DEADLINE_EXCEEDED ("send the vote again") at its deadline.
+class PendingVote : public grpc::ServerUnaryReactor, public PumpedStreamBase {
+ public:
+  PendingVote(StreamHub* hub, CoordinatorCore* core, const StepVoteRequest& req,
+              StepVoteResponse* resp, absl::Time deadline)
+      : hub_(hub), core_(core), req_(req), resp_(resp), deadline_(deadline) {}
+
+  // Registers first, then looks: a decision made before the registration is found here.
+  void Start() {
+    hub_->Add(VoteKey(req_.job_id()), this, deadline_);
+    Pump();
+  }
+  void Pump() override {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    if (std::optional<StepVoteResponse> answer = core_->StepVoteAnswer(req_)) {
+      *resp_ = *std::move(answer);
+      return FinishLocked(grpc::Status::OK);
+    }
+    if (absl::Now() >= deadline_) {
+      FinishLocked(ToGrpcStatus(CoordinatorCore::NoDecisionYet(req_)));
+    }
+  }
+  void Abort(const grpc::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(status);
+  }
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "StepVote cancelled"));
+  }
+  void OnDone() override {
+    hub_->Remove(VoteKey(req_.job_id()), this);
+    delete this;
+  }
+
+ private:
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  StreamHub* hub_;
+  CoordinatorCore* core_;
+  const StepVoteRequest req_;
+  StepVoteResponse* resp_;
+  const absl::Time deadline_;
+  absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 }  // namespace
 
 // Returns the authorization's status from an RPC method when it denies the call.
@@ -150,6 +204,7 @@ CoordinatorService::CoordinatorService(CoordinatorCore* core, ServiceOptions opt
       for (const std::string& w : dirty.workers) keys.push_back(WorkerKey(w));
       for (const std::string& j : dirty.jobs) keys.push_back(JobKey(j));
       for (const std::string& n : dirty.namespaces) keys.push_back(NamespaceKey(n));
+      for (const std::string& v : dirty.votes) keys.push_back(VoteKey(v));
       const absl::Time now = absl::Now();
       const bool sweep = now >= next_sweep;
       if (sweep) next_sweep = now + options_.sweep;
@@ -281,23 +336,33 @@ grpc::Status CoordinatorService::ReportCheckpoint(grpc::ServerContext* ctx,
   return ToGrpcStatus(core_->ReportCheckpoint(*req));
 }
 
-grpc::Status CoordinatorService::StepVote(grpc::ServerContext* ctx, const StepVoteRequest* req,
-                                          StepVoteResponse* resp) {
+grpc::ServerUnaryReactor* CoordinatorService::StepVote(grpc::CallbackServerContext* ctx,
+                                                       const StepVoteRequest* req,
+                                                       StepVoteResponse* resp) {
+  auto finish = [ctx](const grpc::Status& status) {
+    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+    r->Finish(status);
+    return r;
+  };
   AttemptIdentity caller;
-  SL_RETURN_IF_DENIED(AuthorizeAttempt(ctx, "StepVote", &caller));
-  SL_RETURN_IF_DENIED(CheckReportFor(caller, req->job_id(), req->attempt()));
-  // The vote waits for the step's decision on this thread, at most kMaxStepVoteWait, and ends
-  // a little before the caller's own deadline (DEADLINE_EXCEEDED "no decision yet": re-send).
-  absl::Duration wait = CoordinatorCore::kMaxStepVoteWait;
-  const auto deadline = ctx->deadline();
-  if (deadline != std::chrono::system_clock::time_point::max()) {
-    wait = std::min(wait, std::max(absl::ZeroDuration(), absl::FromChrono(deadline) - absl::Now() -
-                                                             absl::Milliseconds(200)));
+  grpc::Status auth = AuthorizeAttempt(ctx, "StepVote", &caller);
+  if (auth.ok()) auth = CheckReportFor(caller, req->job_id(), req->attempt());
+  if (auth.ok() && shutdown_) auth = Unavailable();
+  if (!auth.ok()) return finish(auth);
+  absl::StatusOr<std::optional<StepVoteResponse>> cast = core_->CastStepVote(*req);
+  if (!cast.ok()) return finish(ToGrpcStatus(cast.status()));
+  if (cast->has_value()) {
+    *resp = **std::move(cast);
+    return finish(grpc::Status::OK);
   }
-  auto decided = core_->StepVote(*req, wait);
-  if (!decided.ok()) return ToGrpcStatus(decided.status());
-  *resp = *std::move(decided);
-  return grpc::Status::OK;
+  // Waits at most kMaxStepVoteWait, and ends a little before the caller's own deadline.
+  absl::Time deadline = absl::Now() + CoordinatorCore::kMaxStepVoteWait;
+  if (ctx->deadline() != std::chrono::system_clock::time_point::max()) {
+    deadline = std::min(deadline, absl::FromChrono(ctx->deadline()) - absl::Milliseconds(200));
+  }
+  auto* pending = new PendingVote(hub_.get(), core_, *req, resp, deadline);
+  pending->Start();
+  return pending;
 }
 
 grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* ctx, const SubmitJobRequest* req,

@@ -70,7 +70,8 @@ using CoordinatorServiceBase = ::shardline::Coordinator::WithCallbackMethod_Stre
     ::shardline::Coordinator::WithCallbackMethod_WatchJob<
         ::shardline::Coordinator::WithCallbackMethod_RendezvousGet<
             ::shardline::Coordinator::WithCallbackMethod_Heartbeat<
-                ::shardline::Coordinator::Service>>>>;
+                ::shardline::Coordinator::WithCallbackMethod_StepVote<
+                    ::shardline::Coordinator::Service>>>>>;
 
 class CoordinatorService final : public CoordinatorServiceBase {
  public:
@@ -98,9 +99,12 @@ class CoordinatorService final : public CoordinatorServiceBase {
                                           RendezvousGetResponse* resp) override;
   grpc::Status ReportProgress(grpc::ServerContext* ctx, const ProgressReport* req,
                               ReportProgressResponse* resp) override;
-  // fault_tolerance REPLICA_GROUPS: blocks this thread up to CoordinatorCore::kMaxStepVoteWait.
-  grpc::Status StepVote(grpc::ServerContext* ctx, const StepVoteRequest* req,
-                        StepVoteResponse* resp) override;
+  // fault_tolerance REPLICA_GROUPS: on the callback API (every rank of a job waits here each
+  // step; no thread is held while it waits), answered when its step is decided, or
+  // DEADLINE_EXCEEDED after CoordinatorCore::kMaxStepVoteWait or a little before the caller's
+  // deadline ("send the vote again").
+  grpc::ServerUnaryReactor* StepVote(grpc::CallbackServerContext* ctx, const StepVoteRequest* req,
+                                     StepVoteResponse* resp) override;
   grpc::Status ReportCheckpoint(grpc::ServerContext* ctx, const CheckpointReport* req,
                                 ReportCheckpointResponse* resp) override;
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const SubmitJobRequest* req,
