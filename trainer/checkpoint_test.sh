@@ -17,6 +17,7 @@ CKPT="$OUT/ckpt"
 export OMP_NUM_THREADS=1
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source trainer/testing/ranks.sh  # run_ranks
 COMMON=(--set train.steps=8 --set train.log_every=1 --set train.eval_every=0
         --set train.eval_batches=1 --set train.sample_tokens=0 --set optimizer.warmup_steps=2
         --set fsdp.collective_timeout_s=60 --set checkpoint.dir="$CKPT"
@@ -24,20 +25,9 @@ COMMON=(--set train.steps=8 --set train.log_every=1 --set train.eval_every=0
 
 run_w2() {  # $1: metrics prefix; rest: extra args
   local prefix="$1"; shift
-  local port; port="$("$FREE_PORT")"
-  local pids=()
-  for r in 0 1; do
-    RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      "$TRAINER" --spec "$SPEC" --set fsdp.sharding_strategy=FULL_SHARD \
-      --set fsdp.hybrid_shard_degree=0 "${COMMON[@]}" "$@" \
-      --metrics_out "$OUT/$prefix.$r.jsonl" >"$OUT/$prefix.out.$r" 2>"$OUT/$prefix.log.$r" &
-    pids+=($!)
-  done
-  for r in 0 1; do
-    code=0
-    wait "${pids[$r]}" || code=$?
-    [[ $code -eq 0 ]] || { fail "$prefix rank $r exited $code"; tail -20 "$OUT/$prefix.log.$r" >&2; }
-  done
+  run_ranks "$prefix" 2 "$OUT/$prefix.out.{r}" "$OUT/$prefix.log.{r}" -- \
+    --spec "$SPEC" --set fsdp.sharding_strategy=FULL_SHARD --set fsdp.hybrid_shard_degree=0 \
+    "${COMMON[@]}" "$@" --metrics_out "$OUT/$prefix.{r}.jsonl"
 }
 losses() { grep -o '"step": [0-9]*, "loss": [0-9.e+-]*' "$1" | sed 's/"step": //; s/, "loss": / /'; }
 compare() {  # $1 $2: metrics files; steps of $2 must match $1

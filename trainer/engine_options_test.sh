@@ -19,30 +19,17 @@ OUT="${TEST_TMPDIR:-$(mktemp -d)}"
 export OMP_NUM_THREADS=1
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source trainer/testing/ranks.sh  # run_ranks
 
 run_w2() {  # run_w2 NAME --set ...
   local name=$1
   shift
-  local port
-  port="$("$FREE_PORT")"
-  local pids=()
-  for r in 0 1; do
-    RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      "$TRAINER" --spec "$SPEC" --set fsdp.sharding_strategy=FULL_SHARD \
-      --set fsdp.hybrid_shard_degree=0 --set fsdp.forward_prefetch=true \
-      --set fsdp.backward_prefetch=BACKWARD_PRE --set train.steps=4 --set train.log_every=1 \
-      --set train.eval_every=0 --set train.sample_tokens=0 --set fsdp.collective_timeout_s=60 \
-      "$@" --metrics_out "$OUT/$name.$r.jsonl" >/dev/null 2>"$OUT/$name.log.$r" &
-    pids+=($!)
-  done
-  for r in 0 1; do
-    local code=0
-    wait "${pids[$r]}" || code=$?
-    if [[ $code -ne 0 ]]; then
-      fail "$name: rank $r exited $code"
-      tail -20 "$OUT/$name.log.$r" >&2
-    fi
-  done
+  run_ranks "$name" 2 /dev/null "$OUT/$name.log.{r}" -- \
+    --spec "$SPEC" --set fsdp.sharding_strategy=FULL_SHARD \
+    --set fsdp.hybrid_shard_degree=0 --set fsdp.forward_prefetch=true \
+    --set fsdp.backward_prefetch=BACKWARD_PRE --set train.steps=4 --set train.log_every=1 \
+    --set train.eval_every=0 --set train.sample_tokens=0 --set fsdp.collective_timeout_s=60 \
+    "$@" --metrics_out "$OUT/$name.{r}.jsonl"
 }
 losses() { grep -o '"loss": [0-9.e+-]*' "$1" | cut -d' ' -f2; }
 

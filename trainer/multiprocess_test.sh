@@ -13,25 +13,13 @@ OUT="${TEST_TMPDIR:-$(mktemp -d)}"
 export OMP_NUM_THREADS=1
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source trainer/testing/ranks.sh  # run_ranks
 
 # --- 1. four ranks, HYBRID_SHARD degree 2 -------------------------------------------------------
-PORT="$("$FREE_PORT")"
-pids=()
-for r in 0 1 2 3; do
-  RANK=$r WORLD_SIZE=4 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT \
-    "$TRAINER" --spec "$SPEC" --set train.steps=12 --set train.eval_every=6 \
-    --set train.log_every=3 --set train.sample_tokens=20 --set fsdp.collective_timeout_s=60 \
-    --metrics_out "$OUT/metrics.$r.jsonl" >"$OUT/out.$r" 2>"$OUT/log.$r" &
-  pids+=($!)
-done
-for r in 0 1 2 3; do
-  code=0
-  wait "${pids[$r]}" || code=$?
-  if [[ $code -ne 0 ]]; then
-    fail "rank $r exited $code"
-    tail -20 "$OUT/log.$r" >&2
-  fi
-done
+run_ranks "HYBRID_SHARD(2)" 4 "$OUT/out.{r}" "$OUT/log.{r}" -- \
+  --spec "$SPEC" --set train.steps=12 --set train.eval_every=6 \
+  --set train.log_every=3 --set train.sample_tokens=20 --set fsdp.collective_timeout_s=60 \
+  --metrics_out "$OUT/metrics.{r}.jsonl"
 grep -q "W=4 (R=2 x S=2) HYBRID_SHARD" "$OUT/log.0" || fail "rank 0 did not log the HYBRID_SHARD layout"
 for r in 0 1 2 3; do
   lines=$(grep -c '"step": ' "$OUT/metrics.$r.jsonl" || true)

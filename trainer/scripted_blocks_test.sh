@@ -21,6 +21,7 @@ OUT="${TEST_TMPDIR:-$(mktemp -d)}"
 export OMP_NUM_THREADS=1
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source trainer/testing/ranks.sh  # run_ranks
 
 SPEC="$OUT/spec.yaml"
 cat >"$SPEC" <<YAML
@@ -38,23 +39,10 @@ losses() { grep -o '"loss": [0-9.e+-]*' "$1" | cut -d' ' -f2; }
 
 # run_w4 NAME --set ...: four ranks; their metrics in $OUT/NAME.<r>.jsonl, logs in $OUT/NAME.log.<r>.
 run_w4() {
-  local name=$1 port pids=() r code
+  local name=$1
   shift
-  port="$("$FREE_PORT")"
-  for r in 0 1 2 3; do
-    RANK=$r WORLD_SIZE=4 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      "$TRAINER" --spec "$SPEC" "$@" --metrics_out "$OUT/$name.$r.jsonl" \
-      >"$OUT/$name.out.$r" 2>"$OUT/$name.log.$r" &
-    pids+=($!)
-  done
-  for r in 0 1 2 3; do
-    code=0
-    wait "${pids[$r]}" || code=$?
-    if [[ $code -ne 0 ]]; then
-      fail "$name: rank $r exited $code"
-      tail -20 "$OUT/$name.log.$r" >&2
-    fi
-  done
+  run_ranks "$name" 4 "$OUT/$name.out.{r}" "$OUT/$name.log.{r}" -- \
+    --spec "$SPEC" "$@" --metrics_out "$OUT/$name.{r}.jsonl"
 }
 
 # same_losses NAME: rank 0's losses equal the W = 1 run's within 1e-5 relative, 4 steps.

@@ -21,6 +21,7 @@ CAP_MIB=${CAP_MIB:-64}
 export OMP_NUM_THREADS=1
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source trainer/testing/ranks.sh  # run_ranks
 
 # 24 blocks of 256 channels: 19.0M parameters, 72.6 MiB in float32; no block more than 3 MiB.
 SETS=(--set model.n_embd=256 --set model.n_layer=24 --set model.n_head=4
@@ -33,24 +34,10 @@ SETS=(--set model.n_embd=256 --set model.n_layer=24 --set model.n_head=4
 run_w4() {
   local name=$1 spec=$2
   shift 2
-  local port pids=() r code
-  port="$("$FREE_PORT")"
-  for r in 0 1 2 3; do
-    SHARDLINE_CPU_MEMORY_CAP_MIB=$CAP_MIB RANK=$r WORLD_SIZE=4 LOCAL_RANK=$r \
-      MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      "$TRAINER" --spec "$spec" "$@" --set fsdp.sharding_strategy=FULL_SHARD \
-      --set fsdp.hybrid_shard_degree=0 --metrics_out "$OUT/$name.metrics.$r.jsonl" \
-      >"$OUT/$name.out.$r" 2>"$OUT/$name.log.$r" &
-    pids+=($!)
-  done
-  for r in 0 1 2 3; do
-    code=0
-    wait "${pids[$r]}" || code=$?
-    if [[ $code -ne 0 ]]; then
-      fail "$name: W=4 rank $r exited $code under a cap of $CAP_MIB MiB"
-      tail -5 "$OUT/$name.log.$r" >&2
-    fi
-  done
+  run_ranks "$name (W=4 under a cap of $CAP_MIB MiB)" 4 "$OUT/$name.out.{r}" \
+    "$OUT/$name.log.{r}" SHARDLINE_CPU_MEMORY_CAP_MIB=$CAP_MIB -- \
+    --spec "$spec" "$@" --set fsdp.sharding_strategy=FULL_SHARD \
+    --set fsdp.hybrid_shard_degree=0 --metrics_out "$OUT/$name.metrics.{r}.jsonl"
   grep -q "W=4 (R=1 x S=4) FULL_SHARD" "$OUT/$name.log.0" || fail "$name: no FULL_SHARD layout logged"
   grep -q '"step": 2, "loss": ' "$OUT/$name.metrics.0.jsonl" || fail "$name: rank 0 has no step 2 loss"
   grep -h "CPU memory cap: peak" "$OUT/$name".log.* >&2 || fail "$name: no rank logged its peak"
