@@ -139,6 +139,52 @@ class AssignmentCollector {
   std::thread thread_;
 };
 
+// Unary calls made with the async client, so that one test thread holds hundreds open: each is
+// started with Start(stub method) and finished through the shared completion queue.
+template <typename Response>
+class AsyncCalls {
+ public:
+  struct Call {
+    grpc::ClientContext ctx;
+    Response resp;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<Response>> reader;
+  };
+  ~AsyncCalls() {
+    cq_.Shutdown();
+    void* tag;
+    bool ok;
+    while (cq_.Next(&tag, &ok)) {
+    }
+  }
+  // `start(ctx, cq)` issues the call (a stub's Async method); the bearer token and a 30 s
+  // deadline are set on its context first.
+  template <typename StartFn>
+  void Start(const std::string& bearer, StartFn start) {
+    auto c = std::make_unique<Call>();
+    c->ctx.AddMetadata("authorization", "Bearer " + bearer);
+    c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    c->reader = start(&c->ctx, &cq_);
+    c->reader->Finish(&c->resp, &c->status, c.get());
+    calls_.push_back(std::move(c));
+  }
+  // Waits for every started call, passing each finished one to `check`; returns how many ended.
+  int FinishAll(const std::function<void(const Call&)>& check) {
+    int done = 0;
+    void* tag;
+    bool ok;
+    while (done < static_cast<int>(calls_.size()) && cq_.Next(&tag, &ok)) {
+      check(*static_cast<Call*>(tag));
+      ++done;
+    }
+    return done;
+  }
+
+ private:
+  grpc::CompletionQueue cq_;
+  std::vector<std::unique_ptr<Call>> calls_;
+};
+
 class CoordinatorIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -528,26 +574,16 @@ TEST_F(CoordinatorIntegrationTest, WaitingRendezvousGetsAndStreamsHoldNoThreads)
   constexpr int kWaiters = 200;
   auto channel = grpc::CreateChannel(proc_->address(), grpc::InsecureChannelCredentials());
   auto stub = ::shardline::Coordinator::NewStub(channel);
-  grpc::CompletionQueue cq;
-  struct Call {
-    grpc::ClientContext ctx;
-    RendezvousGetResponse resp;
-    grpc::Status status;
-    std::unique_ptr<grpc::ClientAsyncResponseReader<RendezvousGetResponse>> reader;
-  };
-  std::vector<std::unique_ptr<Call>> calls;
+  AsyncCalls<RendezvousGetResponse> calls;
   RendezvousGetRequest req;
   req.set_namespace_(ns);
   req.set_secret(secret);
   req.add_keys("ready");
   req.set_timeout_ms(20000);
   for (int i = 0; i < kWaiters; ++i) {
-    auto c = std::make_unique<Call>();
-    c->ctx.AddMetadata("authorization", "Bearer " + secret);
-    c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    c->reader = stub->AsyncRendezvousGet(&c->ctx, req, &cq);
-    c->reader->Finish(&c->resp, &c->status, c.get());
-    calls.push_back(std::move(c));
+    calls.Start(secret, [&](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) {
+      return stub->AsyncRendezvousGet(ctx, req, cq);
+    });
   }
   absl::SleepFor(absl::Milliseconds(500));
   const int threads_waiting = ThreadCount(proc_->pid());
@@ -558,19 +594,11 @@ TEST_F(CoordinatorIntegrationTest, WaitingRendezvousGetsAndStreamsHoldNoThreads)
                   .value()
                   ->RendezvousSet(ns, secret, "ready", "go")
                   .ok());
-  int done = 0;
-  void* tag;
-  bool ok;
-  while (done < kWaiters && cq.Next(&tag, &ok)) {
-    Call* c = static_cast<Call*>(tag);
-    EXPECT_TRUE(c->status.ok()) << c->status.error_message();
-    if (c->status.ok()) EXPECT_EQ(c->resp.values(0), "go");
-    ++done;
-  }
+  const int done = calls.FinishAll([](const auto& c) {
+    EXPECT_TRUE(c.status.ok()) << c.status.error_message();
+    if (c.status.ok()) EXPECT_EQ(c.resp.values(0), "go");
+  });
   EXPECT_EQ(done, kWaiters);
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
   worker_->CancelStreams();
 }
 
@@ -597,14 +625,7 @@ TEST_F(CoordinatorIntegrationTest, WaitingStepVotesHoldNoThreadsAndAllGetTheComm
   const int threads_before = ThreadCount(proc_->pid());
   auto channel = grpc::CreateChannel(proc_->address(), grpc::InsecureChannelCredentials());
   auto stub = ::shardline::Coordinator::NewStub(channel);
-  grpc::CompletionQueue cq;
-  struct Call {
-    grpc::ClientContext ctx;
-    StepVoteResponse resp;
-    grpc::Status status;
-    std::unique_ptr<grpc::ClientAsyncResponseReader<StepVoteResponse>> reader;
-  };
-  std::vector<std::unique_ptr<Call>> calls;
+  AsyncCalls<StepVoteResponse> calls;
   auto vote = [&](int rank) {
     StepVoteRequest req;
     req.set_job_id(*job);
@@ -613,12 +634,9 @@ TEST_F(CoordinatorIntegrationTest, WaitingStepVotesHoldNoThreadsAndAllGetTheComm
     req.set_step(1);
     req.set_ok(true);
     req.set_loss(2.0 + rank);
-    auto c = std::make_unique<Call>();
-    c->ctx.AddMetadata("authorization", "Bearer " + secret);
-    c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    c->reader = stub->AsyncStepVote(&c->ctx, req, &cq);
-    c->reader->Finish(&c->resp, &c->status, c.get());
-    calls.push_back(std::move(c));
+    calls.Start(secret, [&](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) {
+      return stub->AsyncStepVote(ctx, req, cq);
+    });
   };
   // All but the last rank vote; the step cannot be decided yet, so every one of them waits.
   for (int r = 0; r + 1 < kWorld; ++r) vote(r);
@@ -628,23 +646,15 @@ TEST_F(CoordinatorIntegrationTest, WaitingStepVotesHoldNoThreadsAndAllGetTheComm
       << "before " << threads_before << ", with " << kWorld - 1 << " waiting votes "
       << threads_waiting;
   vote(kWorld - 1);  // The last vote decides the step: everybody gets the COMMIT.
-  int done = 0;
-  void* tag;
-  bool ok;
-  while (done < kWorld && cq.Next(&tag, &ok)) {
-    Call* c = static_cast<Call*>(tag);
-    EXPECT_TRUE(c->status.ok()) << c->status.error_message();
-    if (c->status.ok()) {
-      EXPECT_EQ(c->resp.decision(), StepVoteResponse::COMMIT);
-      EXPECT_EQ(c->resp.step(), 1);
-      EXPECT_DOUBLE_EQ(c->resp.loss(), 2.0 + (kWorld - 1) / 2.0);  // the members' mean
+  const int done = calls.FinishAll([&](const auto& c) {
+    EXPECT_TRUE(c.status.ok()) << c.status.error_message();
+    if (c.status.ok()) {
+      EXPECT_EQ(c.resp.decision(), StepVoteResponse::COMMIT);
+      EXPECT_EQ(c.resp.step(), 1);
+      EXPECT_DOUBLE_EQ(c.resp.loss(), 2.0 + (kWorld - 1) / 2.0);  // the members' mean
     }
-    ++done;
-  }
+  });
   EXPECT_EQ(done, kWorld);
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
   worker_->CancelStreams();
 }
 

@@ -123,7 +123,7 @@ TcpKvServer::~TcpKvServer() {
 
 int TcpKvServer::connection_count() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int>(connections_.size());
+  return static_cast<int>(connections_.size()) + reaping_;
 }
 
 void TcpKvServer::AcceptLoop() {
@@ -211,11 +211,14 @@ void TcpKvServer::ReapFinished() {
       connections_.erase(it);
     }
     finished_.clear();
+    reaping_ += static_cast<int>(done.size());
   }
   for (Connection& c : done) {
     c.thread.join();
     close(c.fd);
   }
+  absl::MutexLock lock(&mu_);
+  reaping_ -= static_cast<int>(done.size());
 }
 
 absl::Status TcpKvServer::Handshake(int fd) {

@@ -58,7 +58,8 @@ class TcpKvServer {
   ~TcpKvServer();  // Shuts down: closes the sockets and joins every thread.
 
   int port() const { return port_; }
-  // Open connections, including finished ones not yet reaped (tests).
+  // Open connections, including finished ones whose thread is not yet joined and whose
+  // descriptor is not yet closed (tests: 0 means every connection's resources are released).
   int connection_count() const;
 
  private:
@@ -99,6 +100,7 @@ class TcpKvServer {
   uint64_t next_connection_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, Connection> connections_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> finished_ ABSL_GUARDED_BY(mu_);
+  int reaping_ ABSL_GUARDED_BY(mu_) = 0;  // Taken out of connections_, not yet joined and closed.
   std::thread accept_thread_;
 };
 

@@ -116,6 +116,26 @@ TEST(SeededInit, DeferredModelHoldsNoParameterMemory) {
   }
 }
 
+// Appends to `mismatches` every way this rank's engine differs from the full weights `want`:
+// its own shards (no gather: the matching ranges of the reference), the gathered weights.
+absl::Status CompareWith(FsdpEngine& engine, const std::map<std::string, at::Tensor>& want,
+                         std::vector<std::string>* mismatches) {
+  for (const ShardSlice& s : engine.LocalParamState()) {
+    const at::Tensor full = want.at(s.name).reshape({-1});
+    if (!at::equal(s.local, full.narrow(0, s.start, s.end - s.start))) {
+      mismatches->push_back(absl::StrCat("shard of ", s.name));
+    }
+  }
+  ASSIGN_OR_RETURN(auto gathered, engine.FullParamState(/*rank0_only=*/false));
+  if (gathered.size() + engine.aliases().size() != want.size()) {
+    mismatches->push_back(absl::StrCat(gathered.size(), " gathered tensors"));
+  }
+  for (const auto& [name, t] : gathered) {
+    if (!at::equal(t.cpu(), want.at(name))) mismatches->push_back(name);
+  }
+  return absl::OkStatus();
+}
+
 struct Case {
   std::string preset;
   int world_size, shard_degree;
@@ -168,22 +188,8 @@ TEST_P(ShardedInit, ShardsAndGatheredWeightsEqualTheFullInitialisationBitForBit)
         const DeferredInit deferred{model->deferred_init(), at::kCPU};
         ASSIGN_OR_RETURN(auto engine, FsdpEngine::Create(model->module_ptr(), layout, shard,
                                                          replicate, options, &deferred));
-        // Every rank's own shards, without any gather: the matching ranges of the reference.
-        for (const ShardSlice& s : engine->LocalParamState()) {
-          const at::Tensor full = want.at(s.name).reshape({-1});
-          if (!at::equal(s.local, full.narrow(0, s.start, s.end - s.start))) {
-            mismatches[rank].push_back(absl::StrCat("shard of ", s.name));
-          }
-        }
         shard_bytes[rank] = engine->memory_stats().param_shard_bytes;
-        ASSIGN_OR_RETURN(auto gathered, engine->FullParamState(/*rank0_only=*/false));
-        if (gathered.size() + engine->aliases().size() != want.size()) {
-          mismatches[rank].push_back(absl::StrCat(gathered.size(), " gathered tensors"));
-        }
-        for (const auto& [name, t] : gathered) {
-          if (!at::equal(t.cpu(), want.at(name))) mismatches[rank].push_back(name);
-        }
-        return absl::OkStatus();
+        return CompareWith(*engine, want, &mismatches[rank]);
       });
   int64_t total = 0;
   for (const auto& [name, t] : want) total += t.numel() * 4;
@@ -248,20 +254,7 @@ TEST_P(ScriptedShardedInit, ShardsEqualTheWholeLoadBitForBit) {
         const DeferredInit deferred{model->deferred_init(), at::kCPU};
         ASSIGN_OR_RETURN(auto engine, FsdpEngine::Create(model->module_ptr(), layout, shard,
                                                          replicate, options, &deferred));
-        for (const ShardSlice& s : engine->LocalParamState()) {
-          const at::Tensor full = want.at(s.name).reshape({-1});
-          if (!at::equal(s.local, full.narrow(0, s.start, s.end - s.start))) {
-            mismatches[rank].push_back(absl::StrCat("shard of ", s.name));
-          }
-        }
-        ASSIGN_OR_RETURN(auto gathered, engine->FullParamState(/*rank0_only=*/false));
-        if (gathered.size() + engine->aliases().size() != want.size()) {
-          mismatches[rank].push_back(absl::StrCat(gathered.size(), " gathered tensors"));
-        }
-        for (const auto& [name, t] : gathered) {
-          if (!at::equal(t.cpu(), want.at(name))) mismatches[rank].push_back(name);
-        }
-        return absl::OkStatus();
+        return CompareWith(*engine, want, &mismatches[rank]);
       });
   for (int r = 0; r < c.world_size; ++r) {
     ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
