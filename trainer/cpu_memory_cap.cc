@@ -1,6 +1,7 @@
 #include "trainer/cpu_memory_cap.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -9,6 +10,8 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace shardline::trainer {
@@ -102,6 +105,17 @@ absl::Status InstallCpuMemoryCap(int64_t cap_bytes) {
   g_capped.store(capped);  // Before any allocation through it can be released.
   c10::SetCPUAllocator(capped, /*priority=*/100);
   return absl::OkStatus();
+}
+
+absl::Status InstallCpuMemoryCapFromEnv() {
+  const char* v = std::getenv(kCpuMemoryCapEnv);
+  if (v == nullptr || *v == '\0') return absl::OkStatus();
+  double mib = 0;
+  if (!absl::SimpleAtod(v, &mib) || !(mib > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kCpuMemoryCapEnv, ": \"", v, "\" is not a positive number of MiB"));
+  }
+  return InstallCpuMemoryCap(static_cast<int64_t>(mib * 1048576.0));
 }
 
 int64_t CpuMemoryInUse() {

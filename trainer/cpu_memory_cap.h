@@ -28,6 +28,11 @@ inline constexpr char kCpuMemoryCapEnv[] = "SHARDLINE_CPU_MEMORY_CAP_MIB";
 // already.
 absl::Status InstallCpuMemoryCap(int64_t cap_bytes);
 
+// Installs the cap SHARDLINE_CPU_MEMORY_CAP_MIB names, if set and not empty (call first thing in
+// main, before any tensor exists). Errors: INVALID_ARGUMENT naming the variable for a value that
+// is not a positive number of MiB; InstallCpuMemoryCap's.
+absl::Status InstallCpuMemoryCapFromEnv();
+
 // Bytes in use through the capped allocator, and the most ever in use (0 without a cap).
 int64_t CpuMemoryInUse();
 int64_t CpuMemoryPeak();

@@ -25,7 +25,8 @@
 // through the whole grace (tests/integration/stop_grace_scenario_test.py).
 //
 // Main reads as the order of set-up: each step below is one function returning absl::Status or
-// absl::StatusOr, and Main maps a failed step to its exit code.
+// absl::StatusOr, and Main maps a failed step to its exit code (failure_exits.h). The checkpoint
+// steps are in checkpoint_startup.h.
 #include <signal.h>
 #include <unistd.h>
 
@@ -58,7 +59,7 @@
 #include "data/token_dataset.h"
 #include "fsdp/comm_groups.h"
 #include "models/model_factory.h"
-#include "trainer/checkpoint_dir_probe.h"
+#include "trainer/checkpoint_startup.h"
 #include "trainer/checkpointing.h"
 #include "trainer/config.h"
 #include "trainer/coordinator_reporter.h"
@@ -66,6 +67,7 @@
 #include "trainer/cpu_memory_cap.h"
 #include "trainer/device_select.h"
 #include "trainer/exit_codes.h"
+#include "trainer/failure_exits.h"
 #include "trainer/fsdp_backend.h"
 #include "trainer/local_backend.h"
 #include "trainer/metrics.h"
@@ -358,93 +360,6 @@ void LogBackend(const TrainingBackend& backend, int rank) {
                << " MiB of parameter, gradient and optimizer state";
 }
 
-bool WantsCheckpoints(const TrainerConfig& c) {
-  return !c.checkpoint_dir.empty() || !c.init_from_safetensors.empty() || !c.model.hf_dir.empty();
-}
-
-// Under the coordinator each job gets its own directory <dir>/<job id>, shared by the job's
-// attempts (a restarted attempt resumes from the latest checkpoint there).
-std::string JobCheckpointDir(const TrainerConfig& c, const RankEnv& env) {
-  return c.checkpoint_dir.empty() || env.job_id.empty()
-             ? c.checkpoint_dir
-             : absl::StrCat(c.checkpoint_dir, "/", env.job_id);
-}
-
-// With checkpoints on and more than one rank: every rank must see the directory rank 0 writes
-// to, or the job would learn it only at its first restart (trainer/checkpoint_dir_probe.h).
-absl::Status CheckCheckpointDir(const TrainerConfig& c, const RankEnv& env, at::Device device,
-                                fsdp::KvStore* store, fsdp::Communicator* world) {
-  if (c.checkpoint_dir.empty() || world == nullptr || world->size() < 2) return absl::OkStatus();
-  // A replacement rank's peers checked the directory at the attempt's start.
-  if (c.replica_fault_tolerance && env.rank_generation > 0) return absl::OkStatus();
-  CheckpointDirProbeOptions o;
-  o.dir = JobCheckpointDir(c, env);
-  o.configured_dir = c.checkpoint_dir;
-  o.host = env.node_name;
-  o.timeout = absl::Seconds(c.collective_timeout_s);
-  return CheckCheckpointDirShared(o, store, world, device);
-}
-
-// The spec's checkpoint policy over the engine of `fsdp` (null with --backend local, which has
-// no checkpoints). Under the coordinator each save is reported to it.
-absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const TrainerConfig& c,
-                                                                          const RankEnv& env,
-                                                                          FsdpBackend* fsdp) {
-  if (fsdp == nullptr) {
-    return absl::InvalidArgumentError(
-        "checkpoint.dir / init_from_safetensors / model.hf_dir need the FSDP backend (--backend "
-        "fsdp or auto)");
-  }
-  CheckpointPolicy policy;
-  policy.dir = JobCheckpointDir(c, env);
-  policy.every_steps = c.checkpoint_every_steps;
-  policy.keep_last = c.checkpoint_keep_last;
-  policy.async_save = c.checkpoint_async;
-  policy.save_final = c.checkpoint_save_final;
-  policy.resume_step = c.resume_step;
-  int64_t env_resume = 0;
-  if (const char* r = std::getenv("SHARDLINE_RESUME_STEP");
-      r != nullptr && absl::SimpleAtoi(r, &env_resume) && env_resume > 0) {
-    policy.resume_step = env_resume;
-    // The coordinator's registry step (not the spec's own resume_step, which the coordinator
-    // passes on for a first attempt): when it is missing on disk, resume from the newest
-    // committed checkpoint there instead, and say so.
-    policy.fallback_if_missing = env_resume != c.resume_step;
-  }
-  policy.init_from_safetensors = c.init_from_safetensors;
-  policy.init_from_hf = c.model.hf_dir;
-  policy.total_steps = c.steps;
-  policy.optimizer_kind = c.optimizer == OptimizerKind::kSgd ? "sgd" : "adamw";
-  policy.job_id = env.job_id;
-  policy.attempt = env.attempt;
-  policy.commit_timeout = absl::Seconds(c.collective_timeout_s);
-  if (!env.coordinator.empty() && !env.job_id.empty()) {
-    absl::StatusOr<CoordinatorReporter> reporter = MakeCoordinatorReporter(
-        {env.coordinator, env.rdzv_secret, env.job_id, env.attempt, env.rank});
-    if (!reporter.ok()) return reporter.status();
-    policy.on_saved = reporter->on_saved;
-    policy.report_commit = reporter->report_commit;
-    policy.report_fallback = reporter->report_fallback;
-  }
-  return TrainerCheckpointing::Create(policy, fsdp->engine(), fsdp->optimizer(), fsdp->world());
-}
-
-// Where training starts: a restored checkpoint's step and data cursor, or the beginning. A
-// replacement rank of a replica-group fault-tolerant job restores nothing (it is healed).
-absl::Status RestoreCheckpoint(TrainerCheckpointing* ckpt, TrainLoopOptions& loop, bool joining) {
-  if (ckpt == nullptr) return absl::OkStatus();
-  if (!joining) {
-    absl::StatusOr<checkpoint::TrainingProgress> start = ckpt->Restore();
-    if (!start.ok()) return start.status();
-    loop.start_step = start->step;
-    loop.start_cursor = {start->data_epoch, start->data_position};
-  }
-  loop.after_step = [ckpt](int64_t done, const data::DataCursor& next) {
-    return ckpt->AfterStep(done, next.epoch, next.position);
-  };
-  return absl::OkStatus();
-}
-
 // Waits for an asynchronous save still in flight; rank 0 logs the result and prints the sample.
 absl::Status FinishAndReport(TrainerCheckpointing* ckpt, const TrainSummary& summary, bool leader) {
   if (ckpt != nullptr) {
@@ -458,88 +373,6 @@ absl::Status FinishAndReport(TrainerCheckpointing* ckpt, const TrainSummary& sum
     if (!summary.sample.empty()) std::cout << summary.sample << std::endl;
   }
   return absl::OkStatus();
-}
-
-// ---- exit codes (exit_codes.h) -----------------------------------------------------------------
-
-int Fail(int code, absl::string_view phase, const absl::Status& status) {
-  SL_LOG(ERROR) << phase << ": " << status.message() << " ["
-                << absl::StatusCodeToString(status.code()) << "; exit " << code << "]";
-  return code;
-}
-
-bool IsCommError(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kUnavailable ||
-         s.code() == absl::StatusCode::kDeadlineExceeded ||
-         s.code() == absl::StatusCode::kFailedPrecondition;
-}
-
-int FailFlags(const absl::Status& s) {
-  if (s.code() == absl::StatusCode::kCancelled) {  // --help
-    std::cout << s.message();
-    return kExitOk;
-  }
-  std::cerr << "trainer: " << s.message();
-  return kExitBadSpec;
-}
-
-// A model too large for this rank's memory (its shards and optimizer state, or the whole model
-// with --backend local) is the spec's, like a bad size: a retry would fail the same way.
-int FailModel(const absl::Status& s) {
-  return Fail(kExitBadSpec,
-              s.code() == absl::StatusCode::kResourceExhausted ? "out of memory" : "model", s);
-}
-
-// A lost peer while the engine broadcasts the initial parameters is a communication failure;
-// running out of memory for the shards is as FailModel; anything else the engine refuses is the
-// spec's.
-int FailEngine(const absl::Status& s) {
-  if (s.code() == absl::StatusCode::kResourceExhausted) return FailModel(s);
-  return Fail(IsCommError(s) ? kExitCommFailure : kExitBadSpec, "fsdp", s);
-}
-
-// SHARDLINE_CPU_MEMORY_CAP_MIB (trainer/cpu_memory_cap.h): caps this process's tensor host
-// memory. Installed first thing, before any tensor exists.
-absl::Status InstallCpuMemoryCapFromEnv() {
-  const char* v = std::getenv(kCpuMemoryCapEnv);
-  if (v == nullptr || *v == '\0') return absl::OkStatus();
-  double mib = 0;
-  if (!absl::SimpleAtod(v, &mib) || !(mib > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kCpuMemoryCapEnv, ": \"", v, "\" is not a positive number of MiB"));
-  }
-  return InstallCpuMemoryCap(static_cast<int64_t>(mib * 1048576.0));
-}
-
-// Some rank cannot see the checkpoint directory: not retried (exit_codes.h). A lost peer or store
-// is a communication failure; rank 0 unable to write there is a checkpoint (data) error.
-int FailCheckpointDir(const absl::Status& s) {
-  if (s.code() == absl::StatusCode::kInvalidArgument) {
-    return Fail(kExitCheckpointDirNotShared, "checkpoint", s);
-  }
-  return Fail(IsCommError(s) ? kExitCommFailure : kExitDataError, "checkpoint", s);
-}
-
-// A lost peer while loading is a communication failure; a missing, corrupt or mismatched
-// checkpoint (FAILED_PRECONDITION among them) is a data error.
-int FailRestore(const absl::Status& s) {
-  const bool comm = IsCommError(s) && s.code() != absl::StatusCode::kFailedPrecondition;
-  return Fail(comm ? kExitCommFailure : kExitDataError, "checkpoint", s);
-}
-
-int FailTraining(const absl::Status& s) {
-  if (s.code() == absl::StatusCode::kCancelled) {
-    const int signo = g_stop_signal.load();
-    return Fail(kExitSignalBase + signo, "stopped", s);
-  }
-  if (s.code() == absl::StatusCode::kAborted) return Fail(kExitDiverged, "training", s);
-  if (IsCommError(s)) return Fail(kExitCommFailure, "training", s);
-  // A bad token id (INVALID_ARGUMENT) or a data file truncated under the run (DATA_LOSS, from
-  // data::ReadBatch) is a data error.
-  if (s.code() == absl::StatusCode::kInvalidArgument || s.code() == absl::StatusCode::kDataLoss) {
-    return Fail(kExitDataError, "data", s);
-  }
-  return Fail(kExitInternal, "training", s);
 }
 
 // ---- Main
@@ -659,13 +492,13 @@ int Main(int argc, char** argv) {
   if (joining) {
     absl::Status joined = JoinRunningJob(*env, **ft, *loop);
     if ((*ft)->left()) return Fail(kExitLeftReplicaGroup, "fault tolerance", joined);
-    if (!joined.ok()) return FailTraining(joined);
+    if (!joined.ok()) return FailTraining(joined, g_stop_signal.load());
   }
   absl::StatusOr<TrainSummary> summary = RunTraining(c, **model, *backend, **dataset, *loop);
   if (*ft != nullptr && (*ft)->left()) {
     return Fail(kExitLeftReplicaGroup, "fault tolerance", summary.status());
   }
-  if (!summary.ok()) return FailTraining(summary.status());
+  if (!summary.ok()) return FailTraining(summary.status(), g_stop_signal.load());
   if (fsdp_backend != nullptr) {
     SL_LOG(INFO) << fsdp_backend->MemorySummary();
   }
