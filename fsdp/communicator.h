@@ -107,6 +107,10 @@ class Communicator {
   virtual void Abandon() {}
 };
 
+// Whether `c` talks to other ranks (null, or a group of one, does not: its collectives are
+// skipped).
+inline bool Collective(const Communicator* c) { return c != nullptr && c->size() > 1; }
+
 }  // namespace shardline::fsdp
 
 #endif  // SHARDLINE_FSDP_COMMUNICATOR_H_

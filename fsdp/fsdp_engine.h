@@ -147,7 +147,14 @@ class FsdpEngine : public UnitRunner {
 
  private:
   friend struct internal::EngineHooks;
-  struct Unit;
+  // One FSDP unit: its flat parameter, where it is gathered, and its gradients this backward.
+  struct Unit {
+    FlatParam* flat = nullptr;
+    int hook_group = -1;  // -1: root-gathered.
+    int grads_expected = 0;
+    int grads_ready = 0;              // This backward.
+    bool post_backward_done = false;  // This backward.
+  };
   // A unit's gradient reduction, from its issue to its accumulation into the gradient shard.
   struct PendingReduce {
     int unit;
