@@ -60,115 +60,59 @@ std::string VoteKey(const std::string& job_id) { return "v:" + job_id; }
 
 // A RendezvousGet waiting for keys: re-polled when its namespace changes, finished with
 // DEADLINE_EXCEEDED when its wait runs out.
-class PendingGet : public grpc::ServerUnaryReactor, public PumpedStreamBase {
+class PendingGet : public PendingUnaryCall {
  public:
   PendingGet(StreamHub* hub, CoordinatorCore* core, const RendezvousGetRequest& req,
              RendezvousGetResponse* resp, absl::Duration wait)
-      : hub_(hub),
+      : PendingUnaryCall(hub, NamespaceKey(req.namespace_()), absl::Now() + wait, "RendezvousGet"),
         core_(core),
         req_(req),
         resp_(resp),
-        start_(absl::Now()),
-        deadline_(start_ + wait) {}
-
-  void Start() {
-    hub_->Add(NamespaceKey(req_.namespace_()), this, deadline_);
-    Pump();
-  }
-  void Pump() override {
-    absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    const absl::Time now = absl::Now();
-    auto r = core_->RendezvousPoll(req_, std::min(now, deadline_) - start_);
-    if (r.ok()) {
-      *resp_ = std::move(*r);
-      return FinishLocked(grpc::Status::OK);
-    }
-    if (r.status().code() != absl::StatusCode::kDeadlineExceeded || now >= deadline_) {
-      return FinishLocked(ToGrpcStatus(r.status()));
-    }
-  }
-  void Abort(const grpc::Status& status) override {
-    absl::MutexLock lock(&mu_);
-    FinishLocked(status);
-  }
-  void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "RendezvousGet cancelled"));
-  }
-  void OnDone() override {
-    hub_->Remove(NamespaceKey(req_.namespace_()), this);
-    delete this;
-  }
+        start_(absl::Now()) {}
 
  private:
-  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(status);
+  std::optional<grpc::Status> Poll(absl::Time now) override {
+    auto r = core_->RendezvousPoll(req_, std::min(now, deadline()) - start_);
+    if (r.ok()) {
+      *resp_ = std::move(*r);
+      return grpc::Status::OK;
+    }
+    if (r.status().code() != absl::StatusCode::kDeadlineExceeded || now >= deadline()) {
+      return ToGrpcStatus(r.status());
+    }
+    return std::nullopt;
   }
 
-  StreamHub* hub_;
   CoordinatorCore* core_;
   const RendezvousGetRequest req_;
   RendezvousGetResponse* resp_;
   const absl::Time start_;
-  const absl::Time deadline_;
-  absl::Mutex mu_;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // A StepVote waiting for its step's decision: re-polled when the job's votes change (a decision,
 // the attempt's end), finished with DEADLINE_EXCEEDED ("send the vote again") at its deadline.
-class PendingVote : public grpc::ServerUnaryReactor, public PumpedStreamBase {
+class PendingVote : public PendingUnaryCall {
  public:
   PendingVote(StreamHub* hub, CoordinatorCore* core, const StepVoteRequest& req,
               StepVoteResponse* resp, absl::Time deadline)
-      : hub_(hub), core_(core), req_(req), resp_(resp), deadline_(deadline) {}
-
-  // Registers first, then looks: a decision made before the registration is found here.
-  void Start() {
-    hub_->Add(VoteKey(req_.job_id()), this, deadline_);
-    Pump();
-  }
-  void Pump() override {
-    absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    if (std::optional<StepVoteResponse> answer = core_->StepVoteAnswer(req_)) {
-      *resp_ = *std::move(answer);
-      return FinishLocked(grpc::Status::OK);
-    }
-    if (absl::Now() >= deadline_) {
-      FinishLocked(ToGrpcStatus(CoordinatorCore::NoDecisionYet(req_)));
-    }
-  }
-  void Abort(const grpc::Status& status) override {
-    absl::MutexLock lock(&mu_);
-    FinishLocked(status);
-  }
-  void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "StepVote cancelled"));
-  }
-  void OnDone() override {
-    hub_->Remove(VoteKey(req_.job_id()), this);
-    delete this;
-  }
+      : PendingUnaryCall(hub, VoteKey(req.job_id()), deadline, "StepVote"),
+        core_(core),
+        req_(req),
+        resp_(resp) {}
 
  private:
-  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(status);
+  std::optional<grpc::Status> Poll(absl::Time now) override {
+    if (std::optional<StepVoteResponse> answer = core_->StepVoteAnswer(req_)) {
+      *resp_ = *std::move(answer);
+      return grpc::Status::OK;
+    }
+    if (now >= deadline()) return ToGrpcStatus(CoordinatorCore::NoDecisionYet(req_));
+    return std::nullopt;
   }
 
-  StreamHub* hub_;
   CoordinatorCore* core_;
   const StepVoteRequest req_;
   StepVoteResponse* resp_;
-  const absl::Time deadline_;
-  absl::Mutex mu_;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace

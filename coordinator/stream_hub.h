@@ -4,8 +4,10 @@
 // that key's calls, and each call writes what is new (or finishes). PumpedStream is the generic
 // server-streaming call whose messages come from a `next` function.
 //
-// Thread safety: StreamHub is thread-safe. A PumpedStream is driven by gRPC's reaction threads
-// and the hub's pumps, serialised by its own mutex.
+// PendingUnaryCall is the same for a unary call that waits (RendezvousGet, StepVote).
+//
+// Thread safety: StreamHub is thread-safe. A PumpedStream or PendingUnaryCall is driven by
+// gRPC's reaction threads and the hub's pumps, serialised by its own mutex.
 #ifndef SHARDLINE_COORDINATOR_STREAM_HUB_H_
 #define SHARDLINE_COORDINATOR_STREAM_HUB_H_
 
@@ -191,6 +193,61 @@ class PumpedStream : public grpc::ServerWriteReactor<Msg>, public PumpedStreamBa
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status abort_ ABSL_GUARDED_BY(mu_);
+};
+
+// A unary call (callback API) that waits on the coordinator's state without holding a thread:
+// registered under `key` with the hub until it finishes, polled when it starts (after the
+// registration, so a change made just before is seen), whenever its key changes, and at its
+// deadline. Subclasses fill the response in Poll and say whether the call can finish now.
+class PendingUnaryCall : public grpc::ServerUnaryReactor, public PumpedStreamBase {
+ public:
+  // `what` names the method in the CANCELLED status of a call its client gave up.
+  PendingUnaryCall(StreamHub* hub, std::string key, absl::Time deadline, std::string what)
+      : hub_(hub), key_(std::move(key)), deadline_(deadline), what_(std::move(what)) {}
+
+  // Call once, from the RPC method, and return the call to gRPC.
+  void Start() {
+    hub_->Add(key_, this, deadline_);
+    Pump();
+  }
+  void Pump() override {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    if (std::optional<grpc::Status> done = Poll(absl::Now())) FinishLocked(*done);
+  }
+  void Abort(const grpc::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(status);
+  }
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, what_ + " cancelled"));
+  }
+  void OnDone() override {
+    hub_->Remove(key_, this);
+    delete this;
+  }
+
+ protected:
+  absl::Time deadline() const { return deadline_; }
+
+ private:
+  // Under the call's lock, never after it finished: the status to finish with (the response
+  // filled for OK), or nullopt to wait on. Must finish once `now` reaches the deadline.
+  virtual std::optional<grpc::Status> Poll(absl::Time now) = 0;
+
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  StreamHub* const hub_;
+  const std::string key_;
+  const absl::Time deadline_;
+  const std::string what_;
+  absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace shardline::coordinator
