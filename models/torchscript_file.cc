@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <utility>
 
@@ -210,6 +211,10 @@ std::string SplitLoad(const std::string& path, LoadedScript* out) {
   // 4. The parameters' records must be stored, not compressed, to be read by offset.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TORCH_CHECK(fd >= 0, "open ", path, ": ", std::strerror(errno));
+  struct CloseOnExit {  // PreadExactly throws on a short file.
+    int fd;
+    ~CloseOnExit() { ::close(fd); }
+  } close_on_exit{fd};
   std::string compressed;
   for (const auto& [impl, key] : key_of) {
     if (param_storages.count(impl) == 0) continue;
@@ -220,7 +225,6 @@ std::string SplitLoad(const std::string& path, LoadedScript* out) {
       break;
     }
   }
-  ::close(fd);
   if (!compressed.empty()) return absl::StrCat("its record ", compressed, " is compressed");
   for (at::Tensor& p : params) fsdp::ReleaseTensorStorage(p);
   out->module = std::move(module);

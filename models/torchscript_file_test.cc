@@ -2,6 +2,9 @@
 // parameters hold no memory, every other tensor holds the file's values, and any range the
 // initializer reads equals torch::jit::load's values bit for bit, for every layout a file can
 // hold; files that cannot be split load whole and say why.
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -111,6 +114,26 @@ TEST(ScriptFileLoad, NotATorchScriptFileIsAnError) {
   EXPECT_NE(bad.status().message().find("is not a TorchScript module"), std::string::npos)
       << bad.status();
   EXPECT_NE(bad.status().message().find("make_layout_lm.py"), std::string::npos);
+}
+
+// A file cut short (a copy interrupted mid-way): a clear error naming the field and the file,
+// whichever way it is loaded.
+TEST(ScriptFileLoad, TruncatedFileIsAnErrorNamingIt) {
+  std::ifstream in("models/testdata/layout_lm.pt", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 100000u);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/truncated_lm.pt";
+  std::ofstream(path, std::ios::binary).write(bytes.data(), 100000);
+  ModelConfig spec = ScriptConfig("layout_lm.pt");
+  spec.torchscript_path = path;
+  for (InitMode mode : {InitMode::kDeferred, InitMode::kMaterialized}) {
+    auto bad = CreateModel(spec, mode);
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+    EXPECT_NE(bad.status().message().find("model.torchscript_path: \"" + path + "\""),
+              std::string::npos)
+        << bad.status();
+  }
 }
 
 }  // namespace
