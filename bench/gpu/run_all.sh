@@ -11,7 +11,8 @@
 #      /usr/local/cuda when it has nccl.h, else a directory of links into the venv's nvidia-*
 #      wheels; RUN_ALL_BUILD_ONLY=1 stops after the build);
 #   2. runs the GPU tests (NCCL smoke, NCCL communicator with the watchdog's abort path, CPU
-#      offload, the one-GPU stand-in for S > 1, trainer on CUDA), then bench/gpu/multi_gpu.sh as
+#      offload, the one-GPU stand-in for S > 1, trainer on CUDA with a scripted model loaded
+#      shard by shard), then bench/gpu/multi_gpu.sh as
 #      far as the GPUs allow (2b);
 #   3. trains GPT-2 small (124M, bench/gpu/gpt2_bf16.yaml: bf16 compute, 8 x 1024 tokens per step,
 #      30 steps) with our trainer, with and without fsdp.cpu_offload, then the same model with
