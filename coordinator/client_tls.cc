@@ -80,4 +80,11 @@ absl::StatusOr<CoordinatorClient::Options> ClientOptionsFromEnv(const std::strin
   return o;
 }
 
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> ClientFromEnv(const std::string& address,
+                                                                 const std::string& token) {
+  absl::StatusOr<CoordinatorClient::Options> options = ClientOptionsFromEnv(address, token);
+  if (!options.ok()) return options.status();
+  return CoordinatorClient::Create(*options);
+}
+
 }  // namespace shardline::coordinator

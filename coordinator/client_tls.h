@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -62,6 +63,10 @@ ClientTlsFiles ClientTlsFilesFromEnv(
 // (ClientTlsFilesFromEnv, kClientTlsEnv names): what a trainer rank connects with.
 absl::StatusOr<CoordinatorClient::Options> ClientOptionsFromEnv(const std::string& address,
                                                                 const std::string& token);
+// A client with those options: what each of a trainer rank's coordinator connections uses
+// (rendezvous store, checkpoint reports, step votes). Errors: ClientOptionsFromEnv's, Create's.
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> ClientFromEnv(const std::string& address,
+                                                                 const std::string& token);
 
 }  // namespace shardline::coordinator
 

@@ -29,9 +29,7 @@ CheckpointReport ReportOf(const CoordinatorReporterOptions& o, const checkpoint:
 absl::StatusOr<CoordinatorReporter> MakeCoordinatorReporter(
     const CoordinatorReporterOptions& options) {
   // TLS as the worker daemon says (SHARDLINE_TLS_CA, SHARDLINE_INSECURE).
-  auto client_options = coordinator::ClientOptionsFromEnv(options.address, options.token);
-  if (!client_options.ok()) return client_options.status();
-  auto client = coordinator::CoordinatorClient::Create(*client_options);
+  auto client = coordinator::ClientFromEnv(options.address, options.token);
   if (!client.ok()) return client.status();
   std::shared_ptr<coordinator::CoordinatorClient> shared(std::move(*client));
   CoordinatorReporter out;

@@ -87,9 +87,7 @@ class CoordinatorStepVoter : public StepVoter {
 
 absl::StatusOr<std::unique_ptr<StepVoter>> MakeCoordinatorStepVoter(
     const CoordinatorStepVoterOptions& options) {
-  auto client_options = coordinator::ClientOptionsFromEnv(options.address, options.token);
-  if (!client_options.ok()) return client_options.status();
-  auto client = coordinator::CoordinatorClient::Create(*client_options);
+  auto client = coordinator::ClientFromEnv(options.address, options.token);
   if (!client.ok()) return client.status();
   return std::unique_ptr<StepVoter>(new CoordinatorStepVoter(options, std::move(*client)));
 }

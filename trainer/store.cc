@@ -46,10 +46,8 @@ absl::StatusOr<std::unique_ptr<fsdp::KvStore>> CreateBootstrapStore(const RankEn
                                                                     absl::Duration timeout) {
   if (!env.coordinator.empty() && !env.rdzv_namespace.empty()) {
     // TLS as the worker daemon says (SHARDLINE_TLS_CA, SHARDLINE_INSECURE).
-    ASSIGN_OR_RETURN(coordinator::CoordinatorClient::Options co,
-                     coordinator::ClientOptionsFromEnv(env.coordinator, env.rdzv_secret));
     ASSIGN_OR_RETURN(std::unique_ptr<coordinator::CoordinatorClient> client,
-                     coordinator::CoordinatorClient::Create(co));
+                     coordinator::ClientFromEnv(env.coordinator, env.rdzv_secret));
     return std::unique_ptr<fsdp::KvStore>(std::make_unique<RendezvousKvStore>(
         std::shared_ptr<coordinator::CoordinatorClient>(std::move(client)), env.rdzv_namespace,
         env.rdzv_secret));
