@@ -70,6 +70,14 @@ void PreadExactly(int fd, char* dst, int64_t n, int64_t offset, const std::strin
   }
 }
 
+// Elements from a view's storage offset to the last one it touches, inclusive (its sizes are
+// not empty).
+int64_t SpanElements(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  int64_t span = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) span += (sizes[d] - 1) * strides[d];
+  return span;
+}
+
 bool IsRowMajor(const ScriptFileParam& p) {
   int64_t expected = 1;
   for (size_t d = p.sizes.size(); d-- > 0;) {
@@ -92,8 +100,7 @@ void ReadRange(int fd, const std::string& path, const ScriptFileParam& p, int64_
     dst.copy_(host);
     return;
   }
-  int64_t span = 1;  // Elements from the storage offset to the last one the view touches.
-  for (size_t d = 0; d < p.sizes.size(); ++d) span += (p.sizes[d] - 1) * p.strides[d];
+  const int64_t span = SpanElements(p.sizes, p.strides);
   at::Tensor host = at::empty({span}, f32);
   PreadExactly(fd, static_cast<char*>(host.data_ptr()), span * kElementBytes,
                p.file_offset + p.storage_offset * kElementBytes, path);
@@ -125,7 +132,7 @@ std::string SplitLoad(const std::string& path, LoadedScript* out) {
   // 2. Every data/ storage made without memory, with the record's size: the unpickler takes
   //    storages from the context instead of reading the records.
   auto context = std::make_shared<torch::jit::DeserializationStorageContext>();
-  std::map<std::string, c10::Storage> storages;  // Key -> storage.
+  std::map<const c10::StorageImpl*, std::string> key_of;  // The context keeps them alive.
   for (const std::string& record : reader->getAllRecords()) {
     if (absl::StartsWith(record, "constants/")) return "its code has tensor constants";
     if (!absl::StartsWith(record, kDataDir)) continue;
@@ -133,8 +140,8 @@ std::string SplitLoad(const std::string& path, LoadedScript* out) {
     c10::Storage storage(c10::Storage::use_byte_size_t(), reader->getRecordSize(record),
                          at::DataPtr(nullptr, at::Device(at::kCPU)), /*allocator=*/nullptr,
                          /*resizable=*/false);
-    context->addStorage(key, storage);
-    storages.emplace(key, std::move(storage));
+    key_of[storage.unsafeGetStorageImpl()] = key;
+    context->addStorage(key, std::move(storage));
   }
   auto type_resolver = [cu](const c10::QualifiedName& name) {
     c10::TypePtr type = cu->get_type(name);
@@ -160,9 +167,14 @@ std::string SplitLoad(const std::string& path, LoadedScript* out) {
       at::Device(at::kCPU), *reader, torch::jit::Unpickler::defaultTypeParser, context);
   torch::jit::Module module(root.toObject());
 
-  // 3. Parameters (each tensor once, under its first name) and the storages they use.
-  std::map<const c10::StorageImpl*, std::string> key_of;
-  for (const auto& [key, storage] : storages) key_of[storage.unsafeGetStorageImpl()] = key;
+  // 3. Parameters (each tensor once, under its first name) and the storages they use; their
+  //    records must be stored, not compressed, to be read by offset.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TORCH_CHECK(fd >= 0, "open ", path, ": ", std::strerror(errno));
+  struct CloseOnExit {  // PreadExactly throws on a short file.
+    int fd;
+    ~CloseOnExit() { ::close(fd); }
+  } close_on_exit{fd};
   std::set<const c10::TensorImpl*> param_tensors;
   std::set<const c10::StorageImpl*> param_storages;
   std::vector<at::Tensor> params;
@@ -177,6 +189,10 @@ std::string SplitLoad(const std::string& path, LoadedScript* out) {
     if (key == key_of.end()) return absl::StrCat("parameter ", named.name, " has no data record");
     param_storages.insert(key->first);
     const std::string record = absl::StrCat(kDataDir, key->second);
+    if (CompressionMethod(fd, path, static_cast<int64_t>(reader->getRecordHeaderOffset(record))) !=
+        0) {
+      return absl::StrCat("its record ", record, " is compressed");
+    }
     ScriptFileParam e;
     e.name = named.name;
     e.sizes = p.sizes().vec();
@@ -184,10 +200,11 @@ std::string SplitLoad(const std::string& path, LoadedScript* out) {
     e.storage_offset = p.storage_offset();
     e.file_offset = static_cast<int64_t>(reader->getRecordOffset(record));
     e.record_bytes = static_cast<int64_t>(reader->getRecordSize(record));
-    int64_t last = e.storage_offset;
-    for (size_t d = 0; d < e.sizes.size(); ++d) last += (e.sizes[d] - 1) * e.strides[d];
-    TORCH_CHECK(p.numel() == 0 || (last + 1) * kElementBytes <= e.record_bytes, "parameter ",
-                named.name, " reaches past its record ", record, " (", e.record_bytes, " bytes)");
+    TORCH_CHECK(
+        p.numel() == 0 ||
+            (e.storage_offset + SpanElements(e.sizes, e.strides)) * kElementBytes <= e.record_bytes,
+        "parameter ", named.name, " reaches past its record ", record, " (", e.record_bytes,
+        " bytes)");
     entries.push_back(std::move(e));
     params.push_back(p);
   }
@@ -208,24 +225,6 @@ std::string SplitLoad(const std::string& path, LoadedScript* out) {
     auto [data, n] = reader->getRecord(absl::StrCat(kDataDir, key->second));
     t.storage().set_data_ptr_noswap(std::move(data));
   }
-  // 4. The parameters' records must be stored, not compressed, to be read by offset.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  TORCH_CHECK(fd >= 0, "open ", path, ": ", std::strerror(errno));
-  struct CloseOnExit {  // PreadExactly throws on a short file.
-    int fd;
-    ~CloseOnExit() { ::close(fd); }
-  } close_on_exit{fd};
-  std::string compressed;
-  for (const auto& [impl, key] : key_of) {
-    if (param_storages.count(impl) == 0) continue;
-    const std::string record = absl::StrCat(kDataDir, key);
-    if (CompressionMethod(fd, path, static_cast<int64_t>(reader->getRecordHeaderOffset(record))) !=
-        0) {
-      compressed = record;
-      break;
-    }
-  }
-  if (!compressed.empty()) return absl::StrCat("its record ", compressed, " is compressed");
   for (at::Tensor& p : params) fsdp::ReleaseTensorStorage(p);
   out->module = std::move(module);
   out->init = std::make_unique<ScriptFileInit>(path, std::move(entries));
