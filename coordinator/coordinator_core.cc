@@ -231,10 +231,7 @@ void CoordinatorCore::EndAttemptLocked(JobRecord& job, bool send_stop) {
     registry_.ReleaseJob(Namespace(job));
   }
   tracker_.EndAttempt(st.job_id());
-  if (quorums_.erase(st.job_id()) > 0) {  // waiting voters: LEAVE
-    vote_cv_.SignalAll();
-    feed_.VotesChanged(st.job_id());
-  }
+  if (quorums_.erase(st.job_id()) > 0) feed_.VotesChanged(st.job_id());  // waiting votes: LEAVE
   rendezvous_.Close(Namespace(job));
   attempt_credentials_.Remove(Namespace(job));  // late reports of this attempt find nothing
   feed_.NamespaceChanged(Namespace(job));       // waiting Gets end (ABORTED)
@@ -280,7 +277,6 @@ bool CoordinatorCore::WaitDirty(absl::Duration wait, Dirty* dirty) {
 void CoordinatorCore::Shutdown() {
   absl::MutexLock lock(&mu_);
   feed_.Shutdown();
-  vote_cv_.SignalAll();
 }
 
 // ------------------------------------------------------------------------------- rendezvous

@@ -153,23 +153,20 @@ class CoordinatorCore {
   absl::Status ReportProgress(const ProgressReport& report);
   absl::Status ReportCheckpoint(const CheckpointReport& report);
 
-  // fault_tolerance REPLICA_GROUPS: records the rank's vote (or join) and waits up to `wait`
-  // (at most kMaxStepVoteWait) for the step's decision. Errors: ReportProgress's (NOT_FOUND,
-  // FAILED_PRECONDITION for an attempt not running, INVALID_ARGUMENT for a rank outside the
-  // world); FAILED_PRECONDITION for a job without REPLICA_GROUPS and for a vote the quorum
-  // refuses (a generation never placed, another step than the one being decided);
-  // DEADLINE_EXCEEDED "no decision yet for step N": send the same vote again; UNAVAILABLE when
-  // the coordinator shuts down. An attempt that ends while the vote waits answers LEAVE.
+  // fault_tolerance REPLICA_GROUPS, the StepVote RPC in two halves (its waiting is the
+  // service's: a callback reactor woken by WaitDirty's `votes`, at most kMaxStepVoteWait).
+  // CastStepVote records the rank's vote (or join) and returns the step's decision when there
+  // already is one (nullopt: wait). Errors: ReportProgress's (NOT_FOUND, FAILED_PRECONDITION for
+  // an attempt not running, INVALID_ARGUMENT for a rank outside the world); FAILED_PRECONDITION
+  // for a job without REPLICA_GROUPS and for a vote the quorum refuses (a generation never
+  // placed, another step than the one being decided); UNAVAILABLE when the coordinator shuts
+  // down. StepVoteAnswer returns a cast vote's decision, LEAVE when the attempt ended (while the
+  // vote waited), nullopt while undecided.
   static constexpr absl::Duration kMaxStepVoteWait = absl::Seconds(20);
-  absl::StatusOr<StepVoteResponse> StepVote(const StepVoteRequest& req, absl::Duration wait);
-  // StepVote in two halves, for callers that must not block a thread on the decision (the
-  // service's callback reactor, woken by WaitDirty's `votes`). CastStepVote records the vote
-  // and returns the decision when there already is one (nullopt: wait); same errors as
-  // StepVote but DEADLINE_EXCEEDED. StepVoteAnswer returns a cast vote's decision, LEAVE when
-  // the attempt ended, nullopt while undecided.
   absl::StatusOr<std::optional<StepVoteResponse>> CastStepVote(const StepVoteRequest& req);
   std::optional<StepVoteResponse> StepVoteAnswer(const StepVoteRequest& req);
-  // StepVote's DEADLINE_EXCEEDED: no decision within the wait; the voter sends the vote again.
+  // DEADLINE_EXCEEDED "no decision yet for step N": no decision within the wait; the voter
+  // sends the same vote again.
   static absl::Status NoDecisionYet(const StepVoteRequest& req);
 
   // ---- logs and training metrics
@@ -299,8 +296,6 @@ class CoordinatorCore {
   void PlaceReplacementsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The votes whose vote_timeout passed.
   void TickQuorumsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::optional<StepVoteResponse>> CastStepVoteLocked(const StepVoteRequest& req)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::optional<StepVoteResponse> StepVoteAnswerLocked(const StepVoteRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A REPLICA_GROUPS job succeeds when every rank of every live group exited 0.
@@ -335,7 +330,6 @@ class CoordinatorCore {
   Counters counters_ ABSL_GUARDED_BY(mu_);       // jobs_by_state filled on read
   DrainingSlots draining_ ABSL_GUARDED_BY(mu_);  // stopped ranks still holding their slot
   std::map<std::string, ReplicaQuorum> quorums_ ABSL_GUARDED_BY(mu_);  // by job id
-  absl::CondVar vote_cv_;  // signalled (under mu_) on decisions, attempt ends and shutdown
 };
 
 }  // namespace shardline::coordinator

@@ -98,10 +98,7 @@ void CoordinatorCore::ApplyQuorumActionsLocked(JobRecord& job, QuorumActions act
                            actions.healed->step, ", healed from group ", actions.healed->source));
     }
   }
-  if (actions.decided) {
-    vote_cv_.SignalAll();
-    feed_.VotesChanged(job_id);  // the service's waiting votes
-  }
+  if (actions.decided) feed_.VotesChanged(job_id);  // the service's waiting votes
   if (!actions.diverged.empty()) {
     FailAttemptLocked(job, "REPLICAS_DIVERGED", actions.diverged, /*restartable=*/false);
     return;
@@ -245,11 +242,6 @@ void CoordinatorCore::TickQuorumsLocked() {
 absl::StatusOr<std::optional<StepVoteResponse>> CoordinatorCore::CastStepVote(
     const StepVoteRequest& req) {
   absl::MutexLock lock(&mu_);
-  return CastStepVoteLocked(req);
-}
-
-absl::StatusOr<std::optional<StepVoteResponse>> CoordinatorCore::CastStepVoteLocked(
-    const StepVoteRequest& req) {
   if (feed_.shut_down()) return absl::UnavailableError("coordinator is shutting down");
   ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(req.job_id()));
   RETURN_IF_ERROR(CheckReportSource(job->status(), req.attempt(), req.rank()));
@@ -289,23 +281,6 @@ absl::Status CoordinatorCore::NoDecisionYet(const StepVoteRequest& req) {
                                    " generation ", req.generation(), "; send it again")
                     : absl::StrCat("no decision yet for step ", req.step(), " (membership epoch ",
                                    req.epoch(), "); send the vote again"));
-}
-
-absl::StatusOr<StepVoteResponse> CoordinatorCore::StepVote(const StepVoteRequest& req,
-                                                           absl::Duration wait) {
-  const absl::Time deadline = absl::Now() + std::min(wait, kMaxStepVoteWait);
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(std::optional<StepVoteResponse> answer, CastStepVoteLocked(req));
-  while (!answer.has_value()) {
-    if (feed_.shut_down()) return absl::UnavailableError("coordinator is shutting down");
-    if (vote_cv_.WaitWithDeadline(&mu_, deadline)) {
-      answer = StepVoteAnswerLocked(req);
-      if (!answer.has_value()) return NoDecisionYet(req);
-      break;
-    }
-    answer = StepVoteAnswerLocked(req);
-  }
-  return *answer;
 }
 
 }  // namespace shardline::coordinator

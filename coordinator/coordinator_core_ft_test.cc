@@ -8,7 +8,6 @@
 #include <map>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -129,6 +128,15 @@ class FtCoreTest : public ::testing::Test {
     ASSERT_TRUE(core_->Heartbeat(hb).ok());
   }
 
+  // The StepVote RPC without its wait: the decision when there is one, else the "no decision
+  // yet" DEADLINE_EXCEEDED a vote whose wait ran out answers.
+  absl::StatusOr<StepVoteResponse> Cast(const StepVoteRequest& v) {
+    absl::StatusOr<std::optional<StepVoteResponse>> r = core_->CastStepVote(v);
+    if (!r.ok()) return r.status();
+    if (!r->has_value()) return CoordinatorCore::NoDecisionYet(v);
+    return **r;
+  }
+
   absl::StatusOr<StepVoteResponse> Vote(int rank, int64_t step, int64_t epoch, bool ok = true,
                                         double loss = 1.0, int generation = 0) {
     StepVoteRequest v;
@@ -141,7 +149,7 @@ class FtCoreTest : public ::testing::Test {
     v.set_ok(ok);
     v.set_loss(loss);
     if (!ok) v.set_error("gloo: connection closed by peer");
-    return core_->StepVote(v, absl::ZeroDuration());
+    return Cast(v);
   }
 
   absl::StatusOr<StepVoteResponse> Join(int rank, int generation) {
@@ -151,7 +159,7 @@ class FtCoreTest : public ::testing::Test {
     v.set_rank(rank);
     v.set_generation(generation);
     v.set_joining(true);
-    return core_->StepVote(v, absl::ZeroDuration());
+    return Cast(v);
   }
 
   // Every rank in `ranks` votes; all but the last must get "no decision yet"; returns the last
@@ -484,7 +492,7 @@ TEST_F(FtCoreTest, DigestMismatchFailsTheJob) {
     v.set_ok(true);
     v.set_has_digest(true);
     v.set_digest(rank == 2 ? 0xdead : 0x1000 + rank % 2);
-    auto r = core_->StepVote(v, absl::ZeroDuration());
+    auto r = Cast(v);
     if (rank == 3) {
       ASSERT_TRUE(r.ok()) << r.status();
       EXPECT_EQ(r->decision(), StepVoteResponse::LEAVE);
@@ -509,35 +517,35 @@ TEST_F(FtCoreTest, StepVoteNeedsAReplicaGroupsJobAndItsRunningAttempt) {
   StepVoteRequest v;
   v.set_job_id(job_);
   v.set_attempt(7);
-  EXPECT_EQ(core_->StepVote(v, absl::ZeroDuration()).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Cast(v).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
-// A vote blocks until the decision another rank's vote makes.
+// A vote without a decision waits; the vote that completes the step decides it for the waiting
+// one too (the service answers it when the change feed reports the job's votes).
 TEST_F(FtCoreTest, AVoteWaitsForTheDecision) {
   AddWorkers(1, 2);
   JobSpec spec = FtSpec(2, 1);
   spec.mutable_fsdp()->set_sharding_strategy(FsdpSpec::NO_SHARD);
   spec.mutable_fsdp()->set_hybrid_shard_degree(0);
   SubmitAndRun(spec);
-  absl::StatusOr<StepVoteResponse> first;
-  std::thread waiter([&] {
-    StepVoteRequest v;
-    v.set_job_id(job_);
-    v.set_attempt(1);
-    v.set_rank(0);
-    v.set_step(1);
-    v.set_ok(true);
-    v.set_loss(2);
-    first = core_->StepVote(v, absl::Seconds(10));
-  });
-  absl::SleepFor(absl::Milliseconds(100));
+  StepVoteRequest first;
+  first.set_job_id(job_);
+  first.set_attempt(1);
+  first.set_rank(0);
+  first.set_step(1);
+  first.set_ok(true);
+  first.set_loss(2);
+  auto cast = core_->CastStepVote(first);
+  ASSERT_TRUE(cast.ok()) << cast.status();
+  EXPECT_FALSE(cast->has_value());
+  EXPECT_FALSE(core_->StepVoteAnswer(first).has_value());
   auto second = Vote(1, 1, 0, true, 4);
-  waiter.join();
   ASSERT_TRUE(second.ok()) << second.status();
-  ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_EQ(first->decision(), StepVoteResponse::COMMIT);
-  EXPECT_DOUBLE_EQ(first->loss(), 3);
+  EXPECT_EQ(second->decision(), StepVoteResponse::COMMIT);
+  std::optional<StepVoteResponse> answer = core_->StepVoteAnswer(first);
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_EQ(answer->decision(), StepVoteResponse::COMMIT);
+  EXPECT_DOUBLE_EQ(answer->loss(), 3);
 }
 
 }  // namespace
