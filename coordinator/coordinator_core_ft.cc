@@ -49,7 +49,8 @@ void CoordinatorCore::StartQuorumLocked(JobRecord& job, bool restored) {
   // It is declared stalled once it could not still be in a collective of the step.
   const absl::Duration stall_timeout =
       absl::Seconds(st.spec().fsdp().collective_timeout_s()) + vote_timeout;
-  ReplicaQuorum q(st.world_size() / s, s, ft.min_replicas(), vote_timeout, stall_timeout);
+  ReplicaQuorum q(st.world_size() / s, s, ft.min_replicas(), vote_timeout, stall_timeout,
+                  st.total_steps());
   if (restored && st.live_replica_groups_size() > 0) {
     std::vector<int32_t> generations;
     for (const RankPlacement& p : st.placement()) generations.push_back(p.generation());
@@ -253,7 +254,9 @@ absl::StatusOr<std::optional<StepVoteResponse>> CoordinatorCore::CastStepVote(
   ASSIGN_OR_RETURN(ReplicaQuorum::VoteResult result, it->second.Vote(req, clock_->Now()));
   ApplyQuorumActionsLocked(
       *job, std::move(result.actions), "RANK_FAILED",
-      absl::StrCat("rank ", req.rank(), " voted not ok on step ", req.step(), ": ", req.error()));
+      absl::StrCat("rank ", req.rank(), " voted not ok on ",
+                   req.phase() == StepVoteRequest::AFTER_STEP ? "the work after step " : "step ",
+                   req.step(), ": ", req.error()));
   if (result.answer) return result.answer;
   return StepVoteAnswerLocked(req);
 }
@@ -277,10 +280,13 @@ std::optional<StepVoteResponse> CoordinatorCore::StepVoteAnswerLocked(const Step
 
 absl::Status CoordinatorCore::NoDecisionYet(const StepVoteRequest& req) {
   return absl::DeadlineExceededError(
-      req.joining() ? absl::StrCat("no decision yet on the join of rank ", req.rank(),
-                                   " generation ", req.generation(), "; send it again")
-                    : absl::StrCat("no decision yet for step ", req.step(), " (membership epoch ",
-                                   req.epoch(), "); send the vote again"));
+      req.joining()
+          ? absl::StrCat("no decision yet on the join of rank ", req.rank(), " generation ",
+                         req.generation(), "; send it again")
+          : absl::StrCat("no decision yet for ",
+                         req.phase() == StepVoteRequest::AFTER_STEP ? "the work after " : "",
+                         "step ", req.step(), " (membership epoch ", req.epoch(),
+                         "); send the vote again"));
 }
 
 }  // namespace shardline::coordinator

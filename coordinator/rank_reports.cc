@@ -22,7 +22,13 @@ absl::Status CheckReportSource(const JobStatus& st, int32_t attempt, int32_t ran
   return absl::OkStatus();
 }
 
-absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& r, JobStatus* st) {
+int32_t ProgressLeader(const JobStatus& st, int32_t shard_degree) {
+  if (st.live_replica_groups_size() == 0) return 0;
+  return st.live_replica_groups(0) * std::max(1, shard_degree);
+}
+
+absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& r, int32_t leader_rank,
+                                             JobStatus* st) {
   if (r.step() < 0 || r.peak_memory_bytes() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("progress report: step and peak_memory_bytes must be >= 0, got step ",
@@ -33,7 +39,9 @@ absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& r, JobStatus*
   }
   const bool memory_grew = r.peak_memory_bytes() > st->per_rank_peak_memory_bytes(r.rank());
   if (memory_grew) st->set_per_rank_peak_memory_bytes(r.rank(), r.peak_memory_bytes());
-  if (r.rank() != 0) return memory_grew ? ProgressChange::kPeakMemory : ProgressChange::kNone;
+  if (r.rank() != leader_rank) {
+    return memory_grew ? ProgressChange::kPeakMemory : ProgressChange::kNone;
+  }
   st->set_step(r.step());
   st->set_loss(r.loss());
   st->set_tokens_per_s(r.tokens_per_s());

@@ -30,14 +30,20 @@ absl::Status CheckReportSource(const JobStatus& status, int32_t attempt, int32_t
 enum class ProgressChange {
   kNone,        // nothing a watcher sees
   kPeakMemory,  // only the rank's peak memory grew (not persisted: other ranks report often)
-  kProgress,    // rank 0's step, loss, throughput, ETA... (persisted)
+  kProgress,    // the leader's step, loss, throughput, ETA... (persisted)
 };
 
+// The rank whose reports are the job's progress: rank 0, or in a job with replica-group fault
+// tolerance the first rank of the lowest live group (the rank that logs and samples once group
+// 0 is lost). `shard_degree`: the job's S.
+int32_t ProgressLeader(const JobStatus& status, int32_t shard_degree);
+
 // Applies a progress report from an accepted source (CheckReportSource) to `status`: every rank
-// raises its peak memory figure; rank 0 also sets step, loss, tokens/s, ETA, and val_loss and
-// sample when it has them. Errors: INVALID_ARGUMENT for a negative step or memory figure (then
-// nothing changes).
-absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& report, JobStatus* status);
+// raises its peak memory figure; the leader (`leader_rank`, ProgressLeader) also sets step, loss,
+// tokens/s, ETA, and val_loss and sample when it has them. Errors: INVALID_ARGUMENT for a
+// negative step or memory figure (then nothing changes).
+absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& report, int32_t leader_rank,
+                                             JobStatus* status);
 
 // What a checkpoint report changed, for the caller to store.
 struct CheckpointChange {

@@ -48,9 +48,9 @@ TEST(RankReports, OnlyRanksOfTheRunningAttemptReport) {
   EXPECT_EQ(s.message(), "job job-1 attempt 2 is not running (job is PENDING at attempt 2)");
 }
 
-TEST(RankReports, RankZeroSetsProgressOtherRanksOnlyRaiseTheirPeakMemory) {
+TEST(RankReports, TheLeaderSetsProgressOtherRanksOnlyRaiseTheirPeakMemory) {
   JobStatus st = Running();
-  auto change = ApplyProgress(Progress(0, 20, 100), &st);
+  auto change = ApplyProgress(Progress(0, 20, 100), 0, &st);
   ASSERT_TRUE(change.ok()) << change.status();
   EXPECT_EQ(*change, ProgressChange::kProgress);
   EXPECT_EQ(st.step(), 20);
@@ -60,25 +60,41 @@ TEST(RankReports, RankZeroSetsProgressOtherRanksOnlyRaiseTheirPeakMemory) {
   EXPECT_EQ(st.val_loss(), 0);  // NaN: no evaluation this step
   ASSERT_EQ(st.per_rank_peak_memory_bytes_size(), 2);
   EXPECT_EQ(st.per_rank_peak_memory_bytes(0), 100);
-  EXPECT_EQ(*ApplyProgress(Progress(1, 20, 50), &st), ProgressChange::kPeakMemory);
-  EXPECT_EQ(*ApplyProgress(Progress(1, 21, 40), &st), ProgressChange::kNone);
+  EXPECT_EQ(*ApplyProgress(Progress(1, 20, 50), 0, &st), ProgressChange::kPeakMemory);
+  EXPECT_EQ(*ApplyProgress(Progress(1, 21, 40), 0, &st), ProgressChange::kNone);
   EXPECT_EQ(st.per_rank_peak_memory_bytes(1), 50);
   EXPECT_EQ(st.step(), 20);
   ProgressReport last = Progress(0, 100, 10);
   last.set_val_loss(2.25);
   last.set_sample("to be");
-  EXPECT_EQ(*ApplyProgress(last, &st), ProgressChange::kProgress);
+  EXPECT_EQ(*ApplyProgress(last, 0, &st), ProgressChange::kProgress);
   EXPECT_EQ(st.val_loss(), 2.25);
   EXPECT_EQ(st.sample(), "to be");
   EXPECT_EQ(st.eta_s(), 0);
   EXPECT_EQ(st.per_rank_peak_memory_bytes(0), 100);  // a peak never goes down
 }
 
+TEST(RankReports, WithReplicaGroupsTheLowestLiveGroupsFirstRankLeadsTheProgress) {
+  JobStatus st = Running();
+  st.set_world_size(4);                 // S = 2: groups 0 (ranks 0-1) and 1 (ranks 2-3)
+  EXPECT_EQ(ProgressLeader(st, 2), 0);  // no fault tolerance: rank 0
+  st.add_live_replica_groups(0);
+  st.add_live_replica_groups(1);
+  EXPECT_EQ(ProgressLeader(st, 2), 0);
+  st.clear_live_replica_groups();
+  st.add_live_replica_groups(1);  // group 0 lost: ranks 2-3 train on
+  ASSERT_EQ(ProgressLeader(st, 2), 2);
+  EXPECT_EQ(*ApplyProgress(Progress(0, 12, 10), 2, &st), ProgressChange::kPeakMemory);
+  EXPECT_EQ(st.step(), 0);
+  EXPECT_EQ(*ApplyProgress(Progress(2, 13, 10), 2, &st), ProgressChange::kProgress);
+  EXPECT_EQ(st.step(), 13);
+}
+
 TEST(RankReports, NegativeStepOrMemoryIsInvalidAndChangesNothing) {
   JobStatus st = Running();
   const JobStatus before = st;
   for (const ProgressReport& r : {Progress(0, -1, 0), Progress(1, 0, -5)}) {
-    auto change = ApplyProgress(r, &st);
+    auto change = ApplyProgress(r, 0, &st);
     EXPECT_EQ(change.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(change.status().message(),
               absl::StrCat("progress report: step and peak_memory_bytes must be >= 0, got step ",

@@ -12,11 +12,22 @@ namespace {
 // Decisions kept for late or retried voters.
 constexpr size_t kKeptDecisions = 16;
 
-StepVoteResponse Leave(int64_t step) {
+StepVoteResponse Leave(const StepVoteRequest& req) {
   StepVoteResponse r;
   r.set_decision(StepVoteResponse::LEAVE);
-  r.set_step(step);
+  r.set_step(req.step());
+  r.set_phase(req.phase());
   return r;
+}
+
+std::tuple<int64_t, int64_t, int> DecisionKey(int64_t epoch, int64_t step,
+                                              StepVoteRequest::Phase phase) {
+  return {epoch, step, static_cast<int>(phase)};
+}
+
+std::string VoteName(int64_t step, StepVoteRequest::Phase phase) {
+  return phase == StepVoteRequest::AFTER_STEP ? absl::StrCat("the work after step ", step)
+                                              : absl::StrCat("step ", step);
 }
 
 }  // namespace
@@ -32,12 +43,14 @@ void QuorumActions::Append(QuorumActions o) {
 }
 
 ReplicaQuorum::ReplicaQuorum(int32_t groups, int32_t group_size, int32_t min_replicas,
-                             absl::Duration vote_timeout, absl::Duration stall_timeout)
+                             absl::Duration vote_timeout, absl::Duration stall_timeout,
+                             int64_t last_step)
     : r_(groups),
       s_(group_size),
       min_replicas_(std::max(1, min_replicas)),
       vote_timeout_(vote_timeout),
       stall_timeout_(stall_timeout),
+      last_step_(last_step),
       state_(groups, State::kLive),
       generation_(static_cast<size_t>(groups) * group_size, 0) {
   for (int32_t g = 0; g < r_; ++g) live_.insert(g);
@@ -70,10 +83,14 @@ int32_t ReplicaQuorum::LowestLive(const std::set<int32_t>& except) const {
   return live_.empty() ? 0 : *live_.begin();
 }
 
-StepVoteResponse ReplicaQuorum::Current(StepVoteResponse::Decision d, int64_t step) const {
+std::string ReplicaQuorum::OpenVoteName() const { return VoteName(open_step_, open_phase_); }
+
+StepVoteResponse ReplicaQuorum::Current(StepVoteResponse::Decision d, int64_t step,
+                                        StepVoteRequest::Phase phase) const {
   StepVoteResponse r;
   r.set_decision(d);
   r.set_step(step);
+  r.set_phase(phase);
   r.set_epoch(epoch_);
   for (int32_t g : live_) r.add_live_groups(g);
   r.set_heal_source_group(LowestLive({}));
@@ -84,19 +101,22 @@ std::optional<StepVoteResponse> ReplicaQuorum::Answer(const StepVoteRequest& req
   const int32_t rank = req.rank();
   if (rank < 0 || rank >= r_ * s_) return std::nullopt;
   const int32_t g = rank / s_;
-  if (failed_ || req.generation() < generation_[rank]) return Leave(req.step());
+  if (failed_ || req.generation() < generation_[rank]) return Leave(req);
   if (req.joining()) {
     auto it = admitted_.find(g);
     if (it != admitted_.end() && it->second.first == req.generation()) return it->second.second;
-    if (state_[g] != State::kReplacing) return Leave(req.step());
+    if (state_[g] != State::kReplacing) return Leave(req);
     return std::nullopt;
   }
-  if (state_[g] != State::kLive) return Leave(req.step());
-  if (auto it = decided_.find({req.epoch(), req.step()}); it != decided_.end()) return it->second;
+  if (state_[g] != State::kLive) return Leave(req);
+  if (auto it = decided_.find(DecisionKey(req.epoch(), req.step(), req.phase()));
+      it != decided_.end()) {
+    return it->second;
+  }
   // An older epoch's vote on a step not decided in it (a loss between steps started a new
   // epoch), or an epoch this coordinator never had (it restarted): train the step again under
   // the current epoch.
-  if (req.epoch() != epoch_) return Current(StepVoteResponse::ABORT, req.step());
+  if (req.epoch() != epoch_) return Current(StepVoteResponse::ABORT, req.step(), req.phase());
   return std::nullopt;
 }
 
@@ -117,12 +137,19 @@ absl::StatusOr<ReplicaQuorum::VoteResult> ReplicaQuorum::Vote(const StepVoteRequ
     if (req.joining()) {
       if (state_[g] == State::kReplacing) joined_[g].insert(rank);
     } else if (state_[g] == State::kLive && req.epoch() == epoch_ &&
-               !decided_.count({req.epoch(), req.step()})) {
-      if (open_step_ == 0) open_step_ = req.step();
-      if (req.step() != open_step_) {
+               !decided_.count(DecisionKey(req.epoch(), req.step(), req.phase()))) {
+      if (open_step_ == 0) {
+        open_step_ = req.step();
+        open_phase_ = req.phase();
+        after_step_follows_ = false;
+      }
+      if (req.step() != open_step_ || req.phase() != open_phase_) {
         return absl::FailedPreconditionError(
-            absl::StrCat("rank ", rank, " voted on step ", req.step(), " while step ", open_step_,
-                         " is being decided in membership epoch ", epoch_));
+            absl::StrCat("rank ", rank, " voted on ", VoteName(req.step(), req.phase()), " while ",
+                         OpenVoteName(), " is being decided in membership epoch ", epoch_));
+      }
+      if (req.phase() == StepVoteRequest::TRAIN && req.after_step_follows()) {
+        after_step_follows_ = true;
       }
       if (!first_vote_) first_vote_ = now;
       if (votes_.emplace(rank, req).second && !req.ok() && !first_failure_) first_failure_ = now;
@@ -233,19 +260,20 @@ void ReplicaQuorum::TryDecide(absl::Time now, QuorumActions* out) {
     admitted_.erase(g);
     lost_in_step_.insert(g);
     for (int32_t r = g * s_; r < (g + 1) * s_; ++r) out->stop_ranks.push_back(r);
-    out->lost.push_back({g, step,
-                         silent_stall
-                             ? absl::StrCat("rank ", first_missing, " did not vote on step ", step,
-                                            " within ", absl::FormatDuration(stall_timeout_),
-                                            " of the step's first vote (fsdp.collective_timeout_s"
-                                            " + fault_tolerance.vote_timeout_s; stalled)")
-                             : absl::StrCat("rank ", first_missing, " did not vote on step ", step,
-                                            " within fault_tolerance.vote_timeout_s ",
-                                            absl::FormatDuration(vote_timeout_),
-                                            " of the step's first failure (stalled)"),
-                         static_cast<int32_t>(live_.size() - lost_in_step_.size())});
+    out->lost.push_back(
+        {g, step,
+         silent_stall ? absl::StrCat("rank ", first_missing, " did not vote on ", OpenVoteName(),
+                                     " within ", absl::FormatDuration(stall_timeout_),
+                                     " of the step's first vote (fsdp.collective_timeout_s"
+                                     " + fault_tolerance.vote_timeout_s; stalled)")
+                      : absl::StrCat("rank ", first_missing, " did not vote on ", OpenVoteName(),
+                                     " within fault_tolerance.vote_timeout_s ",
+                                     absl::FormatDuration(vote_timeout_),
+                                     " of the step's first failure (stalled)"),
+         static_cast<int32_t>(live_.size() - lost_in_step_.size())});
   }
   const int64_t voted_epoch = epoch_;
+  const StepVoteRequest::Phase phase = open_phase_;
   for (int32_t g : lost_in_step_) live_.erase(g);
   ++epoch_;
   open_step_ = 0;
@@ -261,7 +289,7 @@ void ReplicaQuorum::TryDecide(absl::Time now, QuorumActions* out) {
         " replica groups left, fewer than fault_tolerance.min_replicas ", min_replicas_));
     return;
   }
-  decided_[{voted_epoch, step}] = Current(StepVoteResponse::ABORT, step);
+  decided_[DecisionKey(voted_epoch, step, phase)] = Current(StepVoteResponse::ABORT, step, phase);
   while (decided_.size() > kKeptDecisions) decided_.erase(decided_.begin());
 }
 
@@ -285,9 +313,14 @@ void ReplicaQuorum::Commit(QuorumActions* out) {
     }
   }
   const int64_t voted_epoch = epoch_;
+  const StepVoteRequest::Phase phase = open_phase_;
+  // Joiners are admitted at a step's last vote (one that joined between the update and the
+  // evaluation or save would be missing from their collectives), and not at the job's last step.
+  const bool admits = (phase == StepVoteRequest::AFTER_STEP || !after_step_follows_) &&
+                      (last_step_ <= 0 || step < last_step_);
   std::vector<int32_t> joining;
   for (const auto& [g, ranks] : joined_) {
-    if (state_[g] == State::kReplacing && static_cast<int32_t>(ranks.size()) == s_) {
+    if (admits && state_[g] == State::kReplacing && static_cast<int32_t>(ranks.size()) == s_) {
       joining.push_back(g);
     }
   }
@@ -302,14 +335,14 @@ void ReplicaQuorum::Commit(QuorumActions* out) {
     out->membership_changed = true;
     out->healed = QuorumActions::Heal{joining, step, source};
   }
-  StepVoteResponse resp = Current(StepVoteResponse::COMMIT, step);
+  StepVoteResponse resp = Current(StepVoteResponse::COMMIT, step, phase);
   resp.set_loss(votes_.empty() ? 0.0 : sum / static_cast<double>(votes_.size()));
   for (int32_t g : joining) resp.add_joining_groups(g);
   resp.set_heal_source_group(source);
   for (int32_t g : joining) admitted_[g] = {generation_[g * s_], resp};
-  decided_[{voted_epoch, step}] = resp;
+  decided_[DecisionKey(voted_epoch, step, phase)] = resp;
   while (decided_.size() > kKeptDecisions) decided_.erase(decided_.begin());
-  last_committed_ = step;
+  if (phase == StepVoteRequest::TRAIN) last_committed_ = step;
   open_step_ = 0;
   votes_.clear();
   first_failure_.reset();

@@ -8,20 +8,24 @@
 //              waiting for the core to place a replacement;
 //   replacing  a replacement is placed (its ranks' generation went up by one); its ranks send
 //              joining votes, and once all S did, the next COMMIT admits it.
+// A step is voted in one or two phases: TRAIN (forward, backward, reduction; COMMIT applies the
+// update), then, when the step has evaluation, a sample or a checkpoint save (the TRAIN votes say
+// after_step_follows), AFTER_STEP (that work finished everywhere). A vote is identified by
+// (epoch, step, phase); "the step" below is that vote.
 // Rules: COMMIT when every member voted ok for (epoch, step) (loss: the mean of their losses;
-// ready joiners are admitted: new epoch, joining_groups, heal_source_group = lowest live group
-// that is not joining). ABORT once a member voted not ok or a member's group was lost, and then
-// every other member voted or vote_timeout passed since the step's first failure (the missing
-// voters' groups are lost, stalled). A member that stalls after its collectives finished makes no
-// peer fail: when members are still missing stall_timeout after the step's first vote of any
-// kind (the trainer's collective timeout + vote_timeout), their groups are lost too and the step
-// is aborted. Every ABORT starts a new epoch without the lost groups, so
-// the ranks rebuild their communicators under a fresh rendezvous prefix. A loss between steps
-// (no vote open) starts the new epoch at once; votes of the old epoch then get ABORT. Fewer live
-// groups than min_replicas: the attempt fails (the core restarts it as without fault tolerance).
-// With digests, the members holding the same shard index must agree at COMMIT, else the
-// replicas diverged (REPLICAS_DIVERGED). Repeated votes are idempotent; a decided step's
-// decision is answered again to a late or retried voter; a rank of a lost group (or an older
+// ready joiners are admitted at the step's last phase, before the job's last step: new epoch,
+// joining_groups, heal_source_group = lowest live group that is not joining). ABORT once a member
+// voted not ok or a member's group was lost, and then every other member voted or vote_timeout
+// passed since the step's first failure (the missing voters' groups are lost, stalled). A member
+// that stalls after its collectives finished makes no peer fail: when members are still missing
+// stall_timeout after the step's first vote of any kind (the trainer's collective timeout +
+// vote_timeout), their groups are lost too and the step is aborted. Every ABORT starts a new epoch
+// without the lost groups, so the ranks rebuild their communicators under a fresh rendezvous
+// prefix. A loss between steps (no vote open) starts the new epoch at once; votes of the old epoch
+// then get ABORT. Fewer live groups than min_replicas: the attempt fails (the core restarts it as
+// without fault tolerance). With digests, the members holding the same shard index must agree at
+// COMMIT, else the replicas diverged (REPLICAS_DIVERGED). Repeated votes are idempotent; a decided
+// step's decision is answered again to a late or retried voter; a rank of a lost group (or an older
 // generation of a replaced rank) is answered LEAVE.
 //
 // Pure: it takes the time as an argument and RETURNS what the core must do (events, ranks to
@@ -35,6 +39,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -75,8 +80,12 @@ class ReplicaQuorum {
   // `groups` R >= 1 groups of `group_size` S ranks; min_replicas >= 1. stall_timeout: how long
   // after a step's first vote the missing votes of a step nobody failed are awaited (0 or less:
   // collective-less stalls are never declared; tests).
+  // last_step: the job's last step (train.steps; 0: unknown), at which no joiner is admitted:
+  // training is over, the replacement is stopped with the job instead of healed for nothing
+  // (and the job's progress stays the live groups' last step).
   ReplicaQuorum(int32_t groups, int32_t group_size, int32_t min_replicas,
-                absl::Duration vote_timeout, absl::Duration stall_timeout = absl::ZeroDuration());
+                absl::Duration vote_timeout, absl::Duration stall_timeout = absl::ZeroDuration(),
+                int64_t last_step = 0);
 
   // A coordinator restart: the stored epoch, live groups and per-rank generations (other groups
   // count as lost, to be replaced).
@@ -127,7 +136,11 @@ class ReplicaQuorum {
   void LoseGroup(int32_t group, const std::string& cause, absl::Time now, QuorumActions* out);
   void TryDecide(absl::Time now, QuorumActions* out);
   void Commit(QuorumActions* out);
-  StepVoteResponse Current(StepVoteResponse::Decision d, int64_t step) const;
+  // The decision `d` under the current epoch for (step, phase).
+  StepVoteResponse Current(StepVoteResponse::Decision d, int64_t step,
+                           StepVoteRequest::Phase phase) const;
+  // "step N" or "the work after step N", for events.
+  std::string OpenVoteName() const;
   int32_t LowestLive(const std::set<int32_t>& except) const;
   std::string Fail(const std::string& why);
 
@@ -136,6 +149,7 @@ class ReplicaQuorum {
   const int32_t min_replicas_;
   const absl::Duration vote_timeout_;
   const absl::Duration stall_timeout_;
+  const int64_t last_step_;
 
   int64_t epoch_ = 0;
   std::set<int32_t> live_;
@@ -146,16 +160,18 @@ class ReplicaQuorum {
   std::map<int32_t, std::pair<int32_t, StepVoteResponse>> admitted_;
   bool failed_ = false;
 
-  // The step being voted in epoch_ (0: none), its votes by rank, its lost groups, and when it
-  // first failed.
+  // The step (and phase) being voted in epoch_ (0: none), its votes by rank, its lost groups,
+  // and when it first failed. after_step_follows_: a TRAIN vote said an AFTER_STEP vote follows.
   int64_t open_step_ = 0;
+  StepVoteRequest::Phase open_phase_ = StepVoteRequest::TRAIN;
+  bool after_step_follows_ = false;
   int64_t last_committed_ = 0;
   std::map<int32_t, StepVoteRequest> votes_;
   std::set<int32_t> lost_in_step_;
   std::optional<absl::Time> first_failure_;
   std::optional<absl::Time> first_vote_;
-  // Recent decisions by (epoch voted under, step).
-  std::map<std::pair<int64_t, int64_t>, StepVoteResponse> decided_;
+  // Recent decisions by (epoch voted under, step, phase).
+  std::map<std::tuple<int64_t, int64_t, int>, StepVoteResponse> decided_;
 };
 
 }  // namespace shardline::coordinator

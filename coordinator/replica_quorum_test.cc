@@ -21,6 +21,19 @@ StepVoteRequest V(int32_t rank, int64_t step, int64_t epoch, bool ok = true, dou
   return r;
 }
 
+// A TRAIN vote that announces an AFTER_STEP vote, and that AFTER_STEP vote.
+StepVoteRequest TrainThenAfter(int32_t rank, int64_t step, int64_t epoch) {
+  StepVoteRequest r = V(rank, step, epoch);
+  r.set_after_step_follows(true);
+  return r;
+}
+
+StepVoteRequest After(int32_t rank, int64_t step, int64_t epoch, bool ok = true) {
+  StepVoteRequest r = V(rank, step, epoch, ok, 0);
+  r.set_phase(StepVoteRequest::AFTER_STEP);
+  return r;
+}
+
 StepVoteRequest Join(int32_t rank, int32_t generation) {
   StepVoteRequest r;
   r.set_rank(rank);
@@ -201,6 +214,87 @@ TEST(ReplicaQuorum, AVoteForAnotherStepThanTheOpenOneIsRefused) {
   auto other = q.Vote(V(1, 3, 0), kT0);
   EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(q.Vote(V(9, 2, 0), kT0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ReplicaQuorum, AFailureAfterTheUpdateAbortsOnlyTheAfterStepWorkIntoANewEpoch) {
+  ReplicaQuorum q = Quorum();
+  for (int32_t rank = 0; rank < 6; ++rank)
+    ASSERT_TRUE(q.Vote(TrainThenAfter(rank, 4, 0), kT0).ok());
+  const StepVoteResponse train = *q.Answer(V(0, 4, 0));
+  EXPECT_EQ(train.decision(), StepVoteResponse::COMMIT);
+  EXPECT_EQ(train.phase(), StepVoteRequest::TRAIN);
+  // The save after step 4 fails on group 2's ranks (a peer reset its connection), and group 1
+  // loses a rank before it votes: the work after step 4 is done again by groups 0 and 2.
+  ASSERT_TRUE(q.Vote(After(0, 4, 0), kT0).ok());
+  ASSERT_TRUE(q.Vote(After(4, 4, 0, false), kT0).ok());
+  q.RankFailed(3, 0, "rank 3 was killed by signal 9", kT0);
+  ASSERT_TRUE(q.Vote(After(1, 4, 0), kT0).ok());
+  auto last = q.Vote(After(5, 4, 0, false), kT0);
+  ASSERT_TRUE(last.ok()) << last.status();
+  ASSERT_TRUE(last->answer);
+  EXPECT_EQ(last->answer->decision(), StepVoteResponse::ABORT);
+  EXPECT_EQ(last->answer->phase(), StepVoteRequest::AFTER_STEP);
+  EXPECT_EQ(last->answer->step(), 4);
+  EXPECT_EQ(last->answer->epoch(), 1);
+  EXPECT_EQ(Live(*last->answer), (std::vector<int32_t>{0, 2}));
+  // The TRAIN decision of step 4 stays answered as it was; a TRAIN vote on step 5 while the
+  // work after step 4 is open in epoch 1 is refused, naming both.
+  EXPECT_EQ(q.Answer(V(4, 4, 0))->decision(), StepVoteResponse::COMMIT);
+  EXPECT_EQ(q.Answer(V(2, 4, 0))->decision(), StepVoteResponse::LEAVE);  // group 1 is lost
+  ASSERT_TRUE(q.Vote(After(0, 4, 1), kT0).ok());
+  auto early = q.Vote(V(1, 5, 1), kT0);
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(
+      early.status().message().find("voted on step 5 while the work after step 4 is being decided"),
+      std::string::npos)
+      << early.status();
+  for (int32_t rank : {1, 4}) ASSERT_TRUE(q.Vote(After(rank, 4, 1), kT0).ok());
+  auto done = q.Vote(After(5, 4, 1), kT0);
+  ASSERT_TRUE(done->answer);
+  EXPECT_EQ(done->answer->decision(), StepVoteResponse::COMMIT);
+  EXPECT_EQ(done->answer->epoch(), 1);
+  // Step 5 opens next.
+  EXPECT_FALSE(q.Vote(V(0, 5, 1), kT0)->answer);
+}
+
+TEST(ReplicaQuorum, JoinersWaitForTheAfterStepCommitWhenOneFollows) {
+  ReplicaQuorum q = Quorum();
+  q.RankFailed(1, 0, "exit 1", kT0);  // between steps: epoch 1
+  EXPECT_EQ(q.ReplacementPlaced(0), 1);
+  EXPECT_FALSE(q.Vote(Join(0, 1), kT0)->answer);
+  EXPECT_FALSE(q.Vote(Join(1, 1), kT0)->answer);
+  for (int32_t rank : {2, 3, 4}) EXPECT_FALSE(q.Vote(TrainThenAfter(rank, 6, 1), kT0)->answer);
+  auto train = q.Vote(TrainThenAfter(5, 6, 1), kT0);
+  ASSERT_TRUE(train->answer);
+  EXPECT_EQ(train->answer->decision(), StepVoteResponse::COMMIT);
+  EXPECT_FALSE(train->actions.healed);  // not admitted: the evaluation or save comes first
+  EXPECT_EQ(train->answer->joining_groups_size(), 0);
+  EXPECT_EQ(train->answer->epoch(), 1);
+  EXPECT_FALSE(q.Answer(Join(0, 1)));
+  for (int32_t rank : {2, 3, 4}) EXPECT_FALSE(q.Vote(After(rank, 6, 1), kT0)->answer);
+  auto after = q.Vote(After(5, 6, 1), kT0);
+  ASSERT_TRUE(after->actions.healed);
+  EXPECT_EQ(after->actions.healed->groups, (std::vector<int32_t>{0}));
+  EXPECT_EQ(after->actions.healed->step, 6);
+  EXPECT_EQ(after->answer->epoch(), 2);
+  EXPECT_EQ(after->answer->phase(), StepVoteRequest::AFTER_STEP);
+  ASSERT_TRUE(q.Answer(Join(0, 1)));
+  EXPECT_EQ(q.Answer(Join(0, 1))->epoch(), 2);
+}
+
+TEST(ReplicaQuorum, NoJoinerIsAdmittedAtTheJobsLastStep) {
+  ReplicaQuorum q(3, 2, 1, absl::Seconds(10), absl::ZeroDuration(), /*last_step=*/8);
+  q.RankFailed(1, 0, "exit 1", kT0);
+  EXPECT_EQ(q.ReplacementPlaced(0), 1);
+  EXPECT_FALSE(q.Vote(Join(0, 1), kT0)->answer);
+  EXPECT_FALSE(q.Vote(Join(1, 1), kT0)->answer);
+  for (int32_t rank : {2, 3, 4}) EXPECT_FALSE(q.Vote(V(rank, 8, 1), kT0)->answer);
+  auto last = q.Vote(V(5, 8, 1), kT0);
+  ASSERT_TRUE(last->answer);
+  EXPECT_EQ(last->answer->decision(), StepVoteResponse::COMMIT);
+  EXPECT_FALSE(last->actions.healed);
+  EXPECT_EQ(last->answer->joining_groups_size(), 0);
+  EXPECT_EQ(q.UnadmittedRanks(), (std::vector<int32_t>{0, 1}));  // stopped with the job
 }
 
 TEST(ReplicaQuorum, AFailedReplacementIsPlacedAgain) {

@@ -94,6 +94,7 @@ absl::Status RestoreCheckpoint(TrainerCheckpointing* ckpt, TrainLoopOptions& loo
   loop.after_step = [ckpt](int64_t done, const data::DataCursor& next) {
     return ckpt->AfterStep(done, next.epoch, next.position);
   };
+  loop.saves_after_step = [ckpt](int64_t done) { return ckpt->SavesAfter(done); };
   return absl::OkStatus();
 }
 

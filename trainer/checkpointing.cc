@@ -33,19 +33,23 @@ absl::StatusOr<std::function<void(int)>> TestPauseFromEnv(
   const char* value = std::getenv(kTestPauseEnv);
   if (value == nullptr || *value == '\0') return std::function<void(int)>();
   const std::vector<std::string> parts = absl::StrSplit(value, ':');
-  int64_t step = 0, shard = 0, seconds = 0, attempt = 0;
-  if ((parts.size() != 3 && parts.size() != 4) || !absl::SimpleAtoi(parts[0], &step) ||
+  int64_t step = 0, shard = 0, seconds = 0, attempt = 0, rank = -1;
+  if (parts.size() < 3 || parts.size() > 5 || !absl::SimpleAtoi(parts[0], &step) ||
       !absl::SimpleAtoi(parts[1], &shard) || !absl::SimpleAtoi(parts[2], &seconds) ||
-      (parts.size() == 4 && !absl::SimpleAtoi(parts[3], &attempt))) {
+      (parts.size() >= 4 && !absl::SimpleAtoi(parts[3], &attempt)) ||
+      (parts.size() == 5 && !absl::SimpleAtoi(parts[4], &rank))) {
     return absl::InvalidArgumentError(absl::StrCat(
-        kTestPauseEnv, "=", value, ": expected STEP:SHARD:SECONDS[:ATTEMPT] (tests only)"));
+        kTestPauseEnv, "=", value, ": expected STEP:SHARD:SECONDS[:ATTEMPT[:RANK]] (tests only)"));
   }
-  if (attempt > 0) {
-    const char* current = std::getenv("SHARDLINE_ATTEMPT");
+  // Whether this process's environment variable `name` holds `want`.
+  auto env_is = [](const char* name, int64_t want) {
+    const char* current = std::getenv(name);
     int64_t mine = 0;
-    if (current == nullptr || !absl::SimpleAtoi(current, &mine) || mine != attempt) {
-      return std::function<void(int)>();
-    }
+    return current != nullptr && absl::SimpleAtoi(current, &mine) && mine == want;
+  };
+  if ((attempt > 0 && !env_is("SHARDLINE_ATTEMPT", attempt)) ||
+      (rank >= 0 && !env_is("RANK", rank))) {
+    return std::function<void(int)>();
   }
   return std::function<void(int)>([=](int shard_index) {
     if (shard_index != shard || saving_step->load() != step) return;
@@ -219,11 +223,15 @@ absl::Status TrainerCheckpointing::LoadHfWeights() {
   return s;
 }
 
-absl::Status TrainerCheckpointing::AfterStep(int64_t steps_done, int64_t epoch, int64_t position) {
-  if (ckpt_ == nullptr) return absl::OkStatus();
+bool TrainerCheckpointing::SavesAfter(int64_t steps_done) const {
+  if (ckpt_ == nullptr) return false;
   const bool periodic = policy_.every_steps > 0 && steps_done % policy_.every_steps == 0;
   const bool final = policy_.save_final && steps_done == policy_.total_steps;
-  if (!periodic && !final) return absl::OkStatus();
+  return periodic || final;
+}
+
+absl::Status TrainerCheckpointing::AfterStep(int64_t steps_done, int64_t epoch, int64_t position) {
+  if (!SavesAfter(steps_done)) return absl::OkStatus();
   checkpoint::TrainingProgress p;
   p.step = steps_done;
   p.data_epoch = epoch;

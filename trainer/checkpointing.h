@@ -18,10 +18,12 @@
 // AfterStep saves every every_steps steps and after the last one with save_final; async_save
 // writes from a background thread (the next save waits for the previous one).
 //
-// Tests only: SHARDLINE_TEST_PAUSE_IN_SAVE=STEP:SHARD:SECONDS[:ATTEMPT] makes the writer of
+// Tests only: SHARDLINE_TEST_PAUSE_IN_SAVE=STEP:SHARD:SECONDS[:ATTEMPT[:RANK]] makes the writer of
 // shard SHARD sleep SECONDS in the save of step STEP, before it writes its data file (the other
 // writers' files are written meanwhile and rank 0 waits to commit), and only in job attempt
-// ATTEMPT ($SHARDLINE_ATTEMPT) when given. It prints "test pause in save: step S shard K" to
+// ATTEMPT ($SHARDLINE_ATTEMPT) and global rank RANK ($RANK) when given
+// (STEP:SHARD:SECONDS[:ATTEMPT[:RANK]]; another rank writing that shard of the step again, after
+// a replica-group failure, does not pause). It prints "test pause in save: step S shard K" to
 // stderr first, so a failure test can kill the rank in the middle of a save at a known point
 // (tests/integration/checkpoint_kill_scenario_test.py). A malformed value is an error of Create.
 //
@@ -81,6 +83,8 @@ class TrainerCheckpointing {
   absl::StatusOr<checkpoint::TrainingProgress> Restore();
   // `steps_done` optimizer steps are complete; (epoch, position) is the sampler's cursor.
   absl::Status AfterStep(int64_t steps_done, int64_t epoch, int64_t position);
+  // Whether AfterStep(steps_done, ...) saves.
+  bool SavesAfter(int64_t steps_done) const;
   // Replica-group fault tolerance: later saves run over `world` (the live replica groups' ranks;
   // borrowed) and are written by replica group `writer_group` (the lowest live one), committed
   // by its first rank (checkpoint::Checkpointer::SetMembership). Waits for a pending save.

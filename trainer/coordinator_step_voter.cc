@@ -27,6 +27,9 @@ class CoordinatorStepVoter : public StepVoter {
     req.set_generation(options_.generation);
     req.set_epoch(b.epoch);
     req.set_step(b.step);
+    req.set_phase(b.phase == StepBallot::Phase::kAfterStep ? StepVoteRequest::AFTER_STEP
+                                                           : StepVoteRequest::TRAIN);
+    req.set_after_step_follows(b.after_step_follows);
     req.set_ok(b.ok);
     req.set_error(b.error);
     req.set_loss(b.loss);

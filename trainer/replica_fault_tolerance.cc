@@ -158,40 +158,55 @@ absl::Status ReplicaFaultTolerance::Rebuild(int64_t epoch, const std::vector<int
 
 absl::StatusOr<StepDecision> ReplicaFaultTolerance::EndStep(int64_t step,
                                                             const absl::Status& trained,
-                                                            double loss) {
+                                                            double loss, bool after_step_follows) {
   if (!trained.ok() && !MarkBroken(trained)) return trained;  // Not a communication failure.
   StepBallot ballot;
-  ballot.epoch = epoch_;
   ballot.step = step;
+  ballot.loss = broken_.ok() ? loss : 0;
+  ballot.digest = digest_;
+  ballot.after_step_follows = after_step_follows;
+  return Decide(std::move(ballot), absl::StrCat("step ", step));
+}
+
+absl::StatusOr<StepDecision> ReplicaFaultTolerance::EndAfterStep(int64_t step) {
+  StepBallot ballot;
+  ballot.step = step;
+  ballot.phase = StepBallot::Phase::kAfterStep;
+  return Decide(std::move(ballot), absl::StrCat("the work after step ", step));
+}
+
+absl::StatusOr<StepDecision> ReplicaFaultTolerance::Decide(StepBallot ballot,
+                                                           const std::string& what) {
+  ballot.epoch = epoch_;
   ballot.ok = broken_.ok();
   ballot.error = std::string(broken_.message());
-  ballot.loss = ballot.ok ? loss : 0;
-  ballot.digest = digest_;
   ASSIGN_OR_RETURN(StepDecision d, options_.voter->Vote(ballot));
+  const bool train = ballot.phase == StepBallot::Phase::kTrain;
   switch (d.kind) {
     case StepDecision::Kind::kLeave:
       left_ = true;
-      SL_LOG(WARNING) << "left the job: replica group " << own_group() << " was lost (step " << step
+      SL_LOG(WARNING) << "left the job: replica group " << own_group() << " was lost (" << what
                       << ")";
       TearDown(/*abandon=*/true);
       return d;
     case StepDecision::Kind::kAbort: {
       const std::string why =
           broken_.ok() ? std::string("another replica group failed") : std::string(ballot.error);
-      SL_LOG(WARNING) << "step " << step << " aborted: " << why
-                      << "; training it again with replica groups " << Groups(d.live_groups)
-                      << " (epoch " << d.epoch << ")";
+      SL_LOG(WARNING) << what << " aborted: " << why
+                      << (train ? "; training it again" : "; doing it again")
+                      << " with replica groups " << Groups(d.live_groups) << " (epoch " << d.epoch
+                      << ")";
       absl::Status rebuilt = Rebuild(d.epoch, d.live_groups, /*abandon=*/true);
       if (!rebuilt.ok()) {
         SL_LOG(WARNING) << "building the communicators of epoch " << d.epoch << ": " << rebuilt
-                        << "; voting not ok on step " << step;
+                        << "; voting not ok on " << what;
       }
       return d;
     }
     case StepDecision::Kind::kCommit:
       if (!broken_.ok()) {
         return absl::InternalError(absl::StrCat(
-            "step ", step, " was committed although this rank voted not ok: ", broken_.message()));
+            what, " was committed although this rank voted not ok: ", broken_.message()));
       }
       if (d.epoch != epoch_) pending_ = d;
       return d;

@@ -12,7 +12,8 @@
 //                  float16 loss scaling the scaler's state)
 //   ABORT          drop gradients, build the communicators of the decision's epoch and live
 //                  groups; logs "step N aborted: <error>; training it again with replica groups
-//                  [0, 2] (epoch E)"
+//                  [0, 2] (epoch E)" (after the update: "the work after step N aborted: ...;
+//                  doing it again with ...")
 //   LEAVE          logs "left the job: replica group G was lost"; left() turns true (the trainer
 //                  exits kExitLeftReplicaGroup)
 //
@@ -92,8 +93,9 @@ class ReplicaFaultTolerance : public StepGate {
 
   void BeginStep(int64_t step) override;
   absl::Status broken() const override { return broken_; }
-  absl::StatusOr<StepDecision> EndStep(int64_t step, const absl::Status& trained,
-                                       double loss) override;
+  absl::StatusOr<StepDecision> EndStep(int64_t step, const absl::Status& trained, double loss,
+                                       bool after_step_follows) override;
+  absl::StatusOr<StepDecision> EndAfterStep(int64_t step) override;
   absl::Status AfterCommit(int64_t step, int64_t data_epoch, int64_t data_position) override;
   bool MarkBroken(const absl::Status& s) override;
   bool leader() const override;
@@ -114,6 +116,10 @@ class ReplicaFaultTolerance : public StepGate {
   // TearDown(abandon), then the communicators of (epoch, live). A failed build is recorded in
   // broken_ (the next vote says not ok) and returned.
   absl::Status Rebuild(int64_t epoch, const std::vector<int>& live, bool abandon = false);
+  // Casts `ballot` (epoch and ok filled in here) and acts on the decision: LEAVE tears down,
+  // ABORT rebuilds for the decision's epoch, COMMIT remembers a membership change for
+  // AfterCommit. `what` names the vote in logs ("step 5", "the work after step 5").
+  absl::StatusOr<StepDecision> Decide(StepBallot ballot, const std::string& what);
   // Over the replicate group, from heal_source_group's rank: state and progress.
   absl::Status Heal(const StepDecision& d, std::vector<int64_t>* progress);
 

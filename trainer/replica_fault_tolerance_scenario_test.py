@@ -3,8 +3,9 @@ four trainer processes (W = 4, HYBRID_SHARD S = 2) against a scripted coordinato
 that answers StepVote (and the rendezvous and checkpoint reports), like docs/failures.md's
 "Replica-group fault tolerance" says the coordinator does:
 
-  * every member voted ok: COMMIT with the mean loss (and admits a group of replacements that
-    all voted joining, healed from the lowest live group);
+  * every member voted ok: COMMIT with the mean loss (and, at a step's last vote, admits a group
+    of replacements that all voted joining, healed from the lowest live group); a step with
+    evaluation or a save has a second vote (phase AFTER_STEP) on that work;
   * a not-ok vote: waits 3 s for the missing votes; the groups still missing a vote are lost:
     ABORT (new epoch without them) to the others, LEAVE to their survivors.
 
@@ -58,7 +59,7 @@ class ScriptedCoordinator(pbg.CoordinatorServicer):
         return [g * S + i for g in self.live for i in range(S)]
 
     def _decide(self, key):
-        step, epoch = key
+        step, phase, epoch = key
         if key in self.decided or epoch != self.epoch:
             return
         v, m = self.votes.get(key, {}), self.members()
@@ -67,13 +68,16 @@ class ScriptedCoordinator(pbg.CoordinatorServicer):
             ds = {r: v[r].digest for r in m if v[r].has_digest}
             if ds:
                 self.digests[step] = ds
-            joining = sorted({r // S for r in self.joiners
-                              if all(r // S * S + i in self.joiners for i in range(S))})
+            # Joiners wait for the step's last vote (they take no part in its evaluation or save).
+            last_vote = phase == pb.StepVoteRequest.AFTER_STEP or \
+                not any(v[r].after_step_follows for r in m)
+            joining = sorted({r // S for r in self.joiners if last_vote and
+                              all(r // S * S + i in self.joiners for i in range(S))})
             src = self.live[0]
             if joining:
                 self.live, self.epoch = sorted(self.live + joining), self.epoch + 1
                 self.events.append(("HEALED", joining, step))
-            resp = dict(decision=pb.StepVoteResponse.COMMIT, step=step, loss=loss,
+            resp = dict(decision=pb.StepVoteResponse.COMMIT, step=step, phase=phase, loss=loss,
                         epoch=self.epoch, live_groups=self.live, joining_groups=joining,
                         heal_source_group=src)
             self.decided[key] = {r: pb.StepVoteResponse(**resp) for r in m}
@@ -92,8 +96,8 @@ class ScriptedCoordinator(pbg.CoordinatorServicer):
             self.events.append(("LOST", lost, step))
             kind = {True: pb.StepVoteResponse.LEAVE, False: pb.StepVoteResponse.ABORT}
             self.decided[key] = {
-                r: pb.StepVoteResponse(decision=kind[r // S in lost], step=step, epoch=self.epoch,
-                                       live_groups=self.live) for r in m}
+                r: pb.StepVoteResponse(decision=kind[r // S in lost], step=step, phase=phase,
+                                       epoch=self.epoch, live_groups=self.live) for r in m}
 
     def StepVote(self, req, ctx):
         deadline = time.time() + 20
@@ -105,7 +109,7 @@ class ScriptedCoordinator(pbg.CoordinatorServicer):
                         ctx.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no decision yet")
                     self.cv.wait(0.2)
                 return self.admitted.pop(req.rank)
-            key = (req.step, req.epoch)
+            key = (req.step, req.phase, req.epoch)
             self.votes.setdefault(key, {})[req.rank] = req
             while True:
                 self._decide(key)

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -52,9 +53,10 @@ class ScriptedGate : public StepGate {
   explicit ScriptedGate(fsdp::FsdpEngine* engine) : engine_(engine) {}
   void BeginStep(int64_t step) override { begun.push_back(step); }
   absl::Status broken() const override { return absl::OkStatus(); }
-  absl::StatusOr<StepDecision> EndStep(int64_t step, const absl::Status& trained,
-                                       double loss) override {
+  absl::StatusOr<StepDecision> EndStep(int64_t step, const absl::Status& trained, double loss,
+                                       bool after_step_follows) override {
     EXPECT_TRUE(trained.ok()) << trained;
+    if (after_step_follows) announced.push_back(step);
     StepDecision d;
     d.step = step;
     d.loss = loss;
@@ -68,6 +70,16 @@ class ScriptedGate : public StepGate {
     }
     return d;
   }
+  absl::StatusOr<StepDecision> EndAfterStep(int64_t step) override {
+    after_votes.push_back(step);
+    StepDecision d;
+    d.step = step;
+    if (step == abort_after_step && !aborted_after) {
+      aborted_after = true;
+      d.kind = StepDecision::Kind::kAbort;
+    }
+    return d;
+  }
   absl::Status AfterCommit(int64_t step, int64_t, int64_t) override {
     committed.push_back(step);
     return absl::OkStatus();
@@ -76,8 +88,10 @@ class ScriptedGate : public StepGate {
   bool leader() const override { return true; }
   bool left() const override { return left_; }
 
-  int64_t abort_step = -1, leave_step = -1;
-  bool aborted = false;
+  int64_t abort_step = -1, leave_step = -1, abort_after_step = -1;
+  bool aborted = false, aborted_after = false;
+  // Steps whose TRAIN vote announced an after-step vote; the after-step votes cast.
+  std::vector<int64_t> announced, after_votes;
   std::vector<int64_t> begun, committed;
 
  private:
@@ -134,6 +148,40 @@ TEST(TrainLoopWithAGate, AnAbortedStepIsTrainedAgainOnTheSameDataAndLossesMatchA
   EXPECT_EQ(gate.committed, (std::vector<int64_t>{1, 2, 3, 4}));
   EXPECT_EQ(got->train_losses, want->train_losses);  // Bit for bit: the same data, no leftovers.
   EXPECT_EQ(got->cursor, want->cursor);
+  // Only the last step has work after its update (the final evaluation).
+  EXPECT_EQ(gate.announced, (std::vector<int64_t>{4}));
+  EXPECT_EQ(gate.after_votes, (std::vector<int64_t>{4}));
+}
+
+TEST(TrainLoopWithAGate, AnAbortedAfterStepVoteDoesTheWorkAgainAndLogsItOnce) {
+  std::unique_ptr<OneRank> plain = MakeOneRank();
+  auto want = RunTraining(plain->config, *plain->model, *plain->backend, *plain->dataset, {});
+  ASSERT_TRUE(want.ok()) << want.status();
+
+  std::unique_ptr<OneRank> gated = MakeOneRank();
+  ScriptedGate gate(gated->backend->engine());
+  gate.abort_after_step = 4;
+  TrainLoopOptions o;
+  o.gate = &gate;
+  std::vector<int64_t> saves, logged;
+  o.after_step = [&](int64_t done, const data::DataCursor&) {
+    saves.push_back(done);
+    return absl::OkStatus();
+  };
+  o.saves_after_step = [](int64_t done) { return done == 2 || done == 4; };
+  o.on_log = [&](const StepMetrics& m) { logged.push_back(m.step); };
+  auto got = RunTraining(gated->config, *gated->model, *gated->backend, *gated->dataset, o);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(gate.announced, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(gate.after_votes, (std::vector<int64_t>{2, 4, 4}));
+  // after_step runs after every step; the save after step 4 twice (its vote aborted once).
+  EXPECT_EQ(saves, (std::vector<int64_t>{1, 2, 3, 4, 4}));
+  EXPECT_EQ(logged, (std::vector<int64_t>{4}));  // the final line once
+  EXPECT_EQ(got->train_losses, want->train_losses);
+  ASSERT_EQ(got->val_losses.size(), 1u);
+  EXPECT_EQ(got->val_losses, want->val_losses);  // the same committed model evaluated again
+  EXPECT_EQ(got->final_val_loss, want->final_val_loss);
+  EXPECT_EQ(gate.committed, (std::vector<int64_t>{1, 2, 3, 4}));
 }
 
 TEST(TrainLoopWithAGate, LeaveEndsTrainingUnavailableNamingTheStep) {
@@ -315,7 +363,7 @@ TEST(ReplicaFaultTolerance, LostGroupLeavesSurvivorsTrainOnAndAReplacementIsHeal
         absl::StatusOr<FtRank> r = MakeFtRank(c, rank, store->get(), &voter, false);
         if (!r.ok()) return r.status();
         r->ft->BeginStep(1);
-        ASSIGN_OR_RETURN(StepDecision d, r->ft->EndStep(1, absl::OkStatus(), 2.5));
+        ASSIGN_OR_RETURN(StepDecision d, r->ft->EndStep(1, absl::OkStatus(), 2.5, false));
         if (d.kind != K::kCommit) return absl::InternalError("step 1 not committed");
         RETURN_IF_ERROR(Update(*r, 1, shard_index));
         RETURN_IF_ERROR(r->ft->AfterCommit(1, 0, 32));
@@ -323,7 +371,7 @@ TEST(ReplicaFaultTolerance, LostGroupLeavesSurvivorsTrainOnAndAReplacementIsHeal
         const absl::Status failure =
             rank == 2 ? absl::UnavailableError("group shard[1] op all_gather step 2: lost a peer")
                       : absl::OkStatus();
-        ASSIGN_OR_RETURN(d, r->ft->EndStep(2, failure, 2.4));
+        ASSIGN_OR_RETURN(d, r->ft->EndStep(2, failure, 2.4, false));
         if (rank >= 2) {
           left[rank] = r->ft->left();
           if (d.kind != K::kLeave) return absl::InternalError("group 1 did not leave");
@@ -344,12 +392,12 @@ TEST(ReplicaFaultTolerance, LostGroupLeavesSurvivorsTrainOnAndAReplacementIsHeal
         if (d.kind != K::kAbort) return absl::InternalError("step 2 not aborted");
         if (r->ft->live_groups() != std::vector<int>{0}) return absl::InternalError("live");
         r->ft->BeginStep(2);
-        ASSIGN_OR_RETURN(d, r->ft->EndStep(2, absl::OkStatus(), 2.4));
+        ASSIGN_OR_RETURN(d, r->ft->EndStep(2, absl::OkStatus(), 2.4, false));
         if (d.kind != K::kCommit) return absl::InternalError("step 2 not committed");
         RETURN_IF_ERROR(Update(*r, 2, shard_index));
         RETURN_IF_ERROR(r->ft->AfterCommit(2, 0, 64));
         r->ft->BeginStep(3);
-        ASSIGN_OR_RETURN(d, r->ft->EndStep(3, absl::OkStatus(), 2.3));
+        ASSIGN_OR_RETURN(d, r->ft->EndStep(3, absl::OkStatus(), 2.3, false));
         if (d.kind != K::kCommit) return absl::InternalError("step 3 not committed");
         RETURN_IF_ERROR(Update(*r, 3, shard_index));
         RETURN_IF_ERROR(r->ft->AfterCommit(3, 0, 96));  // New epoch: build and heal.
@@ -382,6 +430,108 @@ TEST(ReplicaFaultTolerance, LostGroupLeavesSurvivorsTrainOnAndAReplacementIsHeal
   EXPECT_EQ(opt_steps, (std::vector<int64_t>{3, 3, 3, 3}));
   EXPECT_EQ(epochs, (std::vector<int64_t>{2, 2, 2, 2}));
   EXPECT_EQ(leader, (std::vector<bool>{true, false, false, false}));
+}
+
+// A rank dies right after the last step's COMMIT: its group's other rank fails in its update
+// (the grad-norm all-reduce of its shard group) and exits, the other group's evaluation fails,
+// it votes not ok on the work after the step and evaluates again over its own communicators
+// (before the after-step vote, it skipped the final evaluation and save).
+class DyingAfterCommitVoter : public StepVoter {
+ public:
+  DyingAfterCommitVoter(ScriptedCoordinator* c, int rank, int64_t step)
+      : c_(c), rank_(rank), step_(step) {}
+  void set_gate(ReplicaFaultTolerance* ft) { ft_ = ft; }
+  absl::StatusOr<StepDecision> Vote(const StepBallot& b) override {
+    absl::StatusOr<StepDecision> d = c_->Vote(rank_, b);
+    if (d.ok() && b.step == step_ && b.phase == StepBallot::Phase::kTrain) {
+      // What its peers see of a killed process: its sockets close (Abandon).
+      ft_->MarkBroken(absl::UnavailableError("rank killed after the update"));
+    }
+    return d;
+  }
+
+ private:
+  ScriptedCoordinator* c_;
+  int rank_;
+  int64_t step_;
+  ReplicaFaultTolerance* ft_ = nullptr;
+};
+
+TEST(ReplicaFaultTolerance, AFailureInTheFinalEvaluationIsDoneAgainByTheLiveGroups) {
+  constexpr int kWorld = 4;
+  const TrainerConfig c =
+      Config(kWorld, {"train.sample_tokens=0", "train.steps=2", "train.eval_every=0",
+                      "train.eval_batches=2", "train.log_every=1"});
+  fsdp::TcpKvStore::Options so;
+  so.serve = true;
+  auto store = fsdp::TcpKvStore::Create(so);
+  ASSERT_TRUE(store.ok()) << store.status();
+  using K = StepDecision::Kind;
+  auto commit = [](int64_t step, int64_t epoch, std::vector<int> live) {
+    return [step, epoch, live](const std::map<int, StepBallot>& b) {
+      std::map<int, StepDecision> d;
+      for (auto& [r, ballot] : b) d[r] = Decide(K::kCommit, step, epoch, live);
+      return d;
+    };
+  };
+  ScriptedCoordinator coordinator(
+      {{{0, 1, 2, 3}, commit(1, 0, {0, 1})},
+       {{0, 1, 2, 3}, commit(2, 0, {0, 1})},
+       // The work after step 2: ranks 2 and 3 are gone (their exits lose group 1).
+       {{0, 1},
+        [](const std::map<int, StepBallot>&) {
+          std::map<int, StepDecision> d;
+          for (int r : {0, 1}) d[r] = Decide(K::kAbort, 2, 1, {0});
+          return d;
+        }},
+       {{0, 1}, commit(2, 1, {0})}});
+  std::vector<absl::Status> status(kWorld);
+  std::vector<absl::StatusOr<TrainSummary>> summaries(kWorld);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    threads.emplace_back([&, rank] {
+      status[rank] = [&]() -> absl::Status {
+        DyingAfterCommitVoter voter(&coordinator, rank, rank == 2 ? 2 : -1);
+        ASSIGN_OR_RETURN(FtRank r, MakeFtRank(c, rank, store->get(), &voter, false));
+        voter.set_gate(r.ft.get());
+        ASSIGN_OR_RETURN(auto ds,
+                         data::TokenDataset::Open({c.data_path, c.data_format, c.val_fraction,
+                                                   c.seq_len, c.model.vocab_size}));
+        TrainLoopOptions o;
+        o.rank = rank;
+        o.world_size = kWorld;
+        o.gate = r.ft.get();
+        summaries[rank] = RunTraining(c, *r.model, *r.backend, *ds, o);
+        return absl::OkStatus();
+      }();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+  ASSERT_EQ(coordinator.seen.size(), 4u);
+  // Step 1 has no work after it; step 2 (the last) has the final evaluation.
+  EXPECT_FALSE(coordinator.seen[0].at(0).after_step_follows);
+  EXPECT_TRUE(coordinator.seen[1].at(0).after_step_follows);
+  for (int r : {0, 1}) {
+    const StepBallot& b = coordinator.seen[2].at(r);
+    EXPECT_EQ(b.phase, StepBallot::Phase::kAfterStep) << "rank " << r;
+    EXPECT_EQ(b.step, 2);
+    EXPECT_FALSE(b.ok) << "rank " << r << " (its evaluation needed ranks 2 and 3)";
+  }
+  for (int r : {0, 1}) EXPECT_TRUE(coordinator.seen[3].at(r).ok);
+  EXPECT_EQ(summaries[2].status().code(), absl::StatusCode::kInternal) << summaries[2].status();
+  EXPECT_EQ(summaries[3].status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(summaries[3].status().message().find("group shard[1] op all_reduce step 2"),
+            std::string::npos)
+      << summaries[3].status();
+  for (int r : {0, 1}) {
+    ASSERT_TRUE(summaries[r].ok()) << "rank " << r << ": " << summaries[r].status();
+    ASSERT_EQ(summaries[r]->val_losses.size(), 1u) << "rank " << r;
+    EXPECT_EQ(summaries[r]->val_losses[0].first, 2);
+    ASSERT_TRUE(summaries[r]->final_val_loss.has_value());
+    EXPECT_TRUE(std::isfinite(*summaries[r]->final_val_loss));
+  }
+  EXPECT_EQ(summaries[0]->final_val_loss, summaries[1]->final_val_loss);
 }
 
 // The numerics of the steps with fewer replicas, against an explicit reference. W = 4
@@ -438,7 +588,13 @@ TEST(ReplicaFaultTolerance, StepsWithALostGroupMatchAnExplicitReferenceOverTheLi
        }},
       {{0, 1}, commit_all(3, 1, {0})},
       {{0, 1}, commit_all(4, 1, {0})},
-      {{0, 1}, commit_all(5, 1, {0})}};
+      {{0, 1}, commit_all(5, 1, {0})},
+      // The final evaluation after step 5.
+      {{0, 1}, [](const std::map<int, StepBallot>& b) {
+         std::map<int, StepDecision> d;
+         for (auto& [r, ballot] : b) d[r] = Decide(K::kCommit, kSteps, 1, {0});
+         return d;
+       }}};
   ScriptedCoordinator coordinator(std::move(rounds));
 
   std::vector<absl::Status> status(kWorld);

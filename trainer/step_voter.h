@@ -19,8 +19,13 @@ namespace shardline::trainer {
 
 // StepVoteRequest without the job's identity (job id, attempt, rank, generation: the voter's).
 struct StepBallot {
+  // What is voted on (StepVoteRequest.Phase): a step's training, or the work after its update.
+  enum class Phase { kTrain, kAfterStep };
   int64_t epoch = 0;
   int64_t step = 0;  // The 1-based optimizer step that COMMIT applies.
+  Phase phase = Phase::kTrain;
+  // kTrain: a kAfterStep vote on this step follows (evaluation, sample or a checkpoint save).
+  bool after_step_follows = false;
   bool ok = true;
   std::string error;  // Why not (not ok).
   double loss = 0;    // This rank's mean loss over its micro-batches (ok).

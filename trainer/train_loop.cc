@@ -75,7 +75,14 @@ class Loop {
   }
 
  private:
-  // After the optimizer step: the divergence check, evaluation, logs and checkpoint.
+  // What the work after a step's update produced.
+  struct AfterStepResults {
+    std::optional<double> val_loss;
+    std::optional<std::string> sample;
+  };
+
+  // After the optimizer step: the divergence check, the work after the update (evaluation, the
+  // final sample, a checkpoint save; voted on with a gate), then the logs.
   absl::Status FinishStep(int64_t step, double lr, double grad_norm, double loss, double seconds,
                           TrainSummary& summary) {
     if (!std::isfinite(loss)) {
@@ -84,53 +91,91 @@ class Loop {
           "; lower optimizer.lr, raise optimizer.warmup_steps or set optimizer.grad_clip"));
     }
     summary.train_losses.push_back(loss);
-
-    std::optional<double> val_loss;
+    AfterStepResults after;
+    if (o_.gate != nullptr && HasAfterStepWork(step)) {
+      ASSIGN_OR_RETURN(after, VotedAfterStepWork(step));
+    } else {
+      ASSIGN_OR_RETURN(after, AfterStepWork(step));
+    }
+    if (after.val_loss.has_value()) {
+      summary.val_losses.emplace_back(step + 1, *after.val_loss);
+      summary.final_val_loss = *after.val_loss;
+    }
+    if (after.sample.has_value()) summary.sample = *after.sample;
     const bool last = step + 1 == c_.steps;
-    if ((last || (c_.eval_every > 0 && (step + 1) % c_.eval_every == 0)) && !Broken()) {
+    if (!last && !after.val_loss.has_value() && (step + 1) % c_.log_every != 0) {
+      return absl::OkStatus();
+    }
+    StepMetrics m;
+    m.step = step + 1;
+    m.loss = loss;
+    m.lr = lr;
+    m.grad_norm = grad_norm;
+    m.step_time_s = seconds;
+    m.tokens_per_s = tokens_per_step_ / seconds;
+    m.mfu =
+        flops_per_token_ * tokens_per_step_ / seconds / (o_.peak_flops_per_rank * o_.world_size);
+    m.rss_bytes = CurrentRssBytes();
+    m.peak_memory_bytes = PeakRssBytes();
+    FillDeviceMemory(device_, &m);
+    m.val_loss = after.val_loss;
+    m.loss_scale = backend_.loss_scale();
+    m.skipped_steps = backend_.skipped_steps();
+    m.rank = o_.rank;
+    m.world_size = o_.world_size;
+    if (after.sample.has_value() && Leader()) m.sample = *after.sample;
+    return Emit(m);
+  }
+
+  bool EvaluatesAfter(int64_t step) const {
+    return step + 1 == c_.steps || (c_.eval_every > 0 && (step + 1) % c_.eval_every == 0);
+  }
+  bool SamplesAfter(int64_t step) const { return step + 1 == c_.steps && c_.sample_tokens > 0; }
+  bool SavesAfter(int64_t step) const {
+    if (!o_.after_step) return false;
+    return !o_.saves_after_step || o_.saves_after_step(step + 1);
+  }
+  // Whether step `step` (0-based) has work after its update that uses collectives.
+  bool HasAfterStepWork(int64_t step) const {
+    return EvaluatesAfter(step) || SamplesAfter(step) || SavesAfter(step);
+  }
+
+  // Evaluation, the final sample and a checkpoint save after step `step`'s update (each when it
+  // is due). With a gate, a communication failure breaks it and skips the rest (the vote on
+  // this work then aborts it); without one it is returned.
+  absl::StatusOr<AfterStepResults> AfterStepWork(int64_t step) {
+    AfterStepResults r;
+    if (EvaluatesAfter(step) && !Broken()) {
       absl::StatusOr<double> v = Evaluate();
       if (!v.ok() && !MarkBroken(v.status())) return v.status();
-      if (v.ok()) {
-        val_loss = *v;
-        summary.val_losses.emplace_back(step + 1, *v);
-        summary.final_val_loss = *v;
-      }
+      if (v.ok()) r.val_loss = *v;
       model_.module().train();
     }
-    if (last || val_loss.has_value() || (step + 1) % c_.log_every == 0) {
-      StepMetrics m;
-      m.step = step + 1;
-      m.loss = loss;
-      m.lr = lr;
-      m.grad_norm = grad_norm;
-      m.step_time_s = seconds;
-      m.tokens_per_s = tokens_per_step_ / seconds;
-      m.mfu =
-          flops_per_token_ * tokens_per_step_ / seconds / (o_.peak_flops_per_rank * o_.world_size);
-      m.rss_bytes = CurrentRssBytes();
-      m.peak_memory_bytes = PeakRssBytes();
-      FillDeviceMemory(device_, &m);
-      m.val_loss = val_loss;
-      m.loss_scale = backend_.loss_scale();
-      m.skipped_steps = backend_.skipped_steps();
-      m.rank = o_.rank;
-      m.world_size = o_.world_size;
-      if (last && c_.sample_tokens > 0 && !Broken()) {
-        absl::StatusOr<std::string> sample = Sample();
-        if (!sample.ok() && !MarkBroken(sample.status())) return sample.status();
-        if (sample.ok()) summary.sample = *std::move(sample);
-        if (Leader()) m.sample = summary.sample;
-      }
-      RETURN_IF_ERROR(Emit(m));
+    if (SamplesAfter(step) && !Broken()) {
+      absl::StatusOr<std::string> sample = Sample();
+      if (!sample.ok() && !MarkBroken(sample.status())) return sample.status();
+      if (sample.ok()) r.sample = *std::move(sample);
     }
     if (o_.after_step && !Broken()) {
       absl::Status saved = o_.after_step(step + 1, sampler_.cursor());
       if (!saved.ok() && !MarkBroken(saved)) return saved;
-    } else if (o_.after_step) {
-      SL_LOG(WARNING) << "step " << step + 1 << ": no checkpoint save while the communicators "
-                      << "are broken (" << o_.gate->broken().message() << ")";
     }
-    return absl::OkStatus();
+    return r;
+  }
+
+  // Replica-group fault tolerance: the work after step `step`'s update, until a vote commits
+  // it. ABORT: the gate rebuilt the communicators over the live groups; the same work again
+  // (the model is the committed one: the update is not redone).
+  absl::StatusOr<AfterStepResults> VotedAfterStepWork(int64_t step) {
+    while (true) {
+      ASSIGN_OR_RETURN(AfterStepResults r, AfterStepWork(step));
+      ASSIGN_OR_RETURN(StepDecision d, o_.gate->EndAfterStep(step + 1));
+      if (d.kind == StepDecision::Kind::kCommit) return r;
+      if (d.kind == StepDecision::Kind::kLeave) {
+        return absl::UnavailableError(absl::StrCat("left the job after step ", step + 1,
+                                                   ": this rank's replica group was lost"));
+      }
+    }
   }
 
   // Replica-group fault tolerance: trains step `step` (0-based) until a vote commits it, and
@@ -149,7 +194,8 @@ class Loop {
           trained = TorchCall("read the loss", [&] { local = l->cpu().item<double>(); });
         }
       }
-      ASSIGN_OR_RETURN(StepDecision d, o_.gate->EndStep(step + 1, trained, local));
+      ASSIGN_OR_RETURN(StepDecision d,
+                       o_.gate->EndStep(step + 1, trained, local, HasAfterStepWork(step)));
       if (d.kind == StepDecision::Kind::kCommit) return d.loss;
       if (d.kind == StepDecision::Kind::kLeave) {
         return absl::UnavailableError(absl::StrCat("left the job at step ", step + 1,
@@ -163,12 +209,12 @@ class Loop {
   bool Leader() const { return o_.gate != nullptr ? o_.gate->leader() : o_.rank == 0; }
   // With a gate: its communicators failed since they were built (never without one).
   bool Broken() const { return o_.gate != nullptr && !o_.gate->broken().ok(); }
-  // With a gate, a communication failure `s` outside the voted step breaks it (true); false:
-  // the caller fails with `s` (always without a gate).
+  // With a gate, a communication failure `s` in the work after a step's update breaks it
+  // (true); false: the caller fails with `s` (always without a gate).
   bool MarkBroken(const absl::Status& s) {
     if (o_.gate == nullptr || !o_.gate->MarkBroken(s)) return false;
-    SL_LOG(WARNING) << "a collective failed between steps: " << s.message()
-                    << "; the next step votes not ok";
+    SL_LOG(WARNING) << "a collective failed after the step's update: " << s.message()
+                    << "; the rest of that work is skipped, voted not ok and done again";
     return true;
   }
 

@@ -6,10 +6,12 @@
 //       BeginForward; logits = model(x); loss = cross_entropy(logits, y)
 //       Backward(loss / A, sync = last micro-batch)      (no_sync before the last)
 //     grad_norm = Step(lr)                                (clip, update, zero grads)
-//     every log_every steps: train loss averaged over ranks, metrics line
 //     every eval_every steps and at the end: validation loss averaged over ranks
-//   at the end: text sampled by every rank with the same seed (FSDP forwards are collective),
-//   printed by rank 0.
+//     at the end: text sampled by every rank with the same seed (FSDP forwards are
+//       collective), printed by rank 0
+//     after_step: a checkpoint save (trainer/checkpointing.h) when it is due
+//     every log_every steps, with an evaluation and at the end: train loss averaged over
+//       ranks, metrics line
 //
 // The same loop drives the single-process and the FSDP backend (trainer/backend.h).
 //
@@ -61,6 +63,9 @@ struct TrainLoopOptions {
   // next global batch (checkpointing, trainer/checkpointing.h). An error ends
   // training with it.
   std::function<absl::Status(int64_t steps_done, const data::DataCursor& next)> after_step;
+  // Optional, with after_step: whether after_step saves after `steps_done` steps (a gate votes
+  // on the work after such a step's update). Unset: after_step is taken to save every step.
+  std::function<bool(int64_t steps_done)> saves_after_step;
   // Optional; tests only: runs when this rank reaches the final sample, before its first
   // sampling forward (SHARDLINE_TEST_PAUSE_IN_SAMPLE, trainer/trainer_main.cc).
   std::function<void()> before_sample;
@@ -70,9 +75,10 @@ struct TrainLoopOptions {
   // Optional, borrowed: replica-group fault tolerance (trainer/step_gate.h). Each step is then
   // voted on before the optimizer touches it: ABORT trains it again on the same data, LEAVE
   // ends the loop (UNAVAILABLE; gate->left()), COMMIT's loss (the mean of the members' votes)
-  // replaces the world all-reduce; the gate's leader logs; a communication failure in
-  // evaluation, sampling or a checkpoint save breaks the gate instead of ending training (the
-  // next step votes not ok; a save is skipped while broken). Null: the plain loop.
+  // replaces the world all-reduce; the gate's leader logs. A step with evaluation, the final
+  // sample or a checkpoint save after its update has that work voted on too (EndAfterStep): a
+  // communication failure there breaks the gate instead of ending training, the rest of the
+  // work is skipped, the vote aborts and the live groups do it again. Null: the plain loop.
   StepGate* gate = nullptr;
 };
 

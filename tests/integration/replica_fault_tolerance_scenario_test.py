@@ -20,9 +20,14 @@ the model, and `fault_tolerance: {mode: REPLICA_GROUPS, ...}` with a digest chec
   (d) W = 4, min_replicas 2: losing a group leaves fewer than min_replicas, so the attempt fails
       and the job restarts from its last committed checkpoint (attempt 2), as without fault
       tolerance.
+  (e) W = 4 over two workers, saves every 6 steps: a writer of group 0 (the writer group) is
+      SIGKILLed in the middle of the save of step 12 (the trainers' test pause holds it there).
+      The save fails on the other ranks too; they vote not ok on the work after step 12, and
+      group 1 does that save again as the new writer group: step 12 is committed, by group 1,
+      in attempt 1 (it used to be skipped), and the job SUCCEEDS without a restart.
 
 The trainer's log lines it relies on (trainer/replica_fault_tolerance.*): "step N aborted: ...",
-"healed from replica group H at step N", "left the job: replica group G was lost".
+"the work after step N aborted: ...","healed from replica group H at step N", "left the job: replica group G was lost".
 """
 import glob
 import json
@@ -358,6 +363,49 @@ class ReplicaFaultToleranceScenarioTest(unittest.TestCase):
         self.assertEqual(self.events(status, "REPLICA_GROUP_HEALED"), [])
         starts = [e["message"] for e in status["events"] if e["kind"] == "SCHEDULED"]
         self.assertRegex(" | ".join(starts), r"resuming from checkpoint step \d+")
+
+    # ------------------------------------------------------------------ (e) a writer killed mid-save
+
+    def test_writer_killed_mid_save_the_live_group_saves_that_step_again(self):
+        steps, pause_step, pause_rank = 24, 12, 1  # rank 1 writes shard 1 for group 0
+        self.cluster = harness.Cluster(workers=0, grace_period_s=3)
+        # Rank 1 only: group 1's writer of shard 1 (rank 3) must not pause when it saves step
+        # 12 again.
+        pause = {"SHARDLINE_TEST_PAUSE_IN_SAVE": "%d:1:600:1:%d" % (pause_step, pause_rank)}
+        for i in range(2):
+            self.cluster.start_worker(i, 2, grace_period_s=3, env=pause)
+        self.cluster.wait_for_workers(2)
+        job = self.submit(steps, 4, 1, sets=["checkpoint.every_steps=6", "checkpoint.keep_last=0"])
+        status = self.cluster.wait_for(job, lambda s: len(s.get("placement", [])) == 4,
+                                       timeout=JOB_TIMEOUT_S, what="placement")
+        worker = self.worker_of(status, pause_rank)
+        deadline = time.time() + JOB_TIMEOUT_S
+        while ("test pause in save: step %d shard 1" % pause_step
+               not in self.cluster.rank_log(worker, job, 1, pause_rank)):
+            self.assertLess(time.time(), deadline, "rank 1 never paused in the save")
+            self.assertEqual(self.cluster.job(job)["state"], "RUNNING")
+            time.sleep(0.1)
+        survivors = self.pids_of_ranks(status, job, [2, 3])
+        victim = self.cluster.rank_pid(worker, job, 1, pause_rank)
+        self.assertIsNotNone(victim)
+        os.kill(victim, signal.SIGKILL)
+
+        status = self.wait_end(job)
+        self.assert_succeeded(status, steps)
+        self.assertEqual(self.events(status, "RESTARTING"), [])
+        self.event_index(status, "REPLICA_GROUP_LOST",
+                         r"^replica group 0 \(%s\) lost at step 1[23]: " % group_ranks(0))
+        self.assert_never_restarted(job, survivors)
+        # Group 1 did the work after step 12 again, the save with it.
+        rank2_log = self.read_rank_file(job, "rank-2.log")
+        self.assertIn("the work after step %d aborted: " % pause_step, rank2_log)
+        step_dir = os.path.join(self.cluster.dir, "checkpoints", job, "step_%d" % pause_step)
+        with open(os.path.join(step_dir, "MANIFEST.json")) as f:
+            manifest = json.load(f)
+        self.assertEqual(int(manifest["attempt"]), 1, manifest)
+        cps = self.cluster.shardctl_json("checkpoints", job).get("checkpoints", [])
+        committed = sorted(int(c["step"]) for c in cps if c.get("committed"))
+        self.assertEqual(committed, [6, 12, 18, 24], cps)
 
 
 if __name__ == "__main__":
