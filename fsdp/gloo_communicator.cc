@@ -12,7 +12,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "fsdp/comm_args.h"
-#include "fsdp/comm_queue.h"
 #include "fsdp/gloo_collectives.h"
 #include "fsdp/gloo_communicator_impl.h"
 #include "fsdp/gloo_rendezvous.h"

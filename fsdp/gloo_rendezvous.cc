@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "fsdp/comm_args.h"
 #include "fsdp/gloo_collectives.h"
 #include "fsdp/gloo_errors.h"
