@@ -12,7 +12,7 @@
 //                  ReduceScatterHalvingDoubling (same exchanges, same order of additions, so
 //                  bit-identical sums) on Gloo's TCP buffers, sending from the caller's tensor;
 //                  other S: gloo::ReduceScatterHalvingDoubling itself, on its own working copy
-//                  (see gloo_communicator.cc for why).
+//                  (see gloo_recursive_halving.h for why).
 //   AllReduce      gloo::allreduce (ring).
 //   Broadcast      gloo::broadcast; Barrier gloo::barrier.
 // kAvg is the sum divided by size(). Gloo has no bfloat16 and its float16 sums accumulate in
@@ -74,7 +74,7 @@ class GlooCommunicator : public Communicator {
     // Reduce-scatter instances kept for reuse, by (size, dtype): each holds receive buffers of
     // ~1x its input in power-of-two groups (plus one working copy of the largest input
     // ReduceScatter had to copy), ~3x in others. 0 builds one per call (slower: see
-    // gloo_communicator.cc). Must be equal on all ranks.
+    // gloo_reduce_scatter_cache.h). Must be equal on all ranks.
     int reduce_scatter_cache_entries = 2;
   };
 
@@ -103,7 +103,7 @@ class GlooCommunicator : public Communicator {
   absl::Status Broadcast(const at::Tensor& t, int root) override;
   absl::Status Barrier() override;
 
-  class Impl;  // Public only so the .cc's helpers can name it.
+  class Impl;  // gloo_communicator_impl.h (a private header of this library).
 
  private:
   explicit GlooCommunicator(std::unique_ptr<Impl> impl);
