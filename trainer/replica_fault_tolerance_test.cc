@@ -132,9 +132,14 @@ std::unique_ptr<OneRank> MakeOneRank() {
   return r;
 }
 
-TEST(TrainLoopWithAGate, AnAbortedStepIsTrainedAgainOnTheSameDataAndLossesMatchAPlainRun) {
+// The same rank's training without a gate: what a gated run must equal.
+absl::StatusOr<TrainSummary> PlainRun() {
   std::unique_ptr<OneRank> plain = MakeOneRank();
-  auto want = RunTraining(plain->config, *plain->model, *plain->backend, *plain->dataset, {});
+  return RunTraining(plain->config, *plain->model, *plain->backend, *plain->dataset, {});
+}
+
+TEST(TrainLoopWithAGate, AnAbortedStepIsTrainedAgainOnTheSameDataAndLossesMatchAPlainRun) {
+  absl::StatusOr<TrainSummary> want = PlainRun();
   ASSERT_TRUE(want.ok()) << want.status();
 
   std::unique_ptr<OneRank> gated = MakeOneRank();
@@ -154,8 +159,7 @@ TEST(TrainLoopWithAGate, AnAbortedStepIsTrainedAgainOnTheSameDataAndLossesMatchA
 }
 
 TEST(TrainLoopWithAGate, AnAbortedAfterStepVoteDoesTheWorkAgainAndLogsItOnce) {
-  std::unique_ptr<OneRank> plain = MakeOneRank();
-  auto want = RunTraining(plain->config, *plain->model, *plain->backend, *plain->dataset, {});
+  absl::StatusOr<TrainSummary> want = PlainRun();
   ASSERT_TRUE(want.ok()) << want.status();
 
   std::unique_ptr<OneRank> gated = MakeOneRank();
