@@ -126,6 +126,10 @@ absl::StatusOr<ReplicaQuorum::VoteResult> ReplicaQuorum::Vote(const StepVoteRequ
   if (rank < 0 || rank >= r_ * s_) {
     return absl::InvalidArgumentError(absl::StrCat("rank: ", rank, " outside world of ", r_ * s_));
   }
+  if (!StepVoteRequest::Phase_IsValid(req.phase())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("phase: ", static_cast<int>(req.phase()), " is not TRAIN or AFTER_STEP"));
+  }
   if (req.generation() > generation_[rank]) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", rank, " generation ", req.generation(),

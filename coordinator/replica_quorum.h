@@ -94,7 +94,8 @@ class ReplicaQuorum {
 
   // Records a vote (or a join) and decides what can be decided. `answer`: this voter's decision
   // when there is one now; else the core waits (and asks Answer again after each decision).
-  // Errors: INVALID_ARGUMENT for a rank outside the world, FAILED_PRECONDITION for a generation
+  // Errors: INVALID_ARGUMENT for a rank outside the world or an unknown phase,
+  // FAILED_PRECONDITION for a generation
   // never placed or a step other than the one being voted in the epoch.
   struct VoteResult {
     std::optional<StepVoteResponse> answer;

@@ -214,6 +214,10 @@ TEST(ReplicaQuorum, AVoteForAnotherStepThanTheOpenOneIsRefused) {
   auto other = q.Vote(V(1, 3, 0), kT0);
   EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(q.Vote(V(9, 2, 0), kT0).status().code(), absl::StatusCode::kInvalidArgument);
+  StepVoteRequest odd = V(1, 2, 0);
+  odd.set_phase(static_cast<StepVoteRequest::Phase>(7));
+  EXPECT_EQ(q.Vote(odd, kT0).status(),
+            absl::InvalidArgumentError("phase: 7 is not TRAIN or AFTER_STEP"));
 }
 
 TEST(ReplicaQuorum, AFailureAfterTheUpdateAbortsOnlyTheAfterStepWorkIntoANewEpoch) {

@@ -90,15 +90,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const ModelConfig& sp
                      c.n_head, ", vocab_size ", c.vocab_size, ", block_size ", c.block_size,
                      " must be positive with n_embd divisible by n_head"));
   }
-  gpt::Gpt net{nullptr};
-  RETURN_IF_ERROR(TorchCall("build the GPT model", [&] { net = gpt::Gpt(c); }));
-  auto init = std::make_unique<SeededInit>(
-      *net, spec.init_seed, InitRules{static_cast<int>(c.n_layer), {"c_proj.weight"}, {"ln_"}});
-  if (mode == InitMode::kMaterialized) {
-    RETURN_IF_ERROR(MaterializeParameters(*net, *init));
-    init.reset();
-  }
-  return std::unique_ptr<GptModel>(new GptModel(c, std::move(net), std::move(init)));
+  return Build<GptModel>(c, "build the GPT model", spec.init_seed,
+                         InitRules{static_cast<int>(c.n_layer), {"c_proj.weight"}, {"ln_"}}, mode);
 }
 
 double GptModel::TrainingFlopsPerToken(int64_t seq_len) const {
@@ -108,11 +101,9 @@ double GptModel::TrainingFlopsPerToken(int64_t seq_len) const {
 }
 
 std::string GptModel::Describe() const {
-  int64_t n = 0;
-  for (const at::Tensor& p : net_->parameters()) n += p.numel();
   return absl::StrFormat("GPT %dx%d, %d heads, vocab %d, block %d: %.2fM parameters",
                          config_.n_layer, config_.n_embd, config_.n_head, config_.vocab_size,
-                         config_.block_size, n / 1e6);
+                         config_.block_size, RegisteredParameterCount() / 1e6);
 }
 
 }  // namespace shardline::models

@@ -28,6 +28,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "absl/status/statusor.h"
+#include "models/block_model.h"
 #include "models/init.h"
 #include "models/language_model.h"
 #include "models/model_config.h"
@@ -98,7 +99,7 @@ TORCH_MODULE(Gpt);
 
 }  // namespace gpt
 
-class GptModel : public LanguageModel {
+class GptModel : public BlockModel<gpt::Config, gpt::Gpt> {
  public:
   // `spec` must have resolved sizes (spec::ResolvePreset). Errors: INVALID_ARGUMENT for
   // non-positive sizes or n_embd not divisible by n_head.
@@ -106,24 +107,12 @@ class GptModel : public LanguageModel {
   static absl::StatusOr<std::unique_ptr<GptModel>> Create(const ModelConfig& spec,
                                                           InitMode mode = InitMode::kMaterialized);
 
-  at::Tensor Forward(const at::Tensor& tokens) override { return net_->forward(tokens, runner_); }
-  torch::nn::Module& module() override { return *net_; }
-  std::shared_ptr<torch::nn::Module> module_ptr() override { return net_.ptr(); }
-  void set_unit_runner(fsdp::UnitRunner* runner) override { runner_ = runner; }
-  const fsdp::ParamInitializer* deferred_init() const override { return init_.get(); }
-  std::string block_type() const override { return "Block"; }
-  int64_t vocab_size() const override { return config_.vocab_size; }
-  int64_t block_size() const override { return config_.block_size; }
   double TrainingFlopsPerToken(int64_t seq_len) const override;
   std::string Describe() const override;
 
  private:
-  GptModel(const gpt::Config& config, gpt::Gpt net, std::unique_ptr<SeededInit> init)
-      : config_(config), net_(std::move(net)), init_(std::move(init)) {}
-  gpt::Config config_;
-  gpt::Gpt net_;
-  fsdp::UnitRunner* runner_ = nullptr;
-  std::unique_ptr<SeededInit> init_;  // Null once materialized.
+  friend class BlockModel<gpt::Config, gpt::Gpt>;  // Build constructs it.
+  using BlockModel::BlockModel;
 };
 
 }  // namespace shardline::models

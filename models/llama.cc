@@ -144,16 +144,9 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig
         ", ffn_hidden ", c.ffn_hidden, ", rope_theta ", c.rope_theta, ", norm_eps ", c.norm_eps,
         " must be positive with an even head size n_embd / n_head and n_kv_head dividing n_head"));
   }
-  llama::Llama net{nullptr};
-  RETURN_IF_ERROR(TorchCall("build the Llama model", [&] { net = llama::Llama(c); }));
-  auto init = std::make_unique<SeededInit>(
-      *net, spec.init_seed,
-      InitRules{static_cast<int>(c.n_layer), {"wo.weight", "w2.weight"}, {"norm."}});
-  if (mode == InitMode::kMaterialized) {
-    RETURN_IF_ERROR(MaterializeParameters(*net, *init));
-    init.reset();
-  }
-  return std::unique_ptr<LlamaModel>(new LlamaModel(c, std::move(net), std::move(init)));
+  return Build<LlamaModel>(
+      c, "build the Llama model", spec.init_seed,
+      InitRules{static_cast<int>(c.n_layer), {"wo.weight", "w2.weight"}, {"norm."}}, mode);
 }
 
 double LlamaModel::TrainingFlopsPerToken(int64_t seq_len) const {
@@ -164,12 +157,10 @@ double LlamaModel::TrainingFlopsPerToken(int64_t seq_len) const {
 }
 
 std::string LlamaModel::Describe() const {
-  int64_t n = 0;
-  for (const at::Tensor& p : net_->parameters()) n += p.numel();
   return absl::StrFormat(
       "Llama %dx%d, %d heads (%d kv), ffn %d, vocab %d, block %d: %.2fM parameters",
       config_.n_layer, config_.n_embd, config_.n_head, config_.n_kv_head, config_.ffn_hidden,
-      config_.vocab_size, config_.block_size, n / 1e6);
+      config_.vocab_size, config_.block_size, RegisteredParameterCount() / 1e6);
 }
 
 }  // namespace shardline::models

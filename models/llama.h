@@ -31,6 +31,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "absl/status/statusor.h"
+#include "models/block_model.h"
 #include "models/init.h"
 #include "models/language_model.h"
 #include "models/model_config.h"
@@ -116,31 +117,19 @@ TORCH_MODULE(Llama);
 
 }  // namespace llama
 
-class LlamaModel : public LanguageModel {
+class LlamaModel : public BlockModel<llama::Config, llama::Llama> {
  public:
   // `spec` must have resolved sizes (ffn_hidden filled). Errors: INVALID_ARGUMENT for bad sizes.
   // mode: models/init.h (kDeferred: storage-less parameters, values from deferred_init()).
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(
       const ModelConfig& spec, InitMode mode = InitMode::kMaterialized);
 
-  at::Tensor Forward(const at::Tensor& tokens) override { return net_->forward(tokens, runner_); }
-  torch::nn::Module& module() override { return *net_; }
-  std::shared_ptr<torch::nn::Module> module_ptr() override { return net_.ptr(); }
-  void set_unit_runner(fsdp::UnitRunner* runner) override { runner_ = runner; }
-  const fsdp::ParamInitializer* deferred_init() const override { return init_.get(); }
-  std::string block_type() const override { return "Block"; }
-  int64_t vocab_size() const override { return config_.vocab_size; }
-  int64_t block_size() const override { return config_.block_size; }
   double TrainingFlopsPerToken(int64_t seq_len) const override;
   std::string Describe() const override;
 
  private:
-  LlamaModel(const llama::Config& config, llama::Llama net, std::unique_ptr<SeededInit> init)
-      : config_(config), net_(std::move(net)), init_(std::move(init)) {}
-  llama::Config config_;
-  llama::Llama net_;
-  fsdp::UnitRunner* runner_ = nullptr;
-  std::unique_ptr<SeededInit> init_;  // Null once materialized.
+  friend class BlockModel<llama::Config, llama::Llama>;  // Build constructs it.
+  using BlockModel::BlockModel;
 };
 
 }  // namespace shardline::models

@@ -237,7 +237,11 @@ absl::Status TrainerCheckpointing::AfterStep(int64_t steps_done, int64_t epoch, 
   p.data_epoch = epoch;
   p.data_position = position;
   saving_step_->store(steps_done);
-  return ckpt_->Save(p, policy_.async_save);
+  // The last step's save is synchronous: nothing is left to overlap it with (Finish waits for it
+  // before the trainer exits), and with replica-group fault tolerance the vote on the work after
+  // the step then covers the whole save, so a failure in it is redone by the live groups.
+  const bool last = steps_done == policy_.total_steps;
+  return ckpt_->Save(p, policy_.async_save && !last);
 }
 
 absl::Status TrainerCheckpointing::SetMembership(fsdp::Communicator* world, int writer_group) {

@@ -16,7 +16,8 @@
 // choice. Nothing is deleted. With nothing committed under dir it fails NOT_FOUND naming the
 // directory and step N: it never starts from scratch then.
 // AfterStep saves every every_steps steps and after the last one with save_final; async_save
-// writes from a background thread (the next save waits for the previous one).
+// writes from a background thread (the next save waits for the previous one), except the last
+// step's save, which is synchronous.
 //
 // Tests only: SHARDLINE_TEST_PAUSE_IN_SAVE=STEP:SHARD:SECONDS[:ATTEMPT[:RANK]] makes the writer of
 // shard SHARD sleep SECONDS in the save of step STEP, before it writes its data file (the other
