@@ -166,6 +166,7 @@ train: {{steps: {STEPS}, global_batch_size: 8, micro_batch_size: 2, log_every: 1
 device: {{kind: CPU, cpu_threads: 1}}
 checkpoint: {{dir: {os.path.join(cls.cluster.dir, "checkpoints")}, every_steps: 6, keep_last: 2,
              save_final: true}}
+fault_tolerance: {{mode: REPLICA_GROUPS, min_replicas: 1}}
 """
         path = os.path.join(cls.tmp, "job.yaml")
         with open(path, "w") as f:
@@ -267,6 +268,11 @@ checkpoint: {{dir: {os.path.join(cls.cluster.dir, "checkpoints")}, every_steps: 
         self.assertEqual({k: {g: sorted(r) for g, r in v.items()} for k, v in expected.items()},
                          shown)
         self.assertEqual(sorted(len(v) for v in shown.values()), [1, 1])  # one group per node
+        # Replica-group fault tolerance: both groups train (live), no rank was replaced.
+        self.assertEqual([g.attrs["data-replica-state"] for g in dom.by_class("shard-group")],
+                         ["live", "live"])
+        self.assertEqual({int(r.attrs["data-generation"]) for r in dom.by_class("rank")}, {0})
+        self.assertIn("Replica groupstraining now: 0, 1 (membership epoch 0)", summary)
 
     def test_job_list_shows_the_job_with_its_progress_and_owner(self):
         dom = self.load("", ALICE, "jobs", budget_ms=2500)

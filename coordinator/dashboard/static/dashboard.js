@@ -186,6 +186,8 @@ function drawSummary(st) {
     ["Sharding", (fsdp.sharding_strategy || "") +
                  (num(fsdp.hybrid_shard_degree) ? " (shard degree " + num(fsdp.hybrid_shard_degree) + ")" : "")],
     ["Latest checkpoint", num(st.latest_checkpoint_step) ? String(num(st.latest_checkpoint_step)) : ""],
+    ...(liveGroups(st) ? [["Replica groups", "training now: " + liveGroups(st).join(", ") +
+                           " (membership epoch " + num(st.membership_epoch) + ")"]] : []),
     ["Submitted", fmtTime(st.submitted_unix_ms)],
     ["Started", fmtTime(st.started_unix_ms)],
     ["Finished", fmtTime(st.finished_unix_ms)],
@@ -195,10 +197,21 @@ function drawSummary(st) {
               rows.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v))));
 }
 
+// fault_tolerance REPLICA_GROUPS: the replica (shard) groups of the current membership, which
+// train now; null for a job without it.
+function liveGroups(st) {
+  const live = st.live_replica_groups;
+  return Array.isArray(live) && live.length > 0 ? live.map(num) : null;
+}
+
 // Nodes (workers) holding their shard groups: W = R x S, a shard group is one replica (S ranks
 // sharding the parameters); a replicate group holds the ranks of one shard index across groups.
+// With replica-group fault tolerance each group says whether it trains now (live) or is out of
+// the membership (lost, or its replacement not rejoined yet), and a replacement rank its
+// generation.
 function drawPlacement(st) {
   const placement = st.placement || [];
+  const live = liveGroups(st);
   const nodes = new Map();
   for (const p of placement) {
     const key = p.node_name + " (" + p.worker_id + ")";
@@ -218,12 +231,19 @@ function drawPlacement(st) {
   for (const [node, groups] of [...nodes.entries()].sort()) {
     const groupBoxes = [...groups.entries()].sort((a, b) => a[0] - b[0]).map(([g, ranks]) => {
       ranks.sort((a, b) => num(a.rank) - num(b.rank));
-      return el("div", {class: "shard-group", "data-shard-group": g},
-                el("div", {class: "shard-group-title"}, "shard group " + g),
+      const state = live === null ? "" : live.includes(g) ? "live" : "out";
+      const title = "shard group " + g + (state === "live" ? " \u00b7 live" :
+          state === "out" ? " \u00b7 out of the membership (lost or rejoining)" : "");
+      return el("div", {class: "shard-group" + (state === "out" ? " out" : ""),
+                        "data-shard-group": g, "data-replica-state": state},
+                el("div", {class: "shard-group-title"}, title),
                 ...ranks.map(r => el("span", {class: "rank replica-" + (num(r.replicate_group) % 6),
-                                             "data-rank": num(r.rank)},
+                                             "data-rank": num(r.rank),
+                                             "data-generation": num(r.generation)},
                                      "rank " + num(r.rank) + " \u00b7 slot " + num(r.slot_index) +
-                                         " \u00b7 replicate group " + num(r.replicate_group))));
+                                         " \u00b7 replicate group " + num(r.replicate_group) +
+                                         (num(r.generation) > 0
+                                              ? " \u00b7 generation " + num(r.generation) : ""))));
     });
     boxes.push(el("div", {class: "node", "data-node": node.split(" ")[0]},
                   el("div", {class: "node-title"}, node), ...groupBoxes));
