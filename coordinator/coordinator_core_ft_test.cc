@@ -480,6 +480,49 @@ TEST_F(FtCoreTest, AStalledRankIsLostAfterTheVoteTimeout) {
   EXPECT_TRUE(stop3);
 }
 
+TEST_F(FtCoreTest, AFailedVoteOnTheWorkAfterAStepAbortsOnlyThatWork) {
+  AddWorkers(2, 2);
+  SubmitAndRun(FtSpec(4, 2));
+  auto vote = [&](int rank, int64_t epoch, StepVoteRequest::Phase phase, bool ok) {
+    StepVoteRequest v;
+    v.set_job_id(job_);
+    v.set_attempt(Job().attempt());
+    v.set_rank(rank);
+    v.set_epoch(epoch);
+    v.set_step(1);
+    v.set_phase(phase);
+    v.set_after_step_follows(phase == StepVoteRequest::TRAIN);
+    v.set_ok(ok);
+    v.set_loss(1.0);
+    if (!ok) v.set_error("gloo: connection closed by peer");
+    return Cast(v);
+  };
+  for (int rank : {0, 1, 2}) ASSERT_FALSE(vote(rank, 0, StepVoteRequest::TRAIN, true).ok());
+  auto train = vote(3, 0, StepVoteRequest::TRAIN, true);
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_EQ(train->decision(), StepVoteResponse::COMMIT);
+  // The save after step 1 failed on rank 3 (a peer reset its connection): that work is aborted
+  // into epoch 1 with both groups (nobody was lost), the update stays committed.
+  auto waiting = vote(0, 0, StepVoteRequest::AFTER_STEP, true);
+  EXPECT_EQ(waiting.status(),
+            absl::DeadlineExceededError("no decision yet for the work after step 1 (membership "
+                                        "epoch 0); send the vote again"));
+  for (int rank : {1, 2}) ASSERT_FALSE(vote(rank, 0, StepVoteRequest::AFTER_STEP, true).ok());
+  auto abort = vote(3, 0, StepVoteRequest::AFTER_STEP, false);
+  ASSERT_TRUE(abort.ok()) << abort.status();
+  EXPECT_EQ(abort->decision(), StepVoteResponse::ABORT);
+  EXPECT_EQ(abort->phase(), StepVoteRequest::AFTER_STEP);
+  EXPECT_EQ(abort->epoch(), 1);
+  EXPECT_EQ(Live(*abort), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(vote(0, 0, StepVoteRequest::TRAIN, true)->decision(), StepVoteResponse::COMMIT);
+  for (int rank : {0, 1, 2}) ASSERT_FALSE(vote(rank, 1, StepVoteRequest::AFTER_STEP, true).ok());
+  auto done = vote(3, 1, StepVoteRequest::AFTER_STEP, true);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->decision(), StepVoteResponse::COMMIT);
+  EXPECT_EQ(Job().state(), RUNNING);
+  EXPECT_EQ(VoteAll({0, 1, 2, 3}, 2, 1).decision(), StepVoteResponse::COMMIT);
+}
+
 TEST_F(FtCoreTest, DigestMismatchFailsTheJob) {
   AddWorkers(2, 2);
   SubmitAndRun(FtSpec(4, 2, 1, /*max_restarts=*/3));
