@@ -95,6 +95,14 @@ class FailureScenarioTest(unittest.TestCase):
                 time.sleep(0.1)
             self.assertGreater(self.rendezvous_rows(job + "/1"), 0,
                                "worker 0's ranks stored no rendezvous value")
+            # Until worker 0's ranks all wait (no new value for 2 s); a Set during the restart
+            # is retried anyway (trainer/rendezvous_kv_store.h).
+            rows, since = self.rendezvous_rows(job + "/1"), time.time()
+            while time.time() - since < 2 and time.time() < deadline:
+                time.sleep(0.1)
+                now = self.rendezvous_rows(job + "/1")
+                if now != rows:
+                    rows, since = now, time.time()
             coordinator = self.cluster.procs["coordinator"]
             coordinator.send_signal(signal.SIGKILL)
             coordinator.wait()
