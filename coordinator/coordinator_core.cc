@@ -15,13 +15,26 @@
 #include "spec/validate.h"
 
 namespace shardline::coordinator {
+namespace {
+
+// Rendezvous values go to the state store's queue (a coordinator with --state_dir), so a
+// restarted coordinator reloads them (Load).
+RendezvousStore::Journal RendezvousJournal(StateWriter* writer) {
+  if (!writer->store()) return {};
+  return {[writer](const std::string& ns, const std::string& key, const std::string& value) {
+            writer->PutRendezvousValue(ns, key, value);
+          },
+          [writer](const std::string& ns) { writer->DeleteRendezvousNamespace(ns); }};
+}
+
+}  // namespace
 
 CoordinatorCore::CoordinatorCore(const CoreOptions& options, std::unique_ptr<StateStore> store)
     : options_(options),
       clock_(options.clock),
       writer_(std::make_unique<StateWriter>(std::move(store), options.state_retry_interval)),
       registry_(options.clock, options.heartbeat_timeout),
-      rendezvous_(options.rendezvous_limits),
+      rendezvous_(options.rendezvous_limits, RendezvousJournal(writer_.get())),
       training_(options.metrics_series_capacity),
       logs_(options.logs),
       jobs_(writer_.get(), &feed_, options.max_events_per_job),
@@ -65,6 +78,9 @@ absl::Status CoordinatorCore::Load() {
   ASSIGN_OR_RETURN(const std::vector<JobRecord> jobs, store->LoadJobs());
   ASSIGN_OR_RETURN(const std::vector<JobMetricsRecord> series, store->LoadJobMetrics());
   for (const JobMetricsRecord& m : series) training_.Restore(m);
+  ASSIGN_OR_RETURN(const std::vector<RendezvousRow> rendezvous_rows, store->LoadRendezvous());
+  std::map<std::string, std::vector<const RendezvousRow*>> rendezvous_values;  // by namespace
+  for (const RendezvousRow& r : rendezvous_rows) rendezvous_values[r.ns].push_back(&r);
   absl::MutexLock lock(&mu_);
   for (const CheckpointRecord& c : checkpoints) checkpoints_.Restore(c);
   int running = 0;
@@ -78,6 +94,16 @@ absl::Status CoordinatorCore::Load() {
       all_reserved &= registry_.Reserve(p.worker_id(), p.slot_index(), Namespace(rec)).ok();
     }
     rendezvous_.Open(Namespace(rec), rec.rendezvous_secret());
+    // Ranks still bootstrapping (or rebuilding their communicators for a new membership epoch)
+    // find the keys they were waiting for.
+    if (auto it = rendezvous_values.find(Namespace(rec)); it != rendezvous_values.end()) {
+      for (const RendezvousRow* r : it->second) {
+        if (absl::Status s = rendezvous_.Restore(r->ns, r->key, r->value); !s.ok()) {
+          SL_LOG(WARNING) << "rendezvous value " << r->key << " of " << r->ns
+                          << " not reloaded: " << s;
+        }
+      }
+    }
     attempt_credentials_.Add(rec.rendezvous_secret(),
                              {rec.status().job_id(), rec.status().attempt(), Namespace(rec)});
     tracker_.RestoreAttempt(rec.status());
@@ -92,9 +118,14 @@ absl::Status CoordinatorCore::Load() {
       jobs_.Changed(job);
     }
   }
+  // Values of namespaces no running attempt holds (an attempt that ended while its values'
+  // delete was still queued when the coordinator stopped) are deleted.
+  for (const auto& [ns, values] : rendezvous_values) {
+    if (!rendezvous_.IsOpen(ns)) writer_->DeleteRendezvousNamespace(ns);
+  }
   SL_LOG(INFO) << "loaded state from " << options_.state_dir << ": " << jobs.size() << " jobs ("
                << running << " running), " << workers.size() << " workers, " << checkpoints.size()
-               << " checkpoint records";
+               << " checkpoint records, " << rendezvous_rows.size() << " rendezvous values";
   return absl::OkStatus();
 }
 

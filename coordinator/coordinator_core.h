@@ -45,8 +45,10 @@
 // again (their ids and credentials stay valid); a RUNNING job keeps its placement and rendezvous
 // secret (its attempt credential), so its ranks go on; if a worker of it
 // does not come back in time, the attempt fails as WORKER_LOST and the job restarts from its
-// latest committed checkpoint (or fails when no restarts are left). Rendezvous values are not
-// persisted (ranks read them only while bootstrapping).
+// latest committed checkpoint (or fails when no restarts are left). Its rendezvous values are
+// reloaded too (queued on the state writer at each Set, batched, nobody waits; deleted when the
+// attempt ends), so ranks still bootstrapping their communicators, or rebuilding them for a new
+// membership epoch, find the keys set before the restart.
 //
 // Thread safety: every method may be called from any thread. Blocking calls (NextAssignment,
 // WaitJob, RendezvousGet) block only their caller, up to the given wait.

@@ -5,10 +5,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/rank_tracker.h"
+#include "coordinator/state_store.h"
 #include "coordinator/testing/fake_clock.h"
 #include "coordinator/testing/small_fs.h"
 #include "fsdp/layout.h"
@@ -899,6 +901,107 @@ TEST_F(CoreTest, StateSurvivesRestartAndRunningJobWaitsForItsWorkers) {
   st = core_->GetJob(*running);
   EXPECT_EQ(st->state(), RUNNING);
   EXPECT_EQ(st->attempt(), 2);
+}
+
+TEST_F(CoreTest, RendezvousValuesOfRunningAttemptsSurviveRestartAndEndedOnesAreDeleted) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/core_restart_rendezvous";
+  Start(dir);
+  const std::string a = Register("a", 2);
+  auto running = core_->SubmitJob(Spec("running", 1));
+  auto done = core_->SubmitJob(Spec("done", 1));
+  std::map<std::string, Assignment> starts;  // by job id
+  for (const Assignment& x : Drain(a, *core_->OpenAssignmentStream(a))) starts[x.job_id()] = x;
+  ASSERT_EQ(starts.size(), 2u);
+  auto set = [&](const std::string& job, const std::string& key, const std::string& value) {
+    RendezvousSetRequest req;
+    req.set_namespace_(starts[job].rendezvous_namespace());
+    req.set_secret(starts[job].rendezvous_secret());
+    req.set_key(key);
+    req.set_value(value);
+    ASSERT_TRUE(core_->RendezvousSet(req).ok());
+  };
+  set(*running, "rank_0", "addr-0");
+  set(*running, "ft/e1/rank_0", std::string("\0binary\xff", 8));
+  set(*running, "rank_0", "addr-0b");  // replaces
+  set(*done, "rank_0", "gone");
+  Exit(a, *done, 1, 0, 0);  // its namespace closes
+  ASSERT_EQ(core_->GetJob(*done)->state(), SUCCEEDED);
+  core_.reset();
+  {  // A namespace whose delete never reached the disk (the coordinator stopped first).
+    auto store = StateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->ApplyRendezvous({{false, "job-old/3", "k", "v"}}).ok());
+  }
+
+  Start(dir);  // a new coordinator on the same state
+  RendezvousGetRequest get;
+  get.set_namespace_(starts[*running].rendezvous_namespace());
+  get.set_secret(starts[*running].rendezvous_secret());
+  get.add_keys("rank_0");
+  get.add_keys("ft/e1/rank_0");
+  auto got = core_->RendezvousGet(get);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->values_size(), 2);
+  EXPECT_EQ(got->values(0), "addr-0b");
+  EXPECT_EQ(got->values(1), std::string("\0binary\xff", 8));
+  get.set_secret("wrong");  // the reloaded namespace keeps its secret
+  EXPECT_EQ(core_->RendezvousGet(get).status().code(), absl::StatusCode::kPermissionDenied);
+  get.set_namespace_(starts[*done].rendezvous_namespace());
+  get.set_secret(starts[*done].rendezvous_secret());
+  get.clear_keys();
+  get.add_keys("rank_0");
+  EXPECT_EQ(core_->RendezvousGet(get).status().code(), absl::StatusCode::kNotFound);
+  core_.reset();
+  {
+    auto store = StateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto rows = (*store)->LoadRendezvous();
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    ASSERT_EQ(rows->size(), 2u);  // the running attempt's; the ended and the stray are deleted
+    for (const RendezvousRow& r : *rows) EXPECT_EQ(r.ns, starts[*running].rendezvous_namespace());
+  }
+
+  // The restarted attempt's worker never comes back: the attempt ends and its values go.
+  Start(dir);
+  clock_.Advance(absl::Seconds(6));
+  core_->Tick();
+  EXPECT_EQ(core_->GetJob(*running)->state(), FAILED);
+  core_.reset();
+  auto store = StateStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto rows = (*store)->LoadRendezvous();
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_TRUE(rows->empty());
+}
+
+TEST_F(CoreTest, RendezvousValuesPastSmallerLimitsAreNotReloaded) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/core_restart_limits";
+  Start(dir);
+  const std::string a = Register("a", 1);
+  auto job = core_->SubmitJob(Spec("j", 1));
+  auto starts = Drain(a, *core_->OpenAssignmentStream(a));
+  ASSERT_EQ(starts.size(), 1u);
+  RendezvousSetRequest set;
+  set.set_namespace_(starts[0].rendezvous_namespace());
+  set.set_secret(starts[0].rendezvous_secret());
+  set.set_key("small");
+  set.set_value("v");
+  ASSERT_TRUE(core_->RendezvousSet(set).ok());
+  set.set_key("large");
+  set.set_value(std::string(200, 'x'));
+  ASSERT_TRUE(core_->RendezvousSet(set).ok());
+
+  Start(dir, [](CoreOptions& o) { o.rendezvous_limits.max_value_bytes = 100; });
+  RendezvousGetRequest get;
+  get.set_namespace_(set.namespace_());
+  get.set_secret(set.secret());
+  get.add_keys("small");
+  auto got = core_->RendezvousGet(get);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->values(0), "v");
+  get.clear_keys();
+  get.add_keys("large");
+  EXPECT_EQ(core_->RendezvousGet(get).status().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
 }  // namespace

@@ -551,6 +551,16 @@ TEST_F(CoordinatorIntegrationTest, RendezvousKvStoreOverGrpc) {
   worker_->CancelStreams();
 }
 
+TEST(RendezvousKvStore, SetRetriesUnavailableWithinItsBound) {
+  // Nothing listens there: every call is UNAVAILABLE, as while the coordinator restarts.
+  std::shared_ptr<CoordinatorClient> client = *CoordinatorClient::Create("127.0.0.1:1", "token");
+  trainer::RendezvousKvStore kv(client, "job-1/1", "secret", absl::Milliseconds(700));
+  const absl::Time start = absl::Now();
+  const absl::Status s = kv.Set("rank0/addr", "10.0.0.1:1234");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(400));  // retried, not answered at once
+}
+
 int ThreadCount(pid_t pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   std::string line;

@@ -30,7 +30,10 @@ std::string RandomSecret() {
 void RendezvousStore::Open(absl::string_view ns, absl::string_view secret) {
   absl::MutexLock lock(&mu_);
   auto it = namespaces_.find(ns);
-  if (it != namespaces_.end()) it->second->closed = true;
+  if (it != namespaces_.end()) {
+    it->second->closed = true;
+    if (journal_.drop) journal_.drop(std::string(ns));  // re-created empty
+  }
   auto n = std::make_shared<Namespace>();
   n->secret = std::string(secret);
   namespaces_[std::string(ns)] = std::move(n);
@@ -42,6 +45,12 @@ void RendezvousStore::Close(absl::string_view ns) {
   if (it == namespaces_.end()) return;
   it->second->closed = true;
   namespaces_.erase(it);
+  if (journal_.drop) journal_.drop(std::string(ns));
+}
+
+bool RendezvousStore::IsOpen(absl::string_view ns) const {
+  absl::MutexLock lock(&mu_);
+  return namespaces_.find(ns) != namespaces_.end();
 }
 
 absl::StatusOr<std::shared_ptr<RendezvousStore::Namespace>> RendezvousStore::Find(
@@ -56,8 +65,8 @@ absl::StatusOr<std::shared_ptr<RendezvousStore::Namespace>> RendezvousStore::Fin
   return it->second;
 }
 
-absl::Status RendezvousStore::Set(absl::string_view ns, absl::string_view secret,
-                                  absl::string_view key, absl::string_view value) {
+absl::Status RendezvousStore::CheckKeyAndValue(absl::string_view key,
+                                               absl::string_view value) const {
   if (key.empty()) return absl::InvalidArgumentError("rendezvous key must not be empty");
   if (key.size() > limits_.max_key_bytes) {
     return absl::ResourceExhaustedError(
@@ -68,10 +77,11 @@ absl::Status RendezvousStore::Set(absl::string_view ns, absl::string_view secret
                                                      value.size(), " bytes; limit ",
                                                      limits_.max_value_bytes));
   }
-  absl::MutexLock lock(&mu_);
-  auto n = Find(ns, secret);
-  if (!n.ok()) return n.status();
-  Namespace& space = **n;
+  return absl::OkStatus();
+}
+
+absl::Status RendezvousStore::SetLocked(absl::string_view ns, Namespace& space,
+                                        absl::string_view key, absl::string_view value) {
   const std::string k(key);
   auto it = space.values.find(k);
   if (space.values.size() >= limits_.max_keys_per_namespace && it == space.values.end()) {
@@ -89,6 +99,28 @@ absl::Status RendezvousStore::Set(absl::string_view ns, absl::string_view secret
   space.bytes = new_bytes;
   space.values[k] = std::string(value);
   return absl::OkStatus();
+}
+
+absl::Status RendezvousStore::Set(absl::string_view ns, absl::string_view secret,
+                                  absl::string_view key, absl::string_view value) {
+  if (absl::Status s = CheckKeyAndValue(key, value); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  auto n = Find(ns, secret);
+  if (!n.ok()) return n.status();
+  if (absl::Status s = SetLocked(ns, **n, key, value); !s.ok()) return s;
+  if (journal_.put) journal_.put(std::string(ns), std::string(key), std::string(value));
+  return absl::OkStatus();
+}
+
+absl::Status RendezvousStore::Restore(absl::string_view ns, absl::string_view key,
+                                      absl::string_view value) {
+  if (absl::Status s = CheckKeyAndValue(key, value); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  auto it = namespaces_.find(ns);
+  if (it == namespaces_.end()) {
+    return absl::NotFoundError(absl::StrCat("rendezvous namespace ", ns, " does not exist"));
+  }
+  return SetLocked(ns, *it->second, key, value);
 }
 
 absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(absl::string_view ns,

@@ -7,14 +7,21 @@
 // closed while Get waits, RESOURCE_EXHAUSTED past the size limits, INVALID_ARGUMENT for an empty
 // key.
 //
+// Persistence: with a Journal, every accepted Set and every Close (and re-Open) of a namespace
+// is reported to it under the store's lock, so its writes come in the order the store applied
+// them; the coordinator queues them on its StateWriter and reloads them with Restore after a
+// restart (nobody waits for them to be durable).
+//
 // Thread safety: every method may be called from any thread; Get blocks only its caller.
 #ifndef SHARDLINE_COORDINATOR_RENDEZVOUS_STORE_H_
 #define SHARDLINE_COORDINATOR_RENDEZVOUS_STORE_H_
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -40,8 +47,16 @@ class RendezvousStore {
   };
   // Delegates (not "= default"): clang cannot default-construct Limits, whose members have
   // initializers, inside the class that encloses it (the fuzz build, tools/fuzz.sh, uses clang).
+  // Told of every change to keep (see the file comment); called with the store's lock held, so
+  // it must not call back into the store.
+  struct Journal {
+    std::function<void(const std::string& ns, const std::string& key, const std::string& value)>
+        put;
+    std::function<void(const std::string& ns)> drop;  // the namespace and its values are gone
+  };
   RendezvousStore() : RendezvousStore(Limits()) {}
-  explicit RendezvousStore(Limits limits) : limits_(limits) {}
+  explicit RendezvousStore(Limits limits, Journal journal = {})
+      : limits_(limits), journal_(std::move(journal)) {}
 
   // Creates (or re-creates, empty) namespace `ns` readable with `secret`.
   void Open(absl::string_view ns, absl::string_view secret);
@@ -50,6 +65,12 @@ class RendezvousStore {
 
   absl::Status Set(absl::string_view ns, absl::string_view secret, absl::string_view key,
                    absl::string_view value);
+  // A value reloaded after a restart into the open namespace `ns`: Set without the secret and
+  // without telling the journal (it holds the value already). The limits apply (a coordinator
+  // restarted with smaller ones refuses what no longer fits): RESOURCE_EXHAUSTED, NOT_FOUND.
+  absl::Status Restore(absl::string_view ns, absl::string_view key, absl::string_view value);
+  // Whether `ns` is open.
+  bool IsOpen(absl::string_view ns) const;
 
   // Values of `keys` in order, waiting up to `timeout` until all exist (0: no wait).
   // `reported_wait`, when set, is the wait named in the DEADLINE_EXCEEDED message (a caller
@@ -72,7 +93,13 @@ class RendezvousStore {
                                                   absl::string_view secret) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Checks the limits and stores the value into the found namespace.
+  absl::Status SetLocked(absl::string_view ns, Namespace& space, absl::string_view key,
+                         absl::string_view value) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckKeyAndValue(absl::string_view key, absl::string_view value) const;
+
   const Limits limits_;
+  const Journal journal_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Namespace>, std::less<>> namespaces_ ABSL_GUARDED_BY(mu_);
 };

@@ -122,6 +122,46 @@ TEST(RendezvousStore, LongKeysAreResourceExhaustedInSetAndGet) {
   EXPECT_TRUE(store.Set("ns", "s", std::string(4096, 'k'), "1").ok());
 }
 
+TEST(RendezvousStore, JournalHearsAcceptedSetsAndClosesInOrder) {
+  std::vector<std::string> heard;
+  RendezvousStore::Journal journal;
+  journal.put = [&](const std::string& ns, const std::string& key, const std::string& value) {
+    heard.push_back("put " + ns + " " + key + "=" + value);
+  };
+  journal.drop = [&](const std::string& ns) { heard.push_back("drop " + ns); };
+  RendezvousStore::Limits limits;
+  limits.max_value_bytes = 4;
+  RendezvousStore store(limits, journal);
+  store.Open("job-1/1", "s");
+  ASSERT_TRUE(store.Set("job-1/1", "s", "a", "1").ok());
+  EXPECT_FALSE(store.Set("job-1/1", "s", "b", "too long").ok());  // refused: not journaled
+  EXPECT_FALSE(store.Set("job-1/1", "wrong", "c", "1").ok());
+  ASSERT_TRUE(store.Restore("job-1/1", "r", "2").ok());  // reloaded: the journal has it
+  store.Open("job-1/1", "s2");                           // re-created empty
+  store.Close("job-1/1");
+  store.Close("job-1/1");  // unknown now: nothing to drop
+  EXPECT_EQ(heard, (std::vector<std::string>{"put job-1/1 a=1", "drop job-1/1", "drop job-1/1"}));
+}
+
+TEST(RendezvousStore, RestoreKeepsTheLimitsAndNeedsAnOpenNamespace) {
+  RendezvousStore::Limits limits;
+  limits.max_value_bytes = 4;
+  limits.max_keys_per_namespace = 1;
+  RendezvousStore store(limits);
+  EXPECT_EQ(store.Restore("job-1/1", "a", "1").code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(store.IsOpen("job-1/1"));
+  store.Open("job-1/1", "s");
+  EXPECT_TRUE(store.IsOpen("job-1/1"));
+  EXPECT_EQ(store.Restore("job-1/1", "a", "too long").code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(store.Restore("job-1/1", "a", "1").ok());
+  absl::Status second = store.Restore("job-1/1", "b", "2");
+  EXPECT_EQ(second.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(second.message().find("--rendezvous_max_keys_per_namespace"), std::string::npos);
+  auto v = store.Get("job-1/1", "s", {"a"}, absl::ZeroDuration());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, std::vector<std::string>{"1"});
+}
+
 TEST(ConstantTimeEquals, ComparesWholeStrings) {
   EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
   EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace shardline::coordinator {
 namespace {
@@ -23,6 +24,9 @@ CREATE TABLE IF NOT EXISTS job_metrics (
   job_id TEXT PRIMARY KEY, unused INTEGER NOT NULL, record BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS worker_credentials (
   worker_id TEXT PRIMARY KEY, unused INTEGER NOT NULL, record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS rendezvous (
+  namespace TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL,
+  PRIMARY KEY (namespace, key));
 )sql";
 
 // Closes a statement on scope exit.
@@ -149,6 +153,67 @@ absl::Status StateStore::DeleteJob(absl::string_view job_id) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status StateStore::ApplyRendezvous(const std::vector<RendezvousWrite>& writes) {
+  if (writes.empty()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  Stmt put;
+  Stmt drop;
+  if (sqlite3_prepare_v2(db_,
+                         "INSERT OR REPLACE INTO rendezvous (namespace, key, value) "
+                         "VALUES (?1, ?2, ?3)",
+                         -1, &put.s, nullptr) != SQLITE_OK ||
+      sqlite3_prepare_v2(db_, "DELETE FROM rendezvous WHERE namespace = ?1", -1, &drop.s,
+                         nullptr) != SQLITE_OK) {
+    return absl::InternalError(absl::StrCat("sqlite prepare: ", sqlite3_errmsg(db_)));
+  }
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
+  for (const RendezvousWrite& w : writes) {
+    sqlite3_stmt* st = w.delete_namespace ? drop.s : put.s;
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    sqlite3_bind_text(st, 1, w.ns.data(), static_cast<int>(w.ns.size()), SQLITE_STATIC);
+    if (!w.delete_namespace) {
+      // Blobs: a key or value may hold any bytes (the trainers' stores write binary values).
+      sqlite3_bind_blob(st, 2, w.key.data(), static_cast<int>(w.key.size()), SQLITE_STATIC);
+      sqlite3_bind_blob(st, 3, w.value.data(), static_cast<int>(w.value.size()), SQLITE_STATIC);
+    }
+    if (sqlite3_step(st) != SQLITE_DONE) {
+      const std::string msg = sqlite3_errmsg(db_);
+      (void)Exec("ROLLBACK;");
+      return absl::UnavailableError(absl::StrCat("sqlite write: ", msg));
+    }
+  }
+  if (absl::Status s = Exec("COMMIT;"); !s.ok()) {
+    (void)Exec("ROLLBACK;");
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<RendezvousRow>> StateStore::LoadRendezvous() {
+  absl::MutexLock lock(&mu_);
+  Stmt st;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT namespace, key, value FROM rendezvous ORDER BY namespace, key", -1,
+                         &st.s, nullptr) != SQLITE_OK) {
+    return absl::InternalError(absl::StrCat("sqlite prepare: ", sqlite3_errmsg(db_)));
+  }
+  std::vector<RendezvousRow> out;
+  auto column = [&](int i) {
+    const void* p = sqlite3_column_blob(st.s, i);
+    const int n = sqlite3_column_bytes(st.s, i);
+    return n > 0 ? std::string(static_cast<const char*>(p), n) : std::string();
+  };
+  int rc;
+  while ((rc = sqlite3_step(st.s)) == SQLITE_ROW) {
+    out.push_back({column(0), column(1), column(2)});
+  }
+  if (rc != SQLITE_DONE) {
+    return absl::UnavailableError(absl::StrCat("sqlite read: ", sqlite3_errmsg(db_)));
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<std::string>> StateStore::LoadBlobs(const char* sql) {

@@ -3,8 +3,10 @@
 // (training_metrics.h) and the SHA-256 of each worker's credential (a table of its own, so a
 // database from before worker credentials still loads: its workers have no credential and must
 // register again), each row one serialized
-// record keyed by its id. Every Put is one transaction, so a coordinator killed with SIGKILL
-// loses at most the write in flight; on open, SQLite replays the WAL.
+// record keyed by its id, and the running attempts' rendezvous values (namespace, key, value rows,
+// so a restarted coordinator serves an attempt still bootstrapping its communicators). Every Put is
+// one transaction, so a coordinator killed with SIGKILL loses at most the write in flight; on open,
+// SQLite replays the WAL.
 //
 // synchronous=FULL: every commit syncs the WAL before it returns, so a transition the
 // coordinator answered for survives an OS crash or power loss too (NORMAL, used before, could
@@ -16,6 +18,7 @@
 #ifndef SHARDLINE_COORDINATOR_STATE_STORE_H_
 #define SHARDLINE_COORDINATOR_STATE_STORE_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +33,21 @@
 struct sqlite3;
 
 namespace shardline::coordinator {
+
+// One rendezvous write: a value put, or (delete_namespace) the removal of every row of `ns`.
+struct RendezvousWrite {
+  bool delete_namespace = false;
+  std::string ns;
+  std::string key;
+  std::string value;
+};
+
+// A stored rendezvous value.
+struct RendezvousRow {
+  std::string ns;
+  std::string key;
+  std::string value;
+};
 
 class StateStore {
  public:
@@ -48,6 +66,9 @@ class StateStore {
   absl::Status PutWorker(const WorkerInfo& worker);
   absl::Status PutJobMetrics(const JobMetricsRecord& metrics);
   absl::Status PutWorkerCredential(const WorkerCredentialRecord& record);
+  // Applies `writes` in order in one transaction (one sync for a batch of rendezvous Sets);
+  // applying them again after a failure gives the same rows.
+  absl::Status ApplyRendezvous(const std::vector<RendezvousWrite>& writes);
 
   // Everything stored. Errors: DATA_LOSS for a row that does not parse.
   absl::StatusOr<std::vector<JobRecord>> LoadJobs();
@@ -55,6 +76,8 @@ class StateStore {
   absl::StatusOr<std::vector<WorkerInfo>> LoadWorkers();
   absl::StatusOr<std::vector<JobMetricsRecord>> LoadJobMetrics();
   absl::StatusOr<std::vector<WorkerCredentialRecord>> LoadWorkerCredentials();
+  // Ordered by namespace, then key.
+  absl::StatusOr<std::vector<RendezvousRow>> LoadRendezvous();
 
  private:
   explicit StateStore(sqlite3* db) : db_(db) {}

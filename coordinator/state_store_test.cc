@@ -118,5 +118,48 @@ TEST(StateStore, UnwritableDirectoryIsUnavailable) {
   EXPECT_NE(store.status().message().find("state_dir"), std::string::npos);
 }
 
+TEST(StateStore, RendezvousValuesSurviveReopenAndADeletedNamespaceIsGone) {
+  const std::string dir = TempDir("store_rendezvous");
+  {
+    auto store = StateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)
+                    ->ApplyRendezvous({{false, "job-1/1", "b", std::string("\0\xff", 2)},
+                                       {false, "job-1/1", "a", "1"},
+                                       {false, "job-1/1", "a", "2"},  // replaces
+                                       {false, "job-2/1", "x", ""},
+                                       {false, "job-3/1", "y", "gone"}})
+                    .ok());
+    ASSERT_TRUE((*store)->ApplyRendezvous({{true, "job-3/1", "", ""}}).ok());
+    ASSERT_TRUE((*store)->ApplyRendezvous({}).ok());
+  }
+  auto store = StateStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto rows = (*store)->LoadRendezvous();
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 3u);
+  EXPECT_EQ((*rows)[0].ns, "job-1/1");
+  EXPECT_EQ((*rows)[0].key, "a");
+  EXPECT_EQ((*rows)[0].value, "2");
+  EXPECT_EQ((*rows)[1].key, "b");
+  EXPECT_EQ((*rows)[1].value, std::string("\0\xff", 2));
+  EXPECT_EQ((*rows)[2].ns, "job-2/1");
+  EXPECT_EQ((*rows)[2].value, "");
+}
+
+TEST(StateStore, ADeleteInABatchRemovesOnlyTheValuesBeforeIt) {
+  auto store = StateStore::Open(TempDir("store_rendezvous_order"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)
+                  ->ApplyRendezvous({{false, "job-1/1", "old", "1"},
+                                     {true, "job-1/1", "", ""},
+                                     {false, "job-1/1", "new", "2"}})
+                  .ok());
+  auto rows = (*store)->LoadRendezvous();
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].key, "new");
+}
+
 }  // namespace
 }  // namespace shardline::coordinator

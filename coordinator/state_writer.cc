@@ -61,6 +61,36 @@ StateWriter::Ticket StateWriter::PutWorkerCredential(const WorkerCredentialRecor
   return Enqueue([record](StateStore* s) { return s->PutWorkerCredential(record); }, false);
 }
 
+StateWriter::Ticket StateWriter::PutRendezvousValue(const std::string& ns, const std::string& key,
+                                                    const std::string& value) {
+  return EnqueueRendezvous(RendezvousWrite{false, ns, key, value});
+}
+
+StateWriter::Ticket StateWriter::DeleteRendezvousNamespace(const std::string& ns) {
+  return EnqueueRendezvous(RendezvousWrite{true, ns, "", ""});
+}
+
+StateWriter::Ticket StateWriter::EnqueueRendezvous(RendezvousWrite write) {
+  absl::MutexLock lock(&mu_);
+  if (!store_) {
+    done_ = next_++;
+    return done_;
+  }
+  // The tail batch takes it unless Run is applying it right now (the head, without mu_).
+  if (!queue_.empty() && queue_.back().rendezvous &&
+      queue_.back().rendezvous->size() < kMaxRendezvousBatch &&
+      !(applying_ && queue_.size() == 1)) {
+    queue_.back().rendezvous->push_back(std::move(write));
+    return queue_.back().ticket;
+  }
+  auto batch = std::make_shared<std::vector<RendezvousWrite>>();
+  batch->push_back(std::move(write));
+  const Ticket t = next_++;
+  queue_.push_back(
+      Write{t, false, [batch](StateStore* s) { return s->ApplyRendezvous(*batch); }, batch});
+  return t;
+}
+
 absl::Status StateWriter::PutJobOrDrop(const JobRecord& job) {
   const Ticket t = Enqueue([job](StateStore* s) { return s->PutJob(job); }, true);
   absl::Status s = Wait(t);
@@ -142,9 +172,11 @@ void StateWriter::Run() {
     Write& head = queue_.front();
     const Ticket ticket = head.ticket;
     auto apply = head.apply;
+    applying_ = true;
     mu_.Unlock();
     const absl::Status s = apply(store_.get());  // no lock held: the I/O and its fsync
     mu_.Lock();
+    applying_ = false;
     if (s.ok()) {
       if (failing_ != 0) {
         SL_LOG(INFO) << "state store writable again; coordinator read-write";

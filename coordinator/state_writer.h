@@ -13,12 +13,19 @@
 // writer is writable again. PutJobOrDrop is for a write whose RPC fails as a whole (SubmitJob
 // adds a job only once it is stored): that write is dropped, not retried, when it fails.
 //
+// Rendezvous values (PutRendezvousValue, DeleteRendezvousNamespace) are batched: while a write
+// is applied, the rendezvous writes queued behind it join one batch (at most
+// kMaxRendezvousBatch writes), stored in one transaction, so the thousands of Sets of a large
+// attempt's bootstrap cost a few syncs, not one each. Nobody waits for them: they only need to
+// survive a restart of the coordinator process.
+//
 // Without a store (a coordinator without --state_dir) every write is durable at once.
 //
 // Thread safety: every method may be called from any thread.
 #ifndef SHARDLINE_COORDINATOR_STATE_WRITER_H_
 #define SHARDLINE_COORDINATOR_STATE_WRITER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -26,6 +33,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -53,6 +61,11 @@ class StateWriter {
   Ticket PutWorker(const WorkerInfo& worker);
   Ticket PutJobMetrics(const JobMetricsRecord& metrics);
   Ticket PutWorkerCredential(const WorkerCredentialRecord& record);
+  // Batched (see above); the ticket is the batch's.
+  Ticket PutRendezvousValue(const std::string& ns, const std::string& key,
+                            const std::string& value);
+  Ticket DeleteRendezvousNamespace(const std::string& ns);
+  static constexpr size_t kMaxRendezvousBatch = 4096;
   // Stores `job` and waits for it; on failure the write is dropped (not retried) and the error
   // returned (UNAVAILABLE naming the reason). Call without holding locks the writer may need.
   absl::Status PutJobOrDrop(const JobRecord& job);
@@ -84,8 +97,12 @@ class StateWriter {
     Ticket ticket = 0;
     bool drop_on_failure = false;
     std::function<absl::Status(StateStore*)> apply;
+    // A rendezvous batch (`apply` stores it); later rendezvous writes join it while it is not
+    // being applied.
+    std::shared_ptr<std::vector<RendezvousWrite>> rendezvous;
   };
   Ticket Enqueue(std::function<absl::Status(StateStore*)> apply, bool drop_on_failure);
+  Ticket EnqueueRendezvous(RendezvousWrite write);
   void Run();
 
   const std::unique_ptr<StateStore> store_;
@@ -98,6 +115,7 @@ class StateWriter {
   std::set<Ticket> dropped_ ABSL_GUARDED_BY(mu_);  // failed PutJobOrDrop writes not yet waited
   std::string reason_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool applying_ ABSL_GUARDED_BY(mu_) = false;  // Run applies the head without mu_
   std::thread thread_;
 };
 

@@ -91,5 +91,38 @@ TEST(StateWriter, FullDiskMakesItReadOnlyAndFreedSpaceDrainsTheQueueInOrder) {
   EXPECT_EQ((*jobs)[0].status().message(), "later");
 }
 
+TEST(StateWriter, RendezvousWritesAreStoredInOrderInBatches) {
+  auto store = StateStore::Open(TmpDir("rendezvous"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  StateWriter writer(*std::move(store), absl::Milliseconds(20));
+  const int n = 3 * static_cast<int>(StateWriter::kMaxRendezvousBatch);
+  StateWriter::Ticket first = 0;
+  for (int i = 0; i < n; ++i) {
+    const StateWriter::Ticket t =
+        writer.PutRendezvousValue("job-1/1", "rank_" + std::to_string(i), std::to_string(i));
+    if (i == 0) first = t;
+  }
+  writer.PutRendezvousValue("job-2/1", "k", "v");
+  writer.DeleteRendezvousNamespace("job-2/1");
+  const StateWriter::Ticket job = writer.PutJob(Job("job-a", 1));
+  // Batched: far fewer tickets than writes (each batch is one transaction).
+  EXPECT_LT(job - first, n / 2);
+  ASSERT_TRUE(writer.Wait(job).ok());
+  auto rows = writer.store()->LoadRendezvous();
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), static_cast<size_t>(n));
+  for (const RendezvousRow& r : *rows) {
+    EXPECT_EQ(r.ns, "job-1/1");
+    EXPECT_EQ(r.key, "rank_" + r.value);
+  }
+}
+
+TEST(StateWriter, RendezvousWritesWithoutAStoreAreDurableAtOnce) {
+  StateWriter writer(nullptr, absl::Milliseconds(20));
+  EXPECT_TRUE(writer.Wait(writer.PutRendezvousValue("job-1/1", "k", "v")).ok());
+  EXPECT_TRUE(writer.Wait(writer.DeleteRendezvousNamespace("job-1/1")).ok());
+  EXPECT_EQ(writer.last_ticket(), 2);
+}
+
 }  // namespace
 }  // namespace shardline::coordinator

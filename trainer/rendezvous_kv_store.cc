@@ -12,7 +12,14 @@ constexpr absl::Duration kRetryPause = absl::Milliseconds(200);
 }  // namespace
 
 absl::Status RendezvousKvStore::Set(absl::string_view key, absl::string_view value) {
-  return client_->RendezvousSet(ns_, secret_, std::string(key), std::string(value));
+  const absl::Time deadline = absl::Now() + set_retry_for_;
+  while (true) {
+    absl::Status s = client_->RendezvousSet(ns_, secret_, std::string(key), std::string(value));
+    if (s.code() != absl::StatusCode::kUnavailable || absl::Now() + kRetryPause >= deadline) {
+      return s;
+    }
+    absl::SleepFor(kRetryPause);
+  }
 }
 
 absl::StatusOr<std::vector<std::string>> RendezvousKvStore::Get(

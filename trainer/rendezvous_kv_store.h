@@ -2,7 +2,10 @@
 // the coordinator (their assignment names the namespace and secret). Torch-free.
 //
 // Get waits in slices (the server caps one wait) until every key exists or `timeout` passes;
-// UNAVAILABLE from the coordinator (e.g. while it restarts) is retried within the timeout.
+// UNAVAILABLE from the coordinator (e.g. while it restarts) is retried within the timeout. Set
+// retries UNAVAILABLE too, for up to `set_retry_for` (setting a key again is harmless): a
+// restarted coordinator reloads the attempt's values, so a rank that set a key during the
+// restart carries on instead of failing the attempt.
 //
 // Thread safety: safe to call from several threads (the client is).
 #ifndef SHARDLINE_TRAINER_RENDEZVOUS_KV_STORE_H_
@@ -12,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "coordinator/client.h"
 #include "fsdp/kv_store.h"
 
@@ -21,8 +25,11 @@ class RendezvousKvStore : public fsdp::KvStore {
  public:
   // `client` is shared with the caller (it may also report progress through it).
   RendezvousKvStore(std::shared_ptr<coordinator::CoordinatorClient> client, std::string ns,
-                    std::string secret)
-      : client_(std::move(client)), ns_(std::move(ns)), secret_(std::move(secret)) {}
+                    std::string secret, absl::Duration set_retry_for = absl::Seconds(60))
+      : client_(std::move(client)),
+        ns_(std::move(ns)),
+        secret_(std::move(secret)),
+        set_retry_for_(set_retry_for) {}
 
   absl::Status Set(absl::string_view key, absl::string_view value) override;
   absl::StatusOr<std::vector<std::string>> Get(const std::vector<std::string>& keys,
@@ -32,6 +39,7 @@ class RendezvousKvStore : public fsdp::KvStore {
   std::shared_ptr<coordinator::CoordinatorClient> client_;
   const std::string ns_;
   const std::string secret_;
+  const absl::Duration set_retry_for_;
 };
 
 }  // namespace shardline::trainer

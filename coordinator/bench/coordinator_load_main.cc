@@ -15,6 +15,8 @@
 //      /metrics scraped every --scrape_s, then without, ... Alternating in one process keeps
 //      slow drift of the machine out of the comparison. One row per configuration, and the
 //      ratio of their latencies (goal: p99 within 10%).
+//   2b. --rendezvous_ranks: a large attempt's bootstrap Sets through the core, in memory and with
+//      a state store (the values are journaled so a restarted coordinator reloads them).
 //   3. --history_steps (a million): one job's series fed that many steps through the core's
 //      ReportProgress; the points it stores, and the time and size of a GetJobMetrics response
 //      (what shardctl metrics and a dashboard read) and of its JSON.
@@ -87,6 +89,9 @@ ABSL_FLAG(bool, durable, true,
           "give the coordinator a fresh --state_dir (under $TMPDIR), so registrations, jobs and "
           "the series' batched writes go to its SQLite store as in production");
 ABSL_FLAG(int32_t, plan_ranks, 16384, "world size for the planning benchmark");
+ABSL_FLAG(int32_t, rendezvous_ranks, 1000,
+          "world size for the rendezvous benchmark (0: skip it): its bootstrap's Sets in the "
+          "core, in memory and journaled to a state store");
 ABSL_FLAG(std::string, coordinator, "", "coordinator binary (default: from runfiles)");
 ABSL_FLAG(std::string, out, "coordinator_load_results.txt", "results file");
 
@@ -346,6 +351,80 @@ std::string ScheduleTable(int ranks) {
       return absl::StrCat(out, "  error: job did not start\n");
     }
     absl::StrAppend(&out, absl::StrFormat("  %-14d %10.1f\n", s, ms));
+  }
+  return out;
+}
+
+// A `ranks`-rank attempt's bootstrap writes (kKeysPerRank Sets per rank, from 8 threads) through
+// the core, in memory and with a state store (each Set queued on the state writer, batched): the
+// Sets' time, and the time until the writer has stored them all (the core's destruction drains
+// its queue).
+std::string RendezvousTable(int ranks) {
+  constexpr int kKeysPerRank = 4;
+  constexpr int kThreads = 8;
+  std::string out = absl::StrFormat(
+      "rendezvous: %d Sets (%d ranks x %d keys, 100-byte values, %d threads) in the core\n",
+      ranks * kKeysPerRank, ranks, kKeysPerRank, kThreads);
+  absl::StrAppend(&out, absl::StrFormat("  %-12s %10s %12s\n", "store", "Sets ms", "stored ms"));
+  const char* tmp = std::getenv("TMPDIR");
+  for (bool durable : {false, true}) {
+    sc::RealClock clock;
+    sc::CoreOptions o;
+    o.clock = &clock;
+    if (durable) {
+      o.state_dir = absl::StrCat(tmp ? tmp : "/tmp", "/coordinator_load_rendezvous_", getpid());
+      std::filesystem::remove_all(o.state_dir);
+    }
+    auto core = sc::CoordinatorCore::Create(o);
+    if (!core.ok()) return absl::StrCat(out, "  error: ", core.status().ToString(), "\n");
+    std::string first_worker;
+    for (int n = 0; n < (ranks + 7) / 8; ++n) {
+      shardline::RegisterWorkerRequest req;
+      req.set_node_name(absl::StrFormat("node%05d", n));
+      req.set_address("10.0.0.1");
+      for (int k = 0; k < 8; ++k) {
+        auto* slot = req.add_slots();
+        slot->set_kind(shardline::Slot::CPU);
+        slot->set_index(k);
+      }
+      auto r = (*core)->RegisterWorker(req);
+      if (r.ok() && first_worker.empty()) first_worker = r->worker_id();
+    }
+    shardline::JobSpec spec;
+    spec.set_name("big");
+    spec.set_world_size(ranks);
+    spec.mutable_fsdp()->set_sharding_strategy(shardline::FsdpSpec::FULL_SHARD);
+    auto id = (*core)->SubmitJob(spec);
+    auto gen = (*core)->OpenAssignmentStream(first_worker);
+    shardline::Assignment a;
+    if (!id.ok() || !gen.ok() ||
+        !(*core)->NextAssignment(first_worker, *gen, absl::ZeroDuration(), &a).value_or(false)) {
+      return absl::StrCat(out, "  error: job did not start\n");
+    }
+    std::atomic<int64_t> errors{0};
+    const absl::Time t0 = absl::Now();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        shardline::RendezvousSetRequest req;
+        req.set_namespace_(a.rendezvous_namespace());
+        req.set_secret(a.rendezvous_secret());
+        req.set_value(std::string(100, 'v'));
+        for (int i = t; i < ranks * kKeysPerRank; i += kThreads) {
+          req.set_key(absl::StrCat("group", i % kKeysPerRank, "/rank_", i / kKeysPerRank));
+          if (!(*core)->RendezvousSet(req).ok()) errors++;
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    const double set_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+    core->reset();  // the writer stores its queue as it stops
+    const double stored_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+    if (durable) std::filesystem::remove_all(o.state_dir);
+    absl::StrAppend(
+        &out, absl::StrFormat("  %-12s %10.1f %12s%s\n", durable ? "state store" : "memory", set_ms,
+                              durable ? absl::StrFormat("%.1f", stored_ms) : "-",
+                              errors > 0 ? absl::StrCat("  (", errors.load(), " errors)") : ""));
   }
   return out;
 }
@@ -771,6 +850,9 @@ int main(int argc, char** argv) {
       " (the coordinator, this tool and anything else running share the cores)\n\n");
   absl::StrAppend(&report, PlanningTable(absl::GetFlag(FLAGS_plan_ranks)), "\n");
   absl::StrAppend(&report, ScheduleTable(absl::GetFlag(FLAGS_plan_ranks)), "\n");
+  if (absl::GetFlag(FLAGS_rendezvous_ranks) > 0) {
+    absl::StrAppend(&report, RendezvousTable(absl::GetFlag(FLAGS_rendezvous_ranks)), "\n");
+  }
   std::cout << report << std::flush;
   if (absl::GetFlag(FLAGS_history_steps) > 0) {
     const std::string history = HistoryTable(absl::GetFlag(FLAGS_history_steps));
