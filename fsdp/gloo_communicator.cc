@@ -4,6 +4,7 @@
 // Impl (gloo_communicator_impl.h), which turns Gloo's exceptions into statuses.
 #include "fsdp/gloo_communicator.h"
 
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -39,8 +40,15 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(const
   }
   absl::StatusOr<gloo_internal::GlooMesh> mesh = gloo_internal::ConnectGlooMesh(options);
   if (!mesh.ok()) return mesh.status();
-  return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(
-      std::make_unique<Impl>(options, std::move(mesh->device), std::move(mesh->context))));
+  // Impl starts the communication thread: a failure to start it (std::system_error) is a
+  // status here, not an exception through the caller.
+  try {
+    return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(
+        std::make_unique<Impl>(options, std::move(mesh->device), std::move(mesh->context))));
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("group ", options.name, ": start the communication thread: ", e.what()));
+  }
 }
 
 GlooCommunicator::GlooCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
