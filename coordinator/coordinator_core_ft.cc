@@ -252,11 +252,9 @@ absl::StatusOr<std::optional<StepVoteResponse>> CoordinatorCore::CastStepVote(
         "job ", req.job_id(), " does not use fault_tolerance.mode REPLICA_GROUPS: no StepVote"));
   }
   ASSIGN_OR_RETURN(ReplicaQuorum::VoteResult result, it->second.Vote(req, clock_->Now()));
-  ApplyQuorumActionsLocked(
-      *job, std::move(result.actions), "RANK_FAILED",
-      absl::StrCat("rank ", req.rank(), " voted not ok on ",
-                   req.phase() == StepVoteRequest::AFTER_STEP ? "the work after step " : "step ",
-                   req.step(), ": ", req.error()));
+  ApplyQuorumActionsLocked(*job, std::move(result.actions), "RANK_FAILED",
+                           absl::StrCat("rank ", req.rank(), " voted not ok on ",
+                                        StepVoteName(req.step(), req.phase()), ": ", req.error()));
   if (result.answer) return result.answer;
   return StepVoteAnswerLocked(req);
 }
@@ -280,13 +278,10 @@ std::optional<StepVoteResponse> CoordinatorCore::StepVoteAnswerLocked(const Step
 
 absl::Status CoordinatorCore::NoDecisionYet(const StepVoteRequest& req) {
   return absl::DeadlineExceededError(
-      req.joining()
-          ? absl::StrCat("no decision yet on the join of rank ", req.rank(), " generation ",
-                         req.generation(), "; send it again")
-          : absl::StrCat("no decision yet for ",
-                         req.phase() == StepVoteRequest::AFTER_STEP ? "the work after " : "",
-                         "step ", req.step(), " (membership epoch ", req.epoch(),
-                         "); send the vote again"));
+      req.joining() ? absl::StrCat("no decision yet on the join of rank ", req.rank(),
+                                   " generation ", req.generation(), "; send it again")
+                    : absl::StrCat("no decision yet for ", StepVoteName(req.step(), req.phase()),
+                                   " (membership epoch ", req.epoch(), "); send the vote again"));
 }
 
 }  // namespace shardline::coordinator

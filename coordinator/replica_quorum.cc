@@ -25,12 +25,12 @@ std::tuple<int64_t, int64_t, int> DecisionKey(int64_t epoch, int64_t step,
   return {epoch, step, static_cast<int>(phase)};
 }
 
-std::string VoteName(int64_t step, StepVoteRequest::Phase phase) {
+}  // namespace
+
+std::string StepVoteName(int64_t step, StepVoteRequest::Phase phase) {
   return phase == StepVoteRequest::AFTER_STEP ? absl::StrCat("the work after step ", step)
                                               : absl::StrCat("step ", step);
 }
-
-}  // namespace
 
 void QuorumActions::Append(QuorumActions o) {
   lost.insert(lost.end(), o.lost.begin(), o.lost.end());
@@ -83,7 +83,7 @@ int32_t ReplicaQuorum::LowestLive(const std::set<int32_t>& except) const {
   return live_.empty() ? 0 : *live_.begin();
 }
 
-std::string ReplicaQuorum::OpenVoteName() const { return VoteName(open_step_, open_phase_); }
+std::string ReplicaQuorum::OpenVoteName() const { return StepVoteName(open_step_, open_phase_); }
 
 StepVoteResponse ReplicaQuorum::Current(StepVoteResponse::Decision d, int64_t step,
                                         StepVoteRequest::Phase phase) const {
@@ -148,9 +148,9 @@ absl::StatusOr<ReplicaQuorum::VoteResult> ReplicaQuorum::Vote(const StepVoteRequ
         after_step_follows_ = false;
       }
       if (req.step() != open_step_ || req.phase() != open_phase_) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("rank ", rank, " voted on ", VoteName(req.step(), req.phase()), " while ",
-                         OpenVoteName(), " is being decided in membership epoch ", epoch_));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "rank ", rank, " voted on ", StepVoteName(req.step(), req.phase()), " while ",
+            OpenVoteName(), " is being decided in membership epoch ", epoch_));
       }
       if (req.phase() == StepVoteRequest::TRAIN && req.after_step_follows()) {
         after_step_follows_ = true;

@@ -49,6 +49,9 @@
 
 namespace shardline::coordinator {
 
+// "step N" or "the work after step N": how events and errors name the vote on (step, phase).
+std::string StepVoteName(int64_t step, StepVoteRequest::Phase phase);
+
 // What the core must do after a quorum call.
 struct QuorumActions {
   struct Loss {
@@ -140,7 +143,7 @@ class ReplicaQuorum {
   // The decision `d` under the current epoch for (step, phase).
   StepVoteResponse Current(StepVoteResponse::Decision d, int64_t step,
                            StepVoteRequest::Phase phase) const;
-  // "step N" or "the work after step N", for events.
+  // StepVoteName of the open vote.
   std::string OpenVoteName() const;
   int32_t LowestLive(const std::set<int32_t>& except) const;
   std::string Fail(const std::string& why);
