@@ -316,6 +316,25 @@ shardline::ProgressReport Report(const std::string& job_id, int32_t attempt, int
   return p;
 }
 
+// Registers `nodes` workers of 8 CPU slots each with `core`; returns the first one's id ("" when
+// none registered).
+std::string RegisterNodes(sc::CoordinatorCore& core, int nodes) {
+  std::string first;
+  for (int n = 0; n < nodes; ++n) {
+    shardline::RegisterWorkerRequest req;
+    req.set_node_name(absl::StrFormat("node%05d", n));
+    req.set_address("10.0.0.1");
+    for (int k = 0; k < 8; ++k) {
+      auto* slot = req.add_slots();
+      slot->set_kind(shardline::Slot::CPU);
+      slot->set_index(k);
+    }
+    auto r = core.RegisterWorker(req);
+    if (r.ok() && first.empty()) first = r->worker_id();
+  }
+  return first;
+}
+
 // Submit-to-RUNNING inside the core (planning, reservations, rendezvous, one START per rank) for
 // a job of `ranks` ranks on nodes of 8 slots.
 std::string ScheduleTable(int ranks) {
@@ -328,17 +347,7 @@ std::string ScheduleTable(int ranks) {
     o.clock = &clock;
     auto core = sc::CoordinatorCore::Create(o);
     if (!core.ok()) return absl::StrCat(out, "  error: ", core.status().ToString(), "\n");
-    for (int n = 0; n < ranks / 8; ++n) {
-      shardline::RegisterWorkerRequest req;
-      req.set_node_name(absl::StrFormat("node%05d", n));
-      req.set_address("10.0.0.1");
-      for (int k = 0; k < 8; ++k) {
-        auto* slot = req.add_slots();
-        slot->set_kind(shardline::Slot::CPU);
-        slot->set_index(k);
-      }
-      (void)(*core)->RegisterWorker(req);
-    }
+    (void)RegisterNodes(**core, ranks / 8);
     shardline::JobSpec spec;
     spec.set_name("big");
     spec.set_world_size(ranks);
@@ -377,19 +386,7 @@ std::string RendezvousTable(int ranks) {
     }
     auto core = sc::CoordinatorCore::Create(o);
     if (!core.ok()) return absl::StrCat(out, "  error: ", core.status().ToString(), "\n");
-    std::string first_worker;
-    for (int n = 0; n < (ranks + 7) / 8; ++n) {
-      shardline::RegisterWorkerRequest req;
-      req.set_node_name(absl::StrFormat("node%05d", n));
-      req.set_address("10.0.0.1");
-      for (int k = 0; k < 8; ++k) {
-        auto* slot = req.add_slots();
-        slot->set_kind(shardline::Slot::CPU);
-        slot->set_index(k);
-      }
-      auto r = (*core)->RegisterWorker(req);
-      if (r.ok() && first_worker.empty()) first_worker = r->worker_id();
-    }
+    const std::string first_worker = RegisterNodes(**core, (ranks + 7) / 8);
     shardline::JobSpec spec;
     spec.set_name("big");
     spec.set_world_size(ranks);
@@ -781,17 +778,7 @@ std::string ScrapeTable(int workers, int jobs) {
   o.heartbeat_timeout = absl::Hours(1);
   auto core = sc::CoordinatorCore::Create(o);
   if (!core.ok()) return absl::StrCat(out, "  error: ", core.status().ToString(), "\n");
-  for (int n = 0; n < workers; ++n) {
-    shardline::RegisterWorkerRequest req;
-    req.set_node_name(absl::StrFormat("node%05d", n));
-    req.set_address("10.0.0.1");
-    for (int k = 0; k < 8; ++k) {
-      auto* slot = req.add_slots();
-      slot->set_kind(shardline::Slot::CPU);
-      slot->set_index(k);
-    }
-    (void)(*core)->RegisterWorker(req);
-  }
+  (void)RegisterNodes(**core, workers);
   int running = 0;
   for (int j = 0; j < jobs; ++j) {
     auto id = (*core)->SubmitJob(LoadJobSpec(absl::StrCat("load-", j)));
