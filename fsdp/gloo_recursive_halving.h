@@ -66,33 +66,12 @@ class RecursiveHalving {
     size_t half = count / 2;
     int holder = 0;
     for (int k = 0; k < steps_; ++k, half /= 2) {
-      const int peer = rank ^ (1 << k);
       holder = (holder << 1) | ((rank >> k) & 1);
-      auto& pair = context->getPair(peer);
-      Phase phase;
-      phase.peer = peer;
-      phase.recv_offset = offset;
-      phase.recv_data =
-          pair->createRecvBuffer(Slot(k, peer, rank, 0), &recv_[offset], half * sizeof(T));
-      phase.send_notify = pair->createSendBuffer(Slot(k, peer, rank, 1), &dummy_, sizeof(dummy_));
-      phase.recv_notify = pair->createRecvBuffer(Slot(k, rank, peer, 1), &dummy_, sizeof(dummy_));
-      phases_.push_back(std::move(phase));
+      AddPhase(k, rank ^ (1 << k), offset, half);
       offset += half;
     }
     holder_ = holder;
-    if (holder_ != rank) {
-      auto& pair = context->getPair(holder_);
-      Phase phase;
-      phase.peer = holder_;
-      phase.recv_offset = offset;
-      phase.recv_data =
-          pair->createRecvBuffer(Slot(steps_, holder_, rank, 0), &recv_[offset], n * sizeof(T));
-      phase.send_notify =
-          pair->createSendBuffer(Slot(steps_, holder_, rank, 1), &dummy_, sizeof(dummy_));
-      phase.recv_notify =
-          pair->createRecvBuffer(Slot(steps_, rank, holder_, 1), &dummy_, sizeof(dummy_));
-      phases_.push_back(std::move(phase));
-    }
+    if (holder_ != rank) AddPhase(steps_, holder_, offset, n);  // the swap
   }
 
   // Reduces in `data` ([count]: clobbered) and writes this rank's summed chunk to `result`
@@ -146,6 +125,21 @@ class RecursiveHalving {
     size_t recv_offset = 0;  // Into recv_.
     std::unique_ptr<gloo::transport::Buffer> recv_data, send_notify, recv_notify;
   };
+
+  // Registers phase `k`'s receive buffers with `peer`: `elements` of data at recv_[offset], and
+  // the notifications both ways.
+  void AddPhase(int k, int peer, size_t offset, size_t elements) {
+    const int rank = context_->rank;
+    auto& pair = context_->getPair(peer);
+    Phase phase;
+    phase.peer = peer;
+    phase.recv_offset = offset;
+    phase.recv_data =
+        pair->createRecvBuffer(Slot(k, peer, rank, 0), &recv_[offset], elements * sizeof(T));
+    phase.send_notify = pair->createSendBuffer(Slot(k, peer, rank, 1), &dummy_, sizeof(dummy_));
+    phase.recv_notify = pair->createRecvBuffer(Slot(k, rank, peer, 1), &dummy_, sizeof(dummy_));
+    phases_.push_back(std::move(phase));
+  }
 
   // One slot per (phase, direction on the pair, data or notification): a send buffer never
   // shares its slot with a receive buffer on the same pair. Slots are per pair, so the pairs of
