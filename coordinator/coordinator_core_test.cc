@@ -56,6 +56,27 @@ HeartbeatRequest RankBeat(const std::string& worker, const std::string& job, int
   return hb;
 }
 
+// A Set of `key` to `value` in the rendezvous namespace of START `a`, with its secret.
+RendezvousSetRequest RendezvousSetFor(const Assignment& a, const std::string& key,
+                                      const std::string& value) {
+  RendezvousSetRequest req;
+  req.set_namespace_(a.rendezvous_namespace());
+  req.set_secret(a.rendezvous_secret());
+  req.set_key(key);
+  req.set_value(value);
+  return req;
+}
+
+// The rendezvous rows stored under `dir` (no core may hold the store).
+std::vector<RendezvousRow> StoredRendezvous(const std::string& dir) {
+  auto store = StateStore::Open(dir);
+  EXPECT_TRUE(store.ok()) << store.status();
+  if (!store.ok()) return {};
+  auto rows = (*store)->LoadRendezvous();
+  EXPECT_TRUE(rows.ok()) << rows.status();
+  return rows.ok() ? *std::move(rows) : std::vector<RendezvousRow>();
+}
+
 class CoreTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(""); }
@@ -617,11 +638,7 @@ TEST_F(CoreTest, RendezvousOnlyWithTheAttemptsSecret) {
   auto job = core_->SubmitJob(Spec("z", 1));
   auto starts = Drain(a, *core_->OpenAssignmentStream(a));
   ASSERT_EQ(starts.size(), 1u);
-  RendezvousSetRequest set;
-  set.set_namespace_(starts[0].rendezvous_namespace());
-  set.set_secret(starts[0].rendezvous_secret());
-  set.set_key("k");
-  set.set_value("v");
+  const RendezvousSetRequest set = RendezvousSetFor(starts[0], "k", "v");
   ASSERT_TRUE(core_->RendezvousSet(set).ok());
   RendezvousGetRequest get;
   get.set_namespace_(set.namespace_());
@@ -638,12 +655,8 @@ TEST_F(CoreTest, RendezvousBytesPerNamespaceComeFromTheOptions) {
   auto job = core_->SubmitJob(Spec("z", 1));
   auto starts = Drain(a, *core_->OpenAssignmentStream(a));
   ASSERT_EQ(starts.size(), 1u);
-  RendezvousSetRequest set;
-  set.set_namespace_(starts[0].rendezvous_namespace());
-  set.set_secret(starts[0].rendezvous_secret());
-  set.set_key("k");
-  set.set_value(std::string(100, 'v'));
-  const absl::Status s = core_->RendezvousSet(set);
+  const absl::Status s =
+      core_->RendezvousSet(RendezvousSetFor(starts[0], "k", std::string(100, 'v')));
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_THAT(std::string(s.message()),
               ::testing::HasSubstr("limit 100 (--rendezvous_max_bytes_per_namespace)"));
@@ -913,12 +926,7 @@ TEST_F(CoreTest, RendezvousValuesOfRunningAttemptsSurviveRestartAndEndedOnesAreD
   for (const Assignment& x : Drain(a, *core_->OpenAssignmentStream(a))) starts[x.job_id()] = x;
   ASSERT_EQ(starts.size(), 2u);
   auto set = [&](const std::string& job, const std::string& key, const std::string& value) {
-    RendezvousSetRequest req;
-    req.set_namespace_(starts[job].rendezvous_namespace());
-    req.set_secret(starts[job].rendezvous_secret());
-    req.set_key(key);
-    req.set_value(value);
-    ASSERT_TRUE(core_->RendezvousSet(req).ok());
+    ASSERT_TRUE(core_->RendezvousSet(RendezvousSetFor(starts[job], key, value)).ok());
   };
   set(*running, "rank_0", "addr-0");
   set(*running, "ft/e1/rank_0", std::string("\0binary\xff", 8));
@@ -952,14 +960,9 @@ TEST_F(CoreTest, RendezvousValuesOfRunningAttemptsSurviveRestartAndEndedOnesAreD
   get.add_keys("rank_0");
   EXPECT_EQ(core_->RendezvousGet(get).status().code(), absl::StatusCode::kNotFound);
   core_.reset();
-  {
-    auto store = StateStore::Open(dir);
-    ASSERT_TRUE(store.ok()) << store.status();
-    auto rows = (*store)->LoadRendezvous();
-    ASSERT_TRUE(rows.ok()) << rows.status();
-    ASSERT_EQ(rows->size(), 2u);  // the running attempt's; the ended and the stray are deleted
-    for (const RendezvousRow& r : *rows) EXPECT_EQ(r.ns, starts[*running].rendezvous_namespace());
-  }
+  const std::vector<RendezvousRow> rows = StoredRendezvous(dir);
+  ASSERT_EQ(rows.size(), 2u);  // the running attempt's; the ended and the stray are deleted
+  for (const RendezvousRow& r : rows) EXPECT_EQ(r.ns, starts[*running].rendezvous_namespace());
 
   // The restarted attempt's worker never comes back: the attempt ends and its values go.
   Start(dir);
@@ -967,11 +970,7 @@ TEST_F(CoreTest, RendezvousValuesOfRunningAttemptsSurviveRestartAndEndedOnesAreD
   core_->Tick();
   EXPECT_EQ(core_->GetJob(*running)->state(), FAILED);
   core_.reset();
-  auto store = StateStore::Open(dir);
-  ASSERT_TRUE(store.ok()) << store.status();
-  auto rows = (*store)->LoadRendezvous();
-  ASSERT_TRUE(rows.ok()) << rows.status();
-  EXPECT_TRUE(rows->empty());
+  EXPECT_TRUE(StoredRendezvous(dir).empty());
 }
 
 TEST_F(CoreTest, RendezvousValuesPastSmallerLimitsAreNotReloaded) {
@@ -981,15 +980,10 @@ TEST_F(CoreTest, RendezvousValuesPastSmallerLimitsAreNotReloaded) {
   auto job = core_->SubmitJob(Spec("j", 1));
   auto starts = Drain(a, *core_->OpenAssignmentStream(a));
   ASSERT_EQ(starts.size(), 1u);
-  RendezvousSetRequest set;
-  set.set_namespace_(starts[0].rendezvous_namespace());
-  set.set_secret(starts[0].rendezvous_secret());
-  set.set_key("small");
-  set.set_value("v");
+  const RendezvousSetRequest set = RendezvousSetFor(starts[0], "small", "v");
   ASSERT_TRUE(core_->RendezvousSet(set).ok());
-  set.set_key("large");
-  set.set_value(std::string(200, 'x'));
-  ASSERT_TRUE(core_->RendezvousSet(set).ok());
+  ASSERT_TRUE(
+      core_->RendezvousSet(RendezvousSetFor(starts[0], "large", std::string(200, 'x'))).ok());
 
   Start(dir, [](CoreOptions& o) { o.rendezvous_limits.max_value_bytes = 100; });
   RendezvousGetRequest get;

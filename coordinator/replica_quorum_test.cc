@@ -42,6 +42,15 @@ StepVoteRequest Join(int32_t rank, int32_t generation) {
   return r;
 }
 
+// Rank 1 fails between steps (epoch 1 without group 0); group 0's replacement (generation 1)
+// is placed and both its ranks ask to join.
+void GroupZeroLostAndItsReplacementJoining(ReplicaQuorum& q) {
+  q.RankFailed(1, 0, "exit 1", kT0);
+  EXPECT_EQ(q.ReplacementPlaced(0), 1);
+  EXPECT_FALSE(q.Vote(Join(0, 1), kT0)->answer);
+  EXPECT_FALSE(q.Vote(Join(1, 1), kT0)->answer);
+}
+
 // W = 6, S = 2: groups 0 (ranks 0-1), 1 (2-3), 2 (4-5).
 ReplicaQuorum Quorum(int32_t min_replicas = 1) {
   return ReplicaQuorum(3, 2, min_replicas, absl::Seconds(10));
@@ -263,10 +272,7 @@ TEST(ReplicaQuorum, AFailureAfterTheUpdateAbortsOnlyTheAfterStepWorkIntoANewEpoc
 
 TEST(ReplicaQuorum, JoinersWaitForTheAfterStepCommitWhenOneFollows) {
   ReplicaQuorum q = Quorum();
-  q.RankFailed(1, 0, "exit 1", kT0);  // between steps: epoch 1
-  EXPECT_EQ(q.ReplacementPlaced(0), 1);
-  EXPECT_FALSE(q.Vote(Join(0, 1), kT0)->answer);
-  EXPECT_FALSE(q.Vote(Join(1, 1), kT0)->answer);
+  GroupZeroLostAndItsReplacementJoining(q);
   for (int32_t rank : {2, 3, 4}) EXPECT_FALSE(q.Vote(TrainThenAfter(rank, 6, 1), kT0)->answer);
   auto train = q.Vote(TrainThenAfter(5, 6, 1), kT0);
   ASSERT_TRUE(train->answer);
@@ -288,10 +294,7 @@ TEST(ReplicaQuorum, JoinersWaitForTheAfterStepCommitWhenOneFollows) {
 
 TEST(ReplicaQuorum, NoJoinerIsAdmittedAtTheJobsLastStep) {
   ReplicaQuorum q(3, 2, 1, absl::Seconds(10), absl::ZeroDuration(), /*last_step=*/8);
-  q.RankFailed(1, 0, "exit 1", kT0);
-  EXPECT_EQ(q.ReplacementPlaced(0), 1);
-  EXPECT_FALSE(q.Vote(Join(0, 1), kT0)->answer);
-  EXPECT_FALSE(q.Vote(Join(1, 1), kT0)->answer);
+  GroupZeroLostAndItsReplacementJoining(q);
   for (int32_t rank : {2, 3, 4}) EXPECT_FALSE(q.Vote(V(rank, 8, 1), kT0)->answer);
   auto last = q.Vote(V(5, 8, 1), kT0);
   ASSERT_TRUE(last->answer);

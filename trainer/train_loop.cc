@@ -102,8 +102,7 @@ class Loop {
       summary.final_val_loss = *after.val_loss;
     }
     if (after.sample.has_value()) summary.sample = *after.sample;
-    const bool last = step + 1 == c_.steps;
-    if (!last && !after.val_loss.has_value() && (step + 1) % c_.log_every != 0) {
+    if (!LastStep(step) && !after.val_loss.has_value() && (step + 1) % c_.log_every != 0) {
       return absl::OkStatus();
     }
     StepMetrics m;
@@ -127,10 +126,12 @@ class Loop {
     return Emit(m);
   }
 
+  // Step `step` (0-based) is the job's last.
+  bool LastStep(int64_t step) const { return step + 1 == c_.steps; }
   bool EvaluatesAfter(int64_t step) const {
-    return step + 1 == c_.steps || (c_.eval_every > 0 && (step + 1) % c_.eval_every == 0);
+    return LastStep(step) || (c_.eval_every > 0 && (step + 1) % c_.eval_every == 0);
   }
-  bool SamplesAfter(int64_t step) const { return step + 1 == c_.steps && c_.sample_tokens > 0; }
+  bool SamplesAfter(int64_t step) const { return LastStep(step) && c_.sample_tokens > 0; }
   bool SavesAfter(int64_t step) const {
     if (!o_.after_step) return false;
     return !o_.saves_after_step || o_.saves_after_step(step + 1);
