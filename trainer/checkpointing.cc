@@ -1,5 +1,6 @@
 #include "trainer/checkpointing.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -227,7 +228,7 @@ bool TrainerCheckpointing::SavesAfter(int64_t steps_done) const {
   if (ckpt_ == nullptr) return false;
   const bool periodic = policy_.every_steps > 0 && steps_done % policy_.every_steps == 0;
   const bool final = policy_.save_final && steps_done == policy_.total_steps;
-  return periodic || final;
+  return periodic || final || steps_done == resave_step_;
 }
 
 absl::Status TrainerCheckpointing::AfterStep(int64_t steps_done, int64_t epoch, int64_t position) {
@@ -241,13 +242,32 @@ absl::Status TrainerCheckpointing::AfterStep(int64_t steps_done, int64_t epoch, 
   // before the trainer exits), and with replica-group fault tolerance the vote on the work after
   // the step then covers the whole save, so a failure in it is redone by the live groups.
   const bool last = steps_done == policy_.total_steps;
-  return ckpt_->Save(p, policy_.async_save && !last);
+  const bool async = policy_.async_save && !last && steps_done != resave_step_;
+  RETURN_IF_ERROR(ckpt_->Save(p, async));
+  if (async) {
+    async_save_ = std::make_pair(steps_done, writer_group_);
+  } else {
+    async_save_.reset();
+  }
+  return absl::OkStatus();
 }
 
 absl::Status TrainerCheckpointing::SetMembership(fsdp::Communicator* world, int writer_group) {
   world_ = world;
+  writer_group_ = writer_group;
   if (ckpt_ == nullptr) return absl::OkStatus();
   return ckpt_->SetMembership(world, writer_group);
+}
+
+void TrainerCheckpointing::NoteAbort(const std::vector<int>& live, int64_t vote_step) {
+  if (ckpt_ == nullptr || !async_save_.has_value()) return;
+  const auto [saved_step, writer] = *async_save_;
+  if (std::find(live.begin(), live.end(), writer) != live.end()) return;
+  async_save_.reset();
+  resave_step_ = vote_step;
+  SL_LOG(WARNING) << "replica group " << writer << ", the writer of the asynchronous save of step "
+                  << saved_step << ", was lost: that save may not commit, so step " << vote_step
+                  << " is saved after its update, synchronously";
 }
 
 absl::Status TrainerCheckpointing::Finish() {

@@ -17,7 +17,8 @@
 // directory and step N: it never starts from scratch then.
 // AfterStep saves every every_steps steps and after the last one with save_final; async_save
 // writes from a background thread (the next save waits for the previous one), except the last
-// step's save, which is synchronous.
+// step's save, which is synchronous. With replica-group fault tolerance, losing the group that
+// wrote the last asynchronous save adds one synchronous save (NoteAbort).
 //
 // Tests only: SHARDLINE_TEST_PAUSE_IN_SAVE=STEP:SHARD:SECONDS[:ATTEMPT[:RANK]] makes the writer of
 // shard SHARD sleep SECONDS in the save of step STEP, before it writes its data file (the other
@@ -36,7 +37,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -90,6 +94,15 @@ class TrainerCheckpointing {
   // borrowed) and are written by replica group `writer_group` (the lowest live one), committed
   // by its first rank (checkpoint::Checkpointer::SetMembership). Waits for a pending save.
   absl::Status SetMembership(fsdp::Communicator* world, int writer_group);
+  // Replica-group fault tolerance: the vote on step `vote_step` (its training or the work after
+  // it) was ABORTed into the membership `live`. When the replica group that wrote the last
+  // asynchronous save is not among the live groups, that save may never commit (its background
+  // write uses no collective and no vote covers it; a writer killed in the middle of it leaves
+  // the step uncommitted), and the live groups cannot know whether it did: they save `vote_step`
+  // after its update, synchronously, so the vote on the work after that step covers the save
+  // (SavesAfter(vote_step) is true from now on). Every live rank gets the same ABORT, so they all
+  // agree; a replacement group is admitted only after that step's work.
+  void NoteAbort(const std::vector<int>& live, int64_t vote_step);
   // Waits for an asynchronous save, then for rank 0's commit reports (each bounded by
   // checkpoint::Checkpointer::Options::report_backoff, 5 minutes from its commit).
   absl::Status Finish();
@@ -116,6 +129,12 @@ class TrainerCheckpointing {
   std::unique_ptr<checkpoint::Checkpointer> ckpt_;  // Null without a dir.
   // The step of the save in progress, for the test pause (shared with its hook).
   std::shared_ptr<std::atomic<int64_t>> saving_step_;
+  // The replica group that writes saves now (SetMembership; 0 without fault tolerance).
+  int writer_group_ = 0;
+  // The last save, when it was asynchronous: its step and writer group (NoteAbort).
+  std::optional<std::pair<int64_t, int>> async_save_;
+  // A step saved synchronously because the last asynchronous save's writers were lost; -1: none.
+  int64_t resave_step_ = -1;
 };
 
 }  // namespace shardline::trainer

@@ -196,6 +196,7 @@ absl::StatusOr<StepDecision> ReplicaFaultTolerance::Decide(StepBallot ballot,
                       << (train ? "; training it again" : "; doing it again")
                       << " with replica groups " << Groups(d.live_groups) << " (epoch " << d.epoch
                       << ")";
+      if (checkpointing_ != nullptr) checkpointing_->NoteAbort(d.live_groups, ballot.step);
       absl::Status rebuilt = Rebuild(d.epoch, d.live_groups, /*abandon=*/true);
       if (!rebuilt.ok()) {
         SL_LOG(WARNING) << "building the communicators of epoch " << d.epoch << ": " << rebuilt

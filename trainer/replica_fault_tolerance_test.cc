@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "checkpoint/format.h"
 #include "common/status_macros.h"
 #include "data/batch.h"
 #include "data/sampler.h"
@@ -26,6 +28,8 @@
 #include "fsdp/replica_state.h"
 #include "fsdp/tcp_kv_store.h"
 #include "models/model_factory.h"
+#include "trainer/checkpoint_startup.h"
+#include "trainer/checkpointing.h"
 #include "trainer/config.h"
 #include "trainer/fsdp_backend.h"
 #include "trainer/local_backend.h"
@@ -273,11 +277,15 @@ StepDecision Decide(StepDecision::Kind kind, int64_t step, int64_t epoch, std::v
 struct FtRank {
   std::unique_ptr<models::LanguageModel> model;
   std::unique_ptr<FsdpBackend> backend;
+  std::unique_ptr<TrainerCheckpointing> checkpointing;  // Only with a policy.
   std::unique_ptr<ReplicaFaultTolerance> ft;
 };
 
+// With `policy`, the rank saves checkpoints as the trainer does (the world communicator it
+// starts with; ReplicaFaultTolerance moves later saves to each membership's).
 absl::StatusOr<FtRank> MakeFtRank(const TrainerConfig& c, int rank, fsdp::KvStore* store,
-                                  StepVoter* voter, bool joining) {
+                                  StepVoter* voter, bool joining,
+                                  const CheckpointPolicy* policy = nullptr) {
   FtRank r;
   auto model = models::CreateModel(c.model);
   if (!model.ok()) return model.status();
@@ -301,7 +309,14 @@ absl::StatusOr<FtRank> MakeFtRank(const TrainerConfig& c, int rank, fsdp::KvStor
                                {groups.world.get(), groups.shard.get(), groups.replicate.get()});
   if (!b.ok()) return b.status();
   r.backend = std::move(*b);
-  auto ft = ReplicaFaultTolerance::Create(o, r.backend.get(), nullptr, std::move(groups), joining);
+  if (policy != nullptr) {
+    auto ckpt = TrainerCheckpointing::Create(*policy, r.backend->engine(), r.backend->optimizer(),
+                                             groups.world.get());
+    if (!ckpt.ok()) return ckpt.status();
+    r.checkpointing = std::move(*ckpt);
+  }
+  auto ft = ReplicaFaultTolerance::Create(o, r.backend.get(), r.checkpointing.get(),
+                                          std::move(groups), joining);
   if (!ft.ok()) return ft.status();
   r.ft = std::move(*ft);
   return r;
@@ -536,6 +551,100 @@ TEST(ReplicaFaultTolerance, AFailureInTheFinalEvaluationIsDoneAgainByTheLiveGrou
     EXPECT_TRUE(std::isfinite(*summaries[r]->final_val_loss));
   }
   EXPECT_EQ(summaries[0]->final_val_loss, summaries[1]->final_val_loss);
+}
+
+// checkpoint.async_save with a lost writer group. W = 4 HYBRID_SHARD (S = 2), a save every 2
+// steps, asynchronous: group 0 (ranks 0 and 1) writes the save of step 2 in the background, then
+// the coordinator loses group 0 at the vote on step 3. Group 1 cannot know whether that save
+// committed (a writer killed in the middle of its background write leaves it uncommitted), so
+// it saves step 3, which is not a save step, synchronously, with a vote on that work, and commits
+// it as the writer group.
+TEST(ReplicaFaultTolerance, LosingTheWriterOfAnAsynchronousSaveSavesTheRetriedStepSynchronously) {
+  constexpr int kWorld = 4;
+  const TrainerConfig c = Config(kWorld, {"train.sample_tokens=0", "train.steps=4",
+                                          "train.eval_every=0", "train.eval_batches=1"});
+  fsdp::TcpKvStore::Options so;
+  so.serve = true;
+  auto store = fsdp::TcpKvStore::Create(so);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::string dir = ::testing::TempDir() + "/async_writer_lost";
+  std::filesystem::remove_all(dir);
+  CheckpointPolicy policy;
+  policy.dir = dir;
+  policy.every_steps = 2;
+  policy.async_save = true;
+  policy.total_steps = 4;
+  policy.optimizer_kind = "adamw";
+  policy.job_id = "job-1";
+  policy.attempt = 1;
+  policy.resume_step = 0;
+  policy.commit_timeout = absl::Seconds(30);
+  using K = StepDecision::Kind;
+  auto commit = [](int64_t step, int64_t epoch, std::vector<int> live) {
+    return [step, epoch, live](const std::map<int, StepBallot>& b) {
+      std::map<int, StepDecision> d;
+      for (auto& [r, ballot] : b) d[r] = Decide(K::kCommit, step, epoch, live);
+      return d;
+    };
+  };
+  ScriptedCoordinator coordinator(
+      {{{0, 1, 2, 3}, commit(1, 0, {0, 1})},
+       {{0, 1, 2, 3}, commit(2, 0, {0, 1})},  // Step 2's training,
+       {{0, 1, 2, 3}, commit(2, 0, {0, 1})},  // then its save (asynchronous, by group 0).
+       {{0, 1, 2, 3},
+        [](const std::map<int, StepBallot>&) {
+          std::map<int, StepDecision> d;
+          for (int r : {0, 1}) d[r] = Decide(K::kLeave, 3, 1, {1});
+          for (int r : {2, 3}) d[r] = Decide(K::kAbort, 3, 1, {1});
+          return d;
+        }},
+       {{2, 3}, commit(3, 1, {1})},
+       {{2, 3}, commit(3, 1, {1})},
+       {{2, 3}, commit(4, 1, {1})},
+       {{2, 3}, commit(4, 1, {1})}});
+  std::vector<absl::Status> status(kWorld);
+  std::vector<absl::StatusOr<TrainSummary>> summaries(kWorld);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    threads.emplace_back([&, rank] {
+      status[rank] = [&]() -> absl::Status {
+        RankVoter voter(&coordinator, rank);
+        ASSIGN_OR_RETURN(FtRank r, MakeFtRank(c, rank, store->get(), &voter, false, &policy));
+        ASSIGN_OR_RETURN(auto ds,
+                         data::TokenDataset::Open({c.data_path, c.data_format, c.val_fraction,
+                                                   c.seq_len, c.model.vocab_size}));
+        TrainLoopOptions o;
+        o.rank = rank;
+        o.world_size = kWorld;
+        o.gate = r.ft.get();
+        RETURN_IF_ERROR(RestoreCheckpoint(r.checkpointing.get(), o, /*joining=*/false));
+        summaries[rank] = RunTraining(c, *r.model, *r.backend, *ds, o);
+        if (summaries[rank].ok()) return r.checkpointing->Finish();
+        return absl::OkStatus();
+      }();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+  for (int r : {0, 1}) {
+    EXPECT_EQ(summaries[r].status().code(), absl::StatusCode::kUnavailable)
+        << summaries[r].status();
+  }
+  for (int r : {2, 3})
+    ASSERT_TRUE(summaries[r].ok()) << "rank " << r << ": " << summaries[r].status();
+  ASSERT_EQ(coordinator.seen.size(), 8u);
+  for (int r : {2, 3}) {
+    // Step 3 had no work after it when it was first trained; after the ABORT it has the save.
+    EXPECT_FALSE(coordinator.seen[3].at(r).after_step_follows) << "rank " << r;
+    EXPECT_TRUE(coordinator.seen[4].at(r).after_step_follows) << "rank " << r;
+    EXPECT_EQ(coordinator.seen[5].at(r).phase, StepBallot::Phase::kAfterStep) << "rank " << r;
+    EXPECT_EQ(coordinator.seen[5].at(r).step, 3) << "rank " << r;
+    EXPECT_TRUE(coordinator.seen[5].at(r).ok) << "rank " << r;
+  }
+  absl::StatusOr<std::vector<int64_t>> steps = checkpoint::ListCommittedSteps(dir);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  // Step 2's save completes here (threads are not killed); step 3's is the extra one.
+  EXPECT_EQ(*steps, (std::vector<int64_t>{2, 3, 4}));
 }
 
 // The numerics of the steps with fewer replicas, against an explicit reference. W = 4

@@ -25,6 +25,9 @@ the model, and `fault_tolerance: {mode: REPLICA_GROUPS, ...}` with a digest chec
       The save fails on the other ranks too; they vote not ok on the work after step 12, and
       group 1 does that save again as the new writer group: step 12 is committed, by group 1,
       in attempt 1 (it used to be skipped), and the job SUCCEEDS without a restart.
+  (f) As (e) with checkpoint.async_save: rank 1 is held in its background write of step 12
+      while training goes on, and SIGKILLed. Step 12 never commits; group 1, which cannot know
+      that, saves the step it trains again after the loss synchronously, as the new writer group.
 
 The trainer's log lines it relies on (trainer/replica_fault_tolerance.*): "step N aborted: ...",
 "the work after step N aborted: ...","healed from replica group H at step N", "left the job: replica group G was lost".
@@ -406,6 +409,53 @@ class ReplicaFaultToleranceScenarioTest(unittest.TestCase):
         cps = self.cluster.shardctl_json("checkpoints", job).get("checkpoints", [])
         committed = sorted(int(c["step"]) for c in cps if c.get("committed"))
         self.assertEqual(committed, [6, 12, 18, 24], cps)
+
+    def test_writer_killed_in_an_async_save_the_live_group_saves_the_step_it_retries(self):
+        steps, pause_step, pause_rank = 24, 12, 1  # rank 1 writes shard 1 for group 0
+        self.cluster = harness.Cluster(workers=0, grace_period_s=3)
+        pause = {"SHARDLINE_TEST_PAUSE_IN_SAVE": "%d:1:600:1:%d" % (pause_step, pause_rank)}
+        for i in range(2):
+            self.cluster.start_worker(i, 2, grace_period_s=3, env=pause)
+        self.cluster.wait_for_workers(2)
+        job = self.submit(steps, 4, 1, sets=["checkpoint.every_steps=6", "checkpoint.keep_last=0",
+                                             "checkpoint.async_save=true"])
+        status = self.cluster.wait_for(job, lambda s: len(s.get("placement", [])) == 4,
+                                       timeout=JOB_TIMEOUT_S, what="placement")
+        worker = self.worker_of(status, pause_rank)
+        deadline = time.time() + JOB_TIMEOUT_S
+        # The pause is in rank 1's background write: its training goes on meanwhile.
+        while ("test pause in save: step %d shard 1" % pause_step
+               not in self.cluster.rank_log(worker, job, 1, pause_rank)):
+            self.assertLess(time.time(), deadline, "rank 1 never paused in the save")
+            self.assertEqual(self.cluster.job(job)["state"], "RUNNING")
+            time.sleep(0.1)
+        survivors = self.pids_of_ranks(status, job, [2, 3])
+        victim = self.cluster.rank_pid(worker, job, 1, pause_rank)
+        self.assertIsNotNone(victim)
+        os.kill(victim, signal.SIGKILL)
+
+        status = self.wait_end(job)
+        self.assert_succeeded(status, steps)
+        self.assertEqual(self.events(status, "RESTARTING"), [])
+        self.event_index(status, "REPLICA_GROUP_LOST",
+                         r"^replica group 0 \(%s\) lost at step 1[2-7]: " % group_ranks(0))
+        self.assert_never_restarted(job, survivors)
+        # Group 1 could not know whether group 0's background write of step 12 committed (it
+        # did not: rank 1 died before writing its shard), so it saved the step it trained
+        # again after the loss, synchronously, as the new writer group.
+        rank2_log = self.read_rank_file(job, "rank-2.log")
+        m = re.search(r"replica group 0, the writer of the asynchronous save of step %d, was "
+                      r"lost: that save may not commit, so step (\d+) is saved" % pause_step,
+                      rank2_log)
+        self.assertIsNotNone(m, rank2_log[-3000:])
+        resaved = int(m.group(1))
+        self.assertTrue(pause_step < resaved < 18, resaved)
+        with open(os.path.join(self.cluster.dir, "checkpoints", job, "step_%d" % resaved,
+                               "MANIFEST.json")) as f:
+            self.assertEqual(int(json.load(f)["attempt"]), 1)
+        cps = self.cluster.shardctl_json("checkpoints", job).get("checkpoints", [])
+        committed = sorted(int(c["step"]) for c in cps if c.get("committed"))
+        self.assertEqual(committed, [6, resaved, 18, 24], cps)
 
 
 if __name__ == "__main__":
