@@ -1,5 +1,7 @@
 """fsdp_vs_torch: our trainer (FSDP engine, FULL_SHARD) against PyTorch FSDP2 (fully_shard), on CPU
 with Gloo, the same GPT, the same initial weights, the same global batches, the same AdamW.
+With --shard_degree S: our HYBRID_SHARD (hybrid_shard_degree S) against FSDP2's HSDP (fully_shard
+over a 2-D (replicate, shard) device mesh), written to results/fsdp_vs_torch_hsdp.txt.
 
 Run it with bench/fsdp_vs_torch.sh (builds the binaries, then calls this with the venv's python).
 
@@ -53,7 +55,12 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--skip", type=int, default=3, help="warm-up steps left out of the median")
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "fsdp_vs_torch.txt"))
+    ap.add_argument("--shard_degree", type=int, default=0,
+                    help="hybrid sharding: our HYBRID_SHARD with this degree against FSDP2 on a "
+                         "2-D (replicate, shard) mesh (0: FULL_SHARD against fully_shard)")
+    ap.add_argument("--out", default="",
+                    help="default results/fsdp_vs_torch.txt, or fsdp_vs_torch_hsdp.txt with "
+                         "--shard_degree")
     ap.add_argument("--workdir", default="")
     a = ap.parse_args()
 
@@ -65,8 +72,21 @@ def main():
     worlds = [int(w) for w in a.world_sizes.split(",") if w]
     work = a.workdir or tempfile.mkdtemp(prefix="fsdp_vs_torch.")
     os.makedirs(work, exist_ok=True)
+    hsdp = a.shard_degree > 0
+    if not a.out:
+        a.out = os.path.join(HERE, "results",
+                             "fsdp_vs_torch_hsdp.txt" if hsdp else "fsdp_vs_torch.txt")
+    for w in worlds:
+        if hsdp and (w % a.shard_degree != 0 or w == a.shard_degree):
+            sys.exit(f"--shard_degree {a.shard_degree} must divide W = {w} and be smaller")
     header = benchlib.machine_header(
+        f"fsdp_vs_torch: our trainer (HYBRID_SHARD, degree {a.shard_degree}) vs PyTorch FSDP2 "
+        f"fully_shard on a (replicate, shard) mesh of shard size {a.shard_degree}, CPU + Gloo"
+        if hsdp else
         "fsdp_vs_torch: our trainer (FULL_SHARD) vs PyTorch FSDP2 fully_shard, CPU + Gloo")
+    strategy = ([] if not hsdp else
+                ["--set", "fsdp.sharding_strategy=HYBRID_SHARD",
+                 "--set", f"fsdp.hybrid_shard_degree={a.shard_degree}"])
 
     # Shared inputs.
     batches = os.path.join(work, "batches.bin")
@@ -92,7 +112,7 @@ def main():
             return [a.trainer, "--spec", a.spec, "--set", f"world_size={world}",
                     "--set", f"train.micro_batch_size={g // world}",
                     "--set", f"train.steps={a.steps}",
-                    "--set", f"checkpoint.init_from_safetensors={init}",
+                    "--set", f"checkpoint.init_from_safetensors={init}", *strategy,
                     "--metrics_out", os.path.join(work, f"{tag}.{r}.jsonl")]
         return argv
 
@@ -110,6 +130,7 @@ def main():
                     "--beta2", str(o["beta2"]), "--eps", str(o.get("eps", 1e-8)),
                     "--grad_clip", str(o["grad_clip"]),
                     "--threads", str(spec["device"]["cpu_threads"]),
+                    "--shard_degree", str(a.shard_degree),
                     "--metrics_out", os.path.join(work, f"{tag}.{r}.jsonl")]
         return argv
 
@@ -150,7 +171,9 @@ def main():
                  f"{o['beta1']}/{o['beta2']}), clip {o['grad_clip']}, {a.steps} steps, "
                  f"{spec['device']['cpu_threads']} intra-op thread(s) per rank")
     table.append("theirs: torch " + __import__("torch").__version__ +
-                 " FSDP2 (torch.distributed.fsdp.fully_shard per Block + root), Gloo backend")
+                 " FSDP2 (torch.distributed.fsdp.fully_shard per Block + root" +
+                 (f", mesh (W/{a.shard_degree}, {a.shard_degree}) (replicate, shard)" if hsdp
+                  else "") + "), Gloo backend")
     table.append(f"medians over {a.reps} alternating repetitions; step time = median of steps "
                  f"{a.skip + 1}..{a.steps - 1} of each run; peak RSS and CPU s (user + system, "
                  f"whole process including start-up) from wait4, largest rank")

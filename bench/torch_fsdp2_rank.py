@@ -3,7 +3,8 @@
 Started like a torchrun worker (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment)
 by the benchmark driver. Trains bench/gpt_mirror.py's GPT with torch.distributed.fsdp.fully_shard
 (FSDP2) on CPU over Gloo, with the same wrapping as our TRANSFORMER_BLOCK policy (one unit per
-Block, the root unit holding wte, wpe and ln_f; parameters resharded after forward: FULL_SHARD),
+Block, the root unit holding wte, wpe and ln_f; parameters resharded after forward: FULL_SHARD;
+with --shard_degree S, hybrid sharding over a 2-D (replicate, shard) device mesh: HYBRID_SHARD),
 AdamW, gradient clipping, the trainer's warmup + cosine schedule, and the global batches our
 sampler produced (bench/batch_dump_main.cc), sliced per rank and micro-step as
 data::DistributedSampler slices them. Writes one JSON line per step (rank 0):
@@ -21,6 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from safetensors.torch import load_file
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import gpt_mirror
@@ -48,6 +50,8 @@ def main():
     ap.add_argument("--eps", type=float, default=1e-8)
     ap.add_argument("--grad_clip", type=float, required=True)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--shard_degree", type=int, default=0,
+                    help="HSDP: shard over groups of S ranks, replicate across them (0: FULL_SHARD)")
     ap.add_argument("--metrics_out", required=True)
     a = ap.parse_args()
 
@@ -65,9 +69,16 @@ def main():
     assert names == gpt_mirror.expected_names(a.n_layer), names
     assert sorted(state) == sorted(names), (sorted(state), names)
     model.load_state_dict(state, strict=True)
+    mesh = None
+    if a.shard_degree > 0:
+        assert world % a.shard_degree == 0, "--shard_degree must divide the world size"
+        # FSDP2's HSDP: a 2-D mesh, replicated over dim 0, sharded over dim 1 (ranks
+        # [r*S, (r+1)*S) shard together: our layout's shard groups).
+        mesh = init_device_mesh("cpu", (world // a.shard_degree, a.shard_degree),
+                                mesh_dim_names=("replicate", "shard"))
     for block in model.blocks:
-        fully_shard(block)  # reshard_after_forward=True: FULL_SHARD.
-    fully_shard(model)
+        fully_shard(block, mesh=mesh)  # reshard_after_forward=True: FULL_SHARD / HYBRID_SHARD.
+    fully_shard(model, mesh=mesh)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps,
                             weight_decay=a.weight_decay)
     rows = np.fromfile(a.batches, dtype=np.int64).reshape(-1, g, t + 1)
