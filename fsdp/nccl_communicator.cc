@@ -143,7 +143,8 @@ class NcclCommunicator::Impl : public std::enable_shared_from_this<Impl> {
  private:
   CommWatchdog::Hooks WatchdogHooks() {
     CommWatchdog::Hooks hooks;
-    // Both run under the watchdog's lock, never after the abort (comm_watchdog.h).
+    // async_error runs under the watchdog's lock, never after the abort; abort runs once,
+    // after the watchdog refuses further WithComm calls (comm_watchdog.h).
     hooks.async_error = [this] {
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
