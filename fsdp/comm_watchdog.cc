@@ -55,7 +55,19 @@ absl::Status CommWatchdog::TimedOut(const Work& work) const {
 }
 
 int CommWatchdog::Tick() {
-  absl::MutexLock lock(&mu_);
+  bool abort = false;
+  int pending = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    pending = TickLocked(&abort);
+  }
+  // Outside the lock (see FailLocked): a slow ncclCommAbort must not hold up StatusOf, Wait or
+  // AsyncError on the issuing thread.
+  if (abort) hooks_.abort();
+  return pending;
+}
+
+int CommWatchdog::TickLocked(bool* abort) {
   if (aborted_) return 0;
   const absl::Time now = hooks_.now();
   for (auto it = pending_.begin(); it != pending_.end();) {
@@ -68,11 +80,12 @@ int CommWatchdog::Tick() {
       continue;
     }
     if (r == PollResult::kError) {
-      FailLocked(absl::UnavailableError(absl::StrCat(work.prefix(), "CUDA error: ", error)), &work);
+      *abort = FailLocked(
+          absl::UnavailableError(absl::StrCat(work.prefix(), "CUDA error: ", error)), &work);
       return 0;
     }
     if (now > work.deadline()) {
-      FailLocked(TimedOut(work), &work);
+      *abort = FailLocked(TimedOut(work), &work);
       return 0;
     }
     ++it;
@@ -81,21 +94,22 @@ int CommWatchdog::Tick() {
     const std::string async = hooks_.async_error();
     if (!async.empty()) {
       Work& oldest = *pending_.front();
-      FailLocked(absl::UnavailableError(absl::StrCat(oldest.prefix(), "lost a peer ", members_,
-                                                     ": NCCL error: ", async)),
-                 &oldest);
+      *abort = FailLocked(absl::UnavailableError(absl::StrCat(oldest.prefix(), "lost a peer ",
+                                                              members_, ": NCCL error: ", async)),
+                          &oldest);
       return 0;
     }
   }
   return static_cast<int>(pending_.size());
 }
 
-void CommWatchdog::FailLocked(absl::Status cause, Work* culprit) {
+bool CommWatchdog::FailLocked(absl::Status cause, Work* culprit) {
   if (failure_.ok()) failure_ = cause;
-  if (!aborted_) {
-    aborted_ = true;
-    hooks_.abort();  // Unblocks kernels stuck waiting for a dead or slow peer.
-  }
+  // Marked before the abort runs: WithComm refuses every communicator call from here on, so the
+  // caller may run the abort after releasing the lock (no call can start on the communicator
+  // while, or after, it is freed).
+  const bool first = !aborted_;
+  aborted_ = true;
   const absl::Time now = hooks_.now();
   for (const std::shared_ptr<Work>& w : pending_) {
     w->finished_ = true;
@@ -110,6 +124,7 @@ void CommWatchdog::FailLocked(absl::Status cause, Work* culprit) {
     }
   }
   pending_.clear();
+  return first;
 }
 
 absl::Status CommWatchdog::StatusOf(const Work& work) const {
@@ -140,9 +155,12 @@ absl::Status CommWatchdog::WithComm(const std::function<absl::Status()>& call) {
 }
 
 absl::Status CommWatchdog::Fail(absl::Status cause) {
-  absl::MutexLock lock(&mu_);
-  if (aborted_) return failure_;
-  FailLocked(cause, nullptr);
+  {
+    absl::MutexLock lock(&mu_);
+    if (aborted_) return failure_;
+    FailLocked(cause, nullptr);
+  }
+  hooks_.abort();  // Outside the lock, as in Tick.
   return cause;
 }
 

@@ -20,8 +20,12 @@
 // Device-independent: the hooks (poll, async error, abort, clock) are plain functions, so the
 // logic is tested on the CPU with fakes (comm_watchdog_test.cc).
 //
-// Thread safety: every method may be called from any thread. Hooks run under the watchdog's
-// lock (so an abort never races a communicator call made through WithComm).
+// Thread safety: every method may be called from any thread. The poll and async-error hooks run
+// under the watchdog's lock, as do WithComm's calls. The abort hook runs once, after the lock
+// was released: the watchdog is marked aborted first (so WithComm refuses every later call and
+// no communicator call can race the abort), and an abort that takes long (ncclCommAbort waits for
+// NCCL's threads, sometimes for peers) must not hold up StatusOf, Wait or failure() on the
+// issuing thread, which then report the failure at once.
 #ifndef SHARDLINE_FSDP_COMM_WATCHDOG_H_
 #define SHARDLINE_FSDP_COMM_WATCHDOG_H_
 
@@ -48,7 +52,7 @@ class CommWatchdog {
   struct Hooks {
     // The communicator's asynchronous error (ncclCommGetAsyncError): "" when none.
     std::function<std::string()> async_error = [] { return std::string(); };
-    // Aborts the communicator (ncclCommAbort). Called at most once.
+    // Aborts the communicator (ncclCommAbort). Called at most once, without the lock held.
     std::function<void()> abort = [] {};
     std::function<absl::Time()> now = [] { return absl::Now(); };
   };
@@ -107,7 +111,11 @@ class CommWatchdog {
   absl::Status Fail(absl::Status cause);
 
  private:
-  void FailLocked(absl::Status cause, Work* culprit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tick's work under the lock; sets *abort when the caller must run the abort hook.
+  int TickLocked(bool* abort) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records the failure, marks the watchdog aborted and fails every pending work. Returns true
+  // the first time: the caller then runs hooks_.abort() once it released the lock.
+  bool FailLocked(absl::Status cause, Work* culprit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status TimedOut(const Work& work) const;
 
   const std::string members_;

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 
 namespace shardline::fsdp {
@@ -185,6 +186,67 @@ TEST(CommWatchdog, ThreadEndsABlockedWaitWithinTheDeadlinePlusAFewTicks) {
   EXPECT_EQ(aborts.load(), 1);
   w.Stop();
   w.Stop();  // Idempotent.
+}
+
+TEST(CommWatchdog, SlowAbortOnTheThreadDoesNotHoldUpTheIssuingThread) {
+  // ncclCommAbort can take long (it joins NCCL's threads, and may wait for peers). While the
+  // watchdog thread is inside it, the issuing thread's status reads and WithComm return at once
+  // with the failure, and no communicator call runs.
+  CommWatchdog::Hooks hooks;
+  absl::Mutex mu;
+  bool release = false;
+  std::atomic<bool> in_abort{false};
+  hooks.abort = [&] {
+    in_abort = true;
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&release));
+  };
+  CommWatchdog w("(ranks 0,1)", absl::Milliseconds(50), hooks);
+  w.Start(absl::Milliseconds(5));
+  auto work = w.Add("group world op all_gather step 0: ", absl::Now() + absl::Milliseconds(50),
+                    [](std::string*) { return PollResult::kPending; });
+  while (!in_abort) absl::SleepFor(absl::Milliseconds(1));
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(w.StatusOf(*work).code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(w.Block(*work).code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(w.failure().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(w.aborted());
+  bool called = false;
+  EXPECT_EQ(w.WithComm([&] {
+               called = true;
+               return absl::OkStatus();
+             }).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(called) << "a communicator call ran while (or after) it was being aborted";
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  {
+    absl::MutexLock lock(&mu);
+    release = true;
+  }
+  w.Stop();  // Joins the thread once the abort returned.
+}
+
+TEST(CommWatchdog, SlowAbortFromFailDoesNotBlockOtherThreadsReadingTheStatus) {
+  CommWatchdog::Hooks hooks;
+  absl::Mutex mu;
+  bool release = false;
+  std::atomic<bool> in_abort{false};
+  hooks.abort = [&] {
+    in_abort = true;
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&release));
+  };
+  CommWatchdog w("(ranks 0,1)", absl::Seconds(30), hooks);
+  const absl::Status cause = absl::UnavailableError("group world op all_reduce step 1: x");
+  std::thread failing([&] { EXPECT_EQ(w.Fail(cause), cause); });
+  while (!in_abort) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(w.failure(), cause);
+  EXPECT_EQ(w.Fail(absl::InternalError("later")), cause);  // No second abort.
+  {
+    absl::MutexLock lock(&mu);
+    release = true;
+  }
+  failing.join();
 }
 
 }  // namespace

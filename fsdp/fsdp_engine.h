@@ -119,6 +119,10 @@ class FsdpEngine : public UnitRunner {
   // host shards may be written (LoadFullParamState, the optimizer step and checkpoint loads do;
   // an asynchronous host->device copy may still be reading them otherwise). No-op otherwise.
   void WaitForOffloadCopies() const;
+  // The first AsyncError of the shard and replicate communicators (communicator.h), or OK. On
+  // CUDA a collective whose Wait returned may fail later (its watchdog's deadline); once the host
+  // has read a value computed after it (a loss, the gradient norm), this says whether it did.
+  absl::Status CommAsyncError() const;
   // Most hook groups gathered at once so far (see limit_all_gathers), and the prefetches the
   // limit skipped.
   int peak_gathered_groups() const { return limiter_.peak_gathered_groups(); }
@@ -218,8 +222,6 @@ class FsdpEngine : public UnitRunner {
   absl::Status Fail(absl::Status s);
   // A guard making device_ current (CUDA); empty on the CPU.
   c10::OptionalDeviceGuard DeviceScope() const;
-  // The first AsyncError of the shard and replicate communicators (communicator.h), or OK.
-  absl::Status CommAsyncError() const;
   // CUDA: the side stream the replicate all-reduce is chained on (from the pool, on first use).
   c10::Stream ReplicateStream();
 

@@ -58,11 +58,18 @@ std::string NcclError(ncclResult_t r, ncclComm_t comm) {
                       last != nullptr ? last : "");
 }
 
-// A CUDA event destroyed with its last holder (the handle, the watchdog's poll).
+// A CUDA event destroyed with its last holder (the handle, the watchdog's poll), on whichever
+// thread that is: often the watchdog's, which has no current device of its own. A CUDA runtime
+// call there without a guard would initialise a context on device 0, so every rank of a
+// torchrun-style launch (all GPUs visible) would hold a second context, and memory, on GPU 0.
 struct CudaEvent {
+  explicit CudaEvent(int device) : device(device) {}
+  const int device;
   cudaEvent_t event = nullptr;
   ~CudaEvent() {
-    if (event != nullptr) cudaEventDestroy(event);  // Released once recorded work completes.
+    if (event == nullptr) return;
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    cudaEventDestroy(event);  // Released once recorded work completes.
   }
 };
 
@@ -143,14 +150,19 @@ class NcclCommunicator::Impl : public std::enable_shared_from_this<Impl> {
  private:
   CommWatchdog::Hooks WatchdogHooks() {
     CommWatchdog::Hooks hooks;
-    // Both run under the watchdog's lock, never after the abort (comm_watchdog.h).
+    // async_error runs under the watchdog's lock, never after the abort; abort runs once,
+    // after the watchdog refuses further WithComm calls (comm_watchdog.h).
     hooks.async_error = [this] {
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       if (async == ncclSuccess || async == ncclInProgress) return std::string();
       return NcclError(async, comm_);
     };
-    hooks.abort = [this] { ncclCommAbort(comm_); };  // Ends kernels stuck on a peer.
+    hooks.abort =
+        [this] {  // Ends kernels stuck on a peer. On the watchdog's thread: see CudaEvent.
+          c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+          ncclCommAbort(comm_);
+        };
     return hooks;
   }
 
@@ -235,7 +247,7 @@ std::unique_ptr<CommHandle> NcclCommunicator::Impl::Launch(
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
   cudaStream_t current = c10::cuda::getCurrentCUDAStream(device_).stream();
   cudaEvent_t ready = nullptr;
-  auto done = std::make_shared<CudaEvent>();
+  auto done = std::make_shared<CudaEvent>(device_);
   if (cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) != cudaSuccess ||
       cudaEventCreateWithFlags(&done->event, cudaEventDisableTiming) != cudaSuccess) {
     if (ready != nullptr) cudaEventDestroy(ready);

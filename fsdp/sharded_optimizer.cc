@@ -126,7 +126,12 @@ absl::StatusOr<double> ShardedOptimizer::Step() {
     RETURN_IF_ERROR(shard->AllReduce(dev, ReduceOp::kSum));
     sq = dev;
   }
-  const double norm = std::sqrt(sq.item<double>()) / (options_.fused ? grad_scale_ : 1.0);
+  const double sum_of_squares = sq.item<double>();
+  // CUDA: that read waited for every collective of the step (the gradient reductions' Waits
+  // returned at once, ordering the device only), or for its watchdog's abort, which leaves the
+  // reduced gradients undefined. Fail the step before the update touches the parameters.
+  RETURN_IF_ERROR(engine_->CommAsyncError());
+  const double norm = std::sqrt(sum_of_squares) / (options_.fused ? grad_scale_ : 1.0);
   if (grad_scale_ != 1.0 && !std::isfinite(norm)) {
     last_step_skipped_ = true;
     engine_->ZeroShardGrads();

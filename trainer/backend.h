@@ -46,6 +46,10 @@ class TrainingBackend {
   virtual absl::Status AllReduceSum(const at::Tensor& values) = 0;
   // Bytes of optimizer state + sharded parameters + gradients this rank holds (for logs).
   virtual int64_t StateBytes() const = 0;
+  // A collective that failed after its wait returned (CUDA: NCCL's waits only order the device;
+  // the communicator's watchdog fails a collective past its deadline later), or OK. Meaningful
+  // once the host has read a value computed after the collectives (the step's loss).
+  virtual absl::Status CommunicationError() const { return absl::OkStatus(); }
   // float16 loss scaling: the current scale and the steps skipped so far (none without it).
   virtual std::optional<double> loss_scale() const { return std::nullopt; }
   virtual int64_t skipped_steps() const { return 0; }

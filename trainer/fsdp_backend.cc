@@ -146,4 +146,9 @@ int64_t FsdpBackend::StateBytes() const {
   return fsdp::PersistentStateBytes(*engine_, *optimizer_);
 }
 
+absl::Status FsdpBackend::CommunicationError() const {
+  RETURN_IF_ERROR(engine_->CommAsyncError());
+  return comms_.world == nullptr ? absl::OkStatus() : comms_.world->AsyncError();
+}
+
 }  // namespace shardline::trainer

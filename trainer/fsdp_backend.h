@@ -55,6 +55,7 @@ class FsdpBackend : public TrainingBackend {
   void EndForward() override { engine_->ReshardAll(); }
   absl::Status AllReduceSum(const at::Tensor& values) override;
   int64_t StateBytes() const override;
+  absl::Status CommunicationError() const override;
   // This rank's peak gathered parameter and unsharded gradient bytes so far, and the units'
   // padded sizes (the first 16), for the log at the end of training: "FSDP memory: peak gathered
   // parameters 482304 bytes, ...; units (padded elements): root=20608 blocks.0=49984 ...".

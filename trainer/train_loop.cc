@@ -194,6 +194,10 @@ class Loop {
         if (trained.ok()) {
           trained = TorchCall("read the loss", [&] { local = l->cpu().item<double>(); });
         }
+        // CUDA: the read waited for the step's gradient reductions (Backward returned with the
+        // last ones still running) or for their watchdog's abort; an aborted one left the
+        // gradients undefined, and the vote must not commit them.
+        if (trained.ok()) trained = backend_.CommunicationError();
       }
       ASSIGN_OR_RETURN(StepDecision d,
                        o_.gate->EndStep(step + 1, trained, local, HasAfterStepWork(step)));

@@ -39,6 +39,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -378,6 +379,34 @@ absl::Status FinishAndReport(TrainerCheckpointing* ckpt, const TrainSummary& sum
 // ---- Main
 // ----------------------------------------------------------------------------------------
 
+// How long the teardown after a communication failure on CUDA may take before the process exits
+// without it (see EndAfterCommFailure).
+constexpr absl::Duration kCommFailureTeardownBound = absl::Seconds(20);
+
+// Training failed with a communication error on CUDA (a lost or stopped peer): what is left is to
+// exit with `code`, within a bound. Abandon every communicator, so that their teardown aborts
+// instead of finalizing: NCCL's finalize completes only once the communicator is "globally
+// quiescent", so with a dead peer each non-aborted communicator held the exit for its full
+// timeout. And a backstop (PyTorch's NCCL watchdog has one too): ncclCommAbort itself may wait
+// for peer processes on the node, so if the teardown has not ended after
+// kCommFailureTeardownBound the process exits with `code` without it. The failure line is
+// already logged.
+void EndAfterCommFailure(fsdp::CommGroups& groups, int code) {
+  for (fsdp::Communicator* comm :
+       {groups.world.get(), groups.shard.get(), groups.replicate.get()}) {
+    if (comm != nullptr) comm->Abandon();
+  }
+  std::thread([code] {
+    absl::SleepFor(kCommFailureTeardownBound);
+    // Plain write(2): the logger's statics may be going away with the rest of the process.
+    static constexpr char kMessage[] =
+        "trainer: the communicators' teardown did not end within 20s after the communication "
+        "failure; exiting without it\n";
+    (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+    std::_Exit(code);
+  }).detach();
+}
+
 int Main(int argc, char** argv) {
   // 1. Flags, environment and job spec.
   absl::StatusOr<Args> args = ParseFlags(argc, argv);
@@ -498,7 +527,11 @@ int Main(int argc, char** argv) {
   if (*ft != nullptr && (*ft)->left()) {
     return Fail(kExitLeftReplicaGroup, "fault tolerance", summary.status());
   }
-  if (!summary.ok()) return FailTraining(summary.status(), g_stop_signal.load());
+  if (!summary.ok()) {
+    const int code = FailTraining(summary.status(), g_stop_signal.load());
+    if (c.cuda && IsCommError(summary.status())) EndAfterCommFailure(groups, code);
+    return code;
+  }
   if (fsdp_backend != nullptr) {
     SL_LOG(INFO) << fsdp_backend->MemorySummary();
   }

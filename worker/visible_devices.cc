@@ -40,7 +40,8 @@ absl::StatusOr<std::optional<std::vector<std::string>>> ParseVisibleDevices(
 
 absl::StatusOr<std::map<std::string, std::string>> RankDeviceEnv(
     const std::optional<std::vector<std::string>>& inherited, int slot_index,
-    const std::string& interface, const std::optional<std::string>& inherited_ifname) {
+    const std::string& interface, const std::optional<std::string>& inherited_ifname,
+    const std::optional<std::string>& inherited_order) {
   std::map<std::string, std::string> env;
   if (inherited.has_value()) {
     if (slot_index < 0 || slot_index >= static_cast<int>(inherited->size())) {
@@ -51,6 +52,7 @@ absl::StatusOr<std::map<std::string, std::string>> RankDeviceEnv(
     env["CUDA_VISIBLE_DEVICES"] = (*inherited)[slot_index];
   } else {
     env["CUDA_VISIBLE_DEVICES"] = std::to_string(slot_index);
+    if (!inherited_order.has_value()) env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
   }
   if (!interface.empty() && !inherited_ifname.has_value()) env["NCCL_SOCKET_IFNAME"] = interface;
   return env;

@@ -35,11 +35,16 @@ absl::StatusOr<std::optional<std::vector<std::string>>> ParseVisibleDevices(
 // What a rank on a CUDA slot gets in its environment: CUDA_VISIBLE_DEVICES = its slot's entry
 // (the inherited entry, or the slot index when nothing was inherited), and NCCL_SOCKET_IFNAME =
 // `interface` when `interface` is non-empty and the daemon's own environment has no
-// NCCL_SOCKET_IFNAME (`inherited_ifname`). Errors: OUT_OF_RANGE when slot_index is not one of the
-// inherited entries (the coordinator assigned a slot this daemon never offered).
+// NCCL_SOCKET_IFNAME (`inherited_ifname`). With nothing inherited, also CUDA_DEVICE_ORDER =
+// PCI_BUS_ID unless the daemon's environment sets CUDA_DEVICE_ORDER (`inherited_order`): the
+// slots are the driver's GPUs in PCI bus order (GpuSlotNames), while CUDA numbers devices fastest
+// first by default, so on a node with mixed GPUs slot i would be another model than the one
+// registered under its name. Errors: OUT_OF_RANGE when slot_index is not one of the inherited
+// entries (the coordinator assigned a slot this daemon never offered).
 absl::StatusOr<std::map<std::string, std::string>> RankDeviceEnv(
     const std::optional<std::vector<std::string>>& inherited, int slot_index,
-    const std::string& interface, const std::optional<std::string>& inherited_ifname);
+    const std::string& interface, const std::optional<std::string>& inherited_ifname,
+    const std::optional<std::string>& inherited_order);
 
 // The device name of each GPU slot, in slot order. `driver_models` are the models the driver
 // lists (/proc/driver/nvidia/gpus, in PCI bus order: CUDA's index order under

@@ -338,8 +338,9 @@ absl::Status WorkerDaemon::StartRank(const Assignment& a) {
   if (a.spec().device().kind() == DeviceSpec::CUDA) {
     // One GPU per rank: its slot's entry of the inherited list (an index or a UUID), and NCCL's
     // sockets on the interface of --address unless the user chose one.
-    ASSIGN_OR_RETURN(auto device_env, RankDeviceEnv(visible_devices_, a.slot_index(), nccl_ifname_,
-                                                    GetEnv("NCCL_SOCKET_IFNAME")));
+    ASSIGN_OR_RETURN(auto device_env,
+                     RankDeviceEnv(visible_devices_, a.slot_index(), nccl_ifname_,
+                                   GetEnv("NCCL_SOCKET_IFNAME"), GetEnv("CUDA_DEVICE_ORDER")));
     for (auto& [key, value] : device_env) po.env[key] = value;
   }
   ASSIGN_OR_RETURN(std::unique_ptr<RankProcess> process, RankProcess::Start(po));

@@ -100,9 +100,9 @@ else
   log "CUDA_HOME=$CUDA_HOME (nccl.h: $([ -f "$CUDA_HOME/include/nccl.h" ] && echo yes || echo NO)); SHARDLINE_TORCH_DIR=$TORCH_DIR"
   command -v bazel >/dev/null || { log "no .gpu/bin and no bazel: run bench/gpu/pack.sh on a build machine and carry .gpu"; echo "FAILED: no binaries" >> "$RESULTS"; finish 2; }
   BZ=(bazel --output_base="$WORK/bazel-ob")
-  log "building //trainer:trainer and the GPU tests"
+  log "building //trainer:trainer, the daemon binaries (multi_gpu.sh's launch_daemon cases) and the GPU tests"
   if ! timeout 480 "${BZ[@]}" build --jobs="$(nproc)" //trainer:trainer //fsdp:nccl_communicator_test \
-      > "$WORK/build.log" 2>&1; then
+      //worker:worker //coordinator:coordinator //cli:shardctl > "$WORK/build.log" 2>&1; then
     log "build failed; tail of $WORK/build.log:"; tail -30 "$WORK/build.log" >&2
     echo "FAILED: build (see build.log)" >> "$RESULTS"; finish 1
   fi

@@ -522,6 +522,32 @@ TEST(FsdpEngine, CommunicatorErrorFoundAfterWaitFailsBackwardAndEveryLaterCall) 
   EXPECT_EQ((*engine)->BeginForward(), shard.error);
 }
 
+// CUDA: Backward returns while its last reductions still run; the optimizer's read of the
+// gradient norm waits for them (or for their watchdog's abort, which leaves the gradients
+// undefined). A failure found by then fails the step before the update.
+TEST(FsdpEngine, CommunicatorErrorFoundAfterBackwardFailsTheOptimizerStepBeforeTheUpdate) {
+  auto layout = ParallelLayout::Create(1, "FULL_SHARD", 0);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  LateFailingCommunicator shard("shard[0]");
+  TinyGpt model = SeededTinyGpt(TinyGptConfig{});
+  auto engine = FsdpEngine::Create(model.ptr(), *layout, &shard, nullptr, FsdpEngineOptions{});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto opt = ShardedOptimizer::Create(engine->get(), ShardedOptimizerOptions{});
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  at::Tensor idx = at::zeros({2, 8}, at::kLong);
+  ASSERT_TRUE((*engine)->BeginForward().ok());
+  ASSERT_TRUE((*engine)->Backward(model->loss(idx, idx, engine->get())).ok());
+  std::vector<at::Tensor> before;
+  for (const auto& f : (*engine)->flat_params()) before.push_back(f->shard().clone());
+  shard.error = absl::DeadlineExceededError(
+      "group shard[0] op reduce_scatter step 2: timed out after 1s (ranks 0,1)");
+  absl::StatusOr<double> step = (*opt)->Step();
+  EXPECT_EQ(step.status(), shard.error);
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE((*engine)->flat_params()[i]->shard().equal(before[i])) << "unit " << i;
+  }
+}
+
 TEST(FsdpEngine, CommunicatorErrorFoundAfterWaitFailsTheNextForward) {
   auto layout = ParallelLayout::Create(1, "FULL_SHARD", 0);
   ASSERT_TRUE(layout.ok()) << layout.status();
