@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -57,6 +58,27 @@ std::string ProgressLine(const JobStatus& status, int bar_width) {
   }
   if (status.attempt() > 1) absl::StrAppend(&line, "  attempt ", status.attempt());
   return line;
+}
+
+std::string JobListTable(const std::vector<JobStatus>& jobs) {
+  size_t id_width = 3, name_width = 4, owner_width = 5;  // the headers: JOB, NAME, OWNER
+  auto owner = [](const JobStatus& j) { return j.owner().empty() ? std::string("-") : j.owner(); };
+  for (const JobStatus& j : jobs) {
+    id_width = std::max(id_width, j.job_id().size());
+    name_width = std::max(name_width, j.spec().name().size());
+    owner_width = std::max(owner_width, owner(j).size());
+  }
+  auto row = [&](absl::string_view id, absl::string_view name, absl::string_view who,
+                 absl::string_view progress) {
+    return absl::StrFormat("%-*s  %-*s  %-*s  %s\n", static_cast<int>(id_width), id,
+                           static_cast<int>(name_width), name, static_cast<int>(owner_width), who,
+                           progress);
+  };
+  std::string out = row("JOB", "NAME", "OWNER", "PROGRESS");
+  for (const JobStatus& j : jobs) {
+    absl::StrAppend(&out, row(j.job_id(), j.spec().name(), owner(j), ProgressLine(j, 10)));
+  }
+  return out;
 }
 
 std::string StatusBlock(const JobStatus& status) {
