@@ -123,6 +123,18 @@ class Client:
         if insecure is None:
             insecure = target.insecure
         creds = _credentials(tls, tls_cert, tls_key)
+        # export() runs shardctl, which takes the same settings as file paths.
+        self._shardctl_tls = []
+        if creds is not None:
+            if isinstance(tls, str):
+                self._shardctl_tls.append("--tls_ca=" + os.path.abspath(tls))
+            else:
+                self._shardctl_tls = None  # PEM bytes, system roots or credentials: no file
+            if self._shardctl_tls is not None and isinstance(tls_cert, str):
+                self._shardctl_tls += ["--tls_cert=" + os.path.abspath(tls_cert),
+                                       "--tls_key=" + os.path.abspath(tls_key)]
+        elif insecure:
+            self._shardctl_tls.append("--insecure")
         if creds is None and self._token and not insecure and not is_loopback(self.address):
             raise errors.FailedPreconditionError(
                 "refusing to send the token in clear text to %s, which is not a loopback "
@@ -349,7 +361,8 @@ class Client:
         the coordinator where the checkpoint is and reads its shard files from this machine's
         file system: it needs a local shardctl binary (the Client's `shardctl` argument,
         $SHARDLINE_SHARDCTL, or PATH) and the checkpoint directory visible here (a local cluster
-        or a shared file system). TLS connections are not supported (shardctl speaks plaintext).
+        or a shared file system). Over TLS shardctl gets the client's CA (and client certificate)
+        as --tls_ca (--tls_cert, --tls_key): they must have been given as file paths.
 
         Args:
           step: checkpoint step; None: the latest committed one.
@@ -360,8 +373,12 @@ class Client:
         if not binary:
             raise errors.ExportError("export needs the shardctl binary: pass Client(shardctl=...), "
                                      "set $SHARDLINE_SHARDCTL or put shardctl on PATH")
+        if self._shardctl_tls is None:
+            raise errors.ExportError("export runs shardctl, which reads TLS settings from files: "
+                                     "create the Client with tls= (and tls_cert=, tls_key=) as "
+                                     "paths rather than PEM bytes or credentials")
         argv = [binary, "export", job, "--out=" + path, "--coordinator=" + self.address,
-                "--timeout_s=%d" % max(1, int(self._timeout))]
+                "--timeout_s=%d" % max(1, int(self._timeout))] + self._shardctl_tls
         if step is not None:
             argv.append("--step=%d" % step)
         env = dict(os.environ)
