@@ -92,7 +92,7 @@ absl::StatusOr<RankEnv> ReadRankEnv(const std::function<const char*(const char*)
     // wait for it.
     if (ReadStr(getenv, "TORCHELASTIC_USE_AGENT_STORE") == "True") {
       return absl::FailedPreconditionError(absl::StrCat(
-          "environment: TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent serves its own store "
+          "environment TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent serves its own store "
           "on "
           "MASTER_PORT=",
           e.master_port,

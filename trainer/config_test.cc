@@ -99,7 +99,7 @@ TEST(ReadRankEnv, TorchrunSharingItsAgentStoreIsRefusedNamingTheFix) {
   auto shared = ReadRankEnv(FakeEnv(torchrun));
   EXPECT_EQ(shared.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(shared.status().message(),
-            "environment: TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent serves its own "
+            "environment TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent serves its own "
             "store on MASTER_PORT=29500, which rank 0 needs for Shardline's bootstrap store; "
             "launch with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in torchrun's environment (and the "
             "c10d rendezvous: the default, or --standalone), so that torchrun hands the ranks a "
