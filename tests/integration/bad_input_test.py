@@ -273,6 +273,7 @@ class BadInputTest(unittest.TestCase):
              {}, 7, ("m.st",)),
             ("export_without_out", ["export", self.job], {}, 2, ("--out",)),
             ("unknown_command", ["frobnicate"], {}, 2, ("unknown command \"frobnicate\"",)),
+            ("help", ["help"], {}, 0, ()),
             ("submit_without_spec", ["submit"], {}, 2, ("usage: shardctl submit",)),
             # Logs come from the coordinator now (GetLogs), which names the unknown job.
             ("logs_unknown_job", ["logs", "job-424242"], {}, 5, ("unknown job job-424242",)),
