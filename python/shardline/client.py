@@ -97,7 +97,7 @@ class Client:
       state_dir: the local cluster's state directory (default ".cluster", as shardctl).
       timeout: deadline of each unary call, seconds (shardctl's --timeout_s).
       shardctl: path of the shardctl binary, used only by export(); None: $SHARDLINE_SHARDCTL,
-        then `shardctl` on PATH.
+        then `shardctl` on PATH, then ./bazel-bin/cli/shardctl (the repository root's build).
 
     Raises NotFoundError when no coordinator is configured; UnauthenticatedError when a config
     file or cluster.json holding a token is readable by others; FailedPreconditionError for a
@@ -360,7 +360,7 @@ class Client:
         This runs `shardctl export` (the C++ exporter, checkpoint::ExportSafetensors), which asks
         the coordinator where the checkpoint is and reads its shard files from this machine's
         file system: it needs a local shardctl binary (the Client's `shardctl` argument,
-        $SHARDLINE_SHARDCTL, or PATH) and the checkpoint directory visible here (a local cluster
+        $SHARDLINE_SHARDCTL, PATH, or ./bazel-bin/cli/shardctl) and the checkpoint directory visible here (a local cluster
         or a shared file system). Over TLS shardctl gets the client's CA (and client certificate)
         as --tls_ca (--tls_cert, --tls_key): they must have been given as file paths.
 
@@ -369,10 +369,16 @@ class Client:
         Returns the path written. Raises NotFoundError when the job has no such committed
         checkpoint, ExportError when shardctl is missing or fails otherwise.
         """
-        binary = self._shardctl or os.environ.get("SHARDLINE_SHARDCTL") or shutil.which("shardctl")
+        # Last, the Bazel build's output seen from the repository root, where the README's
+        # examples run.
+        built = os.path.join("bazel-bin", "cli", "shardctl")
+        binary = (self._shardctl or os.environ.get("SHARDLINE_SHARDCTL") or shutil.which("shardctl")
+                  or (os.path.abspath(built) if os.access(built, os.X_OK) else None))
         if not binary:
             raise errors.ExportError("export needs the shardctl binary: pass Client(shardctl=...), "
-                                     "set $SHARDLINE_SHARDCTL or put shardctl on PATH")
+                                     "set $SHARDLINE_SHARDCTL, put shardctl on PATH or run from "
+                                     "the repository root after building it (bazel-bin/cli/"
+                                     "shardctl)")
         if self._shardctl_tls is None:
             raise errors.ExportError("export runs shardctl, which reads TLS settings from files: "
                                      "create the Client with tls= (and tls_cert=, tls_key=) as "
