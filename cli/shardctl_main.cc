@@ -75,7 +75,8 @@ constexpr char kUsageText[] = R"(shardctl: submit, watch and inspect Shardline F
 Commands:
   cluster up | down              start/stop a local coordinator + workers (--state_dir, --workers, --slots)
   submit SPEC [--set k=v]...     validate SPEC locally, submit it, print the job id (--watch to follow;
-                                 --dry_run: print the resolved spec as YAML, or JSON with --json, and stop)
+                                 --dry_run: print the resolved spec as YAML, or JSON with --json, and stop;
+                                 relative paths, in SPEC or in --set, are taken against SPEC's folder)
   status JOB                     state, progress, placement, events, sample
   list                           all jobs, one line each
   watch JOB                      live progress until the job ends (--json: one JSON object per update)
