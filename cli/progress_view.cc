@@ -97,7 +97,7 @@ std::string StatusBlock(const JobStatus& status) {
     for (const RankPlacement& p : status.placement())
       groups = std::max(groups, p.shard_group() + 1);
     absl::StrAppend(&out, "replicas   ", status.live_replica_groups_size(), " of ", groups,
-                    " groups live [", absl::StrJoin(status.live_replica_groups(), ", "),
+                    " shard groups live [", absl::StrJoin(status.live_replica_groups(), ", "),
                     "]  (membership epoch ", status.membership_epoch(), ", min_replicas ",
                     ft.min_replicas(), ")\n");
   }
@@ -114,8 +114,11 @@ std::string StatusBlock(const JobStatus& status) {
   }
   if (status.placement_size() > 0) absl::StrAppend(&out, "placement\n");
   for (const RankPlacement& p : status.placement()) {
-    absl::StrAppend(&out, absl::StrFormat("  rank %-3d node %-12s slot %d  local %d  shard %d  "
-                                          "replica %d",
+    // The rank's shard group (the ranks that shard one copy of the model; with fault tolerance
+    // the "replica group" counted above) and its replicate group (the ranks holding the same
+    // shard in each copy): "shard 0  replica 1" read as shard 0 of replica 1, the other way round.
+    absl::StrAppend(&out, absl::StrFormat("  rank %-3d node %-12s slot %d  local %d  "
+                                          "shard group %d  replicate group %d",
                                           p.rank(), p.node_name(), p.slot_index(), p.local_rank(),
                                           p.shard_group(), p.replicate_group()));
     // A replacement process of a lost replica group (fault_tolerance REPLICA_GROUPS).

@@ -125,10 +125,11 @@ TEST(ProgressView, StatusBlockOfAFaultTolerantJobShowsTheLiveReplicaGroupsAndGen
   s.set_membership_epoch(1);
   const std::string block = StatusBlock(s);
   EXPECT_TRUE(absl::StrContains(
-      block, "replicas   2 of 3 groups live [0, 2]  (membership epoch 1, min_replicas 2)\n"))
+      block, "replicas   2 of 3 shard groups live [0, 2]  (membership epoch 1, min_replicas 2)\n"))
       << block;
-  EXPECT_TRUE(absl::StrContains(block, "shard 1  replica 0  generation 1\n")) << block;
-  EXPECT_TRUE(absl::StrContains(block, "shard 0  replica 0\n")) << block;
+  EXPECT_TRUE(absl::StrContains(block, "shard group 1  replicate group 0  generation 1\n"))
+      << block;
+  EXPECT_TRUE(absl::StrContains(block, "shard group 0  replicate group 0\n")) << block;
   // A job without fault tolerance has no replicas line.
   s.mutable_spec()->clear_fault_tolerance();
   EXPECT_FALSE(absl::StrContains(StatusBlock(s), "replicas")) << StatusBlock(s);
