@@ -64,6 +64,9 @@ int CmdCluster(Session& session, const Args& args) {
     std::cout << "dashboard: http://" << info->dashboard_address << "/ (open it once with ?token= "
               << "and the token in " << info->state_dir << "/coordinator/user.token)\n";
   }
+  if (!info->metrics_address.empty()) {
+    std::cout << "metrics: http://" << info->metrics_address << "/metrics (Prometheus)\n";
+  }
   return kOk;
 }
 

@@ -52,11 +52,7 @@ int CmdList(Session& session, const Args&) {
     std::cout << ToJson(r);
     return kOk;
   }
-  std::cout << absl::StrFormat("%-14s %-24s %-12s %s\n", "JOB", "NAME", "OWNER", "PROGRESS");
-  for (const JobStatus& j : *jobs) {
-    std::cout << absl::StrFormat("%-14s %-24s %-12s %s\n", j.job_id(), j.spec().name(),
-                                 j.owner().empty() ? "-" : j.owner(), ProgressLine(j, 10));
-  }
+  std::cout << JobListTable(*jobs);
   return kOk;
 }
 

@@ -44,8 +44,8 @@ std::string ToJson(const ClusterInfo& info) {
   for (pid_t p : info.worker_pids) pids.push_back(std::to_string(p));
   return absl::StrCat("{\n  \"coordinator_address\": \"", info.coordinator_address, "\",\n",
                       "  \"dashboard_address\": \"", info.dashboard_address, "\",\n",
-                      "  \"token\": \"", info.token, "\",\n",
-                      "  \"coordinator_pid\": ", info.coordinator_pid, ",\n",
+                      "  \"metrics_address\": \"", info.metrics_address, "\",\n", "  \"token\": \"",
+                      info.token, "\",\n", "  \"coordinator_pid\": ", info.coordinator_pid, ",\n",
                       "  \"worker_pids\": [", absl::StrJoin(pids, ", "), "]\n}\n");
 }
 
@@ -59,6 +59,9 @@ absl::StatusOr<ClusterInfo> FromJson(const std::string& text, const std::string&
   if (std::regex_search(text, m, std::regex("\"token\": \"([^\"]*)\""))) info.token = m[1];
   if (std::regex_search(text, m, std::regex("\"dashboard_address\": \"([^\"]*)\""))) {
     info.dashboard_address = m[1];
+  }
+  if (std::regex_search(text, m, std::regex("\"metrics_address\": \"([^\"]*)\""))) {
+    info.metrics_address = m[1];
   }
   if (std::regex_search(text, m, std::regex("\"coordinator_pid\": (\\d+)"))) {
     info.coordinator_pid = std::stoi(m[1]);
@@ -183,23 +186,25 @@ absl::StatusOr<ClusterInfo> StartLocalCluster(const ClusterOptions& options) {
   unlink(coord_log.c_str());
   ASSIGN_OR_RETURN(
       info.coordinator_pid,
-      SpawnDetached(
-          {options.coordinator_bin, "--listen=127.0.0.1:0",
-           "--state_dir=" + info.state_dir + "/coordinator", "--token_file=" + user_token_file,
-           "--worker_token_file=" + worker_token_file, "--dashboard_listen=127.0.0.1:0"},
-          coord_log));
+      SpawnDetached({options.coordinator_bin, "--listen=127.0.0.1:0",
+                     "--state_dir=" + info.state_dir + "/coordinator",
+                     "--token_file=" + user_token_file, "--worker_token_file=" + worker_token_file,
+                     "--dashboard_listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0"},
+                    coord_log));
 
   // The coordinator prints "listening on HOST:PORT" once its port is bound, after the
-  // dashboard's "dashboard on http://HOST:PORT/".
+  // metrics' "metrics on HOST:PORT" and the dashboard's "dashboard on http://HOST:PORT/".
   const absl::Time deadline = absl::Now() + options.start_timeout;
   const std::regex listening("listening on ([^\\s]+)");
   const std::regex dashboard("dashboard on http://([^\\s/]+)/");
+  const std::regex metrics("metrics on ([^\\s]+)");
   while (info.coordinator_address.empty()) {
     std::smatch m;
     const std::string log = ReadFile(coord_log);
     if (std::regex_search(log, m, listening)) {
       info.coordinator_address = m[1];
       if (std::regex_search(log, m, dashboard)) info.dashboard_address = m[1];
+      if (std::regex_search(log, m, metrics)) info.metrics_address = m[1];
       break;
     }
     if (!ProcessAlive(info.coordinator_pid) || absl::Now() > deadline) {

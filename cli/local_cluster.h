@@ -1,8 +1,8 @@
 // LocalCluster: `shardctl cluster up|down` — a coordinator and worker daemons on this machine as
 // background processes, with everything under one state directory:
 //
-//   <state_dir>/cluster.json       addresses (API, dashboard), user token, pids (read by `cluster
-//   down` and by
+//   <state_dir>/cluster.json       addresses (API, dashboard, metrics), user token, pids (read by
+//   `cluster down` and by
 //                                  every other shardctl command when no address is given);
 //                                  mode 0600
 //   <state_dir>/coordinator/       the coordinator's --state_dir and log, and user.token
@@ -35,6 +35,7 @@ struct ClusterInfo {
   std::string state_dir;
   std::string coordinator_address;  // host:port
   std::string dashboard_address;    // host:port of the web dashboard (loopback, any free port)
+  std::string metrics_address;      // host:port of the Prometheus /metrics (loopback, any port)
   std::string token;                // bearer token for users (empty: none)
   pid_t coordinator_pid = 0;
   std::vector<pid_t> worker_pids;

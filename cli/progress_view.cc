@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -59,6 +60,27 @@ std::string ProgressLine(const JobStatus& status, int bar_width) {
   return line;
 }
 
+std::string JobListTable(const std::vector<JobStatus>& jobs) {
+  size_t id_width = 3, name_width = 4, owner_width = 5;  // the headers: JOB, NAME, OWNER
+  auto owner = [](const JobStatus& j) { return j.owner().empty() ? std::string("-") : j.owner(); };
+  for (const JobStatus& j : jobs) {
+    id_width = std::max(id_width, j.job_id().size());
+    name_width = std::max(name_width, j.spec().name().size());
+    owner_width = std::max(owner_width, owner(j).size());
+  }
+  auto row = [&](absl::string_view id, absl::string_view name, absl::string_view who,
+                 absl::string_view progress) {
+    return absl::StrFormat("%-*s  %-*s  %-*s  %s\n", static_cast<int>(id_width), id,
+                           static_cast<int>(name_width), name, static_cast<int>(owner_width), who,
+                           progress);
+  };
+  std::string out = row("JOB", "NAME", "OWNER", "PROGRESS");
+  for (const JobStatus& j : jobs) {
+    absl::StrAppend(&out, row(j.job_id(), j.spec().name(), owner(j), ProgressLine(j, 10)));
+  }
+  return out;
+}
+
 std::string StatusBlock(const JobStatus& status) {
   std::string out;
   absl::StrAppend(&out, "job        ", status.job_id(), "  (", status.spec().name(), ")\n");
@@ -75,7 +97,7 @@ std::string StatusBlock(const JobStatus& status) {
     for (const RankPlacement& p : status.placement())
       groups = std::max(groups, p.shard_group() + 1);
     absl::StrAppend(&out, "replicas   ", status.live_replica_groups_size(), " of ", groups,
-                    " groups live [", absl::StrJoin(status.live_replica_groups(), ", "),
+                    " shard groups live [", absl::StrJoin(status.live_replica_groups(), ", "),
                     "]  (membership epoch ", status.membership_epoch(), ", min_replicas ",
                     ft.min_replicas(), ")\n");
   }
@@ -92,8 +114,11 @@ std::string StatusBlock(const JobStatus& status) {
   }
   if (status.placement_size() > 0) absl::StrAppend(&out, "placement\n");
   for (const RankPlacement& p : status.placement()) {
-    absl::StrAppend(&out, absl::StrFormat("  rank %-3d node %-12s slot %d  local %d  shard %d  "
-                                          "replica %d",
+    // The rank's shard group (the ranks that shard one copy of the model; with fault tolerance
+    // the "replica group" counted above) and its replicate group (the ranks holding the same
+    // shard in each copy): "shard 0  replica 1" read as shard 0 of replica 1, the other way round.
+    absl::StrAppend(&out, absl::StrFormat("  rank %-3d node %-12s slot %d  local %d  "
+                                          "shard group %d  replicate group %d",
                                           p.rank(), p.node_name(), p.slot_index(), p.local_rank(),
                                           p.shard_group(), p.replicate_group()));
     // A replacement process of a lost replica group (fault_tolerance REPLICA_GROUPS).

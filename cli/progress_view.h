@@ -7,6 +7,7 @@
 #define SHARDLINE_CLI_PROGRESS_VIEW_H_
 
 #include <string>
+#include <vector>
 
 #include "proto/coordinator.pb.h"
 
@@ -27,6 +28,11 @@ std::string FormatBytes(int64_t bytes);
 
 // The block `shardctl status JOB` prints: state, attempt, world, progress, placement, events.
 std::string StatusBlock(const JobStatus& status);
+
+// The table `shardctl list` prints: a header and one line per job (id, name, owner, progress).
+// The id, name and owner columns are as wide as their longest entry, so they line up whatever
+// the ids (job-<ms base 36><4 chars> is 16 characters) and names are.
+std::string JobListTable(const std::vector<JobStatus>& jobs);
 
 // "PENDING", "RUNNING", ...
 std::string JobStateName(JobState state);

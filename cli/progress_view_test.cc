@@ -1,6 +1,10 @@
 #include "cli/progress_view.h"
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
 namespace shardline::cli {
@@ -51,6 +55,31 @@ TEST(ProgressView, Formatting) {
   EXPECT_EQ(FormatBytes(3 * 1048576), "3.0 MiB");
 }
 
+TEST(ProgressView, JobListColumnsLineUpWithSixteenCharacterIdsAndLongNames) {
+  std::vector<JobStatus> jobs(2);
+  jobs[0].set_job_id("job-mx5vsm5eqkzq");  // what the coordinator issues: 16 characters
+  jobs[0].mutable_spec()->set_name("tiny-gpt-shakespeare");
+  jobs[0].set_owner("admin");
+  jobs[0].set_state(SUCCEEDED);
+  jobs[1].set_job_id("job-1");
+  jobs[1].mutable_spec()->set_name("a-name-longer-than-twenty-four-characters");
+  jobs[1].set_state(PENDING);
+  const std::vector<std::string> lines = absl::StrSplit(JobListTable(jobs), '\n');
+  ASSERT_EQ(lines.size(), 4u);  // header, two jobs, the empty string after the last newline
+  EXPECT_EQ(lines[3], "");
+  // Every column starts where its header does.
+  for (const char* header : {"NAME", "OWNER", "PROGRESS"}) {
+    const size_t at = lines[0].find(header);
+    ASSERT_NE(at, std::string::npos) << header;
+    for (int i = 1; i <= 2; ++i) {
+      EXPECT_NE(lines[i][at], ' ') << header << " in line " << i << ": " << lines[i];
+      EXPECT_EQ(lines[i][at - 1], ' ') << header << " in line " << i << ": " << lines[i];
+    }
+  }
+  EXPECT_TRUE(absl::StartsWith(lines[1], "job-mx5vsm5eqkzq  tiny-gpt-shakespeare ")) << lines[1];
+  EXPECT_TRUE(absl::StrContains(lines[2], " -      PENDING")) << lines[2];  // no owner: "-"
+}
+
 TEST(ProgressView, StatusBlockListsPlacementAndEvents) {
   JobStatus s;
   s.set_job_id("job-7");
@@ -96,10 +125,11 @@ TEST(ProgressView, StatusBlockOfAFaultTolerantJobShowsTheLiveReplicaGroupsAndGen
   s.set_membership_epoch(1);
   const std::string block = StatusBlock(s);
   EXPECT_TRUE(absl::StrContains(
-      block, "replicas   2 of 3 groups live [0, 2]  (membership epoch 1, min_replicas 2)\n"))
+      block, "replicas   2 of 3 shard groups live [0, 2]  (membership epoch 1, min_replicas 2)\n"))
       << block;
-  EXPECT_TRUE(absl::StrContains(block, "shard 1  replica 0  generation 1\n")) << block;
-  EXPECT_TRUE(absl::StrContains(block, "shard 0  replica 0\n")) << block;
+  EXPECT_TRUE(absl::StrContains(block, "shard group 1  replicate group 0  generation 1\n"))
+      << block;
+  EXPECT_TRUE(absl::StrContains(block, "shard group 0  replicate group 0\n")) << block;
   // A job without fault tolerance has no replicas line.
   s.mutable_spec()->clear_fault_tolerance();
   EXPECT_FALSE(absl::StrContains(StatusBlock(s), "replicas")) << StatusBlock(s);

@@ -25,6 +25,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/options.h"
@@ -74,7 +75,8 @@ constexpr char kUsageText[] = R"(shardctl: submit, watch and inspect Shardline F
 Commands:
   cluster up | down              start/stop a local coordinator + workers (--state_dir, --workers, --slots)
   submit SPEC [--set k=v]...     validate SPEC locally, submit it, print the job id (--watch to follow;
-                                 --dry_run: print the resolved spec as YAML, or JSON with --json, and stop)
+                                 --dry_run: print the resolved spec as YAML, or JSON with --json, and stop;
+                                 relative paths, in SPEC or in --set, are taken against SPEC's folder)
   status JOB                     state, progress, placement, events, sample
   list                           all jobs, one line each
   watch JOB                      live progress until the job ends (--json: one JSON object per update)
@@ -86,6 +88,7 @@ Commands:
                                  (--format=hf --out=DIR: a folder transformers loads)
   workers                        registered workers and their slots
   whoami                         the user (and admin or not) the coordinator takes the token for
+  help                           this text (--help: with every flag)
 Read commands take --json. Coordinator: --coordinator, $SHARDLINE_COORDINATOR, the config file,
 or the local cluster; token: --token_file, --token, $SHARDLINE_TOKEN, the config file, or the
 local cluster. TLS: --tls_ca=CA.pem [--tls_cert, --tls_key], or tls_ca= etc. in the config file;
@@ -141,7 +144,8 @@ constexpr Command kCommands[] = {
 
 int main(int argc, char** argv) {
   using namespace shardline::cli;
-  absl::SetProgramUsageMessage(kUsageText);
+  // absl's --help puts "shardctl: " in front itself.
+  absl::SetProgramUsageMessage(absl::StripPrefix(kUsageText, "shardctl: "));
   // --set may repeat, which absl flags do not keep; take those out before absl parses the rest.
   std::vector<std::string> sets;
   std::vector<char*> rest;
@@ -164,6 +168,10 @@ int main(int argc, char** argv) {
     return kUsage;
   }
   const std::string& cmd = args[1];
+  if (cmd == "help") {
+    std::cout << kUsageText;
+    return kOk;
+  }
   for (const Command& c : kCommands) {
     if (cmd == c.name) {
       Session session(OptionsFromFlags(std::move(sets)));

@@ -1,8 +1,10 @@
 #include "cli/target.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "cli/local_cluster.h"
 #include "common/secret_file.h"
@@ -69,9 +71,15 @@ absl::StatusOr<Target> ResolveTarget(const ConnectionOptions& options) {
     }
   }
   if (t.address.empty()) {
-    return absl::NotFoundError(
+    // The local cluster is found through a relative --state_dir (.cluster): from another
+    // directory a running cluster looks absent, so name the directory looked in.
+    std::error_code ec;
+    const std::string looked = std::filesystem::absolute(options.state_dir, ec).string();
+    return absl::NotFoundError(absl::StrCat(
         "no coordinator: pass --coordinator=HOST:PORT, set $SHARDLINE_COORDINATOR, or start a "
-        "local cluster with `shardctl cluster up`");
+        "local cluster with `shardctl cluster up` (no local cluster in ",
+        ec ? options.state_dir : looked,
+        ": one started elsewhere is found from that directory, or with --state_dir=DIR/.cluster)"));
   }
   return t;
 }

@@ -40,7 +40,9 @@ int WatchJob(Session& session, CoordinatorClient& client, const std::string& job
       const JobEvent& e = st.events(static_cast<int>(events_shown - st.events_dropped()));
       if (tty && !last_line.empty()) std::cout << "\n";
       std::cout << "[" << e.kind() << "] " << e.message() << "\n";
-      last_line.clear();
+      // A terminal's progress line was pushed up by the event: draw it again below. In a log
+      // the line above is still the latest; printing it again only repeats it.
+      if (tty) last_line.clear();
     }
     const std::string line = ProgressLine(st);
     if (line != last_line) {

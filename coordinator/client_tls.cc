@@ -1,6 +1,7 @@
 #include "coordinator/client_tls.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -8,6 +9,15 @@
 
 namespace shardline::coordinator {
 namespace {
+
+// `path` against the working directory when relative; "" stays "" (and a path whose directory
+// cannot be resolved stays as given).
+std::string Absolute(const std::string& path) {
+  if (path.empty()) return path;
+  std::error_code ec;
+  std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  return ec ? path : abs.lexically_normal().string();
+}
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* name) {
   std::ifstream in(path);
@@ -49,9 +59,9 @@ absl::Status LoadClientTls(const ClientTlsFiles& files, const ClientTlsNames& na
 }
 
 std::map<std::string, std::string> ClientTlsEnv(const ClientTlsFiles& files) {
-  return {{kClientTlsEnv.ca, files.ca},
-          {kClientTlsEnv.cert, files.cert},
-          {kClientTlsEnv.key, files.key},
+  return {{kClientTlsEnv.ca, Absolute(files.ca)},
+          {kClientTlsEnv.cert, Absolute(files.cert)},
+          {kClientTlsEnv.key, Absolute(files.key)},
           {kClientTlsEnv.insecure, files.insecure ? "1" : ""}};
 }
 

@@ -52,7 +52,9 @@ absl::Status LoadClientTls(const ClientTlsFiles& files, const ClientTlsNames& na
                            CoordinatorClient::Options* options);
 
 // The environment entries (kClientTlsEnv) that hand `files` to a child process; every entry is
-// present (empty when unset) so that nothing inherited overrides them.
+// present (empty when unset) so that nothing inherited overrides them. Relative paths are made
+// absolute against this process's working directory: the child (a trainer, which the worker
+// daemon starts in the rank's own directory) may run elsewhere.
 std::map<std::string, std::string> ClientTlsEnv(const ClientTlsFiles& files);
 
 // The settings read back from that environment (`getenv`: std::getenv when null).

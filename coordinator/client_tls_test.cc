@@ -1,6 +1,7 @@
 #include "coordinator/client_tls.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -76,6 +77,18 @@ TEST(ClientTlsEnv, RoundTripsThroughTheEnvironmentAndOverridesEveryEntry) {
   EXPECT_FALSE(ClientTlsFilesFromEnv([&none](const char* n) -> const char* {
                  return none.at(n).c_str();
                }).insecure);
+}
+
+TEST(ClientTlsEnv, RelativePathsAreHandedOnAbsoluteForAChildInAnotherDirectory) {
+  // A worker started as `worker --tls_ca=certs/ca.pem` runs its trainers in their rank
+  // directories, where "certs/ca.pem" does not exist.
+  const std::string cwd = std::filesystem::current_path().string();
+  const std::map<std::string, std::string> env =
+      ClientTlsEnv({"certs/ca.pem", "./certs/../certs/node.pem", "/abs/node.key", false});
+  EXPECT_EQ(env.at("SHARDLINE_TLS_CA"), cwd + "/certs/ca.pem");
+  EXPECT_EQ(env.at("SHARDLINE_TLS_CERT"), cwd + "/certs/node.pem");
+  EXPECT_EQ(env.at("SHARDLINE_TLS_KEY"), "/abs/node.key");
+  EXPECT_EQ(ClientTlsEnv({}).at("SHARDLINE_TLS_CA"), "");
 }
 
 TEST(CoordinatorClient, RefusesAClearTextTokenToANonLoopbackAddress) {

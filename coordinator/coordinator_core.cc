@@ -455,6 +455,11 @@ absl::Status CoordinatorCore::CancelJobLocked(const std::string& job_id,
   ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(job_id));
   RETURN_IF_ERROR(writer_->CheckWritable());
   const std::string why = reason.empty() ? "cancelled by a user" : reason;
+  if (IsTerminal(job->status().state())) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " has already ended (",
+                                                      JobState_Name(job->status().state()),
+                                                      "): there is nothing to cancel"));
+  }
   JobStateMachine sm(job, clock_->Now());
   if (!IsLegalTransition(job->status().state(), CANCELLED)) return sm.Cancel(why);
   if (job->status().state() == RUNNING) EndAttemptLocked(*job, /*send_stop=*/true);

@@ -64,7 +64,14 @@ absl::StatusOr<GetLogsResponse> CoordinatorCore::GetLogs(const GetLogsRequest& r
   {
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(const JobRecord* job, jobs_.Find(req.job_id()));
-    finished = IsTerminal(job->status().state());
+    const JobStatus& st = job->status();
+    finished = IsTerminal(st.state());
+    // A rank the job never had would just answer nothing, which reads as "no output yet".
+    const int32_t world = std::max(st.world_size(), st.spec().world_size());
+    if (!req.all_ranks() && req.rank() >= world) {
+      return absl::InvalidArgumentError(absl::StrCat("logs: job ", req.job_id(), " has no rank ",
+                                                     req.rank(), " (ranks 0..", world - 1, ")"));
+    }
   }
   GetLogsRequest r = req;
   if (r.rank() == -1) r.set_all_ranks(true);

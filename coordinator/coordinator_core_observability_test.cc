@@ -202,6 +202,21 @@ TEST_F(CoreObservabilityTest, GetLogsRefusesUnknownJobsAndNegativeArguments) {
             "logs: tail_lines and rank must not be negative, got tail_lines -1, rank 0");
 }
 
+TEST_F(CoreObservabilityTest, GetLogsOfARankOutsideTheWorldNamesTheRanks) {
+  const std::string job = RunningJob(2);
+  GetLogsRequest get;
+  get.set_job_id(job);
+  get.set_rank(7);
+  const auto r = core_->GetLogs(get);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), absl::StrCat("logs: job ", job, " has no rank 7 (ranks 0..1)"));
+  get.set_rank(1);
+  EXPECT_TRUE(core_->GetLogs(get).ok());
+  get.set_rank(7);
+  get.set_all_ranks(true);  // the rank field is not looked at
+  EXPECT_TRUE(core_->GetLogs(get).ok());
+}
+
 TEST_F(CoreObservabilityTest, RunningJobsCarryTheirLatestReportAndEndedOnesLeave) {
   const std::string job = RunningJob(1);
   ASSERT_EQ(core_->RunningJobs().size(), 1u);

@@ -613,6 +613,10 @@ TEST_F(CoreTest, CancelStopsRanksAndIsFinal) {
   EXPECT_EQ(core_->ListWorkers()[0].busy_slots(), 0);
   absl::Status again = core_->CancelJob(*job, "");
   EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
+  // In the user's words, not the state machine's ("illegal transition CANCELLED -> CANCELLED").
+  EXPECT_EQ(
+      again.message(),
+      absl::StrCat("job ", *job, " has already ended (CANCELLED): there is nothing to cancel"));
   EXPECT_EQ(core_->CancelJob("job-999", "").code(), absl::StatusCode::kNotFound);
 }
 

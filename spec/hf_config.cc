@@ -339,7 +339,12 @@ absl::StatusOr<std::string> HfConfigFromModelSpec(const ModelSpec& m) {
         ",\n  \"n_inner\": null,\n  \"activation_function\": \"gelu_new\",\n"
         "  \"layer_norm_epsilon\": 1e-05,\n  \"scale_attn_weights\": true,\n"
         "  \"scale_attn_by_inverse_layer_idx\": false,\n  \"reorder_and_upcast_attn\": false,\n"
-        "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
+        "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n",
+        // transformers' GPT-2 defaults both to 50256 (GPT-2's <|endoftext|>); outside a smaller
+        // vocabulary (a byte-level or own BPE model) from_pretrained warns and generate() would
+        // stop on an id the model never produces, so such a model gets none.
+        m.vocab_size() > 50256 ? "  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n"
+                               : "  \"bos_token_id\": null,\n  \"eos_token_id\": null,\n",
         "  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\"\n}\n");
   }
   return absl::InvalidArgumentError(

@@ -91,5 +91,31 @@ TEST(HfConfig, ResolveFillsZeroFieldsAndRefusesDisagreement) {
   EXPECT_EQ(ResolveHfModel(&missing).code(), absl::StatusCode::kNotFound);
 }
 
+TEST(HfConfig, GptConfigHasNoEndOfTextIdOutsideASmallVocabulary) {
+  ModelSpec m;
+  m.set_architecture(ModelSpec::GPT);
+  m.set_n_embd(64);
+  m.set_n_layer(4);
+  m.set_n_head(4);
+  m.set_block_size(64);
+  m.set_vocab_size(256);  // bytes: transformers' default 50256 is outside it
+  auto small = HfConfigFromModelSpec(m);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_NE(small->find("\"bos_token_id\": null,\n  \"eos_token_id\": null,"), std::string::npos)
+      << *small;
+  m.set_vocab_size(50257);  // GPT-2's own vocabulary keeps <|endoftext|>
+  auto gpt2 = HfConfigFromModelSpec(m);
+  ASSERT_TRUE(gpt2.ok()) << gpt2.status();
+  EXPECT_NE(gpt2->find("\"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,"), std::string::npos)
+      << *gpt2;
+  // Both still read back as the same model.
+  for (const std::string* json : {&*small, &*gpt2}) {
+    auto back = ModelSpecFromHfConfig(*json, "config.json");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->n_embd(), 64);
+    EXPECT_EQ(back->block_size(), 64);
+  }
+}
+
 }  // namespace
 }  // namespace shardline::spec

@@ -55,6 +55,29 @@ TEST(MergeYamlText, UnknownFieldSuggestsClosestName) {
   EXPECT_EQ(SuggestFieldName(*ModelSpec::descriptor(), "zzzzzz"), "");
 }
 
+TEST(MergeYamlText, UnknownFieldWithAPyTorchOrDeepSpeedNameGetsShardlinesName) {
+  JobSpec spec;
+  EXPECT_EQ(MergeYamlText("fsdp:\n  transformer_layer_cls: Block\n", "job.yaml", &spec, nullptr)
+                .message(),
+            "job.yaml:2: unknown field \"fsdp.transformer_layer_cls\" (did you mean "
+            "\"block_class\"? PyTorch FSDP's transformer_layer_cls: the block class's name)");
+  // The nearest spelling would be "steps", which is not what accumulation means.
+  EXPECT_EQ(MergeYamlText("train:\n  gradient_accumulation_steps: 4\n", "job.yaml", &spec, nullptr)
+                .message(),
+            "job.yaml:2: unknown field \"train.gradient_accumulation_steps\" (no such field: the "
+            "micro-batches per step follow from train.global_batch_size / "
+            "(train.micro_batch_size * world_size))");
+  EXPECT_EQ(ApplyAssignment("optimizer.betas=[0.9, 0.95]", &spec, nullptr).message(),
+            "unknown field \"optimizer.betas\" (\"beta1\" and \"beta2\", two fields) (from --set "
+            "optimizer.betas=[0.9, 0.95])");
+  EXPECT_EQ(ApplyAssignment("checkpoint.save_interval=100", &spec, nullptr).message(),
+            "unknown field \"checkpoint.save_interval\" (did you mean \"every_steps\"?) (from "
+            "--set checkpoint.save_interval=100)");
+  // A name foreign to one message is an ordinary typo in another.
+  EXPECT_EQ(ApplyAssignment("model.betas=1", &spec, nullptr).message(),
+            "unknown field \"model.betas\" (from --set model.betas=1)");
+}
+
 TEST(MergeYamlText, RejectsNullDuplicateOutOfRangeAndBadSyntax) {
   JobSpec spec;
   EXPECT_EQ(MergeYamlText("world_size:\n", "a", &spec, nullptr).message(),

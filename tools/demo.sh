@@ -41,13 +41,17 @@ bin="$(bazel info bazel-bin 2>/dev/null)"
 shardctl="$bin/cli/shardctl"
 state="$here/.cluster"
 
-"$shardctl" cluster down --state_dir="$state" >/dev/null 2>&1 || true
+echo "== starting a local cluster: 1 coordinator, 2 workers x 2 CPU slots"
+# A cluster already running in .cluster (`shardctl cluster up`, or an earlier `demo.sh --keep`)
+# is left alone: stopping it would end its jobs. `cluster up` refuses it, naming it.
+if ! "$shardctl" cluster up --state_dir="$state" --workers=2 --slots=2; then
+  echo "== a local cluster may already be running in $state; to stop it (its jobs end):"
+  echo "   bazel-bin/cli/shardctl cluster down"
+  exit 1
+fi
 if ((keep == 0)); then
   trap '"$shardctl" cluster down --state_dir="$state" || true' EXIT
 fi
-
-echo "== starting a local cluster: 1 coordinator, 2 workers x 2 CPU slots"
-"$shardctl" cluster up --state_dir="$state" --workers=2 --slots=2
 "$shardctl" workers --state_dir="$state"
 
 echo "== submitting examples/tiny_gpt_shakespeare.yaml (tiny GPT, HYBRID_SHARD degree 2, 4 ranks)"

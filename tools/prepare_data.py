@@ -162,7 +162,7 @@ def main(argv=None):
             f.write(b.hex() + "\n")
     meta = {
         "format": fmt, "dtype": np.dtype(dtype).name, "vocab_size": tok.vocab_size,
-        "tokenizer": tok.path, "tokenizer_kind": tok.kind,
+        "tokenizer": os.path.abspath(tok.path), "tokenizer_kind": tok.kind,
         "train_files": train_files, "val_file": val_file, "vocab_file": vocab_file,
         "train_tokens": int(n_train), "val_tokens": int(len(val)),
         "spec": {"model": {"vocab_size": tok.vocab_size},

@@ -86,6 +86,21 @@ absl::StatusOr<RankEnv> ReadRankEnv(const std::function<const char*(const char*)
       return absl::InvalidArgumentError(
           absl::StrCat("environment MASTER_PORT=", e.master_port, " is not a TCP port"));
     }
+    // torchrun (torch.distributed.elastic) by default shares its agent's c10d TCPStore with the
+    // ranks: MASTER_PORT is then that store, which rank 0 cannot bind and whose protocol is not
+    // ours. Say so at once, on every rank, rather than rank 0 failing to bind while the others
+    // wait for it.
+    if (ReadStr(getenv, "TORCHELASTIC_USE_AGENT_STORE") == "True") {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "environment TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent serves its own store "
+          "on "
+          "MASTER_PORT=",
+          e.master_port,
+          ", which rank 0 needs for Shardline's bootstrap store; launch with "
+          "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in torchrun's environment (and the c10d "
+          "rendezvous: the default, or --standalone), so that torchrun hands the ranks a free "
+          "MASTER_PORT"));
+    }
     // Off loopback, anyone who can reach MASTER_PORT could read and overwrite the bootstrap
     // keys (and so point ranks at their own Gloo peers): the store needs the launcher's secret.
     if (!loopback && e.store_secret.empty() && ReadStr(getenv, "SHARDLINE_STORE_INSECURE") != "1") {

@@ -89,6 +89,34 @@ TEST(ReadRankEnv, OffLoopbackStoreNeedsSecret) {
                   .ok());
 }
 
+TEST(ReadRankEnv, TorchrunSharingItsAgentStoreIsRefusedNamingTheFix) {
+  const std::map<std::string, std::string> torchrun = {{"RANK", "1"},
+                                                       {"WORLD_SIZE", "4"},
+                                                       {"LOCAL_RANK", "1"},
+                                                       {"MASTER_ADDR", "127.0.0.1"},
+                                                       {"MASTER_PORT", "29500"},
+                                                       {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  auto shared = ReadRankEnv(FakeEnv(torchrun));
+  EXPECT_EQ(shared.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(shared.status().message(),
+            "environment TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent serves its own "
+            "store on MASTER_PORT=29500, which rank 0 needs for Shardline's bootstrap store; "
+            "launch with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in torchrun's environment (and the "
+            "c10d rendezvous: the default, or --standalone), so that torchrun hands the ranks a "
+            "free MASTER_PORT");
+  // What torchrun sets with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1.
+  auto own = torchrun;
+  own["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  auto env = ReadRankEnv(FakeEnv(own));
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->master_port, 29500);
+  // Under the worker daemon the coordinator's rendezvous is used: the variable does not matter.
+  auto daemon = torchrun;
+  daemon["SHARDLINE_COORDINATOR"] = "h:1";
+  daemon["SHARDLINE_RDZV_NAMESPACE"] = "job-1/1";
+  EXPECT_TRUE(ReadRankEnv(FakeEnv(daemon)).ok());
+}
+
 TEST(ReadRankEnv, RankGenerationOfAReplacementIsRead) {
   auto first = ReadRankEnv(FakeEnv({}));
   ASSERT_TRUE(first.ok()) << first.status();

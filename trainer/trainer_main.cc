@@ -87,7 +87,10 @@ constexpr char kUsage[] =
     "usage: trainer --spec FILE [--set path=value ...] [--metrics_out FILE]\n"
     "               [--backend fsdp|local]\n"
     "  Runs one rank; RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT come from the\n"
-    "  environment as torchrun sets them (all unset: one process).\n"
+    "  environment as torchrun sets them (all unset: one process). Under torchrun itself:\n"
+    "    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=4 \\\n"
+    "      --no-python trainer --spec job.yaml\n"
+    "  (rank 0 serves the bootstrap store on MASTER_PORT, which torchrun's agent holds otherwise)\n"
     "  --set overrides any spec field, e.g. --set fsdp.hybrid_shard_degree=2 --set train.steps=50\n"
     "  --backend: fsdp (the FSDP engine at any W; the default, also called auto) or local (one\n"
     "             process, plain torch::optim: the reference the engine is tested against)\n";

@@ -97,7 +97,7 @@ class Client:
       state_dir: the local cluster's state directory (default ".cluster", as shardctl).
       timeout: deadline of each unary call, seconds (shardctl's --timeout_s).
       shardctl: path of the shardctl binary, used only by export(); None: $SHARDLINE_SHARDCTL,
-        then `shardctl` on PATH.
+        then `shardctl` on PATH, then ./bazel-bin/cli/shardctl (the repository root's build).
 
     Raises NotFoundError when no coordinator is configured; UnauthenticatedError when a config
     file or cluster.json holding a token is readable by others; FailedPreconditionError for a
@@ -123,6 +123,18 @@ class Client:
         if insecure is None:
             insecure = target.insecure
         creds = _credentials(tls, tls_cert, tls_key)
+        # export() runs shardctl, which takes the same settings as file paths.
+        self._shardctl_tls = []
+        if creds is not None:
+            if isinstance(tls, str):
+                self._shardctl_tls.append("--tls_ca=" + os.path.abspath(tls))
+            else:
+                self._shardctl_tls = None  # PEM bytes, system roots or credentials: no file
+            if self._shardctl_tls is not None and isinstance(tls_cert, str):
+                self._shardctl_tls += ["--tls_cert=" + os.path.abspath(tls_cert),
+                                       "--tls_key=" + os.path.abspath(tls_key)]
+        elif insecure:
+            self._shardctl_tls.append("--insecure")
         if creds is None and self._token and not insecure and not is_loopback(self.address):
             raise errors.FailedPreconditionError(
                 "refusing to send the token in clear text to %s, which is not a loopback "
@@ -348,20 +360,31 @@ class Client:
         This runs `shardctl export` (the C++ exporter, checkpoint::ExportSafetensors), which asks
         the coordinator where the checkpoint is and reads its shard files from this machine's
         file system: it needs a local shardctl binary (the Client's `shardctl` argument,
-        $SHARDLINE_SHARDCTL, or PATH) and the checkpoint directory visible here (a local cluster
-        or a shared file system). TLS connections are not supported (shardctl speaks plaintext).
+        $SHARDLINE_SHARDCTL, PATH, or ./bazel-bin/cli/shardctl) and the checkpoint directory visible here (a local cluster
+        or a shared file system). Over TLS shardctl gets the client's CA (and client certificate)
+        as --tls_ca (--tls_cert, --tls_key): they must have been given as file paths.
 
         Args:
           step: checkpoint step; None: the latest committed one.
         Returns the path written. Raises NotFoundError when the job has no such committed
         checkpoint, ExportError when shardctl is missing or fails otherwise.
         """
-        binary = self._shardctl or os.environ.get("SHARDLINE_SHARDCTL") or shutil.which("shardctl")
+        # Last, the Bazel build's output seen from the repository root, where the README's
+        # examples run.
+        built = os.path.join("bazel-bin", "cli", "shardctl")
+        binary = (self._shardctl or os.environ.get("SHARDLINE_SHARDCTL") or shutil.which("shardctl")
+                  or (os.path.abspath(built) if os.access(built, os.X_OK) else None))
         if not binary:
             raise errors.ExportError("export needs the shardctl binary: pass Client(shardctl=...), "
-                                     "set $SHARDLINE_SHARDCTL or put shardctl on PATH")
+                                     "set $SHARDLINE_SHARDCTL, put shardctl on PATH or run from "
+                                     "the repository root after building it (bazel-bin/cli/"
+                                     "shardctl)")
+        if self._shardctl_tls is None:
+            raise errors.ExportError("export runs shardctl, which reads TLS settings from files: "
+                                     "create the Client with tls= (and tls_cert=, tls_key=) as "
+                                     "paths rather than PEM bytes or credentials")
         argv = [binary, "export", job, "--out=" + path, "--coordinator=" + self.address,
-                "--timeout_s=%d" % max(1, int(self._timeout))]
+                "--timeout_s=%d" % max(1, int(self._timeout))] + self._shardctl_tls
         if step is not None:
             argv.append("--step=%d" % step)
         env = dict(os.environ)

@@ -240,6 +240,9 @@ class BadInputTest(unittest.TestCase):
         spec_row("torchscript_file_missing", base, 3,
                  "model.torchscript_path: \"%s.pt\" does not exist" % missing,
                  sets=("model.architecture=TORCHSCRIPT", "model.torchscript_path=" + missing + ".pt"))
+        # A PyTorch FSDP name gets Shardline's (the nearest spelling would not help).
+        set_row("pytorch_fsdp_name", "fsdp.transformer_layer_cls=Block", 3,
+                "unknown field \"fsdp.transformer_layer_cls\" (did you mean \"block_class\"?")
         set_row("torchscript_path_on_gpt", "model.torchscript_path=/tmp/m.pt", 3,
                 "model.torchscript_path: \"/tmp/m.pt\" is only used with architecture TORCHSCRIPT")
         self.run_rows(rows)
@@ -260,7 +263,8 @@ class BadInputTest(unittest.TestCase):
              ("unknown job job-424242",)),
             ("watch_unknown_job", ["watch", "job-424242"], {}, 5, ("unknown job job-424242",)),
             ("cancel_unknown_job", ["cancel", "job-424242"], {}, 5, ("unknown job job-424242",)),
-            ("cancel_finished_job", ["cancel", self.job], {}, 7, (self.job, "SUCCEEDED")),
+            ("cancel_finished_job", ["cancel", self.job], {}, 7,
+             (self.job, "has already ended (SUCCEEDED)")),
             ("export_step_not_committed", ["export", self.job, "--step=3",
                                            "--out=" + os.path.join(self.tmp, "m.safetensors")],
              {}, 5, ("has no committed checkpoint at step 3",)),
@@ -269,6 +273,7 @@ class BadInputTest(unittest.TestCase):
              {}, 7, ("m.st",)),
             ("export_without_out", ["export", self.job], {}, 2, ("--out",)),
             ("unknown_command", ["frobnicate"], {}, 2, ("unknown command \"frobnicate\"",)),
+            ("help", ["help"], {}, 0, ()),
             ("submit_without_spec", ["submit"], {}, 2, ("usage: shardctl submit",)),
             # Logs come from the coordinator now (GetLogs), which names the unknown job.
             ("logs_unknown_job", ["logs", "job-424242"], {}, 5, ("unknown job job-424242",)),
@@ -277,6 +282,9 @@ class BadInputTest(unittest.TestCase):
             ("logs_bad_since", ["logs", self.job, "--since=yesterday"], {}, 2,
              ("--since=yesterday",)),
             ("metrics_unknown_job", ["metrics", "job-424242"], {}, 5, ("unknown job job-424242",)),
+            # A rank the job never had used to print nothing and exit 0.
+            ("logs_rank_outside_the_world", ["logs", self.job, "--rank=9"], {}, 3,
+             ("job %s has no rank 9" % self.job,)),
         ]
         self.run_rows(rows)
         # Unreachable: a port nobody listens on (the cluster is not involved).

@@ -87,6 +87,11 @@ class ClusterTest(unittest.TestCase):
         proc = self.cluster.shardctl("watch", job, timeout=300)
         self.assertIn("step 4/4", proc.stdout)
         self.assertIn("SUCCEEDED", proc.stdout)
+        # Into a pipe each progress line is printed once, events or not (an event used to make
+        # the line before it print again).
+        lines = [l for l in proc.stdout.splitlines()
+                 if l.split(" ", 1)[0] in ("PENDING", "RUNNING", "SUCCEEDED")]
+        self.assertEqual(len(lines), len(set(lines)), proc.stdout)
 
     def test_cancel_stops_every_trainer_within_the_grace_period(self):
         job = self.submit(self.spec(steps=100000))

@@ -101,6 +101,14 @@ class LocalClusterTokenTest(unittest.TestCase):
             self.assertEqual([w["state"] for w in json.load(r)["workers"]], ["ALIVE"])
         self.assertIn("dashboard: http://%s/" % address, self.up_stdout)
 
+    def test_prometheus_metrics_are_on_loopback(self):
+        address = self.info["metrics_address"]
+        self.assertRegex(address, r"^127\.0\.0\.1:\d+$")
+        with urllib.request.urlopen("http://%s/metrics" % address, timeout=30) as r:
+            text = r.read().decode()
+        self.assertIn("shardline_", text)
+        self.assertIn("metrics: http://%s/metrics" % address, self.up_stdout)
+
     def test_no_token_on_any_command_line(self):
         pids = [self.info["coordinator_pid"]] + self.info["worker_pids"]
         for pid in pids:

@@ -50,6 +50,8 @@ class PreparedDataScenarioTest(unittest.TestCase):
         self.assertEqual(meta["vocab_size"], 512)
         self.assertEqual(len(meta["train_files"]), 2)
         self.assertTrue(meta["tokenizer"].endswith("tokenizer.json"))
+        # Absolute, like every other path in meta.json (it was the --out-relative path).
+        self.assertTrue(os.path.isabs(meta["tokenizer"]), meta["tokenizer"])
         data = meta["spec"]["data"]
         paths = ", ".join(data["paths"])
         spec = f"""

@@ -96,6 +96,25 @@ class PythonClientTest(unittest.TestCase):
         with self.assertRaises(shardline.NotFoundError) as cm:
             self.client.export(job, 3, out)  # only even steps were saved
         self.assertIn("no committed checkpoint at step 3", cm.exception.message)
+        # Without shardctl= (nor $SHARDLINE_SHARDCTL, nor one on PATH), from a directory holding
+        # a build's bazel-bin/cli/shardctl, as the repository root does: the README's example.
+        root = os.path.join(self.cluster.dir, "repo")
+        os.makedirs(os.path.join(root, "bazel-bin", "cli"), exist_ok=True)
+        os.symlink(harness.BINARIES.shardctl, os.path.join(root, "bazel-bin", "cli", "shardctl"))
+        cwd, path = os.getcwd(), os.environ.get("PATH", "")
+        saved = os.environ.pop("SHARDLINE_SHARDCTL", None)
+        try:
+            os.chdir(root)
+            os.environ["PATH"] = "/usr/bin:/bin"
+            with shardline.Client(address=self.cluster.address, timeout=30) as plain:
+                self.assertEqual(plain.export(job, None, "from_root.safetensors"),
+                                 "from_root.safetensors")
+            self.assertGreater(os.path.getsize(os.path.join(root, "from_root.safetensors")), 0)
+        finally:
+            os.chdir(cwd)
+            os.environ["PATH"] = path
+            if saved is not None:
+                os.environ["SHARDLINE_SHARDCTL"] = saved
 
     def test_coordinator_resolves_a_spec_file_exactly_as_shardctl_dry_run(self):
         # One implementation (spec::LoadJobSpecText) behind both: the same file and overrides give

@@ -216,6 +216,21 @@ class TlsClusterTest(unittest.TestCase):
         with shardline.Client(address=self.cluster.address, token=self.user_token,
                               tls="%s/ca.pem" % self.certs, config=none, timeout=30) as c:
             self.assertEqual(sorted(w.node_name for w in c.workers()), ["node-0", "node-1"])
+        # export() runs shardctl with the client's CA: it reaches the coordinator over TLS
+        # (NOT_FOUND for a job it does not know; without --tls_ca shardctl could not connect
+        # and exited 4, an ExportError).
+        with shardline.Client(address=self.cluster.address, token=self.user_token,
+                              tls="%s/ca.pem" % self.certs, config=none, timeout=30,
+                              shardctl=harness.BINARIES.shardctl) as c:
+            with self.assertRaises(shardline.NotFoundError) as e:
+                c.export("job-none", None, os.path.join(self.tmp, "none.safetensors"))
+            self.assertIn("job-none", str(e.exception))
+        with shardline.Client(address=self.cluster.address, token=self.user_token,
+                              tls=open("%s/ca.pem" % self.certs, "rb").read(), config=none,
+                              shardctl=harness.BINARIES.shardctl) as c:
+            with self.assertRaises(shardline.ExportError) as e:
+                c.export("job-none", None, os.path.join(self.tmp, "none.safetensors"))
+            self.assertIn("reads TLS settings from files", str(e.exception))
         if self.host is not None:
             with self.assertRaises(shardline.FailedPreconditionError) as e:
                 shardline.Client(address=self.cluster.address, token=self.user_token,
