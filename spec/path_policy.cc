@@ -65,6 +65,7 @@ std::vector<SpecPath> SpecPaths(const JobSpec& spec) {
   add("model.hf_dir", spec.model().hf_dir(), SpecPath::Access::kReadDir);
   add("checkpoint.init_from_safetensors", spec.checkpoint().init_from_safetensors(),
       SpecPath::Access::kRead);
+  add("checkpoint.resume_from", spec.checkpoint().resume_from(), SpecPath::Access::kReadDir);
   add("checkpoint.dir", spec.checkpoint().dir(), SpecPath::Access::kCheckpoint);
   // Written like checkpoints: the same roots bound it.
   add("train.tensorboard_dir", spec.train().tensorboard_dir(), SpecPath::Access::kCheckpoint);

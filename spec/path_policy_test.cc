@@ -39,12 +39,13 @@ TEST(PathPolicy, SpecPathsListsEverySetPathField) {
   JobSpec spec = SpecWith("/data/x.txt", "/ckpt");
   spec.mutable_model()->set_torchscript_path("/models/m.pt");
   spec.mutable_checkpoint()->set_init_from_safetensors("/models/w.safetensors");
+  spec.mutable_checkpoint()->set_resume_from("/ckpt/job-a/step_10");
   spec.mutable_train()->set_tensorboard_dir("/ckpt/tb");
   std::vector<std::string> fields;
   for (const SpecPath& p : SpecPaths(spec)) fields.push_back(p.field);
-  EXPECT_EQ(fields, (std::vector<std::string>{"data.path", "model.torchscript_path",
-                                              "checkpoint.init_from_safetensors", "checkpoint.dir",
-                                              "train.tensorboard_dir"}));
+  EXPECT_EQ(fields, (std::vector<std::string>{
+                        "data.path", "model.torchscript_path", "checkpoint.init_from_safetensors",
+                        "checkpoint.resume_from", "checkpoint.dir", "train.tensorboard_dir"}));
   EXPECT_EQ(SpecPaths(spec).back().access, SpecPath::Access::kCheckpoint);
   EXPECT_EQ(SpecPaths(JobSpec()).size(), 0u);
 }

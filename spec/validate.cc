@@ -424,6 +424,13 @@ void ValidateRest(const JobSpec& s, Problems* p) {
   if (c.resume_step() < -1) {
     p->Add("checkpoint.resume_step: ", c.resume_step(), " must be -1 (latest), 0 or a step");
   }
+  if (!c.resume_from().empty() && !c.init_from_safetensors().empty()) {
+    p->Add("checkpoint.resume_from: set with checkpoint.init_from_safetensors (",
+           c.init_from_safetensors(), "); a job starts from one of them");
+  }
+  if (!c.resume_from().empty() && c.resume_step() == 0) {
+    p->Add("checkpoint.resume_from: set with checkpoint.resume_step 0 (start from scratch)");
+  }
   if (c.dir().empty() && (c.every_steps() > 0 || c.save_final())) {
     p->Add(
         "checkpoint.dir: must be set when checkpoint.every_steps or save_final asks for "

@@ -11,7 +11,8 @@
 namespace shardline::trainer {
 
 bool WantsCheckpoints(const TrainerConfig& c) {
-  return !c.checkpoint_dir.empty() || !c.init_from_safetensors.empty() || !c.model.hf_dir.empty();
+  return !c.checkpoint_dir.empty() || !c.init_from_safetensors.empty() || !c.model.hf_dir.empty() ||
+         !c.resume_from.empty();
 }
 
 // Under the coordinator each job gets its own directory <dir>/<job id>, shared by the job's
@@ -64,6 +65,7 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const 
     policy.fallback_if_missing = env_resume != c.resume_step;
   }
   policy.init_from_safetensors = c.init_from_safetensors;
+  policy.resume_from = c.resume_from;
   policy.init_from_hf = c.model.hf_dir;
   policy.total_steps = c.steps;
   policy.optimizer_kind = c.optimizer == OptimizerKind::kSgd ? "sgd" : "adamw";

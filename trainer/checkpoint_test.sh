@@ -56,6 +56,23 @@ compare "$OUT/ref.0.jsonl" "$OUT/w1.jsonl"
 grep -q '"world_size": 1' "$CKPT/step_8/MANIFEST.json" || fail "step_8 was not re-saved by the W=1 run"
 "$EXPORT" "$CKPT" 8 "$OUT/w8.safetensors" || fail "the re-saved step 8 does not verify"
 
+# --- 2b. W = 1 continuing the W = 2 run's step 4 (checkpoint.resume_from) in its own directory --
+"$TRAINER" --spec "$SPEC" --set fsdp.sharding_strategy=NO_SHARD --set fsdp.hybrid_shard_degree=0 \
+  "${COMMON[@]}" --set checkpoint.dir="$OUT/cont" --set checkpoint.resume_from="$CKPT/step_4/" \
+  --set checkpoint.save_final=true --metrics_out "$OUT/cont.jsonl" \
+  >/dev/null 2>"$OUT/cont.log" || { fail "W=1 continuing step 4 failed"; tail -20 "$OUT/cont.log" >&2; }
+grep -q "continued from $CKPT/step_4 (step 4" "$OUT/cont.log" || fail "W=1 did not log where it continued from"
+compare "$OUT/ref.0.jsonl" "$OUT/cont.jsonl"
+[[ -f "$OUT/cont/step_8/MANIFEST.json" ]] || fail "the continuing run saved no step 8 of its own"
+# A checkpoint root continues from its newest committed step: 8 of 8, nothing left to train.
+if "$TRAINER" --spec "$SPEC" --set fsdp.sharding_strategy=NO_SHARD --set fsdp.hybrid_shard_degree=0 \
+  "${COMMON[@]}" --set checkpoint.dir="$OUT/cont2" --set checkpoint.resume_from="$CKPT" \
+  >/dev/null 2>"$OUT/cont2.log"; then
+  fail "continuing a finished run's newest step trained"
+fi
+grep -q "checkpoint.resume_from $CKPT: its step 8 is not below train.steps 8" "$OUT/cont2.log" ||
+  fail "no error naming checkpoint.resume_from: $(tail -3 "$OUT/cont2.log")"
+
 # --- 3. W = 2 resumed by SHARDLINE_RESUME_STEP (the daemon's), overriding resume_step 0 ---------
 SHARDLINE_RESUME_STEP=4 run_w2 env --set checkpoint.resume_step=0
 compare "$OUT/ref.0.jsonl" "$OUT/env.0.jsonl"

@@ -82,8 +82,8 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> TrainerCheckpointing::Crea
     ASSIGN_OR_RETURN(o.test_after_data_file, TestPauseFromEnv(saving_step));
     ASSIGN_OR_RETURN(ckpt, checkpoint::Checkpointer::Create(o, engine, optimizer, world));
   }
-  return std::unique_ptr<TrainerCheckpointing>(
-      new TrainerCheckpointing(policy, engine, world, std::move(ckpt), std::move(saving_step)));
+  return std::unique_ptr<TrainerCheckpointing>(new TrainerCheckpointing(
+      policy, engine, optimizer, world, std::move(ckpt), std::move(saving_step)));
 }
 
 absl::StatusOr<int64_t> TrainerCheckpointing::ResumeStepOnDisk() {
@@ -161,6 +161,9 @@ absl::StatusOr<checkpoint::TrainingProgress> TrainerCheckpointing::Restore() {
                           absl::StrContains(p.status().message(), "no committed checkpoint under");
     if (!none_yet) return p.status();
   }
+  // Nothing of this job's own to resume: continue another job's checkpoint when asked (a
+  // restarted attempt with a committed checkpoint of its own resumed that above instead).
+  if (!policy_.resume_from.empty() && policy_.resume_step != 0) return ContinueFrom();
   if (!policy_.init_from_safetensors.empty()) {
     RETURN_IF_ERROR(checkpoint::LoadSafetensorsIntoEngine(policy_.init_from_safetensors, engine_));
     if (engine_->rank() == 0) {
@@ -174,6 +177,41 @@ absl::StatusOr<checkpoint::TrainingProgress> TrainerCheckpointing::Restore() {
     }
   }
   return checkpoint::TrainingProgress();
+}
+
+absl::StatusOr<checkpoint::TrainingProgress> TrainerCheckpointing::ContinueFrom() {
+  std::string root = policy_.resume_from;
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  int64_t step = -1;  // The newest committed step under root.
+  const size_t slash = root.find_last_of('/');
+  int64_t named = 0;
+  if (slash != std::string::npos &&
+      checkpoint::ParseStepDirName(absl::string_view(root).substr(slash + 1), &named)) {
+    step = named;
+    root = slash == 0 ? "/" : root.substr(0, slash);
+  }
+  checkpoint::Checkpointer::Options o;
+  o.root = root;
+  o.optimizer_kind = policy_.optimizer_kind;
+  // No job_id: the checkpoint belongs to another job by design; this reader never saves.
+  ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::Checkpointer> reader,
+                   checkpoint::Checkpointer::Create(o, engine_, optimizer_, world_));
+  absl::StatusOr<checkpoint::TrainingProgress> p = reader->Load(step);
+  if (!p.ok()) {
+    return absl::Status(
+        p.status().code(),
+        absl::StrCat("checkpoint.resume_from ", policy_.resume_from, ": ", p.status().message()));
+  }
+  if (p->step >= policy_.total_steps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint.resume_from ", policy_.resume_from, ": its step ", p->step,
+        " is not below train.steps ", policy_.total_steps, "; nothing is left to train"));
+  }
+  if (engine_->rank() == 0) {
+    SL_LOG(INFO) << "continued from " << checkpoint::StepDir(root, p->step) << " (step " << p->step
+                 << ", data epoch " << p->data_epoch << " position " << p->data_position << ")";
+  }
+  return p;
 }
 
 absl::Status TrainerCheckpointing::LoadHfWeights() {

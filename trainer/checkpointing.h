@@ -56,6 +56,9 @@ struct CheckpointPolicy {
   bool save_final = false;
   int64_t resume_step = -1;
   std::string init_from_safetensors;
+  // checkpoint.resume_from: another job's checkpoint (a step directory, or a job's directory for
+  // its newest committed step) to continue from when this run has none of its own to resume.
+  std::string resume_from;
   // model.hf_dir: a transformers folder whose weights start a job that resumes nothing (unless
   // init_from_safetensors is set, which wins).
   std::string init_from_hf;
@@ -109,10 +112,12 @@ class TrainerCheckpointing {
 
  private:
   TrainerCheckpointing(const CheckpointPolicy& policy, fsdp::FsdpEngine* engine,
-                       fsdp::Communicator* world, std::unique_ptr<checkpoint::Checkpointer> ckpt,
+                       fsdp::ShardedOptimizer* optimizer, fsdp::Communicator* world,
+                       std::unique_ptr<checkpoint::Checkpointer> ckpt,
                        std::shared_ptr<std::atomic<int64_t>> saving_step)
       : policy_(policy),
         engine_(engine),
+        optimizer_(optimizer),
         world_(world),
         ckpt_(std::move(ckpt)),
         saving_step_(std::move(saving_step)) {}
@@ -120,11 +125,18 @@ class TrainerCheckpointing {
   // (rank 0 looks, every rank gets its answer). Errors: NOT_FOUND on rank 0 (ABORTED on the
   // others) when nothing is committed; listing errors.
   absl::StatusOr<int64_t> ResumeStepOnDisk();
+  // Collective: loads policy_.resume_from (another job's checkpoint; its job id is not checked,
+  // since continuing it is what was asked). A step directory "step_<N>" loads that step; any
+  // other directory is a checkpoint root whose newest committed step is loaded. Errors name the
+  // field and path: Checkpointer::Load's, and INVALID_ARGUMENT when its step is not below
+  // train.steps (nothing would be left to train).
+  absl::StatusOr<checkpoint::TrainingProgress> ContinueFrom();
   // policy_.init_from_hf's weights (hf/weights.h) into the engine: one tensor at a time, of
   // which this rank keeps the ranges its shards hold.
   absl::Status LoadHfWeights();
   CheckpointPolicy policy_;
   fsdp::FsdpEngine* engine_;
+  fsdp::ShardedOptimizer* optimizer_;
   fsdp::Communicator* world_;
   std::unique_ptr<checkpoint::Checkpointer> ckpt_;  // Null without a dir.
   // The step of the save in progress, for the test pause (shared with its hook).

@@ -210,6 +210,7 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
   c.checkpoint_async = ck.async_save();
   c.checkpoint_save_final = ck.save_final();
   c.resume_step = ck.resume_step();
+  c.resume_from = ck.resume_from();
   c.init_from_safetensors = ck.init_from_safetensors();
   return c;
 }

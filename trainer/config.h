@@ -133,6 +133,7 @@ struct TrainerConfig {
   bool checkpoint_async = false;
   bool checkpoint_save_final = false;
   int64_t resume_step = -1;  // -1 latest (if any), 0 fresh, N that step.
+  std::string resume_from;   // checkpoint.resume_from: another job's step or checkpoint directory.
   std::string init_from_safetensors;
 };
 
