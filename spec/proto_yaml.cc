@@ -136,8 +136,8 @@ constexpr ForeignName kForeignNames[] = {
     {"shardline.CheckpointSpec", "path", "did you mean \"dir\"?"},
     {"shardline.CheckpointSpec", "output_dir", "did you mean \"dir\"?"},
     {"shardline.CheckpointSpec", "resume_from_checkpoint",
-     "did you mean \"resume_step\"? It resumes a step of this job's own checkpoints; weights "
-     "from elsewhere: \"init_from_safetensors\""},
+     "did you mean \"resume_step\"? It resumes a step of this job's own checkpoints; another "
+     "job's checkpoint: \"resume_from\"; weights only: \"init_from_safetensors\""},
     {"shardline.JobSpec", "nproc_per_node",
      "did you mean \"world_size\"? The total number of ranks (torchrun's nnodes x "
      "nproc_per_node); the coordinator places them"},

@@ -1,7 +1,12 @@
 """Issue #21 item 1 on a real cluster: a coordinator without --state_dir (its documented default)
 is restarted and the same spec is submitted again. Job ids used to restart at job-1, so the new
 job resumed the old job's checkpoint and overwrote its steps. Now the new job gets a new id,
-starts from scratch, and the old job's checkpoint files stay byte-identical."""
+starts from scratch, and the old job's checkpoint files stay byte-identical.
+
+And the explicit way to carry on an old job's training in a new job (checkpoint.resume_from):
+the new job, at another sharding strategy, loads the old job's step, trains the remaining
+steps with the same losses as the old job, saves under its own id, and leaves the old job's
+files byte-identical."""
 import json
 import os
 import signal
@@ -21,12 +26,36 @@ class JobIdentityScenarioTest(unittest.TestCase):
     spec = cluster_test.ClusterTest.spec
     submit = cluster_test.ClusterTest.submit
 
-    def run_to_end(self, spec):
-        job = self.submit(spec)
+    def run_to_end(self, spec, *args):
+        job = self.submit(spec, *args)
         status = self.cluster.wait_for(job, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"),
                                        timeout=300, what="job end")
         self.assertEqual(status["state"], "SUCCEEDED", json.dumps(status, indent=1))
         return job, status
+
+    def losses(self, job):
+        m = json.loads(self.cluster.shardctl("metrics", job, "--json").stdout)
+        return {int(p["step"]): float(p["loss"]) for p in m["points"]}
+
+    def test_a_new_job_continues_another_jobs_checkpoint_under_its_own_id(self):
+        old, _ = self.run_to_end(self.spec(steps=12))  # HYBRID_SHARD(2), saves 9 and 12 kept
+        old_root = os.path.join(self.cluster.dir, "checkpoints", old)
+        before = harness.tree_digest(old_root)
+        new, status = self.run_to_end(
+            self.spec(steps=12), "--set", "checkpoint.resume_from=%s/step_9" % old_root,
+            "--set", "fsdp.sharding_strategy=FULL_SHARD", "--set", "fsdp.hybrid_shard_degree=0")
+        self.assertNotEqual(new, old)
+        self.assertEqual(int(status["attempt"]), 1)
+        # Steps 10-12 only, with the old job's losses (another strategy: float tolerance).
+        old_losses, new_losses = self.losses(old), self.losses(new)
+        self.assertEqual(sorted(new_losses), [10, 11, 12], new_losses)
+        for step, loss in new_losses.items():
+            self.assertAlmostEqual(loss, old_losses[step], delta=1e-4 * old_losses[step],
+                                   msg="step %d" % step)
+        new_root = os.path.join(self.cluster.dir, "checkpoints", new)
+        with open(os.path.join(new_root, "step_12", "MANIFEST.json")) as f:
+            self.assertEqual(json.load(f).get("job_id"), new)
+        self.assertEqual(harness.tree_digest(old_root), before)
 
     def test_restarted_in_memory_coordinator_never_reuses_a_job_id_or_its_checkpoints(self):
         spec = self.spec(steps=6)
