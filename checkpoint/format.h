@@ -90,6 +90,9 @@ struct SaveEvent {
   std::vector<std::string> files;  // Data files this rank wrote, or MANIFEST.json on commit.
   bool manifest_committed = false;
   int expected_files = 0;  // Data files of the step (= shard degree).
+  // On the commit event: bytes of the step's files (manifest and data files) on disk; 0 when one
+  // could not be sized.
+  int64_t size_bytes = 0;
 };
 
 // "blocks.0.fc.weight#exp_avg" -> true with param "blocks.0.fc.weight", state "exp_avg".

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
 #include <random>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -231,6 +233,19 @@ absl::Status Checkpointer::WaitForCommitReports() {
   return commit_reporter_->WaitIdle();
 }
 
+// The bytes of `files` in `step_dir` (for the coordinator's record: `shardctl checkpoints`, the
+// dashboard); 0 when one cannot be sized (the size is informational, the commit stands).
+static int64_t StepSizeBytes(const std::string& step_dir, const std::vector<std::string>& files) {
+  int64_t total = 0;
+  for (const std::string& f : files) {
+    std::error_code ec;
+    const std::uintmax_t n = std::filesystem::file_size(step_dir + "/" + f, ec);
+    if (ec) return 0;
+    total += static_cast<int64_t>(n);
+  }
+  return total;
+}
+
 absl::Status Checkpointer::WriteAndCommit(const Slices& sl) {
   if (sl.writer) {
     if (options_.test_after_data_file) options_.test_after_data_file(sl.shard_index);
@@ -255,6 +270,7 @@ absl::Status Checkpointer::WriteAndCommit(const Slices& sl) {
     // Every data file: the commit report alone commits the step in the coordinator's registry,
     // whether or not the writers' own (best-effort) reports got through.
     for (int i = 0; i < sl.shard_count; ++i) e.files.push_back(DataFileName(i));
+    e.size_bytes = StepSizeBytes(sl.step_dir, e.files);
     e.manifest_committed = true;
     e.expected_files = sl.shard_count;
     if (commit_reporter_ != nullptr) {

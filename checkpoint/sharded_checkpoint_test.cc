@@ -758,6 +758,13 @@ TEST(InProcessCheckpoint, RetentionRunsOnlyAfterTheCoordinatorAcknowledgedTheCom
     // in the coordinator's registry.
     EXPECT_TRUE(e.manifest_committed);
     EXPECT_EQ(e.files, (std::vector<std::string>{kManifestFile, DataFileName(0)}));
+    // Its size (the registry's, shown by shardctl checkpoints) is the files' on disk.
+    int64_t on_disk = 0;
+    for (const std::string& f : e.files) {
+      on_disk += static_cast<int64_t>(std::filesystem::file_size(e.step_dir + "/" + f));
+    }
+    EXPECT_GT(e.size_bytes, 0);
+    EXPECT_EQ(e.size_bytes, on_disk);
     return e.step == 4 ? absl::UnavailableError("connection refused") : absl::OkStatus();
   };
   WorkerOutcome o;

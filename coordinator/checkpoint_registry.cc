@@ -35,6 +35,10 @@ absl::StatusOr<CheckpointRecord> CheckpointRegistry::Report(const CheckpointRepo
                        "\" is not a file name in the step directory"));
     }
   }
+  if (report.size_bytes() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint report: size_bytes must be >= 0, got ", report.size_bytes()));
+  }
   if (report.expected_files() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint report: expected_files must be >= 0, got ", report.expected_files()));
@@ -73,6 +77,9 @@ absl::StatusOr<CheckpointRecord> CheckpointRegistry::Report(const CheckpointRepo
   for (const std::string& f : files) rec.add_files(f);
   rec.set_expected_files(std::max(rec.expected_files(), report.expected_files()));
   if (report.manifest_committed()) rec.set_manifest_committed(true);
+  if (report.manifest_committed() && report.size_bytes() > 0) {
+    rec.mutable_info()->set_size_bytes(report.size_bytes());
+  }
   if (!rec.info().committed() && rec.manifest_committed() && rec.expected_files() > 0 &&
       rec.files_size() >= rec.expected_files()) {
     rec.mutable_info()->set_committed(true);

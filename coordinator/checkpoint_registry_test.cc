@@ -65,6 +65,21 @@ TEST(CheckpointRegistry, CommitReportNamingEveryDataFileCommitsAloneAndRepeatsHa
   EXPECT_EQ(r->files_size(), 2);
 }
 
+TEST(CheckpointRegistry, TheCommitReportsSizeIsTheCheckpointsSize) {
+  CheckpointRegistry reg;
+  bool committed = false;
+  CheckpointReport writer = Rep(12, {"shard_00000.bin"});
+  writer.set_size_bytes(999);  // Only the commit report's size counts.
+  ASSERT_TRUE(reg.Report(writer, kLayout, kNow, &committed).ok());
+  EXPECT_EQ(reg.Get("job-1", 12)->size_bytes(), 0);
+  CheckpointReport commit = Rep(12, {"MANIFEST.json", "shard_00000.bin", "shard_00001.bin"}, true);
+  commit.set_size_bytes(123456);
+  auto r = reg.Report(commit, kLayout, kNow, &committed);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->info().size_bytes(), 123456);
+  EXPECT_EQ(reg.List("job-1").at(0).size_bytes(), 123456);
+}
+
 TEST(CheckpointRegistry, RejectsRelativePathsFileNamesOutsideTheStepAndNegativeCounts) {
   CheckpointRegistry reg;
   bool c;
@@ -85,6 +100,11 @@ TEST(CheckpointRegistry, RejectsRelativePathsFileNamesOutsideTheStepAndNegativeC
   r = reg.Report(Rep(5, {"a"}, false, -1), kLayout, kNow, &c);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("expected_files must be >= 0, got -1"), std::string::npos);
+  CheckpointReport negative_size = Rep(5, {"a"}, true);
+  negative_size.set_size_bytes(-5);
+  r = reg.Report(negative_size, kLayout, kNow, &c);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("size_bytes must be >= 0, got -5"), std::string::npos);
   // Nothing of the refused reports was recorded.
   EXPECT_TRUE(reg.List("job-1").empty());
 }

@@ -21,6 +21,7 @@ CheckpointReport ReportOf(const CoordinatorReporterOptions& o, const checkpoint:
   for (const std::string& f : e.files) r.add_files(f);
   r.set_manifest_committed(e.manifest_committed);
   r.set_expected_files(e.expected_files);
+  r.set_size_bytes(e.size_bytes);
   return r;
 }
 

@@ -55,6 +55,12 @@ class JobIdentityScenarioTest(unittest.TestCase):
         new_root = os.path.join(self.cluster.dir, "checkpoints", new)
         with open(os.path.join(new_root, "step_12", "MANIFEST.json")) as f:
             self.assertEqual(json.load(f).get("job_id"), new)
+        # shardctl checkpoints: each committed step's size is its files' on disk.
+        cps = json.loads(self.cluster.shardctl("checkpoints", new, "--json").stdout)["checkpoints"]
+        for c in cps:
+            step_dir = os.path.join(new_root, "step_%s" % c["step"])
+            on_disk = sum(os.path.getsize(os.path.join(step_dir, f)) for f in os.listdir(step_dir))
+            self.assertEqual(int(c["size_bytes"]), on_disk, c)
         self.assertEqual(harness.tree_digest(old_root), before)
 
     def test_restarted_in_memory_coordinator_never_reuses_a_job_id_or_its_checkpoints(self):
