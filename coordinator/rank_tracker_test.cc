@@ -142,6 +142,19 @@ TEST(RankTracker, ExitCodesAreSuccessOrRankFailedWithTheLastLogLine) {
   EXPECT_EQ(killed.failed->reason, "rank 2 on node b was killed by signal 9");
 }
 
+TEST(RankTracker, AFailureReasonKeepsATrainerLogLinesMessageWithoutItsPrefix) {
+  RankTracker t;
+  t.StartAttempt(Attempt());
+  t.Observe("w-b", Rank(2, RankStatus::RUNNING));
+  // The prefix (level, time, rank, source) is left out: the reason names the rank already.
+  const RankTracker::Observation logged = t.Observe(
+      "w-b", Rank(2, RankStatus::EXITED, 1, 4,
+                  "I1202 08:51:57.100 rank 2 ] step 1\n"
+                  "E1202 08:51:57.690 rank 2 failure_exits.cc:11 ] training: peer lost\n"));
+  ASSERT_TRUE(logged.failed.has_value());
+  EXPECT_EQ(logged.failed->reason, "rank 2 on node b exited with code 4: training: peer lost");
+}
+
 TEST(RankTracker, CheckpointDirNotSharedExitIsAFailureNoRestartCanFix) {
   RankTracker t;
   t.StartAttempt(Attempt());
