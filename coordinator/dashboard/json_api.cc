@@ -40,9 +40,13 @@ std::string DashboardApi::Jobs(const User&) const {
   ListJobsResponse out;
   for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) {
     JobStatus& j = *out.add_jobs() = std::move(*it);
+    // The list needs the name and size only (the job page fetches the whole spec); the size is
+    // kept so the list's JSON never says world_size 0.
     const std::string name = j.spec().name();
+    const int32_t world_size = j.spec().world_size();
     j.clear_spec();
     j.mutable_spec()->set_name(name);
+    j.mutable_spec()->set_world_size(world_size);
     j.clear_events();
     j.clear_placement();
     j.clear_sample();

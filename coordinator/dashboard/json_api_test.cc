@@ -35,6 +35,8 @@ TEST(DashboardApi, JobsListsEveryJobNewestFirstWithoutSpecEventsOrPlacement) {
   EXPECT_THAT(json, Not(HasSubstr("\"events\":[{")));
   EXPECT_THAT(json, Not(HasSubstr("\"placement\":[{")));
   EXPECT_THAT(json, Not(HasSubstr("world_size\":2,\"model")));
+  // The size stays (it used to read world_size 0).
+  EXPECT_THAT(json, HasSubstr("\"spec\":{\"name\":\"second\",\"world_size\":2"));
 }
 
 TEST(DashboardApi, JobHoldsPlacementEventsAndWhetherTheUserMayReadTheRest) {
