@@ -65,7 +65,7 @@ std::vector<SpecPath> SpecPaths(const JobSpec& spec) {
   add("model.hf_dir", spec.model().hf_dir(), SpecPath::Access::kReadDir);
   add("checkpoint.init_from_safetensors", spec.checkpoint().init_from_safetensors(),
       SpecPath::Access::kRead);
-  add("checkpoint.resume_from", spec.checkpoint().resume_from(), SpecPath::Access::kReadDir);
+  add("checkpoint.resume_from", spec.checkpoint().resume_from(), SpecPath::Access::kCheckpointRead);
   add("checkpoint.dir", spec.checkpoint().dir(), SpecPath::Access::kCheckpoint);
   // Written like checkpoints: the same roots bound it.
   add("train.tensorboard_dir", spec.train().tensorboard_dir(), SpecPath::Access::kCheckpoint);
@@ -113,7 +113,7 @@ absl::StatusOr<std::vector<std::string>> ParseRoots(absl::string_view flag, absl
 absl::Status CheckSpecPaths(const JobSpec& spec, const PathPolicy& policy, bool resolve_links) {
   std::vector<std::string> problems;
   for (const SpecPath& p : SpecPaths(spec)) {
-    const bool read = p.access != SpecPath::Access::kCheckpoint;
+    const bool read = p.access == SpecPath::Access::kRead || p.access == SpecPath::Access::kReadDir;
     const std::vector<std::string>& roots = read ? policy.read_roots : policy.checkpoint_roots;
     if (roots.empty()) continue;
     const char* flag = read ? "read_roots" : "checkpoint_roots";

@@ -34,8 +34,10 @@ namespace shardline::spec {
 // One path a spec names.
 struct SpecPath {
   // kReadDir: a folder read (model.hf_dir); kCheckpoint: written in (checkpoint.dir is also read
-  // and deleted in; train.tensorboard_dir only written); bounded by the checkpoint roots.
-  enum class Access { kRead, kReadDir, kCheckpoint };
+  // and deleted in; train.tensorboard_dir only written); kCheckpointRead: a folder of checkpoints
+  // only read (checkpoint.resume_from: another job's, where checkpoints live). The last two are
+  // bounded by the checkpoint roots, the others by the read roots.
+  enum class Access { kRead, kReadDir, kCheckpoint, kCheckpointRead };
   std::string field;  // "data.path", "data.paths[1]"
   std::string path;   // as in the spec (non-empty)
   Access access = Access::kRead;

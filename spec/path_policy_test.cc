@@ -76,6 +76,19 @@ TEST(PathPolicy, OutsideDotDotPrefixTrickAndRelativeAreRefusedNamingFieldAndRoot
               HasSubstr("data.path: \"data/x\" must be an absolute path under the read roots"));
 }
 
+TEST(PathPolicy, ResumeFromIsReadUnderTheCheckpointRoots) {
+  // Another job's checkpoint lives where checkpoints are written, not under the data roots.
+  const PathPolicy p = Policy({"/data"}, {"/ckpt"});
+  JobSpec ok = SpecWith("/data/x", "/ckpt/team");
+  ok.mutable_checkpoint()->set_resume_from("/ckpt/team/job-a/step_10");
+  EXPECT_TRUE(CheckSpecPaths(ok, p, false).ok());
+  JobSpec outside = ok;
+  outside.mutable_checkpoint()->set_resume_from("/data/job-a/step_10");
+  EXPECT_EQ(CheckSpecPaths(outside, p, false).message(),
+            "checkpoint.resume_from: /data/job-a/step_10 is outside the checkpoint roots [/ckpt] "
+            "allowed by the coordinator (--checkpoint_roots)");
+}
+
 TEST(PathPolicy, TensorBoardDirIsBoundByTheCheckpointRoots) {
   const PathPolicy p = Policy({"/data"}, {"/ckpt"});
   JobSpec spec = SpecWith("/data/x", "/ckpt/a");

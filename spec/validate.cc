@@ -526,7 +526,8 @@ absl::Status Validate(const JobSpec& spec, const ValidateOptions& options) {
     for (const SpecPath& f : SpecPaths(spec)) {
       if (f.access == SpecPath::Access::kRead) {
         CheckReadableFile(f.field, f.path, &p);
-      } else if (f.access == SpecPath::Access::kReadDir) {
+      } else if (f.access == SpecPath::Access::kReadDir ||
+                 f.access == SpecPath::Access::kCheckpointRead) {
         CheckReadableDir(f.field, f.path, &p);
       } else {
         CheckWritableDir(f.field, f.path, &p);

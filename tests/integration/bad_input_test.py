@@ -232,6 +232,11 @@ class BadInputTest(unittest.TestCase):
         set_row("init_from_safetensors_missing",
                 "checkpoint.init_from_safetensors=" + missing + ".safetensors", 3,
                 "checkpoint.init_from_safetensors: \"%s.safetensors\" does not exist" % missing)
+        set_row("init_from_safetensors_not_safetensors",
+                "checkpoint.init_from_safetensors=" + a_file, 3,
+                "checkpoint.init_from_safetensors: \"%s\" is not a safetensors file" % a_file)
+        set_row("resume_from_no_checkpoint", "checkpoint.resume_from=" + self.tmp, 3,
+                "checkpoint.resume_from: \"%s\" holds no committed checkpoint" % self.tmp)
         set_row("checkpoint_dir_under_a_file", "checkpoint.dir=" + a_file + "/ckpt", 3,
                 "checkpoint.dir: \"%s/ckpt\" cannot be created: \"%s\" is not a directory" % (
                     a_file, a_file))
