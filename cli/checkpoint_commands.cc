@@ -16,6 +16,25 @@ namespace shardline::cli {
 
 namespace fs = std::filesystem;
 
+absl::StatusOr<CheckpointInfo> CommittedCheckpoint(coordinator::CoordinatorClient& client,
+                                                   const std::string& job_id, int64_t step) {
+  auto cps = client.ListCheckpoints(job_id);
+  if (!cps.ok()) return cps.status();
+  const CheckpointInfo* chosen = nullptr;
+  for (const CheckpointInfo& c : *cps) {
+    if (!c.committed()) continue;
+    if (step >= 0 ? c.step() == step : (chosen == nullptr || c.step() > chosen->step())) {
+      chosen = &c;
+    }
+  }
+  if (chosen == nullptr) {
+    return absl::NotFoundError(
+        step >= 0 ? absl::StrCat("job ", job_id, " has no committed checkpoint at step ", step)
+                  : absl::StrCat("job ", job_id, " has no committed checkpoint"));
+  }
+  return *chosen;
+}
+
 int CmdCheckpoints(Session& session, const Args& args) {
   if (args.size() < 3) return session.UsageError("usage: shardctl checkpoints JOB");
   auto client = session.Connect();
@@ -54,20 +73,9 @@ int CmdExport(Session& session, const Args& args) {
   }
   auto client = session.Connect();
   if (!client.ok()) return session.Fail(client.status());
-  auto cps = (*client)->ListCheckpoints(args[2]);
-  if (!cps.ok()) return session.Fail(cps.status());
-  const int64_t want = opts.step;
-  const CheckpointInfo* chosen = nullptr;
-  for (const CheckpointInfo& c : *cps) {
-    if (!c.committed()) continue;
-    if (want >= 0 ? c.step() == want : (chosen == nullptr || c.step() > chosen->step()))
-      chosen = &c;
-  }
-  if (chosen == nullptr) {
-    return session.Fail(absl::NotFoundError(
-        want >= 0 ? absl::StrCat("job ", args[2], " has no committed checkpoint at step ", want)
-                  : absl::StrCat("job ", args[2], " has no committed checkpoint")));
-  }
+  auto found = CommittedCheckpoint(**client, args[2], opts.step);
+  if (!found.ok()) return session.Fail(found.status());
+  const CheckpointInfo* chosen = &*found;
   const std::string root = fs::path(chosen->path()).parent_path().string();
   absl::Status s;
   if (format == "hf") {

@@ -13,9 +13,11 @@
 #ifndef SHARDLINE_CLI_COMMANDS_H_
 #define SHARDLINE_CLI_COMMANDS_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "cli/session.h"
 #include "coordinator/client.h"
 
@@ -42,6 +44,10 @@ int CmdLogs(Session& session, const Args& args);
 int CmdMetrics(Session& session, const Args& args);
 
 int CmdCheckpoints(Session& session, const Args& args);
+// The committed checkpoint of `job_id` at `step`, or its newest with step -1. NOT_FOUND naming the
+// job (and step) when there is none.
+absl::StatusOr<CheckpointInfo> CommittedCheckpoint(coordinator::CoordinatorClient& client,
+                                                   const std::string& job_id, int64_t step);
 int CmdExport(Session& session, const Args& args);
 
 }  // namespace shardline::cli

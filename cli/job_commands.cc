@@ -1,6 +1,9 @@
 // shardctl submit, status, list, cancel: a job's life seen from the command line.
 #include <iostream>
+#include <optional>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
@@ -15,9 +18,32 @@ int CmdSubmit(Session& session, const Args& args) {
   const ShardctlOptions& opts = session.options();
   spec::LoadOptions lo;
   lo.overrides = opts.sets;
+  std::optional<CheckpointInfo> continued;
+  if (!opts.continue_job.empty()) {
+    // The old job's checkpoint becomes checkpoint.resume_from (the trainer loads it, resharded),
+    // checked with the rest of the spec below.
+    for (const std::string& set : opts.sets) {
+      if (absl::StartsWith(set, "checkpoint.resume_from=")) {
+        return session.UsageError(
+            "submit: --continue_job and --set checkpoint.resume_from name two checkpoints");
+      }
+    }
+    auto client = session.Connect();
+    if (!client.ok()) return session.Fail(client.status());
+    auto found = CommittedCheckpoint(**client, opts.continue_job, opts.step);
+    if (!found.ok()) return session.Fail(found.status());
+    continued = *found;
+    lo.overrides.push_back(absl::StrCat("checkpoint.resume_from=", found->path()));
+  }
   // Local validation first: a bad spec never reaches the cluster. Paths become absolute.
   auto job_spec = spec::LoadJobSpecFile(args[2], lo);
   if (!job_spec.ok()) return session.Fail(job_spec.status());
+  if (continued.has_value() && continued->step() >= job_spec->train().steps()) {
+    return session.Fail(absl::InvalidArgumentError(
+        absl::StrCat("--continue_job ", opts.continue_job, ": its checkpoint is step ",
+                     continued->step(), ", not below train.steps ", job_spec->train().steps(),
+                     "; nothing is left to train (raise train.steps)")));
+  }
   if (opts.dry_run) {
     std::cout << (opts.json ? spec::JobSpecToJson(*job_spec) : spec::JobSpecToYaml(*job_spec));
     return kOk;

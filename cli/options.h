@@ -35,13 +35,14 @@ struct ShardctlOptions {
   std::vector<std::string> sets;  // --set path=value, in order
   bool watch = false;
   bool dry_run = false;
+  std::string continue_job;  // --continue_job: checkpoint.resume_from from this job's checkpoint
   // logs
   int rank = -1;
   bool all = false;
   bool follow = false;
   int tail = 0;
   std::string since;
-  // export
+  // export, submit --continue_job: the checkpoint step (-1: the newest committed)
   int64_t step = -1;
   std::string out;
   std::string format = "safetensors";

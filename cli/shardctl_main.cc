@@ -5,7 +5,7 @@
 //
 //   shardctl cluster up [--state_dir=.cluster] [--workers=2] [--slots=2]
 //   shardctl cluster down [--state_dir=.cluster]
-//   shardctl submit SPEC [--set path=value ...] [--watch] [--dry_run]
+//   shardctl submit SPEC [--set path=value ...] [--watch] [--dry_run] [--continue_job=JOB]
 //   shardctl status JOB | list | workers | checkpoints JOB | whoami   (each takes --json)
 //   shardctl watch JOB [--json]
 //   shardctl logs JOB [--rank=N|--all] [--follow] [--tail=K] [--since=10m|RFC3339]
@@ -59,7 +59,11 @@ ABSL_FLAG(int, tail, 0, "logs: only the last K lines of each rank (0: all the co
 ABSL_FLAG(std::string, since, "",
           "logs: only lines from this long ago (a duration: 90s, 10m, 2h) or since this time "
           "(RFC 3339, 2026-01-31T12:00:00Z).");
-ABSL_FLAG(int64_t, step, -1, "export: checkpoint step (default: the latest committed).");
+ABSL_FLAG(int64_t, step, -1,
+          "export, submit --continue_job: checkpoint step (default: the latest committed).");
+ABSL_FLAG(std::string, continue_job, "",
+          "submit: continue this job's committed checkpoint (--step, or its newest) in the new "
+          "job: sets checkpoint.resume_from to its path.");
 ABSL_FLAG(std::string, out, "", "export: output .safetensors file (--format=hf: folder).");
 ABSL_FLAG(std::string, format, "safetensors",
           "export: safetensors (Shardline's names, one file) or hf (a Hugging Face transformers "
@@ -76,7 +80,8 @@ Commands:
   cluster up | down              start/stop a local coordinator + workers (--state_dir, --workers, --slots)
   submit SPEC [--set k=v]...     validate SPEC locally, submit it, print the job id (--watch to follow;
                                  --dry_run: print the resolved spec as YAML, or JSON with --json, and stop;
-                                 relative paths, in SPEC or in --set, are taken against SPEC's folder)
+                                 relative paths, in SPEC or in --set, are taken against SPEC's folder;
+                                 --continue_job=OLD [--step=N]: carry on OLD's checkpoint, resharded)
   status JOB                     state, progress, placement, events, sample
   list                           all jobs, one line each
   watch JOB                      live progress until the job ends (--json: one JSON object per update)
@@ -122,6 +127,7 @@ ShardctlOptions OptionsFromFlags(std::vector<std::string> sets) {
   o.tail = absl::GetFlag(FLAGS_tail);
   o.since = absl::GetFlag(FLAGS_since);
   o.step = absl::GetFlag(FLAGS_step);
+  o.continue_job = absl::GetFlag(FLAGS_continue_job);
   o.out = absl::GetFlag(FLAGS_out);
   o.format = absl::GetFlag(FLAGS_format);
   return o;

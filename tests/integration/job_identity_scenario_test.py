@@ -62,6 +62,21 @@ class JobIdentityScenarioTest(unittest.TestCase):
             on_disk = sum(os.path.getsize(os.path.join(step_dir, f)) for f in os.listdir(step_dir))
             self.assertEqual(int(c["size_bytes"]), on_disk, c)
         self.assertEqual(harness.tree_digest(old_root), before)
+        # shardctl submit --continue_job=OLD names OLD's newest committed step for the new job,
+        # and refuses it when train.steps leaves nothing to train.
+        spec = self.spec(steps=12)
+        refused = self.cluster.shardctl("submit", spec, "--continue_job=" + old, check=False)
+        self.assertEqual(refused.returncode, 3, refused.stderr)
+        self.assertIn("--continue_job %s: its checkpoint is step 12, not below train.steps 12"
+                      % old, refused.stderr)
+        dry = self.cluster.shardctl("submit", spec, "--continue_job=" + old, "--set",
+                                    "train.steps=15", "--dry_run", "--json")
+        self.assertEqual(json.loads(dry.stdout)["checkpoint"]["resume_from"],
+                         os.path.join(old_root, "step_12"))
+        missing = self.cluster.shardctl("submit", spec, "--continue_job=" + old, "--step=5",
+                                        check=False)
+        self.assertEqual(missing.returncode, 5, missing.stderr)
+        self.assertIn("job %s has no committed checkpoint at step 5" % old, missing.stderr)
 
     def test_restarted_in_memory_coordinator_never_reuses_a_job_id_or_its_checkpoints(self):
         spec = self.spec(steps=6)
