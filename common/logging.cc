@@ -9,6 +9,8 @@
 #include <ctime>
 #include <mutex>
 
+#include "absl/strings/ascii.h"
+
 namespace shardline {
 namespace {
 
@@ -43,6 +45,24 @@ void SetLogPrefix(absl::string_view prefix) {
   Prefix() = std::string(prefix.data(), prefix.size());
 }
 
+// Each line's first character, by LogLevel.
+constexpr char kLevelLetters[] = "DIWE";
+
+absl::string_view LogLineMessage(absl::string_view line) {
+  // LogMessage's prefix: a level letter, MMDD, a space, ..., "] " (within the first 160 bytes:
+  // the prefix text is short; a "] " later on is the message's).
+  if (line.size() < 8 ||
+      absl::string_view(kLevelLetters).find(line[0]) == absl::string_view::npos || line[5] != ' ') {
+    return line;
+  }
+  for (int i = 1; i <= 4; ++i) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(line[i]))) return line;
+  }
+  const size_t end = line.find("] ");
+  if (end == absl::string_view::npos || end > 160) return line;
+  return line.substr(end + 2);
+}
+
 void SetMinLogLevel(LogLevel level) { MinLevel().store(static_cast<int>(level)); }
 
 bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= MinLevel().load(); }
@@ -50,15 +70,14 @@ bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= MinLevel().l
 namespace internal {
 
 LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(level) {
-  static constexpr char kLetters[] = {'D', 'I', 'W', 'E'};
   timeval tv;
   gettimeofday(&tv, nullptr);
   tm local;
   localtime_r(&tv.tv_sec, &local);
   char stamp[32];
   std::snprintf(stamp, sizeof(stamp), "%c%02d%02d %02d:%02d:%02d.%03d",
-                kLetters[static_cast<int>(level)], local.tm_mon + 1, local.tm_mday, local.tm_hour,
-                local.tm_min, local.tm_sec, static_cast<int>(tv.tv_usec / 1000));
+                kLevelLetters[static_cast<int>(level)], local.tm_mon + 1, local.tm_mday,
+                local.tm_hour, local.tm_min, local.tm_sec, static_cast<int>(tv.tv_usec / 1000));
   const char* base = std::strrchr(file, '/');
   stream_ << stamp << ' ';
   {

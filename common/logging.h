@@ -24,6 +24,12 @@ void SetLogPrefix(absl::string_view prefix);
 void SetMinLogLevel(LogLevel level);
 bool LogEnabled(LogLevel level);
 
+// The message of a line this logger wrote, without its "E1202 08:51:57.690 rank 0
+// failure_exits.cc:11 ] " prefix (level and date, time, the SetLogPrefix text, the source for
+// non-INFO lines); any other line as it is. For readers that show the message in their own frame
+// (the coordinator's failure events name the rank and have their own time).
+absl::string_view LogLineMessage(absl::string_view line);
+
 namespace internal {
 class LogMessage {
  public:

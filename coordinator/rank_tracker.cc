@@ -3,36 +3,21 @@
 #include <cstdint>
 #include <cstdlib>
 #include <iterator>
-#include <string_view>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/logging.h"
 #include "trainer/exit_codes.h"
 
 namespace shardline::coordinator {
 namespace {
 
-// A trainer's log line starts with common/logging's prefix, "E1202 08:51:57.690 rank 0
-// failure_exits.cc:11 ] ": the failure's reason already names the rank and the event has its own
-// time, so only the message is kept. Other lines (a Python traceback's) are kept whole.
-std::string WithoutLogPrefix(const std::string& line) {
-  if (line.size() < 8 || std::string_view("DIWE").find(line[0]) == std::string_view::npos ||
-      line[5] != ' ') {
-    return line;
-  }
-  for (int i = 1; i <= 4; ++i) {
-    if (!absl::ascii_isdigit(static_cast<unsigned char>(line[i]))) return line;
-  }
-  const size_t end = line.find("] ");
-  if (end == std::string::npos || end > 160) return line;
-  return line.substr(end + 2);
-}
-
 std::string LastLine(const std::string& text) {
   std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipWhitespace());
-  return lines.empty() ? "" : WithoutLogPrefix(lines.back());
+  // A trainer's line keeps its message only (common/logging's LogLineMessage): the failure's
+  // reason names the rank already and the event has its own time.
+  return lines.empty() ? "" : std::string(LogLineMessage(lines.back()));
 }
 
 }  // namespace
