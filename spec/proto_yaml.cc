@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 
@@ -84,87 +85,65 @@ int EditDistance(absl::string_view a, absl::string_view b) {
 // for fields Shardline spells otherwise (or expresses through other fields). An unknown field
 // with one of these names gets this hint instead of the nearest spelling, which for these is
 // often wrong (`gradient_accumulation_steps` is closest to `steps`).
-struct ForeignName {
+struct ForeignNames {
   const char* message;  // the JobSpec message's full name
-  const char* name;     // the foreign name, lower case
+  const char* names;    // the foreign names, lower case, separated by spaces
   const char* hint;     // the text inside the error's parentheses
 };
 
-constexpr ForeignName kForeignNames[] = {
-    {"shardline.FsdpSpec", "transformer_layer_cls",
-     "did you mean \"block_class\"? PyTorch FSDP's transformer_layer_cls: the block class's name"},
-    {"shardline.FsdpSpec", "transformer_layer_cls_to_wrap",
-     "did you mean \"block_class\"? PyTorch FSDP's transformer_layer_cls: the block class's name"},
-    {"shardline.FsdpSpec", "fsdp_transformer_layer_cls_to_wrap",
+constexpr ForeignNames kForeignNames[] = {
+    {"shardline.FsdpSpec",
+     "transformer_layer_cls transformer_layer_cls_to_wrap fsdp_transformer_layer_cls_to_wrap",
      "did you mean \"block_class\"? PyTorch FSDP's transformer_layer_cls: the block class's name"},
     {"shardline.FsdpSpec", "reshard_after_forward",
      "FSDP2's reshard_after_forward is \"sharding_strategy\": FULL_SHARD reshards after forward "
      "(True), SHARD_GRAD_OP keeps the parameters gathered until backward (False)"},
-    {"shardline.FsdpSpec", "mp_policy", "did you mean \"mixed_precision\"?"},
-    {"shardline.FsdpSpec", "mixed_precision_policy", "did you mean \"mixed_precision\"?"},
-    {"shardline.FsdpSpec", "offload_policy", "did you mean \"cpu_offload\"?"},
-    {"shardline.FsdpSpec", "offload_params", "did you mean \"cpu_offload\"?"},
+    {"shardline.FsdpSpec", "mp_policy mixed_precision_policy", "did you mean \"mixed_precision\"?"},
+    {"shardline.FsdpSpec", "offload_policy offload_params", "did you mean \"cpu_offload\"?"},
     {"shardline.FsdpSpec", "gradient_checkpointing", "did you mean \"activation_checkpointing\"?"},
-    {"shardline.TrainSpec", "gradient_accumulation_steps",
-     "no such field: the micro-batches per step follow from train.global_batch_size / "
-     "(train.micro_batch_size * world_size)"},
-    {"shardline.TrainSpec", "grad_accum_steps",
+    {"shardline.TrainSpec", "gradient_accumulation_steps grad_accum_steps",
      "no such field: the micro-batches per step follow from train.global_batch_size / "
      "(train.micro_batch_size * world_size)"},
     {"shardline.TrainSpec", "batch_size",
      "did you mean \"global_batch_size\" (sequences per step, all ranks) or "
      "\"micro_batch_size\" (per rank per forward)?"},
     {"shardline.TrainSpec", "train_batch_size", "did you mean \"global_batch_size\"?"},
-    {"shardline.TrainSpec", "train_micro_batch_size_per_gpu", "did you mean \"micro_batch_size\"?"},
-    {"shardline.TrainSpec", "per_device_train_batch_size", "did you mean \"micro_batch_size\"?"},
-    {"shardline.TrainSpec", "logging_steps", "did you mean \"log_every\"?"},
-    {"shardline.TrainSpec", "log_interval", "did you mean \"log_every\"?"},
-    {"shardline.TrainSpec", "log_freq", "did you mean \"log_every\"?"},
-    {"shardline.TrainSpec", "eval_steps", "did you mean \"eval_every\"?"},
-    {"shardline.TrainSpec", "eval_interval", "did you mean \"eval_every\"?"},
+    {"shardline.TrainSpec", "train_micro_batch_size_per_gpu per_device_train_batch_size",
+     "did you mean \"micro_batch_size\"?"},
+    {"shardline.TrainSpec", "logging_steps log_interval log_freq", "did you mean \"log_every\"?"},
+    {"shardline.TrainSpec", "eval_steps eval_interval", "did you mean \"eval_every\"?"},
     {"shardline.OptimizerSpec", "betas", "\"beta1\" and \"beta2\", two fields"},
     {"shardline.OptimizerSpec", "learning_rate", "did you mean \"lr\"?"},
-    {"shardline.OptimizerSpec", "max_grad_norm", "did you mean \"grad_clip\"?"},
-    {"shardline.OptimizerSpec", "max_norm", "did you mean \"grad_clip\"?"},
-    {"shardline.OptimizerSpec", "gradient_clipping", "did you mean \"grad_clip\"?"},
-    {"shardline.OptimizerSpec", "name", "did you mean \"kind\"? (ADAMW or SGD)"},
-    {"shardline.OptimizerSpec", "type", "did you mean \"kind\"? (ADAMW or SGD)"},
-    {"shardline.CheckpointSpec", "interval", "did you mean \"every_steps\"?"},
-    {"shardline.CheckpointSpec", "save_interval", "did you mean \"every_steps\"?"},
-    {"shardline.CheckpointSpec", "save_steps", "did you mean \"every_steps\"?"},
-    {"shardline.CheckpointSpec", "folder", "did you mean \"dir\"?"},
-    {"shardline.CheckpointSpec", "path", "did you mean \"dir\"?"},
-    {"shardline.CheckpointSpec", "output_dir", "did you mean \"dir\"?"},
+    {"shardline.OptimizerSpec", "max_grad_norm max_norm gradient_clipping",
+     "did you mean \"grad_clip\"?"},
+    {"shardline.OptimizerSpec", "name type", "did you mean \"kind\"? (ADAMW or SGD)"},
+    {"shardline.CheckpointSpec", "interval save_interval save_steps",
+     "did you mean \"every_steps\"?"},
+    {"shardline.CheckpointSpec", "folder path output_dir", "did you mean \"dir\"?"},
     {"shardline.CheckpointSpec", "resume_from_checkpoint",
      "did you mean \"resume_step\"? It resumes a step of this job's own checkpoints; another "
      "job's checkpoint: \"resume_from\"; weights only: \"init_from_safetensors\""},
-    {"shardline.JobSpec", "nproc_per_node",
+    {"shardline.JobSpec", "nproc_per_node nnodes",
      "did you mean \"world_size\"? The total number of ranks (torchrun's nnodes x "
      "nproc_per_node); the coordinator places them"},
-    {"shardline.JobSpec", "nnodes",
-     "did you mean \"world_size\"? The total number of ranks (torchrun's nnodes x "
-     "nproc_per_node); the coordinator places them"},
-    {"shardline.ModelSpec", "hidden_size", "did you mean \"n_embd\"?"},
-    {"shardline.ModelSpec", "d_model", "did you mean \"n_embd\"?"},
-    {"shardline.ModelSpec", "dim", "did you mean \"n_embd\"?"},
-    {"shardline.ModelSpec", "num_hidden_layers", "did you mean \"n_layer\"?"},
-    {"shardline.ModelSpec", "num_layers", "did you mean \"n_layer\"?"},
-    {"shardline.ModelSpec", "num_attention_heads", "did you mean \"n_head\"?"},
-    {"shardline.ModelSpec", "num_heads", "did you mean \"n_head\"?"},
-    {"shardline.ModelSpec", "num_key_value_heads", "did you mean \"n_kv_head\"?"},
-    {"shardline.ModelSpec", "n_kv_heads", "did you mean \"n_kv_head\"?"},
+    {"shardline.ModelSpec", "hidden_size d_model dim", "did you mean \"n_embd\"?"},
+    {"shardline.ModelSpec", "num_hidden_layers num_layers", "did you mean \"n_layer\"?"},
+    {"shardline.ModelSpec", "num_attention_heads num_heads", "did you mean \"n_head\"?"},
+    {"shardline.ModelSpec", "num_key_value_heads n_kv_heads", "did you mean \"n_kv_head\"?"},
     {"shardline.ModelSpec", "intermediate_size", "did you mean \"ffn_hidden\"?"},
-    {"shardline.ModelSpec", "max_position_embeddings", "did you mean \"block_size\"?"},
-    {"shardline.ModelSpec", "n_positions", "did you mean \"block_size\"?"},
-    {"shardline.ModelSpec", "max_seq_len", "did you mean \"block_size\"?"},
+    {"shardline.ModelSpec", "max_position_embeddings n_positions max_seq_len",
+     "did you mean \"block_size\"?"},
 };
 
 // The parenthesised hint after `unknown field "PATH"`: a foreign name's hint, else the nearest
 // spelling ("did you mean ...?"), else "" (MergeMessage then lists the known fields).
 std::string UnknownFieldHint(const Descriptor& d, absl::string_view name) {
   const std::string lower = absl::AsciiStrToLower(name);
-  for (const ForeignName& f : kForeignNames) {
-    if (d.full_name() == f.message && lower == f.name) return absl::StrCat(" (", f.hint, ")");
+  for (const ForeignNames& f : kForeignNames) {
+    if (d.full_name() != f.message) continue;
+    for (absl::string_view foreign : absl::StrSplit(f.names, ' ')) {
+      if (lower == foreign) return absl::StrCat(" (", f.hint, ")");
+    }
   }
   const std::string suggestion = SuggestFieldName(d, name);
   return suggestion.empty() ? "" : absl::StrCat(" (did you mean \"", suggestion, "\"?)");
