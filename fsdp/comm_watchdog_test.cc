@@ -1,6 +1,7 @@
 #include "fsdp/comm_watchdog.h"
 
 #include <atomic>
+#include <functional>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -190,24 +191,42 @@ TEST(CommWatchdog, ThreadEndsABlockedWaitWithinTheDeadlinePlusAFewTicks) {
   w.Stop();  // Idempotent.
 }
 
+// An abort hook that blocks until Release(), as a slow ncclCommAbort does.
+class BlockingAbort {
+ public:
+  std::function<void()> Hook() {
+    return [this] {
+      entered_ = true;
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&released_));
+    };
+  }
+  void WaitEntered() const {
+    while (!entered_) absl::SleepFor(absl::Milliseconds(1));
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    released_ = true;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> entered_{false};
+};
+
 TEST(CommWatchdog, SlowAbortOnTheThreadDoesNotHoldUpTheIssuingThread) {
   // ncclCommAbort can take long (it joins NCCL's threads, and may wait for peers). While the
   // watchdog thread is inside it, the issuing thread's status reads and WithComm return at once
   // with the failure, and no communicator call runs.
+  BlockingAbort abort;
   CommWatchdog::Hooks hooks;
-  absl::Mutex mu;
-  bool release = false;
-  std::atomic<bool> in_abort{false};
-  hooks.abort = [&] {
-    in_abort = true;
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&release));
-  };
+  hooks.abort = abort.Hook();
   CommWatchdog w("(ranks 0,1)", absl::Milliseconds(50), hooks);
   w.Start(absl::Milliseconds(5));
   auto work = w.Add("group world op all_gather step 0: ", absl::Now() + absl::Milliseconds(50),
                     [](std::string*) { return PollResult::kPending; });
-  while (!in_abort) absl::SleepFor(absl::Milliseconds(1));
+  abort.WaitEntered();
   const absl::Time start = absl::Now();
   EXPECT_EQ(w.StatusOf(*work).code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(w.Block(*work).code(), absl::StatusCode::kDeadlineExceeded);
@@ -221,33 +240,21 @@ TEST(CommWatchdog, SlowAbortOnTheThreadDoesNotHoldUpTheIssuingThread) {
             absl::StatusCode::kDeadlineExceeded);
   EXPECT_FALSE(called) << "a communicator call ran while (or after) it was being aborted";
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
-  {
-    absl::MutexLock lock(&mu);
-    release = true;
-  }
+  abort.Release();
   w.Stop();  // Joins the thread once the abort returned.
 }
 
 TEST(CommWatchdog, SlowAbortFromFailDoesNotBlockOtherThreadsReadingTheStatus) {
+  BlockingAbort abort;
   CommWatchdog::Hooks hooks;
-  absl::Mutex mu;
-  bool release = false;
-  std::atomic<bool> in_abort{false};
-  hooks.abort = [&] {
-    in_abort = true;
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&release));
-  };
+  hooks.abort = abort.Hook();
   CommWatchdog w("(ranks 0,1)", absl::Seconds(30), hooks);
   const absl::Status cause = absl::UnavailableError("group world op all_reduce step 1: x");
   std::thread failing([&] { EXPECT_EQ(w.Fail(cause), cause); });
-  while (!in_abort) absl::SleepFor(absl::Milliseconds(1));
+  abort.WaitEntered();
   EXPECT_EQ(w.failure(), cause);
   EXPECT_EQ(w.Fail(absl::InternalError("later")), cause);  // No second abort.
-  {
-    absl::MutexLock lock(&mu);
-    release = true;
-  }
+  abort.Release();
   failing.join();
 }
 

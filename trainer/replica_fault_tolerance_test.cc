@@ -274,6 +274,16 @@ StepDecision Decide(StepDecision::Kind kind, int64_t step, int64_t epoch, std::v
   return d;
 }
 
+// A round's answer: COMMIT of `step` in `epoch` with the groups `live`, to every ballot.
+std::function<std::map<int, StepDecision>(const std::map<int, StepBallot>&)> CommitAll(
+    int64_t step, int64_t epoch, std::vector<int> live) {
+  return [step, epoch, live](const std::map<int, StepBallot>& b) {
+    std::map<int, StepDecision> d;
+    for (const auto& [r, ballot] : b) d[r] = Decide(StepDecision::Kind::kCommit, step, epoch, live);
+    return d;
+  };
+}
+
 struct FtRank {
   std::unique_ptr<models::LanguageModel> model;
   std::unique_ptr<FsdpBackend> backend;
@@ -341,12 +351,7 @@ TEST(ReplicaFaultTolerance, LostGroupLeavesSurvivorsTrainOnAndAReplacementIsHeal
   using K = StepDecision::Kind;
   ScriptedCoordinator coordinator(
       {// Step 1: everyone ok.
-       {{0, 1, 2, 3},
-        [](const std::map<int, StepBallot>& b) {
-          std::map<int, StepDecision> d;
-          for (auto& [r, ballot] : b) d[r] = Decide(K::kCommit, 1, 0, {0, 1});
-          return d;
-        }},
+       {{0, 1, 2, 3}, CommitAll(1, 0, {0, 1})},
        // Step 2: rank 2 failed; group 1 is lost.
        {{0, 1, 2, 3},
         [](const std::map<int, StepBallot>&) {
@@ -356,12 +361,7 @@ TEST(ReplicaFaultTolerance, LostGroupLeavesSurvivorsTrainOnAndAReplacementIsHeal
           return d;
         }},
        // Step 2 again, group 0 alone.
-       {{0, 1},
-        [](const std::map<int, StepBallot>&) {
-          std::map<int, StepDecision> d;
-          for (int r : {0, 1}) d[r] = Decide(K::kCommit, 2, 1, {0});
-          return d;
-        }},
+       {{0, 1}, CommitAll(2, 1, {0})},
        // Step 3: group 1's replacement is admitted and healed from group 0.
        {{0, 1, 2, 3}, [](const std::map<int, StepBallot>&) {
           std::map<int, StepDecision> d;
@@ -486,16 +486,9 @@ TEST(ReplicaFaultTolerance, AFailureInTheFinalEvaluationIsDoneAgainByTheLiveGrou
   auto store = fsdp::TcpKvStore::Create(so);
   ASSERT_TRUE(store.ok()) << store.status();
   using K = StepDecision::Kind;
-  auto commit = [](int64_t step, int64_t epoch, std::vector<int> live) {
-    return [step, epoch, live](const std::map<int, StepBallot>& b) {
-      std::map<int, StepDecision> d;
-      for (auto& [r, ballot] : b) d[r] = Decide(K::kCommit, step, epoch, live);
-      return d;
-    };
-  };
   ScriptedCoordinator coordinator(
-      {{{0, 1, 2, 3}, commit(1, 0, {0, 1})},
-       {{0, 1, 2, 3}, commit(2, 0, {0, 1})},
+      {{{0, 1, 2, 3}, CommitAll(1, 0, {0, 1})},
+       {{0, 1, 2, 3}, CommitAll(2, 0, {0, 1})},
        // The work after step 2: ranks 2 and 3 are gone (their exits lose group 1).
        {{0, 1},
         [](const std::map<int, StepBallot>&) {
@@ -503,7 +496,7 @@ TEST(ReplicaFaultTolerance, AFailureInTheFinalEvaluationIsDoneAgainByTheLiveGrou
           for (int r : {0, 1}) d[r] = Decide(K::kAbort, 2, 1, {0});
           return d;
         }},
-       {{0, 1}, commit(2, 1, {0})}});
+       {{0, 1}, CommitAll(2, 1, {0})}});
   std::vector<absl::Status> status(kWorld);
   std::vector<absl::StatusOr<TrainSummary>> summaries(kWorld);
   std::vector<std::thread> threads;
@@ -580,17 +573,10 @@ TEST(ReplicaFaultTolerance, LosingTheWriterOfAnAsynchronousSaveSavesTheRetriedSt
   policy.resume_step = 0;
   policy.commit_timeout = absl::Seconds(30);
   using K = StepDecision::Kind;
-  auto commit = [](int64_t step, int64_t epoch, std::vector<int> live) {
-    return [step, epoch, live](const std::map<int, StepBallot>& b) {
-      std::map<int, StepDecision> d;
-      for (auto& [r, ballot] : b) d[r] = Decide(K::kCommit, step, epoch, live);
-      return d;
-    };
-  };
   ScriptedCoordinator coordinator(
-      {{{0, 1, 2, 3}, commit(1, 0, {0, 1})},
-       {{0, 1, 2, 3}, commit(2, 0, {0, 1})},  // Step 2's training,
-       {{0, 1, 2, 3}, commit(2, 0, {0, 1})},  // then its save (asynchronous, by group 0).
+      {{{0, 1, 2, 3}, CommitAll(1, 0, {0, 1})},
+       {{0, 1, 2, 3}, CommitAll(2, 0, {0, 1})},  // Step 2's training,
+       {{0, 1, 2, 3}, CommitAll(2, 0, {0, 1})},  // then its save (asynchronous, by group 0).
        {{0, 1, 2, 3},
         [](const std::map<int, StepBallot>&) {
           std::map<int, StepDecision> d;
@@ -598,10 +584,10 @@ TEST(ReplicaFaultTolerance, LosingTheWriterOfAnAsynchronousSaveSavesTheRetriedSt
           for (int r : {2, 3}) d[r] = Decide(K::kAbort, 3, 1, {1});
           return d;
         }},
-       {{2, 3}, commit(3, 1, {1})},
-       {{2, 3}, commit(3, 1, {1})},
-       {{2, 3}, commit(4, 1, {1})},
-       {{2, 3}, commit(4, 1, {1})}});
+       {{2, 3}, CommitAll(3, 1, {1})},
+       {{2, 3}, CommitAll(3, 1, {1})},
+       {{2, 3}, CommitAll(4, 1, {1})},
+       {{2, 3}, CommitAll(4, 1, {1})}});
   std::vector<absl::Status> status(kWorld);
   std::vector<absl::StatusOr<TrainSummary>> summaries(kWorld);
   std::vector<std::thread> threads;

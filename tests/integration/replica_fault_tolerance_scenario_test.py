@@ -369,23 +369,28 @@ class ReplicaFaultToleranceScenarioTest(unittest.TestCase):
 
     # ------------------------------------------------------------------ (e) a writer killed mid-save
 
-    def test_writer_killed_mid_save_the_live_group_saves_that_step_again(self):
-        steps, pause_step, pause_rank = 24, 12, 1  # rank 1 writes shard 1 for group 0
+    def kill_writer_in_the_save(self, pause_step, pause_rank, sets):
+        """Runs a W = 4, S = 2 job of 24 steps saving every 6 on two workers whose trainers
+        hold global rank `pause_rank` (a writer of shard 1 of group 0, the writer group) in its
+        save of `pause_step` (SHARDLINE_TEST_PAUSE_IN_SAVE: only that rank, so group 1's writer
+        does not pause when it saves again), SIGKILLs it there and waits for the job's end.
+        Checks what every such run must show (SUCCEEDED in attempt 1, group 0 lost, the
+        survivors never restarted) and returns (job, status, committed steps)."""
+        steps = 24
         self.cluster = harness.Cluster(workers=0, grace_period_s=3)
-        # Rank 1 only: group 1's writer of shard 1 (rank 3) must not pause when it saves step
-        # 12 again.
         pause = {"SHARDLINE_TEST_PAUSE_IN_SAVE": "%d:1:600:1:%d" % (pause_step, pause_rank)}
         for i in range(2):
             self.cluster.start_worker(i, 2, grace_period_s=3, env=pause)
         self.cluster.wait_for_workers(2)
-        job = self.submit(steps, 4, 1, sets=["checkpoint.every_steps=6", "checkpoint.keep_last=0"])
+        job = self.submit(steps, 4, 1,
+                          sets=["checkpoint.every_steps=6", "checkpoint.keep_last=0"] + sets)
         status = self.cluster.wait_for(job, lambda s: len(s.get("placement", [])) == 4,
                                        timeout=JOB_TIMEOUT_S, what="placement")
         worker = self.worker_of(status, pause_rank)
         deadline = time.time() + JOB_TIMEOUT_S
         while ("test pause in save: step %d shard 1" % pause_step
                not in self.cluster.rank_log(worker, job, 1, pause_rank)):
-            self.assertLess(time.time(), deadline, "rank 1 never paused in the save")
+            self.assertLess(time.time(), deadline, "rank %d never paused in the save" % pause_rank)
             self.assertEqual(self.cluster.job(job)["state"], "RUNNING")
             time.sleep(0.1)
         survivors = self.pids_of_ranks(status, job, [2, 3])
@@ -396,50 +401,33 @@ class ReplicaFaultToleranceScenarioTest(unittest.TestCase):
         status = self.wait_end(job)
         self.assert_succeeded(status, steps)
         self.assertEqual(self.events(status, "RESTARTING"), [])
+        self.assert_never_restarted(job, survivors)
+        cps = self.cluster.shardctl_json("checkpoints", job).get("checkpoints", [])
+        return job, status, sorted(int(c["step"]) for c in cps if c.get("committed"))
+
+    def manifest_attempt(self, job, step):
+        with open(os.path.join(self.cluster.dir, "checkpoints", job, "step_%d" % step,
+                               "MANIFEST.json")) as f:
+            return int(json.load(f)["attempt"])
+
+    def test_writer_killed_mid_save_the_live_group_saves_that_step_again(self):
+        pause_step = 12
+        job, status, committed = self.kill_writer_in_the_save(pause_step, 1, [])
         self.event_index(status, "REPLICA_GROUP_LOST",
                          r"^replica group 0 \(%s\) lost at step 1[23]: " % group_ranks(0))
-        self.assert_never_restarted(job, survivors)
         # Group 1 did the work after step 12 again, the save with it.
         rank2_log = self.read_rank_file(job, "rank-2.log")
         self.assertIn("the work after step %d aborted: " % pause_step, rank2_log)
-        step_dir = os.path.join(self.cluster.dir, "checkpoints", job, "step_%d" % pause_step)
-        with open(os.path.join(step_dir, "MANIFEST.json")) as f:
-            manifest = json.load(f)
-        self.assertEqual(int(manifest["attempt"]), 1, manifest)
-        cps = self.cluster.shardctl_json("checkpoints", job).get("checkpoints", [])
-        committed = sorted(int(c["step"]) for c in cps if c.get("committed"))
-        self.assertEqual(committed, [6, 12, 18, 24], cps)
+        self.assertEqual(self.manifest_attempt(job, pause_step), 1)
+        self.assertEqual(committed, [6, 12, 18, 24])
 
     def test_writer_killed_in_an_async_save_the_live_group_saves_the_step_it_retries(self):
-        steps, pause_step, pause_rank = 24, 12, 1  # rank 1 writes shard 1 for group 0
-        self.cluster = harness.Cluster(workers=0, grace_period_s=3)
-        pause = {"SHARDLINE_TEST_PAUSE_IN_SAVE": "%d:1:600:1:%d" % (pause_step, pause_rank)}
-        for i in range(2):
-            self.cluster.start_worker(i, 2, grace_period_s=3, env=pause)
-        self.cluster.wait_for_workers(2)
-        job = self.submit(steps, 4, 1, sets=["checkpoint.every_steps=6", "checkpoint.keep_last=0",
-                                             "checkpoint.async_save=true"])
-        status = self.cluster.wait_for(job, lambda s: len(s.get("placement", [])) == 4,
-                                       timeout=JOB_TIMEOUT_S, what="placement")
-        worker = self.worker_of(status, pause_rank)
-        deadline = time.time() + JOB_TIMEOUT_S
         # The pause is in rank 1's background write: its training goes on meanwhile.
-        while ("test pause in save: step %d shard 1" % pause_step
-               not in self.cluster.rank_log(worker, job, 1, pause_rank)):
-            self.assertLess(time.time(), deadline, "rank 1 never paused in the save")
-            self.assertEqual(self.cluster.job(job)["state"], "RUNNING")
-            time.sleep(0.1)
-        survivors = self.pids_of_ranks(status, job, [2, 3])
-        victim = self.cluster.rank_pid(worker, job, 1, pause_rank)
-        self.assertIsNotNone(victim)
-        os.kill(victim, signal.SIGKILL)
-
-        status = self.wait_end(job)
-        self.assert_succeeded(status, steps)
-        self.assertEqual(self.events(status, "RESTARTING"), [])
+        pause_step = 12
+        job, status, committed = self.kill_writer_in_the_save(pause_step, 1,
+                                                              ["checkpoint.async_save=true"])
         self.event_index(status, "REPLICA_GROUP_LOST",
                          r"^replica group 0 \(%s\) lost at step 1[2-7]: " % group_ranks(0))
-        self.assert_never_restarted(job, survivors)
         # Group 1 could not know whether group 0's background write of step 12 committed (it
         # did not: rank 1 died before writing its shard), so it saved the step it trained
         # again after the loss, synchronously, as the new writer group.
@@ -450,13 +438,8 @@ class ReplicaFaultToleranceScenarioTest(unittest.TestCase):
         self.assertIsNotNone(m, rank2_log[-3000:])
         resaved = int(m.group(1))
         self.assertTrue(pause_step < resaved < 18, resaved)
-        with open(os.path.join(self.cluster.dir, "checkpoints", job, "step_%d" % resaved,
-                               "MANIFEST.json")) as f:
-            self.assertEqual(int(json.load(f)["attempt"]), 1)
-        cps = self.cluster.shardctl_json("checkpoints", job).get("checkpoints", [])
-        committed = sorted(int(c["step"]) for c in cps if c.get("committed"))
-        self.assertEqual(committed, [6, resaved, 18, 24], cps)
-
+        self.assertEqual(self.manifest_attempt(job, resaved), 1)
+        self.assertEqual(committed, [6, resaved, 18, 24])
 
 if __name__ == "__main__":
     harness.run_tests(__name__)
