@@ -78,7 +78,9 @@ def run_ranks(argv_of_rank, world, log_prefix, extra_env=None, timeout_s=900):
         env = dict(os.environ)
         env.update({"RANK": str(r), "WORLD_SIZE": str(world), "LOCAL_RANK": str(r),
                     "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-                    "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"})
+                    "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+                    # the bootstrap store's secret, one per launch (the trainer requires one)
+                    "SHARDLINE_STORE_SECRET": f"bench-{port}-{os.getpid()}"})
         env.update(extra_env or {})
         log = f"{log_prefix}.{r}.log"
         logs.append(log)

@@ -76,6 +76,8 @@ ABSL_FLAG(int64_t, rendezvous_max_keys_per_namespace, 65536,
           "keys one job attempt's rendezvous namespace may hold");
 ABSL_FLAG(int64_t, rendezvous_max_bytes_per_namespace, 64 << 20,
           "bytes (keys plus values) one job attempt's rendezvous namespace may hold");
+ABSL_FLAG(int64_t, rendezvous_max_response_bytes, 8 << 20,
+          "bytes of values one rendezvous get may return");
 ABSL_FLAG(int32_t, max_events_per_job, 1000,
           "events kept per job (the newest; older ones are counted as dropped in its status)");
 ABSL_FLAG(int64_t, finished_job_ttl_s, 7 * 24 * 3600,
@@ -168,6 +170,8 @@ int main(int argc, char** argv) {
       std::max<int64_t>(0, absl::GetFlag(FLAGS_rendezvous_max_keys_per_namespace));
   o.rendezvous_limits.max_bytes_per_namespace =
       std::max<int64_t>(0, absl::GetFlag(FLAGS_rendezvous_max_bytes_per_namespace));
+  o.rendezvous_limits.max_response_bytes =
+      std::max<int64_t>(0, absl::GetFlag(FLAGS_rendezvous_max_response_bytes));
   o.max_events_per_job = absl::GetFlag(FLAGS_max_events_per_job);
   o.max_list_page_size = absl::GetFlag(FLAGS_max_list_page_size);
   o.finished_job_ttl = absl::Seconds(absl::GetFlag(FLAGS_finished_job_ttl_s));

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <random>
+#include <set>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -128,11 +129,21 @@ absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(absl::string_view 
                                                               const std::vector<std::string>& keys,
                                                               absl::Duration timeout,
                                                               absl::Duration reported_wait) {
+  if (keys.size() > limits_.max_keys_per_namespace) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rendezvous get of ", keys.size(), " keys; a namespace holds at most ",
+                     limits_.max_keys_per_namespace));
+  }
+  std::set<absl::string_view> distinct;
   for (const std::string& k : keys) {
     if (k.empty()) return absl::InvalidArgumentError("rendezvous key must not be empty");
     if (k.size() > limits_.max_key_bytes) {
       return absl::ResourceExhaustedError(
           absl::StrCat("rendezvous key of ", k.size(), " bytes; limit ", limits_.max_key_bytes));
+    }
+    if (!distinct.insert(k).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rendezvous get names key ", k, " more than once"));
     }
   }
   absl::MutexLock lock(&mu_);
@@ -152,14 +163,25 @@ absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(absl::string_view 
         absl::StrCat("rendezvous namespace ", ns, " was closed (the attempt ended)"));
   }
   std::vector<std::string> missing;
-  std::vector<std::string> out;
+  size_t response_bytes = 0;
   for (const std::string& k : keys) {
     auto it = n->values.find(k);
     if (it == n->values.end()) {
       missing.push_back(k);
     } else {
-      out.push_back(it->second);
+      response_bytes += it->second.size();
     }
+  }
+  if (response_bytes > limits_.max_response_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rendezvous namespace ", ns, ": the values of ", keys.size(), " keys add up to ",
+        response_bytes, " bytes; limit ", limits_.max_response_bytes,
+        " (--rendezvous_max_response_bytes)"));
+  }
+  std::vector<std::string> out;
+  if (missing.empty()) {
+    out.reserve(keys.size());
+    for (const std::string& k : keys) out.push_back(n->values.find(k)->second);
   }
   if (!missing.empty()) {
     return absl::DeadlineExceededError(absl::StrCat(

@@ -44,6 +44,10 @@ class RendezvousStore {
     // --rendezvous_max_bytes_per_namespace). A few KiB per rank per communicator suffices; without
     // this bound one job could hold max_keys x max_value_bytes (64 GiB) of coordinator memory.
     size_t max_bytes_per_namespace = 64 << 20;
+    // Values one Get returns together (coordinator flag --rendezvous_max_response_bytes). A
+    // request names keys, a response copies their values: without this bound (and with keys
+    // repeated) a 10 KB request could make the coordinator build gigabytes.
+    size_t max_response_bytes = 8 << 20;
   };
   // Delegates (not "= default"): clang cannot default-construct Limits, whose members have
   // initializers, inside the class that encloses it (the fuzz build, tools/fuzz.sh, uses clang).
@@ -72,7 +76,9 @@ class RendezvousStore {
   // Whether `ns` is open.
   bool IsOpen(absl::string_view ns) const;
 
-  // Values of `keys` in order, waiting up to `timeout` until all exist (0: no wait).
+  // Values of `keys` in order, waiting up to `timeout` until all exist (0: no wait). A key named
+  // twice is INVALID_ARGUMENT; values adding up to more than max_response_bytes are
+  // RESOURCE_EXHAUSTED (both checked before anything is copied).
   // `reported_wait`, when set, is the wait named in the DEADLINE_EXCEEDED message (a caller
   // that polls with zero timeouts reports how long it waited in all).
   absl::StatusOr<std::vector<std::string>> Get(

@@ -122,6 +122,38 @@ TEST(RendezvousStore, LongKeysAreResourceExhaustedInSetAndGet) {
   EXPECT_TRUE(store.Set("ns", "s", std::string(4096, 'k'), "1").ok());
 }
 
+// The audit's request: a 1 MiB value, then a get naming its key 2,000 times (a 10 KB request)
+// built a 2,000 MiB response. Repeated keys are refused before anything is copied, and the
+// values of distinct keys are bounded by --rendezvous_max_response_bytes.
+TEST(RendezvousStore, RepeatedKeysAndLargeResponsesAreRefusedBeforeCopying) {
+  RendezvousStore::Limits limits;
+  limits.max_value_bytes = 1 << 20;
+  limits.max_response_bytes = 2 << 20;
+  RendezvousStore store(limits);
+  store.Open("ns", "s");
+  for (const char* k : {"a", "b", "c"}) {
+    ASSERT_TRUE(store.Set("ns", "s", k, std::string(1 << 20, 'x')).ok());
+  }
+  const std::vector<std::string> repeated(2000, "a");
+  auto got = store.Get("ns", "s", repeated, absl::ZeroDuration());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(got.status().message(), "rendezvous get names key a more than once");
+  got = store.Get("ns", "s", {"a", "b", "c"}, absl::ZeroDuration());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(got.status().message(),
+            "rendezvous namespace ns: the values of 3 keys add up to 3145728 bytes; limit "
+            "2097152 (--rendezvous_max_response_bytes)");
+  // Two values fit; the store is unchanged by the refusals.
+  got = store.Get("ns", "s", {"a", "b"}, absl::ZeroDuration());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)[1].size(), size_t{1} << 20);
+  // More keys than a namespace may hold is refused without looking them up.
+  RendezvousStore small(RendezvousStore::Limits{4, 2});
+  small.Open("ns", "s");
+  EXPECT_EQ(small.Get("ns", "s", {"a", "b", "c"}, absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
 TEST(RendezvousStore, JournalHearsAcceptedSetsAndClosesInOrder) {
   std::vector<std::string> heard;
   RendezvousStore::Journal journal;

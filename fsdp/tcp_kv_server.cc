@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <set>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -40,7 +41,8 @@ constexpr absl::Duration kAcceptBackoff = absl::Milliseconds(100);
 
 absl::StatusOr<std::unique_ptr<TcpKvServer>> TcpKvServer::Create(const Options& options) {
   if (options.max_connections < 1 || options.max_keys < 1 || options.max_key_bytes < 1 ||
-      options.max_value_bytes < 1 || options.max_total_bytes < 1 || options.max_request_bytes < 1) {
+      options.max_value_bytes < 1 || options.max_total_bytes < 1 || options.max_request_bytes < 1 ||
+      options.max_reply_bytes < 1) {
     return absl::InvalidArgumentError("kv server: every cap must be at least 1");
   }
   absl::StatusOr<addrinfo*> addrs = Resolve(options.host, options.port, /*passive=*/true);
@@ -367,8 +369,25 @@ std::vector<std::string> TcpKvServer::Handle(const std::vector<std::string>& req
       }
       return true;
     };
+    std::set<absl::string_view> distinct;
+    for (size_t i = 2; i < request.size(); ++i) {
+      if (!distinct.insert(request[i]).second) {
+        return ErrorReply(absl::InvalidArgumentError(
+            absl::StrCat("get names key ", request[i], " more than once")));
+      }
+    }
     absl::MutexLock lock(&mu_);
     mu_.AwaitWithDeadline(absl::Condition(&all_present_or_stop), deadline);
+    size_t reply_bytes = 0;
+    for (size_t i = 2; i < request.size(); ++i) {
+      auto it = data_.find(request[i]);
+      if (it != data_.end()) reply_bytes += it->second.size();
+    }
+    if (reply_bytes > options_.max_reply_bytes) {
+      return ErrorReply(absl::ResourceExhaustedError(
+          absl::StrCat("the values of ", request.size() - 2, " keys add up to ", reply_bytes,
+                       " bytes; limit max_reply_bytes=", options_.max_reply_bytes)));
+    }
     std::vector<std::string> reply = {"ok"};
     std::vector<std::string> missing = {"timeout"};
     for (size_t i = 2; i < request.size(); ++i) {

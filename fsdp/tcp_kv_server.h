@@ -46,6 +46,9 @@ class TcpKvServer {
     size_t max_value_bytes = 1 << 20;
     size_t max_total_bytes = 64 << 20;   // Keys plus values held.
     size_t max_request_bytes = 2 << 20;  // One request frame, every field together.
+    // One get's values together: a get may name each key once, and the reply copies their
+    // values, so without this a small request could build a reply of max_total_bytes.
+    size_t max_reply_bytes = 8 << 20;
     // A connection must complete its hello within this long; once a request starts, its last
     // byte must arrive within request_timeout.
     absl::Duration handshake_timeout = absl::Seconds(10);

@@ -286,6 +286,23 @@ TEST(TcpKvServer, TotalBytesCapCountsReplacedValuesOnce) {
   EXPECT_TRUE(client->Set("a", std::string(99, 'x')).ok()) << "replacing frees the old value";
 }
 
+// One get naming a 1 MiB value's key 2 times (or many) would make the server copy it per name.
+TEST(TcpKvServer, RepeatedKeysAndLargeRepliesAreRefusedAndTheClientRecovers) {
+  auto server = Serve({.max_reply_bytes = 2 << 20});
+  auto client = Client(server->port(), "");
+  for (const char* k : {"a", "b", "c"}) ASSERT_TRUE(client->Set(k, std::string(1 << 20, 'x')).ok());
+  auto values = client->Get({"a", "b", "a"}, absl::Milliseconds(1));
+  EXPECT_EQ(values.status().code(), absl::StatusCode::kInvalidArgument) << values.status();
+  EXPECT_THAT(std::string(values.status().message()), HasSubstr("get names key a more than once"));
+  values = client->Get({"a", "b", "c"}, absl::Milliseconds(1));
+  EXPECT_EQ(values.status().code(), absl::StatusCode::kResourceExhausted) << values.status();
+  EXPECT_THAT(std::string(values.status().message()),
+              HasSubstr("add up to 3145728 bytes; limit max_reply_bytes=2097152"));
+  values = client->Get({"a", "b"}, absl::Milliseconds(1));
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_EQ((*values)[1].size(), size_t{1} << 20);
+}
+
 TEST(TcpKvServer, ConnectionCapRefusesOneMoreUntilOneCloses) {
   auto server = Serve({.max_connections = 3});
   std::vector<int> held;

@@ -3,6 +3,8 @@
 #include <limits.h>
 #include <stdlib.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <system_error>
 
@@ -44,6 +46,135 @@ std::string ResolveExistingPrefix(const std::string& path) {
     p = p.parent_path();
   }
   return NormalizePath(path);
+}
+
+// Whether `path` has a ".." component. The kernel applies ".." to where the link before it
+// points (with R/lnk -> /, R/lnk/../etc is /etc), a lexical check to the text (R/etc): the two
+// disagree whenever a link precedes it, so a restricted path may not have one at all.
+bool HasDotDot(absl::string_view path) {
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part == "..") return true;
+  }
+  return false;
+}
+
+// What is at a path on disk, without following a final link.
+enum class Kind { kMissing, kRegular, kDirectory, kLink, kOther };
+Kind KindAt(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return Kind::kMissing;
+  if (S_ISLNK(st.st_mode)) return Kind::kLink;
+  if (S_ISREG(st.st_mode)) return Kind::kRegular;
+  if (S_ISDIR(st.st_mode)) return Kind::kDirectory;
+  return Kind::kOther;
+}
+
+// What a path resolves to when followed (stat), for messages and the regular-file rule.
+Kind FollowedKindAt(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return Kind::kMissing;
+  if (S_ISREG(st.st_mode)) return Kind::kRegular;
+  if (S_ISDIR(st.st_mode)) return Kind::kDirectory;
+  return Kind::kOther;
+}
+
+// A folder the trainer reads or writes in (an HF folder, a checkpoint directory): each entry
+// below it is opened by name, so each must stay under the roots too. Links are checked where
+// they point (a dangling one is refused: a write through it would create its target); devices,
+// FIFOs and sockets are refused (a read of /dev/zero never ends). Walks at most kMaxFolderEntries
+// entries: a folder larger than that is refused rather than half checked.
+constexpr size_t kMaxFolderEntries = 100000;
+void CheckFolderEntries(const SpecPath& p, const std::string& folder,
+                        const std::vector<std::string>& resolved_roots, const std::string& allowed,
+                        std::vector<std::string>* problems) {
+  std::error_code ec;
+  std::filesystem::recursive_directory_iterator it(
+      folder, std::filesystem::directory_options::none, ec);
+  size_t seen = 0;
+  for (; !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (++seen > kMaxFolderEntries) {
+      problems->push_back(absl::StrCat(p.field, ": ", p.path, " holds more than ",
+                                       kMaxFolderEntries, " entries; refused unchecked"));
+      return;
+    }
+    const std::string entry = it->path().string();
+    const Kind kind = KindAt(entry);
+    if (kind == Kind::kLink) {
+      char buf[PATH_MAX];
+      if (::realpath(entry.c_str(), buf) == nullptr) {
+        problems->push_back(absl::StrCat(p.field, ": ", entry,
+                                         " is a symbolic link to nothing (refused: a write "
+                                         "through it would create its target)"));
+        continue;
+      }
+      const std::string target = NormalizePath(buf);
+      if (!InsideAny(target, resolved_roots)) {
+        problems->push_back(absl::StrCat(p.field, ": ", entry, " is a symbolic link to ", target,
+                                         ", which is outside ", allowed));
+      } else if (FollowedKindAt(entry) == Kind::kOther) {
+        problems->push_back(absl::StrCat(p.field, ": ", entry, " links to ", target,
+                                         ", which is not a regular file or folder"));
+      }
+    } else if (kind == Kind::kOther) {
+      problems->push_back(absl::StrCat(p.field, ": ", entry,
+                                       " is not a regular file or folder (a device, FIFO or "
+                                       "socket)"));
+    }
+  }
+}
+
+// The worker's check of one path that passed the lexical one: links resolved against the roots,
+// the kind of file, and for folders every entry below.
+void CheckOnDisk(const SpecPath& p, const std::vector<std::string>& roots,
+                 const std::string& allowed, absl::string_view job_id,
+                 std::vector<std::string>* problems) {
+  // A root may itself be a link (/data -> /mnt/disk1/data): compare resolved with resolved.
+  std::vector<std::string> resolved_roots = roots;
+  for (const std::string& r : roots) resolved_roots.push_back(ResolveExistingPrefix(r));
+  const std::string normal = NormalizePath(p.path);
+  const std::string resolved = ResolveExistingPrefix(normal);
+  if (!InsideAny(resolved, resolved_roots)) {
+    problems->push_back(absl::StrCat(p.field, ": ", p.path, " resolves to ", resolved,
+                                     " (a symbolic link), which is outside ", allowed));
+    return;
+  }
+  const Kind kind = FollowedKindAt(normal);
+  switch (p.access) {
+    case SpecPath::Access::kRead:
+      // A missing file is spec validation's to name; anything but a regular file is refused.
+      if (kind == Kind::kDirectory || kind == Kind::kOther) {
+        problems->push_back(absl::StrCat(p.field, ": ", p.path, " is not a regular file",
+                                         kind == Kind::kDirectory ? " (a folder)"
+                                                                  : " (a device, FIFO or socket)"));
+      }
+      return;
+    case SpecPath::Access::kReadDir:
+    case SpecPath::Access::kCheckpointRead:
+      if (kind == Kind::kDirectory) {
+        CheckFolderEntries(p, normal, resolved_roots, allowed, problems);
+      }
+      return;
+    case SpecPath::Access::kCheckpoint: {
+      if (kind == Kind::kOther || kind == Kind::kRegular) {
+        problems->push_back(absl::StrCat(p.field, ": ", p.path, " is not a folder"));
+        return;
+      }
+      // The job writes and deletes in <dir>/<job id>: that folder, not every job's, is walked.
+      const std::string own = job_id.empty() ? normal : absl::StrCat(normal, "/", job_id);
+      if (!job_id.empty()) {
+        const std::string own_resolved = ResolveExistingPrefix(own);
+        if (!InsideAny(own_resolved, resolved_roots)) {
+          problems->push_back(absl::StrCat(p.field, ": ", own, " resolves to ", own_resolved,
+                                           " (a symbolic link), which is outside ", allowed));
+          return;
+        }
+      }
+      if (FollowedKindAt(own) == Kind::kDirectory) {
+        CheckFolderEntries(p, own, resolved_roots, allowed, problems);
+      }
+      return;
+    }
+  }
 }
 
 }  // namespace
@@ -110,7 +241,8 @@ absl::StatusOr<std::vector<std::string>> ParseRoots(absl::string_view flag, absl
   return roots;
 }
 
-absl::Status CheckSpecPaths(const JobSpec& spec, const PathPolicy& policy, bool resolve_links) {
+absl::Status CheckSpecPaths(const JobSpec& spec, const PathPolicy& policy, bool resolve_links,
+                            absl::string_view job_id) {
   std::vector<std::string> problems;
   for (const SpecPath& p : SpecPaths(spec)) {
     const bool read = p.access == SpecPath::Access::kRead || p.access == SpecPath::Access::kReadDir;
@@ -125,21 +257,19 @@ absl::Status CheckSpecPaths(const JobSpec& spec, const PathPolicy& policy, bool 
           absl::StrCat(p.field, ": \"", p.path, "\" must be an absolute path under ", allowed));
       continue;
     }
-    const std::string normal = NormalizePath(p.path);
-    if (!InsideAny(normal, roots)) {
+    if (HasDotDot(p.path)) {
+      problems.push_back(absl::StrCat(
+          p.field, ": ", p.path,
+          " has a \"..\" component, which is refused under ", allowed,
+          ": after a symbolic link \"..\" leaves the folder the text names; write the path "
+          "without it"));
+      continue;
+    }
+    if (!InsideAny(NormalizePath(p.path), roots)) {
       problems.push_back(absl::StrCat(p.field, ": ", p.path, " is outside ", allowed));
       continue;
     }
-    if (resolve_links) {
-      // A root may itself be a link (/data -> /mnt/disk1/data): compare resolved with resolved.
-      std::vector<std::string> resolved_roots = roots;
-      for (const std::string& r : roots) resolved_roots.push_back(ResolveExistingPrefix(r));
-      const std::string resolved = ResolveExistingPrefix(normal);
-      if (!InsideAny(resolved, resolved_roots)) {
-        problems.push_back(absl::StrCat(p.field, ": ", p.path, " resolves to ", resolved,
-                                        " (a symbolic link), which is outside ", allowed));
-      }
-    }
+    if (resolve_links) CheckOnDisk(p, roots, allowed, job_id, &problems);
   }
   if (problems.empty()) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrJoin(problems, "\n"));

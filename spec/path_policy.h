@@ -8,10 +8,16 @@
 //   coordinator --read_roots=/data,/models --checkpoint_roots=/ckpt   (checked at submit)
 //   worker      --read_roots=/data,/models --checkpoint_roots=/ckpt   (checked again at start)
 //
-// Each path field must be absolute and, after removing "." and ".." lexically, lie inside one of
-// its roots. The coordinator does not see the workers' file systems, so it checks lexically; the
-// worker also resolves symbolic links (of the longest existing prefix), so a link under a root
-// that points outside it is refused too. Empty roots leave that kind of path unrestricted (the
+// Each path field must be absolute, have no ".." component (after a symbolic link the kernel's
+// ".." and the text's disagree: R/lnk/../x is not R/x when lnk points elsewhere) and, after
+// removing "." lexically, lie inside one of its roots. The coordinator does not see the workers'
+// file systems, so it checks the text; the worker also resolves symbolic links (of the longest
+// existing prefix), so a link under a root that points outside it is refused too, refuses a read
+// path that is not a regular file (/dev/zero, a FIFO), and walks the folders a job reads or
+// writes in (model.hf_dir, checkpoint.resume_from, the job's own <checkpoint.dir>/<job id>),
+// refusing a link below them that points outside the roots or to nothing. What remains: the
+// check runs when the worker starts a rank, the trainer opens the files later by name, so a user
+// who can write under a root can swap a checked file for a link in between (docs/security.md). Empty roots leave that kind of path unrestricted (the
 // local single-user cluster); a deployment sets both.
 //
 // SpecPaths is the one list of a spec's path fields: a new path field is added there and both
@@ -68,9 +74,10 @@ std::string NormalizePath(absl::string_view path);
 //   data.path: /etc/shadow is outside the read roots [/data, /models] allowed by the coordinator
 //   (--read_roots)
 // and INVALID_ARGUMENT-worthy relative paths as "must be an absolute path" lines (same status).
-// With resolve_links, each path is also checked after resolving symbolic links of its longest
-// existing prefix (the worker's check).
-absl::Status CheckSpecPaths(const JobSpec& spec, const PathPolicy& policy, bool resolve_links);
+// With resolve_links, each path is also checked on disk as the file comment says (the worker's
+// check); `job_id` names the job's own folder under checkpoint.dir ("" walks checkpoint.dir).
+absl::Status CheckSpecPaths(const JobSpec& spec, const PathPolicy& policy, bool resolve_links,
+                            absl::string_view job_id = "");
 
 }  // namespace shardline::spec
 

@@ -1,9 +1,11 @@
 #include "spec/path_policy.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -67,9 +69,12 @@ TEST(PathPolicy, OutsideDotDotPrefixTrickAndRelativeAreRefusedNamingFieldAndRoot
             "(--read_roots)\n"
             "checkpoint.dir: /tmp/x is outside the checkpoint roots [/ckpt] allowed by the "
             "coordinator (--checkpoint_roots)");
-  // ".." out of the root, and a sibling sharing the root's prefix.
+  // ".." anywhere (out of the root or not), and a sibling sharing the root's prefix.
   EXPECT_THAT(CheckSpecPaths(SpecWith("/data/../etc/passwd", "/ckpt"), p, false).message(),
-              HasSubstr("data.path: /data/../etc/passwd is outside the read roots"));
+              HasSubstr("data.path: /data/../etc/passwd has a \"..\" component, which is "
+                        "refused under the read roots [/data]"));
+  EXPECT_THAT(CheckSpecPaths(SpecWith("/data/a/../b", "/ckpt"), p, false).message(),
+              HasSubstr("data.path: /data/a/../b has a \"..\" component"));
   EXPECT_THAT(CheckSpecPaths(SpecWith("/data2/x", "/ckpt"), p, false).message(),
               HasSubstr("data.path: /data2/x is outside"));
   EXPECT_THAT(CheckSpecPaths(SpecWith("data/x", "/ckpt"), p, false).message(),
@@ -120,6 +125,90 @@ TEST(PathPolicy, WorkerCheckRefusesASymlinkOutOfARoot) {
             "data.path: " + base + "/data/escape/key.pem resolves to " + base +
                 "/secret/key.pem (a symbolic link), which is outside the read roots [" + base +
                 "/data] allowed by the worker node-a (--read_roots)");
+}
+
+// The bypass an audit found live: with a link R/lnk -> / under the read root, R/lnk/../secret
+// is R/secret to the text but /secret to the kernel. Refused by the text already (the
+// coordinator's check), and by the worker's.
+TEST(PathPolicy, DotDotAfterASymlinkIsRefusedByBothChecks) {
+  const std::string base = std::string(std::getenv("TEST_TMPDIR")) + "/dotdot";
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base + "/data");
+  std::filesystem::create_directories(base + "/ckpt");
+  std::filesystem::create_symlink("/", base + "/data/lnk");
+  std::filesystem::create_symlink("/", base + "/ckpt/lnk2");
+  const PathPolicy p = Policy({base + "/data"}, {base + "/ckpt"});
+  const JobSpec spec = SpecWith(base + "/data/lnk/../etc/passwd", base + "/ckpt/lnk2/../tmp/x");
+  for (bool resolve : {false, true}) {
+    const absl::Status s = CheckSpecPaths(spec, p, resolve);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << resolve;
+    EXPECT_THAT(s.message(), HasSubstr("data.path: " + base + "/data/lnk/../etc/passwd has a"));
+    EXPECT_THAT(s.message(), HasSubstr("checkpoint.dir: " + base + "/ckpt/lnk2/../tmp/x has a"));
+  }
+}
+
+TEST(PathPolicy, WorkerCheckRefusesAReadPathThatIsNotARegularFile) {
+  const std::string base = std::string(std::getenv("TEST_TMPDIR")) + "/kinds";
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base + "/data/folder");
+  ASSERT_EQ(::mkfifo((base + "/data/fifo").c_str(), 0600), 0);
+  std::filesystem::create_symlink("/dev/zero", base + "/data/zero");
+  // A root that holds /dev (the policy allows it; the kind does not).
+  const PathPolicy p = Policy({base + "/data", "/dev"}, {});
+  EXPECT_THAT(CheckSpecPaths(SpecWith(base + "/data/fifo", ""), p, true).message(),
+              HasSubstr("data.path: " + base + "/data/fifo is not a regular file (a device, "
+                        "FIFO or socket)"));
+  EXPECT_THAT(CheckSpecPaths(SpecWith("/dev/zero", ""), p, true).message(),
+              HasSubstr("data.path: /dev/zero is not a regular file"));
+  EXPECT_THAT(CheckSpecPaths(SpecWith(base + "/data/folder", ""), p, true).message(),
+              HasSubstr("is not a regular file (a folder)"));
+  // The lexical check cannot see kinds.
+  EXPECT_TRUE(CheckSpecPaths(SpecWith(base + "/data/fifo", ""), p, false).ok());
+  // A missing file is spec validation's to name, not the policy's.
+  EXPECT_TRUE(CheckSpecPaths(SpecWith(base + "/data/absent", ""), p, true).ok());
+}
+
+TEST(PathPolicy, WorkerCheckWalksTheFoldersAJobReadsAndWritesIn) {
+  const std::string base = std::string(std::getenv("TEST_TMPDIR")) + "/walk";
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base + "/data/hf");
+  std::filesystem::create_directories(base + "/ckpt/job-a/step_4");
+  std::filesystem::create_directories(base + "/ckpt/job-b");
+  std::filesystem::create_directories(base + "/secret");
+  std::ofstream(base + "/data/hf/config.json") << "{}";
+  std::ofstream(base + "/secret/key.pem") << "x";
+  const PathPolicy p = Policy({base + "/data"}, {base + "/ckpt"});
+  JobSpec spec = SpecWith(base + "/data/x", base + "/ckpt");
+  spec.mutable_model()->set_hf_dir(base + "/data/hf");
+  EXPECT_TRUE(CheckSpecPaths(spec, p, true, "job-a").ok());
+
+  // A shard of the HF folder that is a link out of the roots.
+  std::filesystem::create_symlink(base + "/secret/key.pem",
+                                  base + "/data/hf/model.safetensors");
+  absl::Status s = CheckSpecPaths(spec, p, true, "job-a");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(s.message(), HasSubstr("model.hf_dir: " + base +
+                                     "/data/hf/model.safetensors is a symbolic link to " + base +
+                                     "/secret/key.pem, which is outside the read roots"));
+  std::filesystem::remove(base + "/data/hf/model.safetensors");
+
+  // A file planted in the job's own checkpoint folder that links out (a write would follow it),
+  // and one that links to nothing (a write would create it).
+  std::filesystem::create_symlink(base + "/secret/key.pem",
+                                  base + "/ckpt/job-a/step_4/shard_0.safetensors");
+  std::filesystem::create_symlink(base + "/secret/new", base + "/ckpt/job-a/step_4/MANIFEST.json");
+  s = CheckSpecPaths(spec, p, true, "job-a");
+  EXPECT_THAT(s.message(), HasSubstr("step_4/shard_0.safetensors is a symbolic link to " + base +
+                                     "/secret/key.pem, which is outside the checkpoint roots"));
+  EXPECT_THAT(s.message(), HasSubstr("step_4/MANIFEST.json is a symbolic link to nothing"));
+  // Another job's folder is not this job's to check.
+  EXPECT_TRUE(CheckSpecPaths(spec, p, true, "job-b").ok());
+
+  // The job's folder itself a link out of the roots (planted before the job starts).
+  std::filesystem::create_symlink(base + "/secret", base + "/ckpt/job-c");
+  EXPECT_THAT(CheckSpecPaths(spec, p, true, "job-c").message(),
+              HasSubstr("checkpoint.dir: " + base + "/ckpt/job-c resolves to " + base +
+                        "/secret (a symbolic link), which is outside the checkpoint roots"));
 }
 
 TEST(PathPolicy, ParseRootsRefusesRelativeAndSlashOnly) {

@@ -101,14 +101,16 @@ absl::StatusOr<RankEnv> ReadRankEnv(const std::function<const char*(const char*)
           "rendezvous: the default, or --standalone), so that torchrun hands the ranks a free "
           "MASTER_PORT"));
     }
-    // Off loopback, anyone who can reach MASTER_PORT could read and overwrite the bootstrap
-    // keys (and so point ranks at their own Gloo peers): the store needs the launcher's secret.
-    if (!loopback && e.store_secret.empty() && ReadStr(getenv, "SHARDLINE_STORE_INSECURE") != "1") {
+    // Anyone who can reach MASTER_PORT could read and overwrite the bootstrap keys (and so
+    // point ranks at their own Gloo peers): off loopback any host, on loopback any local user.
+    // The store needs the launcher's secret either way.
+    if (e.store_secret.empty() && ReadStr(getenv, "SHARDLINE_STORE_INSECURE") != "1") {
       return absl::InvalidArgumentError(absl::StrCat(
           "environment: MASTER_ADDR=", e.master_addr,
-          " is not loopback and SHARDLINE_STORE_SECRET is unset: give every rank the same random "
-          "secret (e.g. `openssl rand -hex 32`), or set SHARDLINE_STORE_INSECURE=1 to run the "
-          "store without one"));
+          loopback ? " is loopback (any local user can reach it)" : " is not loopback",
+          " and SHARDLINE_STORE_SECRET is unset: give every rank the same random secret (e.g. "
+          "`export SHARDLINE_STORE_SECRET=$(openssl rand -hex 32)`), or set "
+          "SHARDLINE_STORE_INSECURE=1 to run the store without one"));
     }
   }
   if (e.advertise_address.empty()) {

@@ -33,7 +33,8 @@ TEST(ReadRankEnv, ReadsTorchrunVariables) {
                                   {"WORLD_SIZE", "4"},
                                   {"LOCAL_RANK", "1"},
                                   {"MASTER_ADDR", "127.0.0.1"},
-                                  {"MASTER_PORT", "29500"}}));
+                                  {"MASTER_PORT", "29500"},
+                                  {"SHARDLINE_STORE_SECRET", "s"}}));
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->rank, 3);
   EXPECT_EQ(env->world_size, 4);
@@ -64,7 +65,7 @@ TEST(ReadRankEnv, RejectsBadValuesNamingTheVariable) {
                   .ok());
 }
 
-TEST(ReadRankEnv, OffLoopbackStoreNeedsSecret) {
+TEST(ReadRankEnv, TheBootstrapStoreNeedsASecretOnAndOffLoopback) {
   const std::map<std::string, std::string> remote = {
       {"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29500"}};
   auto refused = ReadRankEnv(FakeEnv(remote));
@@ -81,12 +82,21 @@ TEST(ReadRankEnv, OffLoopbackStoreNeedsSecret) {
   auto insecure = remote;
   insecure["SHARDLINE_STORE_INSECURE"] = "1";
   EXPECT_TRUE(ReadRankEnv(FakeEnv(insecure)).ok());
-  // Loopback needs no secret (one host: the ranks' user owns it).
-  EXPECT_TRUE(ReadRankEnv(FakeEnv({{"RANK", "0"},
-                                   {"WORLD_SIZE", "2"},
-                                   {"MASTER_ADDR", "127.0.0.1"},
-                                   {"MASTER_PORT", "29500"}}))
-                  .ok());
+  // Loopback needs one too: any local user can reach a loopback port.
+  const std::map<std::string, std::string> local = {
+      {"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
+  refused = ReadRankEnv(FakeEnv(local));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(
+                "MASTER_ADDR=127.0.0.1 is loopback (any local user can reach it) and "
+                "SHARDLINE_STORE_SECRET is unset"),
+            std::string::npos)
+      << refused.status();
+  auto local_secret = local;
+  local_secret["SHARDLINE_STORE_SECRET"] = "abc";
+  EXPECT_TRUE(ReadRankEnv(FakeEnv(local_secret)).ok());
+  // One rank needs no store at all.
+  EXPECT_TRUE(ReadRankEnv(FakeEnv({{"RANK", "0"}, {"WORLD_SIZE", "1"}})).ok());
 }
 
 TEST(ReadRankEnv, TorchrunSharingItsAgentStoreIsRefusedNamingTheFix) {
@@ -95,6 +105,7 @@ TEST(ReadRankEnv, TorchrunSharingItsAgentStoreIsRefusedNamingTheFix) {
                                                        {"LOCAL_RANK", "1"},
                                                        {"MASTER_ADDR", "127.0.0.1"},
                                                        {"MASTER_PORT", "29500"},
+                                                       {"SHARDLINE_STORE_SECRET", "s"},
                                                        {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
   auto shared = ReadRankEnv(FakeEnv(torchrun));
   EXPECT_EQ(shared.status().code(), absl::StatusCode::kFailedPrecondition);

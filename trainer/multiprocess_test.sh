@@ -11,6 +11,8 @@ FREE_PORT="$(realpath "$2")"
 SPEC="examples/tiny_gpt_shakespeare.yaml"
 OUT="${TEST_TMPDIR:-$(mktemp -d)}"
 export OMP_NUM_THREADS=1
+# Every rank of a launch shares the bootstrap store's secret (the trainer refuses to run without).
+export SHARDLINE_STORE_SECRET="test-secret-$$"
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 source trainer/testing/ranks.sh  # run_ranks
@@ -72,9 +74,14 @@ expect_exit 3 "hold no sequence of data.seq_len 64 + 1" "$OUT/baddata" -- \
 expect_exit 4 "DEADLINE_EXCEEDED" "$OUT/nopeer" -- \
   env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$("$FREE_PORT")" \
   "$TRAINER" --spec "$SPEC" --set fsdp.hybrid_shard_degree=2 --set fsdp.collective_timeout_s=3
-# The TCP store off loopback needs the launcher's shared secret (docs/security.md).
+# The TCP store needs the launcher's shared secret, off loopback and on (docs/security.md).
 expect_exit 2 "SHARDLINE_STORE_SECRET is unset" "$OUT/nosecret" -- \
-  env RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.255.255.1 MASTER_PORT=1 "$TRAINER" --spec "$SPEC"
+  env -u SHARDLINE_STORE_SECRET RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.255.255.1 MASTER_PORT=1 \
+  "$TRAINER" --spec "$SPEC"
+expect_exit 2 "is loopback (any local user can reach it) and SHARDLINE_STORE_SECRET is unset" \
+  "$OUT/nosecret_local" -- \
+  env -u SHARDLINE_STORE_SECRET RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 \
+  "$TRAINER" --spec "$SPEC"
 # A rank with another secret is refused by rank 0's store and says why.
 PORT="$("$FREE_PORT")"
 env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT SHARDLINE_STORE_SECRET=right \

@@ -288,7 +288,8 @@ std::optional<int> WorkerDaemon::NewestGenerationLocked(const std::string& job_i
 
 absl::Status WorkerDaemon::StartRank(const Assignment& a) {
   // The coordinator checked the paths against its roots; this node's roots and links decide.
-  RETURN_IF_ERROR(spec::CheckSpecPaths(a.spec(), options_.path_policy, /*resolve_links=*/true));
+  RETURN_IF_ERROR(spec::CheckSpecPaths(a.spec(), options_.path_policy, /*resolve_links=*/true,
+                                       a.job_id()));
   const std::string dir =
       absl::StrCat(options_.work_dir, "/jobs/", a.job_id(), "/attempt-", a.attempt());
   std::error_code ec;

@@ -133,7 +133,7 @@ start_ranks() {
   RANK_PIDS=()
   for ((r = 0; r < w; r++)); do
     RANK=$r WORLD_SIZE=$w LOCAL_RANK=$r LOCAL_WORLD_SIZE=$w MASTER_ADDR=127.0.0.1 \
-      MASTER_PORT=$port "$TRAINER" "$@" --metrics_out "$CASE_DIR/$name.r$r.jsonl" \
+      MASTER_PORT=$port SHARDLINE_STORE_SECRET="gpu-$port-$$" "$TRAINER" "$@" --metrics_out "$CASE_DIR/$name.r$r.jsonl" \
       > "$CASE_DIR/$name.r$r.log" 2>&1 &
     RANK_PIDS+=($!)
   done
@@ -200,7 +200,7 @@ local_rank_beyond() {
   port=$(next_port)
   # shellcheck disable=SC2046
   RANK=1 WORLD_SIZE=2 LOCAL_RANK=$NGPU MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-    "$TRAINER" $(spec_args 2 1) --set device.kind=CUDA > "$CASE_DIR/r1.log" 2>&1 &&
+    SHARDLINE_STORE_SECRET="gpu-$port-$$" "$TRAINER" $(spec_args 2 1) --set device.kind=CUDA > "$CASE_DIR/r1.log" 2>&1 &&
     { echo "the trainer accepted LOCAL_RANK=$NGPU"; return 1; }
   grep -q "LOCAL_RANK $NGPU but this trainer sees only $NGPU CUDA device(s)" "$CASE_DIR/r1.log" ||
     { tail -5 "$CASE_DIR/r1.log"; return 1; }

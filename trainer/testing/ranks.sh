@@ -23,10 +23,12 @@ run_ranks() {
   local port r a code log
   local pids=() args=()
   port="$("$FREE_PORT")"
+  # The bootstrap store's secret, shared by the launch's ranks (a caller's own wins).
+  local secret="${SHARDLINE_STORE_SECRET:-ranks-$$-$RANDOM$RANDOM}"
   for ((r = 0; r < world; r++)); do
     args=()
     for a in "$@"; do args+=("${a//\{r\}/$r}"); done
-    env ${envs[@]+"${envs[@]}"} RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r \
+    env SHARDLINE_STORE_SECRET="$secret" ${envs[@]+"${envs[@]}"} RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r \
       MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$TRAINER" "${args[@]}" \
       >"${out_pattern//\{r\}/$r}" 2>"${log_pattern//\{r\}/$r}" &
     pids+=($!)
