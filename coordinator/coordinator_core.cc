@@ -257,7 +257,10 @@ void CoordinatorCore::EndAttemptLocked(JobRecord& job, bool send_stop) {
         registry_.ReleaseSlot(p.worker_id(), p.slot_index(), Namespace(job));
       }
     }
-    for (const std::string& w : workers) outbox_.PushStop(w, st.job_id(), st.attempt());
+    for (const std::string& w : workers) {
+      outbox_.PushStop(w, st.job_id(), st.attempt());
+      tracker_.StopSent(w, st.job_id(), st.attempt());
+    }
   } else {
     registry_.ReleaseJob(Namespace(job));
   }

@@ -620,6 +620,31 @@ TEST_F(CoreTest, CancelStopsRanksAndIsFinal) {
   EXPECT_EQ(core_->CancelJob("job-999", "").code(), absl::StatusCode::kNotFound);
 }
 
+// The heartbeats of a cancelled job's ranks while they stop (SIGTERM, the grace period) queue no
+// second STOP: the cancel's is on the stream. A new stream (a STOP still queued is lost with the
+// old one) gets one again.
+TEST_F(CoreTest, RanksStoppingAfterACancelGetNoSecondStopOnTheSameStream) {
+  const std::string a = Register("a", 2);
+  auto job = core_->SubmitJob(Spec("g", 2));
+  const int64_t gen = *core_->OpenAssignmentStream(a);
+  ASSERT_EQ(Drain(a, gen).size(), 2u);
+  ASSERT_TRUE(core_->Heartbeat(RankBeat(a, *job, 1, 0, RankStatus::RUNNING)).ok());
+  ASSERT_TRUE(core_->CancelJob(*job, "").ok());
+  auto stops = Drain(a, gen);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].action(), Assignment::STOP);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(core_->Heartbeat(RankBeat(a, *job, 1, 0, RankStatus::RUNNING)).ok());
+  }
+  EXPECT_TRUE(Drain(a, gen).empty());
+  const int64_t gen2 = *core_->OpenAssignmentStream(a);
+  ASSERT_TRUE(core_->Heartbeat(RankBeat(a, *job, 1, 0, RankStatus::RUNNING)).ok());
+  auto again = Drain(a, gen2);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].action(), Assignment::STOP);
+  EXPECT_EQ(again[0].attempt(), 1);
+}
+
 TEST_F(CoreTest, NewStreamSupersedesOldAndResendsUnacknowledgedStarts) {
   const std::string a = Register("a", 2);
   auto job = core_->SubmitJob(Spec("s", 2));

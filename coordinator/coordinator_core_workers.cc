@@ -69,7 +69,8 @@ absl::StatusOr<HeartbeatResponse> CoordinatorCore::Heartbeat(const HeartbeatRequ
     if (seen.stop) {
       outbox_.PushStop(worker, rs.job_id(), rs.attempt());
       SL_LOG(INFO) << "worker " << worker << " still runs rank " << rs.rank() << " of "
-                   << rs.job_id() << " attempt " << rs.attempt() << ", which is over: STOP";
+                   << rs.job_id() << " attempt " << rs.attempt()
+                   << ", which is over, and was sent no STOP of it on this stream: STOP";
     }
   }
   const std::vector<RankFailure> lost = tracker_.LostRanks(worker, reported);

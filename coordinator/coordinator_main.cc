@@ -35,7 +35,9 @@ ABSL_FLAG(int32_t, heartbeat_timeout_ms, 10000, "a worker silent this long is de
 ABSL_FLAG(int32_t, tick_ms, 200, "period of liveness checks and scheduling");
 ABSL_FLAG(int32_t, rank_start_timeout_ms, 120000,
           "a rank not reported by its worker this long after its attempt started fails it");
-ABSL_FLAG(int32_t, stop_grace_s, 10, "seconds between SIGTERM and SIGKILL when ranks stop");
+ABSL_FLAG(int32_t, stop_grace_s, 10,
+          "seconds between SIGTERM and SIGKILL when ranks stop; a cancelled job's ranks are gone "
+          "within this plus 2 s");
 ABSL_FLAG(std::string, token, "",
           "bearer token of the admin user \"admin\" (prefer --token_file or --users_file)");
 ABSL_FLAG(std::string, token_file, "",

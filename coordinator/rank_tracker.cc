@@ -212,6 +212,13 @@ void RankTracker::ForgetJob(const std::string& job_id) {
 
 void RankTracker::StreamOpened(const std::string& worker_id) { stops_sent_.erase(worker_id); }
 
+void RankTracker::StopSent(const std::string& worker_id, const std::string& job_id,
+                           int32_t attempt) {
+  std::set<std::pair<std::string, int32_t>>& sent = stops_sent_[worker_id];
+  if (sent.size() < kMaxStopsPerStream) sent.insert({job_id, attempt});
+  if (sent.empty()) stops_sent_.erase(worker_id);
+}
+
 void RankTracker::StopRanks(const std::string& job_id, const std::vector<int32_t>& ranks) {
   auto it = attempts_.find(job_id);
   if (it == attempts_.end()) return;

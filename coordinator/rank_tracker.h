@@ -105,6 +105,11 @@ class RankTracker {
   void ForgetJob(const std::string& job_id);
   // A new stream of `worker_id` (maybe a new daemon): stale ranks get a STOP again.
   void StreamOpened(const std::string& worker_id);
+  // The core queued a STOP of (job_id, attempt) for `worker_id` on its current stream (the
+  // attempt ended): heartbeats listing its ranks while they stop (the grace period) are not
+  // stale and get no second STOP. A new stream forgets it (StreamOpened), since a STOP still
+  // queued is not re-sent on it.
+  void StopSent(const std::string& worker_id, const std::string& job_id, int32_t attempt);
 
   // fault_tolerance REPLICA_GROUPS. `ranks` of the job's attempt were told to stop (their group
   // is lost): their exits and absence are expected from now on.

@@ -126,14 +126,24 @@ std::optional<int> RankProcess::WaitFor(absl::Duration timeout) {
 
 int RankProcess::Stop(absl::Duration grace) {
   if (auto code = Poll(); code.has_value()) return *code;
-  kill(-pid_, SIGTERM);
+  Terminate();
   if (auto code = WaitFor(grace); code.has_value()) return *code;
-  kill(-pid_, SIGKILL);
-  kill(pid_, SIGKILL);
+  Kill();
   int wstatus = 0;
   waitpid(pid_, &wstatus, 0);
   exit_code_ = ExitCodeFromWaitStatus(wstatus);
   return *exit_code_;
+}
+
+void RankProcess::Terminate() {
+  if (exit_code_.has_value()) return;
+  kill(-pid_, SIGTERM);
+}
+
+void RankProcess::Kill() {
+  if (exit_code_.has_value()) return;
+  kill(-pid_, SIGKILL);
+  kill(pid_, SIGKILL);
 }
 
 std::string RankProcess::LogTail(size_t max_bytes) const {

@@ -6,7 +6,8 @@
 // queue of lines for the coordinator, and gets SIGKILL from the kernel if the daemon dies
 // (PR_SET_PDEATHSIG), so a killed daemon leaves no trainer behind.
 //
-// Thread safety: not thread-safe; the daemon's supervision thread owns each RankProcess.
+// Thread safety: not thread-safe; the daemon calls each RankProcess only under its own mutex
+// (worker_daemon.h), so a pid is never signalled after another thread reaped it.
 #ifndef SHARDLINE_WORKER_RANK_PROCESS_H_
 #define SHARDLINE_WORKER_RANK_PROCESS_H_
 
@@ -58,8 +59,16 @@ class RankProcess {
   std::optional<int> WaitFor(absl::Duration timeout);
 
   // SIGTERM to the process group, then SIGKILL after `grace` if it is still running. Returns the
-  // exit code.
+  // exit code. Blocks up to `grace`; the daemon uses Terminate and Kill instead (it must not
+  // wait on one rank while others are to be stopped).
   int Stop(absl::Duration grace);
+
+  // SIGTERM to the process group; returns at once. Nothing once the process was reaped (its pid
+  // may belong to another process by then).
+  void Terminate();
+  // SIGKILL to the process group and the process; returns at once (Poll reaps it). Nothing once
+  // the process was reaped.
+  void Kill();
 
   // The last `max_bytes` of the log (whole lines, both files), for failure reports. After the
   // exit it first waits (up to a second) for the output still in the pipe.

@@ -31,6 +31,8 @@ constexpr absl::Duration kLogDrainWait = absl::Seconds(5);
 // Log bytes per rank and per ShipLogs call (gRPC refuses messages over 4 MiB by default).
 constexpr size_t kShipBytesPerRank = 256 << 10;
 constexpr size_t kShipBytesPerCall = 2 << 20;
+// How often StopLoop polls a SIGKILLed rank until it is reaped.
+constexpr absl::Duration kReapPoll = absl::Milliseconds(20);
 
 // A client of the coordinator as this daemon talks to it (join token, TLS and this node's
 // client certificate, per-call deadline).
@@ -155,6 +157,7 @@ absl::Status WorkerDaemon::Register() {
 }
 
 absl::Status WorkerDaemon::Run() {
+  std::thread stopper([this] { StopLoop(); });
   std::thread supervisor([this] { SuperviseLoop(); });
   std::thread heartbeat([this] { HeartbeatLoop(); });
   absl::Duration backoff = absl::Milliseconds(100);
@@ -176,11 +179,23 @@ absl::Status WorkerDaemon::Run() {
   }
   heartbeat.join();
   supervisor.join();
-  // Stop every rank still running.
-  absl::MutexLock lock(&mu_);
-  for (auto& [key, rank] : ranks_) {
-    if (!rank.process->Poll().has_value()) rank.process->Stop(options_.grace_period);
+  // Stop every rank still running, all at once: SIGTERM now, SIGKILL (StopLoop) after the grace
+  // period. (They used to be stopped one after another, up to a grace period each.)
+  {
+    absl::MutexLock lock(&mu_);
+    StopWhereLocked([](const RankKey&) { return true; }, options_.grace_period);
+    auto running = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      for (auto& [key, rank] : ranks_) {
+        if (rank.process != nullptr && !rank.process->Poll().has_value()) return true;
+      }
+      return false;
+    };
+    while (running()) stop_cv_.WaitWithTimeout(&mu_, kReapPoll);
+    stop_loop_done_ = true;
+    stop_cv_.SignalAll();
   }
+  stopper.join();
+  absl::MutexLock lock(&mu_);
   ranks_.clear();
   return absl::OkStatus();
 }
@@ -221,55 +236,105 @@ absl::Status WorkerDaemon::ServeAssignments() {
 void WorkerDaemon::HandleAssignment(const Assignment& a) {
   const absl::Duration grace =
       a.grace_period_s() > 0 ? absl::Seconds(a.grace_period_s()) : options_.grace_period;
+  const std::string& job_id = a.job_id();
+  const int attempt = a.attempt();
+  const int rank = a.rank();
+  // Nothing here waits for a rank: this thread reads the stream, and the next assignment (a
+  // STOP of another attempt or rank) must be acted on when it arrives, not a grace period later.
+  absl::MutexLock lock(&mu_);
   if (a.action() == Assignment::STOP) {
-    SL_LOG(INFO) << "stop " << a.job_id() << " attempt " << a.attempt();
-    StopAttempt(a.job_id(), a.attempt(), grace);
+    SL_LOG(INFO) << "stop " << job_id << " attempt " << attempt << ": SIGTERM, SIGKILL after "
+                 << absl::FormatDuration(grace);
+    StopWhereLocked(
+        [&](const RankKey& key) {
+          return std::get<0>(key) == job_id && (attempt <= 0 || std::get<1>(key) == attempt);
+        },
+        grace);
     return;
   }
+  // Rank `rank` of the attempt where its generation is <= `generation`.
+  auto rank_up_to = [&](int generation) {
+    return [&job_id, attempt, rank, generation](const RankKey& key) {
+      return std::get<0>(key) == job_id && std::get<1>(key) == attempt &&
+             std::get<2>(key) == rank && std::get<3>(key) <= generation;
+    };
+  };
   if (a.action() == Assignment::STOP_RANK) {
-    SL_LOG(INFO) << "stop rank " << a.rank() << " (generation " << a.generation()
-                 << " or older) of " << a.job_id() << " attempt " << a.attempt();
-    StopRank(a.job_id(), a.attempt(), a.rank(), a.generation(), grace);
+    SL_LOG(INFO) << "stop rank " << rank << " (generation " << a.generation() << " or older) of "
+                 << job_id << " attempt " << attempt << ": SIGTERM, SIGKILL after "
+                 << absl::FormatDuration(grace);
+    StopWhereLocked(rank_up_to(a.generation()), grace);
     return;
   }
   if (a.action() != Assignment::START) return;
-  std::optional<int> older;
-  {
-    // A START delivered just before a stream broke is sent again on the new stream; the rank
-    // already runs (or ran) here, so a second trainer must not start. Only a newer generation
-    // (a replacement) starts the rank again.
-    absl::MutexLock lock(&mu_);
-    older = NewestGenerationLocked(a.job_id(), a.attempt(), a.rank());
-    if (older.has_value() && *older >= a.generation()) {
-      SL_LOG(INFO) << "ignoring repeated START of rank " << a.rank() << " (generation "
-                   << a.generation() << ", generation " << *older << " ran here) of " << a.job_id()
-                   << " attempt " << a.attempt();
-      return;
+  // A START delivered just before a stream broke is sent again on the new stream; the rank
+  // already runs (or ran, or waits to run) here, so a second trainer must not start. Only a
+  // newer generation (a replacement) starts the rank again.
+  std::optional<int> older = NewestGenerationLocked(job_id, attempt, rank);
+  for (const Assignment& d : deferred_starts_) {
+    if (d.job_id() == job_id && d.attempt() == attempt && d.rank() == rank) {
+      older = std::max(older.value_or(d.generation()), d.generation());
     }
+  }
+  if (older.has_value() && *older >= a.generation()) {
+    SL_LOG(INFO) << "ignoring repeated START of rank " << rank << " (generation "
+                 << a.generation() << ", generation " << *older << " ran here) of " << job_id
+                 << " attempt " << attempt;
+    return;
   }
   if (older.has_value()) {
     // Two generations of a rank must never run at once (they would share its rendezvous keys
-    // and its slot): the older one goes first, if it still runs.
-    SL_LOG(INFO) << "rank " << a.rank() << " of " << a.job_id() << " attempt " << a.attempt()
+    // and its slot): the older one goes first, if it still runs; the new one starts once it
+    // has ended (SuperviseLoop), without holding up the stream meanwhile.
+    SL_LOG(INFO) << "rank " << rank << " of " << job_id << " attempt " << attempt
                  << ": generation " << a.generation() << " replaces generation " << *older;
-    StopRank(a.job_id(), a.attempt(), a.rank(), a.generation() - 1, grace);
+    StopWhereLocked(rank_up_to(a.generation() - 1), grace);
+    if (OlderGenerationRunsLocked(a)) {
+      deferred_starts_.push_back(a);
+      return;
+    }
   }
-  const absl::Status s = StartRank(a);
-  if (!s.ok()) {
-    SL_LOG(ERROR) << "cannot start rank " << a.rank() << " of " << a.job_id() << ": " << s;
-    // Report it as exited so the coordinator fails the attempt instead of waiting forever.
-    absl::MutexLock lock(&mu_);
-    Rank& r = ranks_[RankKey{a.job_id(), a.attempt(), a.rank(), a.generation()}];
-    r.assignment = a;
-    r.status.set_job_id(a.job_id());
-    r.status.set_attempt(a.attempt());
-    r.status.set_rank(a.rank());
-    r.status.set_generation(a.generation());
-    r.status.set_state(RankStatus::EXITED);
-    // 2 as the trainer's "bad job spec" when this node's path policy refused the spec.
-    r.status.set_exit_code(absl::IsPermissionDenied(s) ? 2 : 127);
-    r.status.set_log_tail(std::string(s.message()));
-    r.exited_at = absl::Now();
+  StartOrReportLocked(a);
+}
+
+void WorkerDaemon::StartOrReportLocked(const Assignment& a) {
+  const absl::Status s = StartRankLocked(a);
+  if (s.ok()) return;
+  SL_LOG(ERROR) << "cannot start rank " << a.rank() << " of " << a.job_id() << ": " << s;
+  // Report it as exited so the coordinator fails the attempt instead of waiting forever.
+  Rank& r = ranks_[RankKey{a.job_id(), a.attempt(), a.rank(), a.generation()}];
+  r.assignment = a;
+  r.status.set_job_id(a.job_id());
+  r.status.set_attempt(a.attempt());
+  r.status.set_rank(a.rank());
+  r.status.set_generation(a.generation());
+  r.status.set_state(RankStatus::EXITED);
+  // 2 as the trainer's "bad job spec" when this node's path policy refused the spec.
+  r.status.set_exit_code(absl::IsPermissionDenied(s) ? 2 : 127);
+  r.status.set_log_tail(std::string(s.message()));
+  r.exited_at = absl::Now();
+}
+
+bool WorkerDaemon::OlderGenerationRunsLocked(const Assignment& a) {
+  for (auto& [key, r] : ranks_) {
+    if (std::get<0>(key) == a.job_id() && std::get<1>(key) == a.attempt() &&
+        std::get<2>(key) == a.rank() && std::get<3>(key) < a.generation() &&
+        r.process != nullptr && !r.process->Poll().has_value()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void WorkerDaemon::StartDeferredLocked() {
+  for (size_t i = 0; i < deferred_starts_.size();) {
+    if (OlderGenerationRunsLocked(deferred_starts_[i])) {
+      ++i;
+      continue;
+    }
+    const Assignment a = std::move(deferred_starts_[i]);
+    deferred_starts_.erase(deferred_starts_.begin() + i);
+    StartOrReportLocked(a);
   }
 }
 
@@ -286,7 +351,7 @@ std::optional<int> WorkerDaemon::NewestGenerationLocked(const std::string& job_i
   return newest;
 }
 
-absl::Status WorkerDaemon::StartRank(const Assignment& a) {
+absl::Status WorkerDaemon::StartRankLocked(const Assignment& a) {
   // The coordinator checked the paths against its roots; this node's roots and links decide.
   RETURN_IF_ERROR(spec::CheckSpecPaths(a.spec(), options_.path_policy, /*resolve_links=*/true,
                                        a.job_id()));
@@ -348,7 +413,6 @@ absl::Status WorkerDaemon::StartRank(const Assignment& a) {
   SL_LOG(INFO) << "started rank " << a.rank() << "/" << a.world_size() << " of " << a.job_id()
                << " attempt " << a.attempt() << " (pid " << process->pid() << ", generation "
                << a.generation() << ", log " << po.log_path << ")";
-  absl::MutexLock lock(&mu_);
   Rank& r = ranks_[RankKey{a.job_id(), a.attempt(), a.rank(), a.generation()}];
   r.assignment = a;
   r.process = std::move(process);
@@ -361,39 +425,46 @@ absl::Status WorkerDaemon::StartRank(const Assignment& a) {
   return absl::OkStatus();
 }
 
-void WorkerDaemon::StopAttempt(const std::string& job_id, int attempt, absl::Duration grace) {
-  StopWhere(
-      [&](const RankKey& key) {
-        return std::get<0>(key) == job_id && (attempt <= 0 || std::get<1>(key) == attempt);
-      },
-      grace);
+void WorkerDaemon::StopWhereLocked(const std::function<bool(const RankKey&)>& which,
+                                   absl::Duration grace) {
+  const absl::Time kill_at = absl::Now() + grace;
+  for (auto& [key, rank] : ranks_) {
+    if (!which(key) || rank.process == nullptr || rank.process->Poll().has_value()) continue;
+    if (rank.kill_at == absl::InfiniteFuture()) rank.process->Terminate();  // the first STOP
+    rank.kill_at = std::min(rank.kill_at, kill_at);
+  }
+  deferred_starts_.erase(
+      std::remove_if(deferred_starts_.begin(), deferred_starts_.end(),
+                     [&](const Assignment& a) {
+                       return which(RankKey{a.job_id(), a.attempt(), a.rank(), a.generation()});
+                     }),
+      deferred_starts_.end());
+  stop_cv_.SignalAll();
 }
 
-void WorkerDaemon::StopRank(const std::string& job_id, int attempt, int rank, int generation,
-                            absl::Duration grace) {
-  StopWhere(
-      [&](const RankKey& key) {
-        return std::get<0>(key) == job_id && std::get<1>(key) == attempt &&
-               std::get<2>(key) == rank && std::get<3>(key) <= generation;
-      },
-      grace);
-}
-
-void WorkerDaemon::StopWhere(const std::function<bool(const RankKey&)>& which,
-                             absl::Duration grace) {
-  // Collect the processes under the lock, stop them outside it (stopping takes up to `grace`).
-  std::vector<RankProcess*> to_stop;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& [key, rank] : ranks_) {
-      if (which(key) && rank.process != nullptr) to_stop.push_back(rank.process.get());
+void WorkerDaemon::StopLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stop_loop_done_) {
+    const absl::Time now = absl::Now();
+    absl::Time wake = absl::InfiniteFuture();
+    for (auto& [key, r] : ranks_) {
+      if (r.process == nullptr || r.kill_at == absl::InfiniteFuture()) continue;
+      if (r.process->Poll().has_value()) continue;  // ended (and reaped)
+      if (r.kill_at > now) {
+        wake = std::min(wake, r.kill_at);
+        continue;
+      }
+      if (!r.killed) {
+        SL_LOG(WARNING) << "rank " << r.assignment.rank() << " of " << r.assignment.job_id()
+                        << " attempt " << r.assignment.attempt()
+                        << " still runs at the end of its grace period: SIGKILL";
+        r.process->Kill();
+        r.killed = true;
+      }
+      wake = std::min(wake, now + kReapPoll);  // reap it soon
     }
+    stop_cv_.WaitWithDeadline(&mu_, wake);
   }
-  std::vector<std::thread> stoppers;
-  for (RankProcess* p : to_stop) {
-    stoppers.emplace_back([p, grace] { p->Stop(grace); });
-  }
-  for (auto& t : stoppers) t.join();
 }
 
 void WorkerDaemon::SuperviseLoop() {
@@ -438,6 +509,8 @@ void WorkerDaemon::SuperviseLoop() {
           ++it;
         }
       }
+      // Replacements whose older generation has ended since.
+      StartDeferredLocked();
     }
     if (!reports.empty()) SL_LOG(DEBUG) << "relaying " << reports.size() << " progress report(s)";
     for (const Relay& relay : reports) {

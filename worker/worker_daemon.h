@@ -11,14 +11,21 @@
 //             in heartbeats; ship its log lines to the coordinator (ShipLogs) as they come;
 //   exit   -> ship its last lines, then report EXITED with the exit code and, on failure, the
 //             log's tail;
-//   STOP   -> SIGTERM, then SIGKILL after the grace period.
+//   STOP   -> SIGTERM to the process group of every rank of the attempt at once, then SIGKILL
+//             (by the stop thread, StopLoop) to each one still running when the grace period
+//             has passed. Handling a STOP never waits for a rank, so the stream reads on: a
+//             STOP is acted on when it arrives, not after an earlier STOP's grace period. Every
+//             rank of a stopped attempt is gone (and reaped) within the grace period plus
+//             kReapPoll plus scheduling delays of the STOP's arrival.
 //   STOP_RANK -> the same for one rank of the attempt, if the generation it runs is at most the
 //             assignment's (fault_tolerance REPLICA_GROUPS stops the rest of a lost group).
 // Generations (Assignment.generation): a rank's first process is generation 0. A START whose
 // generation is above the newest this daemon holds for (job, attempt, rank) starts the rank again
 // (a replacement: it joins the running job, SHARDLINE_RANK_GENERATION); an older process of that
 // rank still running is stopped first. A START of an equal or older generation is a repeat and
-// is ignored. Each generation has its own files (rank_files.h); its log lines ship as rank R.
+// is ignored. The newer START waits (deferred_starts_) until the older process has ended, without
+// holding up the stream; a STOP of the rank drops it. Each generation has its own files
+// (rank_files.h); its log lines ship as rank R.
 // Heartbeats carry, per (job, attempt, rank), the newest generation's status only: a newer
 // generation runs only after every older one here has ended.
 // When the coordinator goes away the daemon keeps its trainers running and reconnects with
@@ -99,6 +106,9 @@ class WorkerDaemon {
     // When the supervisor first saw the exit; EXITED is published once the log is shipped (or
     // kLogDrainWait after this).
     absl::Time exit_seen = absl::InfiniteFuture();
+    // Set by a stop (SIGTERM sent): StopLoop sends SIGKILL at this time if it still runs.
+    absl::Time kill_at = absl::InfiniteFuture();
+    bool killed = false;  // SIGKILL sent
   };
   using RankKey = std::tuple<std::string, int, int, int>;  // job, attempt, rank, generation
 
@@ -112,15 +122,22 @@ class WorkerDaemon {
   void ShipLogs();
   // Reads the assignment stream until it breaks or shutdown.
   absl::Status ServeAssignments();
+  // Never blocks on a rank (it runs on the thread that reads the stream).
   void HandleAssignment(const Assignment& a);
-  absl::Status StartRank(const Assignment& a);
-  void StopAttempt(const std::string& job_id, int attempt, absl::Duration grace);
-  // Stops `rank` of the attempt where its generation is <= `generation`.
-  void StopRank(const std::string& job_id, int attempt, int rank, int generation,
-                absl::Duration grace);
-  // Stops (SIGTERM, SIGKILL after `grace`) every running process whose key `which` selects, in
-  // parallel; returns once all have ended.
-  void StopWhere(const std::function<bool(const RankKey&)>& which, absl::Duration grace);
+  absl::Status StartRankLocked(const Assignment& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // StartRankLocked, or on failure the rank reported EXITED so the attempt fails.
+  void StartOrReportLocked(const Assignment& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SIGTERM now to every running process whose key `which` selects, and SIGKILL by StopLoop
+  // once `grace` has passed (an earlier, sooner deadline of a rank stays); returns at once.
+  // Deferred STARTs that `which` selects are dropped.
+  void StopWhereLocked(const std::function<bool(const RankKey&)>& which, absl::Duration grace)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the SIGKILLs that are due, reaps the killed; sleeps until the next deadline.
+  void StopLoop();
+  // Whether an older generation than `a`'s of a's rank still runs here.
+  bool OlderGenerationRunsLocked(const Assignment& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts the deferred STARTs whose older generations have ended.
+  void StartDeferredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The newest generation this daemon holds for (job, attempt, rank); nullopt: none.
   std::optional<int> NewestGenerationLocked(const std::string& job_id, int attempt, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -146,6 +163,11 @@ class WorkerDaemon {
   bool registered_ ABSL_GUARDED_BY(mu_) = false;  // Has a worker id to heartbeat with.
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   std::map<RankKey, Rank> ranks_ ABSL_GUARDED_BY(mu_);
+  // Replacement STARTs waiting for an older generation of their rank to end.
+  std::vector<Assignment> deferred_starts_ ABSL_GUARDED_BY(mu_);
+  // Wakes StopLoop (a new SIGKILL deadline, or the end of Run).
+  absl::CondVar stop_cv_;
+  bool stop_loop_done_ ABSL_GUARDED_BY(mu_) = false;
   // The assignment stream runs on a client of its own: cancelling a client's streams is final
   // for that client, and a re-registration must end only the current stream.
   std::shared_ptr<coordinator::CoordinatorClient> stream_client_ ABSL_GUARDED_BY(mu_);

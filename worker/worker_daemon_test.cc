@@ -384,6 +384,46 @@ TEST_F(WorkerDaemonTest, StopRankStopsOnlyThatRankAndOnlyUpToItsGeneration) {
   EXPECT_FALSE(Alive(rank1));
 }
 
+// Stops never wait for each other: the stream thread only signals, the stop thread SIGKILLs at
+// each rank's deadline. Two STOP_RANKs of ranks that hold out (SIGSTOPped: SIGTERM stays
+// pending) both end one grace period after they were sent. (The second used to wait on the
+// stream until the first's SIGKILL: two grace periods; a cancel behind another STOP did too.)
+TEST_F(WorkerDaemonTest, StopsOfRanksHoldingOutEndAllWithinOneGracePeriod) {
+  constexpr int kGraceS = 2;
+  fake_.Push(Start(0, 0));
+  fake_.Push(Start(1, 0));
+  ASSERT_TRUE(WaitForFileWith(Log(0, 0), "pid="));
+  ASSERT_TRUE(WaitForFileWith(Log(1, 0), "pid="));
+  const pid_t rank0 = PidIn(ReadFile(Log(0, 0)));
+  const pid_t rank1 = PidIn(ReadFile(Log(1, 0)));
+  ASSERT_EQ(kill(rank0, SIGSTOP), 0);
+  ASSERT_EQ(kill(rank1, SIGSTOP), 0);
+  const absl::Time sent = absl::Now();
+  for (int rank : {0, 1}) {
+    Assignment stop = StopRank(rank, 0);
+    stop.set_grace_period_s(kGraceS);
+    fake_.Push(stop);
+  }
+  absl::Time rank0_gone = absl::InfiniteFuture(), rank1_gone = absl::InfiniteFuture();
+  for (absl::Time end = sent + absl::Seconds(20);
+       absl::Now() < end && (rank0_gone == absl::InfiniteFuture() ||
+                             rank1_gone == absl::InfiniteFuture());) {
+    // Alive (kill 0) holds for a zombie: gone means reaped by the daemon.
+    if (rank0_gone == absl::InfiniteFuture() && !Alive(rank0)) rank0_gone = absl::Now();
+    if (rank1_gone == absl::InfiniteFuture() && !Alive(rank1)) rank1_gone = absl::Now();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  for (absl::Time gone : {rank0_gone, rank1_gone}) {
+    EXPECT_GE(gone - sent, absl::Seconds(kGraceS) - absl::Milliseconds(100));  // the grace
+    EXPECT_LT(gone - sent, absl::Seconds(kGraceS) + absl::Seconds(1));  // not two of them
+  }
+  ASSERT_TRUE(fake_.WaitForHeartbeat([](const HeartbeatRequest& hb) {
+    return HasOnly(hb, 0, 0, RankStatus::EXITED) && HasOnly(hb, 1, 0, RankStatus::EXITED);
+  })) << fake_.LastHeartbeat().DebugString();
+  EXPECT_EQ(StatusesOf(fake_.LastHeartbeat(), 0)[0].exit_code(), -SIGKILL);
+  EXPECT_EQ(StatusesOf(fake_.LastHeartbeat(), 1)[0].exit_code(), -SIGKILL);
+}
+
 // A rank's exit goes out in a heartbeat at once, not at the next interval: with a 30 s interval
 // the coordinator still hears of a killed rank within seconds (for a restart, or a replica
 // group's ABORT vote, docs/failures.md).

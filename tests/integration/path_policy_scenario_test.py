@@ -58,10 +58,19 @@ class PathPolicyScenarioTest(unittest.TestCase):
         self.assertIn("data.path: %s/corpus.txt is outside %s" % (self.outside, read_roots), err)
         err = self.refused(self.spec(corpus, "/tmp/elsewhere"))
         self.assertIn("checkpoint.dir: /tmp/elsewhere is outside " + ckpt_roots, err)
-        # ".." cannot climb out of a root.
+        # ".." cannot climb out of a root: refused wherever it stands, since after a link the
+        # kernel's ".." is not the text's (with data/root -> /, data/root/../<outside> is
+        # <outside> to the kernel but data/<outside> to the text: it passed every check before).
         climb = os.path.join(self.ckpt, "..", "outside")
         err = self.refused(self.spec(corpus, climb))
-        self.assertIn("checkpoint.dir: %s is outside %s" % (climb, ckpt_roots), err)
+        self.assertIn('checkpoint.dir: %s has a ".." component, which is refused under %s'
+                      % (climb, ckpt_roots), err)
+        os.symlink("/", os.path.join(self.data, "root"))
+        sneaky = os.path.join(self.data, "root", "..") + os.path.join(self.outside, "corpus.txt")
+        err = self.refused(self.spec(sneaky, self.ckpt))
+        self.assertIn("shardctl: SubmitJob: ", err)
+        self.assertIn('data.path: %s has a ".." component, which is refused under %s'
+                      % (sneaky, read_roots), err)
         self.assertEqual(self.cluster.shardctl_json("list").get("jobs", []), [])
 
         # A link under the read root pointing outside it: lexically inside, so the coordinator

@@ -72,6 +72,9 @@ class RedTeamTest(unittest.TestCase):
         for d in (cls.data, cls.ckpt):
             os.makedirs(d)
         cls.corpus = shutil.copy(cluster_test.CORPUS, os.path.join(cls.data, "corpus.txt"))
+        # Links to / under both roots (a user who can write under a root can make one).
+        os.symlink("/", os.path.join(cls.data, "lnk"))
+        os.symlink("/", os.path.join(cls.ckpt, "lnk2"))
         users = owner_only(os.path.join(cls.base, "users"),
                            "# name token [admin]\nalice %s\nbob %s\nops %s admin\n"
                            % (TOKENS["alice"], TOKENS["bob"], TOKENS["ops"]))
@@ -286,8 +289,27 @@ class RedTeamTest(unittest.TestCase):
              % S.data),
             ("checkpoint dir climbing out with ..",
              lambda: S.submit_as("bob", spec_text("climb", S.corpus, S.ckpt + "/../x", 2)),
-             "PERMISSION_DENIED", "checkpoint.dir: %s/../x is outside the checkpoint roots"
+             "PERMISSION_DENIED", 'checkpoint.dir: %s/../x has a ".." component, which is '
+             "refused under the checkpoint roots" % S.ckpt),
+            # Found live by an audit: with data/lnk -> /, data/lnk/../etc/passwd is data/etc/passwd
+            # to a lexical check and /etc/passwd to the kernel; the job trained on it.
+            ("data path with .. after a link to /",
+             lambda: S.submit_as("bob", spec_text("dotdot", S.data + "/lnk/../etc/passwd",
+                                                  S.ckpt, 2)),
+             "PERMISSION_DENIED", 'data.path: %s/lnk/../etc/passwd has a ".." component'
+             % S.data),
+            ("checkpoint dir with .. after a link to /",
+             lambda: S.submit_as("bob", spec_text("dotdot2", S.corpus,
+                                                  S.ckpt + "/lnk2/../tmp/planted", 2)),
+             "PERMISSION_DENIED", 'checkpoint.dir: %s/lnk2/../tmp/planted has a ".." component'
              % S.ckpt),
+            # Found live: a 1 MiB value read 2,000 times in one 10 KB request built a 2,000 MiB
+            # response (the coordinator peaked at 4 GiB).
+            ("rendezvous get naming one key 2,000 times",
+             lambda: S.call("RendezvousGet", pb.RendezvousGetRequest(
+                 namespace=S.namespace, secret=S.attempt_secret, keys=["dup"] * 2000),
+                 S.attempt_secret),
+             "INVALID_ARGUMENT", "rendezvous get names key dup more than once"),
             ("TorchScript module outside the read roots (loading it runs code)",
              lambda: S.submit_as("bob", spec_text("ts", S.corpus, S.ckpt, 2).replace(
                  "architecture: GPT, preset: tiny,",
