@@ -408,6 +408,16 @@ TEST_F(CoreTest, LostWorkerFailsAttemptAndElasticRestartShrinksTheWorld) {
   HeartbeatRequest hb;
   hb.set_worker_id(b);
   EXPECT_TRUE(core_->Heartbeat(hb)->reregister());
+  // The partition scenario (#30): while b stays cut off, a failure of the shrunk attempt
+  // restarts it on a alone again; b's late heartbeats do not bring it back.
+  Exit(a, *job, 2, 0, 4, "timed out");
+  EXPECT_TRUE(core_->Heartbeat(hb)->reregister());
+  st = core_->GetJob(*job);
+  ASSERT_EQ(st->state(), RUNNING);
+  EXPECT_EQ(st->attempt(), 3);
+  EXPECT_EQ(st->world_size(), 2);
+  for (const RankPlacement& p : st->placement()) EXPECT_EQ(p.worker_id(), a);
+  EXPECT_EQ(core_->ListWorkers()[1].state(), WorkerInfo::DEAD);
 }
 
 TEST_F(CoreTest, RankMissingFromItsWorkersHeartbeatIsLost) {

@@ -309,6 +309,11 @@ class RedTeamTest(unittest.TestCase):
              lambda: S.call("RendezvousGet", pb.RendezvousGetRequest(
                  namespace=S.namespace, secret=S.attempt_secret, keys=["dup"] * 2000),
                  S.attempt_secret),
+             "RESOURCE_EXHAUSTED", "rendezvous get of 2000 keys; a namespace holds at most 200"),
+            ("rendezvous get naming one key 100 times (within the key count)",
+             lambda: S.call("RendezvousGet", pb.RendezvousGetRequest(
+                 namespace=S.namespace, secret=S.attempt_secret, keys=["dup"] * 100),
+                 S.attempt_secret),
              "INVALID_ARGUMENT", "rendezvous get names key dup more than once"),
             ("TorchScript module outside the read roots (loading it runs code)",
              lambda: S.submit_as("bob", spec_text("ts", S.corpus, S.ckpt, 2).replace(
