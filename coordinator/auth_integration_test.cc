@@ -283,8 +283,33 @@ TEST_F(AuthIntegrationTest, StreamHijackWithAnotherWorkersIdIsRefused) {
   ExpectServing();
 }
 
+// #31 item 4: with the join token alone, RegisterWorker of a live node's name used to replace its
+// credential and hand the caller its assignments (other teams' attempt credentials).
+TEST_F(AuthIntegrationTest, ALiveNodeIsNotRegisteredAgainWithoutItsCurrentCredential) {
+  for (const std::string presented : {std::string(), std::string("forged-credential")}) {
+    auto thief = Client(kJoinToken);
+    thief->SetWorkerCredential(presented);
+    ExpectStatus(thief->RegisterWorker(TestWorkerRequest("node-a", 2)).status(),
+                 absl::StatusCode::kPermissionDenied,
+                 "RegisterWorker: node node-a is registered as worker " + reg_a_.worker_id() +
+                     " and alive");
+  }
+  // a keeps its credential, its stream and its work.
+  auto own = Client(kJoinToken);
+  own->SetWorkerCredential(reg_a_.worker_credential());
+  HeartbeatRequest hb;
+  hb.set_worker_id(reg_a_.worker_id());
+  auto beat = own->Heartbeat(hb);
+  ASSERT_TRUE(beat.ok()) << beat.status();
+  EXPECT_FALSE(beat->reregister());
+  auto [job, start] = StartJob(alice_.get(), TestJobSpec("after-takeover-attempt"));
+  EXPECT_EQ(start.job_id(), job);
+  ExpectServing();
+}
+
 TEST_F(AuthIntegrationTest, ReregistrationIssuesANewCredentialAndTheOldOneStopsWorking) {
   auto again = Client(kJoinToken);
+  again->SetWorkerCredential(reg_a_.worker_credential());  // its own daemon, registering again
   auto reg = again->RegisterWorker(TestWorkerRequest("node-a", 2));
   ASSERT_TRUE(reg.ok()) << reg.status();
   EXPECT_EQ(reg->worker_id(), reg_a_.worker_id());

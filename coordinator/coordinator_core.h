@@ -99,7 +99,11 @@ class CoordinatorCore {
 
   // ---- workers
   // The response carries the worker's new credential (the previous one stops working).
-  absl::StatusOr<RegisterWorkerResponse> RegisterWorker(const RegisterWorkerRequest& req);
+  // `presented`: the worker credential the caller sent, checked for a live node
+  // (WorkerRegistry::Register); the gRPC adapter always passes it.
+  absl::StatusOr<RegisterWorkerResponse> RegisterWorker(
+      const RegisterWorkerRequest& req,
+      std::optional<absl::string_view> presented = std::nullopt);
   // OK when `credential` is the one `worker_id` got at its latest registration. Errors:
   // NOT_FOUND (unknown worker), PERMISSION_DENIED "worker credential does not match worker <id>".
   absl::Status CheckWorkerCredential(const std::string& worker_id,

@@ -22,10 +22,10 @@ void CoordinatorCore::PersistWorker(const std::string& worker_id) {
 }
 
 absl::StatusOr<RegisterWorkerResponse> CoordinatorCore::RegisterWorker(
-    const RegisterWorkerRequest& req) {
+    const RegisterWorkerRequest& req, std::optional<absl::string_view> presented) {
   const std::string credential = RandomSecret();
   const std::string digest = Sha256Hex(credential);
-  ASSIGN_OR_RETURN(const std::string id, registry_.Register(req, digest));
+  ASSIGN_OR_RETURN(const std::string id, registry_.Register(req, digest, presented));
   PersistWorker(id);
   WorkerCredentialRecord record;
   record.set_worker_id(id);

@@ -175,7 +175,7 @@ grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* ctx,
                                                 RegisterWorkerResponse* resp) {
   SL_RETURN_IF_DENIED(AuthorizeDaemon(ctx, "RegisterWorker"));
   SL_RETURN_IF_DENIED(CheckNode(ctx, req->node_name()));
-  auto r = core_->RegisterWorker(*req);
+  auto r = core_->RegisterWorker(*req, PresentedWorkerCredential(ctx));
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = std::move(*r);
   return grpc::Status::OK;

@@ -136,6 +136,8 @@ class CoordinatorService final : public CoordinatorServiceBase {
   // A daemon method: the join token (and the client certificate when required).
   grpc::Status AuthorizeDaemon(const grpc::ServerContextBase* ctx, const char* method) const;
   // The worker's own credential ("x-shardline-worker-credential") for `worker_id`.
+  // The x-shardline-worker-credential metadata's value; "" when absent.
+  static std::string PresentedWorkerCredential(const grpc::ServerContextBase* ctx);
   grpc::Status CheckWorkerCredential(const grpc::ServerContextBase* ctx,
                                      const std::string& worker_id) const;
   // An attempt method: *attempt receives the attempt the bearer credential belongs to.

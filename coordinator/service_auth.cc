@@ -96,6 +96,12 @@ grpc::Status CoordinatorService::AuthorizeDaemon(const grpc::ServerContextBase* 
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong worker join token");
 }
 
+std::string CoordinatorService::PresentedWorkerCredential(const grpc::ServerContextBase* ctx) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(kWorkerCredentialHeader);
+  return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
 grpc::Status CoordinatorService::CheckWorkerCredential(const grpc::ServerContextBase* ctx,
                                                        const std::string& worker_id) const {
   const auto& md = ctx->client_metadata();

@@ -14,7 +14,8 @@ WorkerRegistry::WorkerRegistry(const Clock* clock, absl::Duration heartbeat_time
     : clock_(clock), timeout_(heartbeat_timeout) {}
 
 absl::StatusOr<std::string> WorkerRegistry::Register(const RegisterWorkerRequest& req,
-                                                     absl::string_view credential_sha256) {
+                                                     absl::string_view credential_sha256,
+                                                     std::optional<absl::string_view> presented) {
   if (req.node_name().empty()) {
     return absl::InvalidArgumentError("RegisterWorker: node_name must not be empty");
   }
@@ -38,6 +39,20 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const RegisterWorkerRequest
   auto it = id_by_node_.find(req.node_name());
   if (it != id_by_node_.end()) {
     id = it->second;
+    const Worker& live = workers_[id];
+    if (presented.has_value() && live.info.state() == WorkerInfo::ALIVE &&
+        !live.credential_sha256.empty() &&
+        !DigestEquals(live.credential_sha256, Sha256Hex(*presented))) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "RegisterWorker: node ", req.node_name(), " is registered as worker ", id,
+          " and alive (last heartbeat ",
+          absl::FormatDuration(absl::Trunc(clock_->Now() - live.last_heartbeat,
+                                           absl::Milliseconds(100))),
+          " ago): registering it again needs that worker's current credential (",
+          presented->empty() ? "none was sent" : "the one sent does not match",
+          "); a restarted daemon is let in once ", id, " misses heartbeats for ",
+          absl::FormatDuration(timeout_), " and is declared dead"));
+    }
   } else {
     id = absl::StrCat("w", next_id_++);
     id_by_node_[req.node_name()] = id;

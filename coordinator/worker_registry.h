@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,8 +41,16 @@ class WorkerRegistry {
   // worker is ALIVE again, reservations of a live worker are kept). Returns the worker id.
   // Errors: INVALID_ARGUMENT naming the field (empty node_name, no slots, duplicate slot index).
   // `credential_sha256` replaces the worker's credential digest (empty: none).
+  // `presented`, when set, is the worker credential the caller sent: a node that is registered
+  // and ALIVE may be registered again only with its current credential (its own daemon
+  // re-registering), else PERMISSION_DENIED naming the worker, so a caller holding only the join
+  // token cannot take over a live node's id, its assignments and its trainers' attempt
+  // credentials. A DEAD (or new) node needs none: a restarted daemon is let in once its old
+  // registration misses heartbeats for the timeout. nullopt: the caller vouches for the node
+  // (unit tests of the core).
   absl::StatusOr<std::string> Register(const RegisterWorkerRequest& req,
-                                       absl::string_view credential_sha256 = "");
+                                       absl::string_view credential_sha256 = "",
+                                       std::optional<absl::string_view> presented = std::nullopt);
 
   // OK when `credential` is the one issued at the worker's latest registration. Errors:
   // NOT_FOUND for an unknown id, PERMISSION_DENIED "worker credential does not match worker

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/credentials.h"
 #include "coordinator/testing/fake_clock.h"
 #include "gtest/gtest.h"
 
@@ -84,6 +85,40 @@ TEST(WorkerRegistry, SilentWorkerDiesAfterTimeoutAndMustReregister) {
   EXPECT_EQ(*reg.Register(Req("a", 2)), a);
   EXPECT_TRUE(reg.IsAlive(a));
   EXPECT_TRUE(reg.Heartbeat(a).ok());
+}
+
+// #31 item 4: a live node's name is not taken over with the join token alone; its own daemon
+// (current credential) re-registers, and a restarted one once the old registration is dead.
+TEST(WorkerRegistry, ALiveNodeIsRegisteredAgainOnlyWithItsCurrentCredential) {
+  FakeClock clock;
+  WorkerRegistry reg(&clock, absl::Seconds(10));
+  const std::string a = *reg.Register(Req("a", 2), Sha256Hex("cred-1"), "");
+  ASSERT_TRUE(reg.Reserve(a, 0, "job-1").ok());
+  clock.Advance(absl::Seconds(3));
+  for (absl::string_view presented : {"", "guess"}) {
+    auto taken = reg.Register(Req("a", 2), Sha256Hex("thief"), presented);
+    EXPECT_EQ(taken.status().code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_NE(taken.status().message().find(
+                  "RegisterWorker: node a is registered as worker " + a +
+                  " and alive (last heartbeat 3s ago): registering it again needs that worker's "
+                  "current credential"),
+              std::string::npos)
+        << taken.status();
+  }
+  // Nothing changed: the credential, the reservation.
+  EXPECT_TRUE(reg.CheckCredential(a, "cred-1").ok());
+  EXPECT_EQ(reg.Get(a)->busy_slots(), 1);
+  // Its own daemon registering again: a new credential, reservations kept.
+  EXPECT_EQ(*reg.Register(Req("a", 2), Sha256Hex("cred-2"), "cred-1"), a);
+  EXPECT_TRUE(reg.CheckCredential(a, "cred-2").ok());
+  EXPECT_EQ(reg.Get(a)->busy_slots(), 1);
+  // A restarted daemon (no credential) is let in once the old registration is dead.
+  clock.Advance(absl::Seconds(11));
+  ASSERT_EQ(reg.ReapDead(), std::vector<std::string>{a});
+  EXPECT_EQ(*reg.Register(Req("a", 2), Sha256Hex("cred-3"), ""), a);
+  EXPECT_TRUE(reg.CheckCredential(a, "cred-3").ok());
+  // A new node needs none.
+  EXPECT_TRUE(reg.Register(Req("b", 1), Sha256Hex("b"), "").ok());
 }
 
 TEST(WorkerRegistry, FreeCapacityExcludesBusyDeadAndOtherKinds) {
