@@ -289,10 +289,10 @@ TEST_F(AuthIntegrationTest, ALiveNodeIsNotRegisteredAgainWithoutItsCurrentCreden
   for (const std::string presented : {std::string(), std::string("forged-credential")}) {
     auto thief = Client(kJoinToken);
     thief->SetWorkerCredential(presented);
-    ExpectStatus(thief->RegisterWorker(TestWorkerRequest("node-a", 2)).status(),
-                 absl::StatusCode::kPermissionDenied,
-                 "RegisterWorker: node node-a is registered as worker " + reg_a_.worker_id() +
-                     " and alive");
+    ExpectStatus(
+        thief->RegisterWorker(TestWorkerRequest("node-a", 2)).status(),
+        absl::StatusCode::kPermissionDenied,
+        "RegisterWorker: node node-a is registered as worker " + reg_a_.worker_id() + " and alive");
   }
   // a keeps its credential, its stream and its work.
   auto own = Client(kJoinToken);

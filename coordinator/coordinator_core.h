@@ -102,8 +102,7 @@ class CoordinatorCore {
   // `presented`: the worker credential the caller sent, checked for a live node
   // (WorkerRegistry::Register); the gRPC adapter always passes it.
   absl::StatusOr<RegisterWorkerResponse> RegisterWorker(
-      const RegisterWorkerRequest& req,
-      std::optional<absl::string_view> presented = std::nullopt);
+      const RegisterWorkerRequest& req, std::optional<absl::string_view> presented = std::nullopt);
   // OK when `credential` is the one `worker_id` got at its latest registration. Errors:
   // NOT_FOUND (unknown worker), PERMISSION_DENIED "worker credential does not match worker <id>".
   absl::Status CheckWorkerCredential(const std::string& worker_id,

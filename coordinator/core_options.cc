@@ -19,9 +19,9 @@ absl::Status ValidateCoreOptions(const CoreOptions& options) {
         "--rendezvous_max_bytes_per_namespace must be at least 1");
   }
   if (rdzv.max_response_bytes < rdzv.max_value_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--rendezvous_max_response_bytes ", rdzv.max_response_bytes,
-        " must be at least one value's limit (", rdzv.max_value_bytes, " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rendezvous_max_response_bytes ", rdzv.max_response_bytes,
+                     " must be at least one value's limit (", rdzv.max_value_bytes, " bytes)"));
   }
   return absl::OkStatus();
 }

@@ -130,9 +130,9 @@ absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(absl::string_view 
                                                               absl::Duration timeout,
                                                               absl::Duration reported_wait) {
   if (keys.size() > limits_.max_keys_per_namespace) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("rendezvous get of ", keys.size(), " keys; a namespace holds at most ",
-                     limits_.max_keys_per_namespace));
+    return absl::ResourceExhaustedError(absl::StrCat("rendezvous get of ", keys.size(),
+                                                     " keys; a namespace holds at most ",
+                                                     limits_.max_keys_per_namespace));
   }
   std::set<absl::string_view> distinct;
   for (const std::string& k : keys) {
@@ -173,10 +173,10 @@ absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(absl::string_view 
     }
   }
   if (response_bytes > limits_.max_response_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "rendezvous namespace ", ns, ": the values of ", keys.size(), " keys add up to ",
-        response_bytes, " bytes; limit ", limits_.max_response_bytes,
-        " (--rendezvous_max_response_bytes)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rendezvous namespace ", ns, ": the values of ", keys.size(),
+                     " keys add up to ", response_bytes, " bytes; limit ",
+                     limits_.max_response_bytes, " (--rendezvous_max_response_bytes)"));
   }
   std::vector<std::string> out;
   if (missing.empty()) {

@@ -43,15 +43,15 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const RegisterWorkerRequest
     if (presented.has_value() && live.info.state() == WorkerInfo::ALIVE &&
         !live.credential_sha256.empty() &&
         !DigestEquals(live.credential_sha256, Sha256Hex(*presented))) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "RegisterWorker: node ", req.node_name(), " is registered as worker ", id,
-          " and alive (last heartbeat ",
-          absl::FormatDuration(absl::Trunc(clock_->Now() - live.last_heartbeat,
-                                           absl::Milliseconds(100))),
-          " ago): registering it again needs that worker's current credential (",
-          presented->empty() ? "none was sent" : "the one sent does not match",
-          "); a restarted daemon is let in once ", id, " misses heartbeats for ",
-          absl::FormatDuration(timeout_), " and is declared dead"));
+      return absl::PermissionDeniedError(
+          absl::StrCat("RegisterWorker: node ", req.node_name(), " is registered as worker ", id,
+                       " and alive (last heartbeat ",
+                       absl::FormatDuration(absl::Trunc(clock_->Now() - live.last_heartbeat,
+                                                        absl::Milliseconds(100))),
+                       " ago): registering it again needs that worker's current credential (",
+                       presented->empty() ? "none was sent" : "the one sent does not match",
+                       "); a restarted daemon is let in once ", id, " misses heartbeats for ",
+                       absl::FormatDuration(timeout_), " and is declared dead"));
     }
   } else {
     id = absl::StrCat("w", next_id_++);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -122,7 +123,13 @@ class ModelStore {
   }
   void Get(const std::string& ns, const std::string& secret, const std::vector<std::string>& keys) {
     auto got = store_.Get(ns, secret, keys, absl::ZeroDuration());
-    // Keys are checked in order; the first empty or oversized one decides.
+    if (keys.size() > limits_.max_keys_per_namespace) {
+      FUZZ_CHECK(got.status().code() == absl::StatusCode::kResourceExhausted,
+                 "Get of more keys than a namespace holds: " + got.status().ToString());
+      return;
+    }
+    // Keys are checked in order; the first empty, oversized or repeated one decides.
+    std::set<std::string> seen;
     for (const std::string& k : keys) {
       if (k.empty()) {
         FUZZ_CHECK(got.status().code() == absl::StatusCode::kInvalidArgument,
@@ -132,6 +139,11 @@ class ModelStore {
       if (k.size() > limits_.max_key_bytes) {
         FUZZ_CHECK(got.status().code() == absl::StatusCode::kResourceExhausted,
                    "Get with an oversized key: " + got.status().ToString());
+        return;
+      }
+      if (!seen.insert(k).second) {
+        FUZZ_CHECK(got.status().code() == absl::StatusCode::kInvalidArgument,
+                   "Get with a repeated key: " + got.status().ToString());
         return;
       }
     }
@@ -147,7 +159,17 @@ class ModelStore {
       return;
     }
     bool all_there = true;
-    for (const std::string& k : keys) all_there &= it->second.second.count(k) > 0;
+    size_t response_bytes = 0;
+    for (const std::string& k : keys) {
+      auto v = it->second.second.find(k);
+      all_there &= v != it->second.second.end();
+      if (v != it->second.second.end()) response_bytes += v->second.size();
+    }
+    if (response_bytes > limits_.max_response_bytes) {
+      FUZZ_CHECK(got.status().code() == absl::StatusCode::kResourceExhausted,
+                 "Get past max_response_bytes: " + got.status().ToString());
+      return;
+    }
     if (!all_there) {
       FUZZ_CHECK(got.status().code() == absl::StatusCode::kDeadlineExceeded,
                  "Get with a key never set: " + got.status().ToString());
@@ -183,6 +205,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   RendezvousStore::Limits limits;
   limits.max_value_bytes = 1 + input.max_value_bytes() % 4096;
   limits.max_keys_per_namespace = 1 + input.max_keys() % 64;
+  // One to four values' worth: small enough that a get of a few keys meets it.
+  limits.max_response_bytes = limits.max_value_bytes * (1 + input.max_keys() % 4);
   ModelStore store(limits);
   store.Open(attempt.ns, attempt.secret);
 

@@ -88,8 +88,8 @@ void CheckFolderEntries(const SpecPath& p, const std::string& folder,
                         const std::vector<std::string>& resolved_roots, const std::string& allowed,
                         std::vector<std::string>* problems) {
   std::error_code ec;
-  std::filesystem::recursive_directory_iterator it(
-      folder, std::filesystem::directory_options::none, ec);
+  std::filesystem::recursive_directory_iterator it(folder, std::filesystem::directory_options::none,
+                                                   ec);
   size_t seen = 0;
   for (; !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
     if (++seen > kMaxFolderEntries) {
@@ -143,9 +143,9 @@ void CheckOnDisk(const SpecPath& p, const std::vector<std::string>& roots,
     case SpecPath::Access::kRead:
       // A missing file is spec validation's to name; anything but a regular file is refused.
       if (kind == Kind::kDirectory || kind == Kind::kOther) {
-        problems->push_back(absl::StrCat(p.field, ": ", p.path, " is not a regular file",
-                                         kind == Kind::kDirectory ? " (a folder)"
-                                                                  : " (a device, FIFO or socket)"));
+        problems->push_back(
+            absl::StrCat(p.field, ": ", p.path, " is not a regular file",
+                         kind == Kind::kDirectory ? " (a folder)" : " (a device, FIFO or socket)"));
       }
       return;
     case SpecPath::Access::kReadDir:
@@ -259,8 +259,7 @@ absl::Status CheckSpecPaths(const JobSpec& spec, const PathPolicy& policy, bool 
     }
     if (HasDotDot(p.path)) {
       problems.push_back(absl::StrCat(
-          p.field, ": ", p.path,
-          " has a \"..\" component, which is refused under ", allowed,
+          p.field, ": ", p.path, " has a \"..\" component, which is refused under ", allowed,
           ": after a symbolic link \"..\" leaves the folder the text names; write the path "
           "without it"));
       continue;

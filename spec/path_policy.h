@@ -17,8 +17,9 @@
 // writes in (model.hf_dir, checkpoint.resume_from, the job's own <checkpoint.dir>/<job id>),
 // refusing a link below them that points outside the roots or to nothing. What remains: the
 // check runs when the worker starts a rank, the trainer opens the files later by name, so a user
-// who can write under a root can swap a checked file for a link in between (docs/security.md). Empty roots leave that kind of path unrestricted (the
-// local single-user cluster); a deployment sets both.
+// who can write under a root can swap a checked file for a link in between (docs/security.md).
+// Empty roots leave that kind of path unrestricted (the local single-user cluster); a deployment
+// sets both.
 //
 // SpecPaths is the one list of a spec's path fields: a new path field is added there and both
 // the policy and spec validation's file checks cover it.

@@ -156,7 +156,8 @@ TEST(PathPolicy, WorkerCheckRefusesAReadPathThatIsNotARegularFile) {
   // A root that holds /dev (the policy allows it; the kind does not).
   const PathPolicy p = Policy({base + "/data", "/dev"}, {});
   EXPECT_THAT(CheckSpecPaths(SpecWith(base + "/data/fifo", ""), p, true).message(),
-              HasSubstr("data.path: " + base + "/data/fifo is not a regular file (a device, "
+              HasSubstr("data.path: " + base +
+                        "/data/fifo is not a regular file (a device, "
                         "FIFO or socket)"));
   EXPECT_THAT(CheckSpecPaths(SpecWith("/dev/zero", ""), p, true).message(),
               HasSubstr("data.path: /dev/zero is not a regular file"));
@@ -183,8 +184,7 @@ TEST(PathPolicy, WorkerCheckWalksTheFoldersAJobReadsAndWritesIn) {
   EXPECT_TRUE(CheckSpecPaths(spec, p, true, "job-a").ok());
 
   // A shard of the HF folder that is a link out of the roots.
-  std::filesystem::create_symlink(base + "/secret/key.pem",
-                                  base + "/data/hf/model.safetensors");
+  std::filesystem::create_symlink(base + "/secret/key.pem", base + "/data/hf/model.safetensors");
   absl::Status s = CheckSpecPaths(spec, p, true, "job-a");
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(s.message(), HasSubstr("model.hf_dir: " + base +

@@ -277,17 +277,17 @@ void WorkerDaemon::HandleAssignment(const Assignment& a) {
     }
   }
   if (older.has_value() && *older >= a.generation()) {
-    SL_LOG(INFO) << "ignoring repeated START of rank " << rank << " (generation "
-                 << a.generation() << ", generation " << *older << " ran here) of " << job_id
-                 << " attempt " << attempt;
+    SL_LOG(INFO) << "ignoring repeated START of rank " << rank << " (generation " << a.generation()
+                 << ", generation " << *older << " ran here) of " << job_id << " attempt "
+                 << attempt;
     return;
   }
   if (older.has_value()) {
     // Two generations of a rank must never run at once (they would share its rendezvous keys
     // and its slot): the older one goes first, if it still runs; the new one starts once it
     // has ended (SuperviseLoop), without holding up the stream meanwhile.
-    SL_LOG(INFO) << "rank " << rank << " of " << job_id << " attempt " << attempt
-                 << ": generation " << a.generation() << " replaces generation " << *older;
+    SL_LOG(INFO) << "rank " << rank << " of " << job_id << " attempt " << attempt << ": generation "
+                 << a.generation() << " replaces generation " << *older;
     StopWhereLocked(rank_up_to(a.generation() - 1), grace);
     if (OlderGenerationRunsLocked(a)) {
       deferred_starts_.push_back(a);
@@ -318,8 +318,8 @@ void WorkerDaemon::StartOrReportLocked(const Assignment& a) {
 bool WorkerDaemon::OlderGenerationRunsLocked(const Assignment& a) {
   for (auto& [key, r] : ranks_) {
     if (std::get<0>(key) == a.job_id() && std::get<1>(key) == a.attempt() &&
-        std::get<2>(key) == a.rank() && std::get<3>(key) < a.generation() &&
-        r.process != nullptr && !r.process->Poll().has_value()) {
+        std::get<2>(key) == a.rank() && std::get<3>(key) < a.generation() && r.process != nullptr &&
+        !r.process->Poll().has_value()) {
       return true;
     }
   }
@@ -353,8 +353,8 @@ std::optional<int> WorkerDaemon::NewestGenerationLocked(const std::string& job_i
 
 absl::Status WorkerDaemon::StartRankLocked(const Assignment& a) {
   // The coordinator checked the paths against its roots; this node's roots and links decide.
-  RETURN_IF_ERROR(spec::CheckSpecPaths(a.spec(), options_.path_policy, /*resolve_links=*/true,
-                                       a.job_id()));
+  RETURN_IF_ERROR(
+      spec::CheckSpecPaths(a.spec(), options_.path_policy, /*resolve_links=*/true, a.job_id()));
   const std::string dir =
       absl::StrCat(options_.work_dir, "/jobs/", a.job_id(), "/attempt-", a.attempt());
   std::error_code ec;

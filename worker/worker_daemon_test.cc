@@ -406,8 +406,8 @@ TEST_F(WorkerDaemonTest, StopsOfRanksHoldingOutEndAllWithinOneGracePeriod) {
   }
   absl::Time rank0_gone = absl::InfiniteFuture(), rank1_gone = absl::InfiniteFuture();
   for (absl::Time end = sent + absl::Seconds(20);
-       absl::Now() < end && (rank0_gone == absl::InfiniteFuture() ||
-                             rank1_gone == absl::InfiniteFuture());) {
+       absl::Now() < end &&
+       (rank0_gone == absl::InfiniteFuture() || rank1_gone == absl::InfiniteFuture());) {
     // Alive (kill 0) holds for a zombie: gone means reaped by the daemon.
     if (rank0_gone == absl::InfiniteFuture() && !Alive(rank0)) rank0_gone = absl::Now();
     if (rank1_gone == absl::InfiniteFuture() && !Alive(rank1)) rank1_gone = absl::Now();
@@ -415,7 +415,7 @@ TEST_F(WorkerDaemonTest, StopsOfRanksHoldingOutEndAllWithinOneGracePeriod) {
   }
   for (absl::Time gone : {rank0_gone, rank1_gone}) {
     EXPECT_GE(gone - sent, absl::Seconds(kGraceS) - absl::Milliseconds(100));  // the grace
-    EXPECT_LT(gone - sent, absl::Seconds(kGraceS) + absl::Seconds(1));  // not two of them
+    EXPECT_LT(gone - sent, absl::Seconds(kGraceS) + absl::Seconds(1));         // not two of them
   }
   ASSERT_TRUE(fake_.WaitForHeartbeat([](const HeartbeatRequest& hb) {
     return HasOnly(hb, 0, 0, RankStatus::EXITED) && HasOnly(hb, 1, 0, RankStatus::EXITED);
