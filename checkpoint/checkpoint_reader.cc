@@ -16,6 +16,7 @@
 #include "checkpoint/crc32c.h"
 #include "checkpoint/manifest_io.h"
 #include "checkpoint/mapped_read_guard.h"
+#include "common/open_beneath.h"
 
 namespace shardline::checkpoint {
 namespace {
@@ -136,14 +137,13 @@ absl::Status CheckpointReader::ReadRange(int tensor, int range, char* dst) const
   const TensorEntry& t = manifest_->tensors(tensor);
   const TensorRange& r = t.ranges(range);
   const std::string path = absl::StrCat(dir_, "/", r.file());
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) {
-    if (errno == ENOENT) {
-      return absl::NotFoundError(
-          absl::StrCat("checkpoint data file ", path, " is missing (tensor ", t.name(), ")"));
-    }
-    return absl::InternalError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
+  absl::StatusOr<int> opened = OpenForRead(path, "checkpoint data file");
+  if (absl::IsNotFound(opened.status())) {
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint data file ", path, " is missing (tensor ", t.name(), ")"));
   }
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   const size_t n = static_cast<size_t>(r.numel()) * sizeof(float);
   // In chunks that fit in the cache, each checksummed right after it is read: one pass over
   // memory instead of two.
@@ -237,14 +237,13 @@ absl::StatusOr<const char*> CheckpointReader::MapFile(const std::string& file,
     if (f.name() == file) expected = f.size_bytes();
   }
   const std::string path = absl::StrCat(dir_, "/", file);
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) {
-    if (errno == ENOENT) {
-      return absl::NotFoundError(
-          absl::StrCat("checkpoint data file ", path, " is missing (tensor ", tensor, ")"));
-    }
-    return absl::InternalError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
+  absl::StatusOr<int> opened = OpenForRead(path, "checkpoint data file");
+  if (absl::IsNotFound(opened.status())) {
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint data file ", path, " is missing (tensor ", tensor, ")"));
   }
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   struct stat st;
   if (::fstat(fd, &st) != 0 || st.st_size != expected) {
     const int64_t size = st.st_size;

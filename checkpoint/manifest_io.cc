@@ -6,6 +6,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/open_beneath.h"
 
 namespace shardline::checkpoint {
 
@@ -39,11 +40,12 @@ absl::Status WriteManifestFile(const std::string& path, const CheckpointManifest
 }
 
 absl::StatusOr<CheckpointManifest> ReadManifestFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("missing manifest ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  absl::StatusOr<CheckpointManifest> m = ManifestFromJson(ss.str(), path);
+  absl::StatusOr<std::string> text = ReadFileBeneath(path, "checkpoint manifest");
+  if (absl::IsNotFound(text.status())) {
+    return absl::NotFoundError(absl::StrCat("missing manifest ", path));
+  }
+  if (!text.ok()) return text.status();
+  absl::StatusOr<CheckpointManifest> m = ManifestFromJson(*text, path);
   if (!m.ok()) return m.status();
   if (m->format_version() != kFormatVersion) {
     return absl::FailedPreconditionError(

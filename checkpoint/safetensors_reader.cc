@@ -16,6 +16,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/open_beneath.h"
 
 namespace shardline::checkpoint {
 namespace {
@@ -194,12 +195,13 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json,
 
 absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(
     const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT)
-      return absl::NotFoundError(absl::StrCat("missing safetensors file ", path));
-    return absl::InternalError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
+  // Beneath the path policy's roots at the open (common/open_beneath.h).
+  absl::StatusOr<int> opened = OpenForRead(path, "safetensors file");
+  if (absl::IsNotFound(opened.status())) {
+    return absl::NotFoundError(absl::StrCat("missing safetensors file ", path));
   }
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   auto fail = [fd](absl::Status s) {
     ::close(fd);
     return s;

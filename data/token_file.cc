@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/open_beneath.h"
 
 namespace shardline::data {
 
@@ -27,12 +28,10 @@ const char* TokenFormatName(TokenFormat format) {
 absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& path,
                                                            TokenFormat format) {
   const int width = format == TokenFormat::kText ? 1 : format == TokenFormat::kU16 ? 2 : 4;
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    const std::string msg = absl::StrCat("data file \"", path, "\": ", std::strerror(err));
-    return err == ENOENT ? absl::NotFoundError(msg) : absl::PermissionDeniedError(msg);
-  }
+  // Beneath the path policy's roots at the open (common/open_beneath.h).
+  absl::StatusOr<int> opened = OpenForRead(path, "data file");
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   struct stat st;
   if (fstat(fd, &st) != 0) {
     close(fd);

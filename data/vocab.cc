@@ -1,10 +1,12 @@
 #include "data/vocab.h"
 
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/open_beneath.h"
 #include "data/byte_tokenizer.h"
 
 namespace shardline::data {
@@ -23,9 +25,12 @@ bool IsHex(absl::string_view s) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TokenVocab>> TokenVocab::Load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in)
+  absl::StatusOr<std::string> text = ReadFileBeneath(path, "data.vocab_path");
+  if (absl::IsNotFound(text.status())) {
     return absl::NotFoundError(absl::StrCat("data.vocab_path: \"", path, "\" cannot be read"));
+  }
+  if (!text.ok()) return text.status();
+  std::istringstream in(*text);
   auto v = std::unique_ptr<TokenVocab>(new TokenVocab());
   std::string line;
   if (!std::getline(in, line) || !absl::StartsWith(line, "# shardline token bytes v1")) {

@@ -1,6 +1,7 @@
 #include "models/torchscript_model.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <map>
 #include <set>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/open_beneath.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
 #include "models/script_blocks.h"
@@ -39,6 +41,13 @@ class ScriptRootImpl : public torch::nn::Module {
 }  // namespace
 
 struct TorchScriptModel::Impl {
+  // The module's file, opened once (first member: closed last, after `init` is done with it).
+  struct File {
+    int fd = -1;
+    ~File() {
+      if (fd >= 0) ::close(fd);
+    }
+  } file;
   std::shared_ptr<ScriptRootImpl> root;
   std::map<std::string, torch::nn::Module*> mirror_at;  // Module path -> mirror module.
   std::unique_ptr<ScriptBlocks> blocks;                 // Null without a block class.
@@ -49,17 +58,23 @@ struct TorchScriptModel::Impl {
 
 absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(const ModelConfig& spec,
                                                                            InitMode mode) {
-  const std::string& path = spec.torchscript_path;
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
+  const std::string& path = spec.torchscript_path;  // for messages
+  // Opened once beneath the path policy's roots (common/open_beneath.h); the loader and the
+  // deferred initialization read it through this descriptor, so a file swapped for another
+  // after the open is never read.
+  absl::StatusOr<int> opened = OpenForRead(path, "model.torchscript_path");
+  if (absl::IsNotFound(opened.status())) {
     return absl::NotFoundError(
         absl::StrCat("model.torchscript_path: \"", path, "\" does not exist"));
   }
+  if (!opened.ok()) return opened.status();
   torch::jit::Module script;
   auto impl = std::make_unique<Impl>();
+  impl->file.fd = *opened;
+  const std::string read_path = absl::StrCat("/proc/self/fd/", *opened);
   absl::Status loaded;
   if (mode == InitMode::kDeferred) {
-    absl::StatusOr<LoadedScript> split = LoadScriptForShardedInit(path);
+    absl::StatusOr<LoadedScript> split = LoadScriptForShardedInit(read_path);
     loaded = split.status();
     if (split.ok()) {
       script = split->module;
@@ -68,7 +83,7 @@ absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(const
     }
   } else {
     loaded = TorchCall("load TorchScript module",
-                       [&] { script = torch::jit::load(path, at::Device(at::kCPU)); });
+                       [&] { script = torch::jit::load(read_path, at::Device(at::kCPU)); });
   }
   if (loaded.code() == absl::StatusCode::kResourceExhausted) {  // Out of memory: not the file.
     return absl::ResourceExhaustedError(

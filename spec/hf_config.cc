@@ -11,6 +11,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/open_beneath.h"
 #include "common/status_macros.h"
 
 namespace shardline::spec {
@@ -237,11 +238,8 @@ absl::StatusOr<std::string> ReadSmallJsonFile(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is ", st.st_size, " bytes; at most ", kMaxJsonBytes, " are read"));
   }
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in && !in.eof()) return absl::InternalError(absl::StrCat("cannot read ", path));
-  return text.str();
+  // Beneath the path policy's roots at the open (common/open_beneath.h).
+  return ReadFileBeneath(path, "JSON file");
 }
 
 absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(absl::string_view json, const std::string& source) {

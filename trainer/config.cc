@@ -4,14 +4,18 @@
 
 #include <cstdlib>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/logging.h"
+#include "common/open_beneath.h"
 #include "common/status_macros.h"
 #include "fsdp/engine_options_from_spec.h"
 #include "fsdp/layout.h"
 #include "proto/job_spec.pb.h"
 #include "spec/job_spec.h"
+#include "spec/path_policy.h"
 
 namespace shardline::trainer {
 namespace {
@@ -70,6 +74,14 @@ absl::StatusOr<RankEnv> ReadRankEnv(const std::function<const char*(const char*)
   if (e.rank_generation < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("environment SHARDLINE_RANK_GENERATION=", e.rank_generation, " is negative"));
+  }
+  for (absl::string_view root :
+       absl::StrSplit(ReadStr(getenv, kOpenRootsEnv), ',', absl::SkipWhitespace())) {
+    if (!absl::StartsWith(root, "/")) {
+      return absl::InvalidArgumentError(absl::StrCat("environment ", kOpenRootsEnv, ": root \"",
+                                                     root, "\" is not an absolute path"));
+    }
+    e.open_roots.push_back(spec::NormalizePath(root));
   }
   e.advertise_address = ReadStr(getenv, "SHARDLINE_ADVERTISE_ADDRESS");
   e.store_secret = ReadStr(getenv, "SHARDLINE_STORE_SECRET");

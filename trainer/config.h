@@ -62,6 +62,9 @@ struct RankEnv {
   // replacement of a lost replica group, which joins the running job (fault_tolerance
   // REPLICA_GROUPS) instead of starting or resuming.
   int rank_generation = 0;
+  // SHARDLINE_OPEN_ROOTS (the worker's path roots, absolute, ',' between): the trainer opens its
+  // input files beneath them (common/open_beneath.h); empty when unset.
+  std::vector<std::string> open_roots;
 };
 
 // Reads the variables above through `getenv` (tests pass a fake).

@@ -55,6 +55,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/network_interface.h"
+#include "common/open_beneath.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
 #include "data/token_dataset.h"
@@ -416,6 +417,8 @@ int Main(int argc, char** argv) {
   if (!args.ok()) return FailFlags(args.status());
   absl::StatusOr<RankEnv> env = ReadRankEnv();
   if (!env.ok()) return Fail(kExitBadSpec, "environment", env.status());
+  // Before any input file is opened: every reader opens beneath the worker's roots.
+  SetOpenRoots(env->open_roots);
   if (absl::Status cap = InstallCpuMemoryCapFromEnv(); !cap.ok()) {
     return Fail(kExitBadSpec, "environment", cap);
   }

@@ -10,9 +10,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/logging.h"
 #include "common/network_interface.h"
+#include "common/open_beneath.h"
 #include "common/status_macros.h"
 #include "spec/job_spec.h"
 #include "worker/rank_files.h"
@@ -400,7 +402,16 @@ absl::Status WorkerDaemon::StartRankLocked(const Assignment& a) {
   po.env.merge(coordinator::ClientTlsEnv({options_.tls.ca, "", "", options_.tls.insecure}));
   // The daemon's own secrets stay with it (its environment may hold them: worker_main reads
   // $SHARDLINE_JOIN_TOKEN, and a shell may export a user's $SHARDLINE_TOKEN).
-  po.drop_env = {"SHARDLINE_JOIN_TOKEN", "SHARDLINE_TOKEN"};
+  po.drop_env = {"SHARDLINE_JOIN_TOKEN", "SHARDLINE_TOKEN", kOpenRootsEnv};
+  // With both kinds of roots set, the trainer opens its input files beneath them at the open
+  // (common/open_beneath.h), closing the window between the check above and its own open.
+  // (A kind left unrestricted would make those reads refused: then only the check holds.)
+  const spec::PathPolicy& policy = options_.path_policy;
+  if (!policy.read_roots.empty() && !policy.checkpoint_roots.empty()) {
+    std::vector<std::string> roots = policy.read_roots;
+    roots.insert(roots.end(), policy.checkpoint_roots.begin(), policy.checkpoint_roots.end());
+    po.env[kOpenRootsEnv] = absl::StrJoin(roots, ",");
+  }
   if (a.spec().device().kind() == DeviceSpec::CUDA) {
     // One GPU per rank: its slot's entry of the inherited list (an index or a UUID), and NCCL's
     // sockets on the interface of --address unless the user chose one.
