@@ -29,6 +29,7 @@ import grpc  # noqa: E402
 
 TOKENS = {"alice": "alice-" + "a1" * 16, "bob": "bob-" + "b2" * 16, "ops": "ops-" + "c3" * 16}
 JOIN = "join-" + "d4" * 16
+FORGED_LINE = "FORGED by another worker: loss 0.0"
 
 
 def import_stubs():
@@ -63,6 +64,8 @@ restart: {{max_restarts: 0}}
 
 
 class RedTeamTest(unittest.TestCase):
+    attackers = 0  # nodes register_attacker registered
+
     @classmethod
     def setUpClass(cls):
         import_stubs()
@@ -191,6 +194,10 @@ class RedTeamTest(unittest.TestCase):
         self.assertEqual(pb.JobState.Name(running.state), "RUNNING", running.message)
         self.assertEqual(running.attempt, 1)
         self.assertLess(running.latest_checkpoint_step, 10**6)
+        for job in (self.done, self.running):  # no forged log line landed (ShipLogs rows)
+            logs = self.call("GetLogs", pb.GetLogsRequest(job_id=job, all_ranks=True),
+                             TOKENS["ops"])
+            self.assertFalse([l.text for l in logs.lines if FORGED_LINE in l.text])
 
     def progress(self, job, attempt, step=1):
         return pb.ProgressReport(job_id=job, attempt=attempt, rank=0, step=step, loss=1.0)
@@ -201,8 +208,17 @@ class RedTeamTest(unittest.TestCase):
                                    files=["MANIFEST.json", "shard_00000.bin"],
                                    manifest_committed=True, expected_files=1)
 
+    def ship(self, worker, credential, job):
+        req = pb.ShipLogsRequest(worker_id=worker)
+        req.chunks.add(job_id=job, attempt=1, rank=0, lines=[FORGED_LINE])
+        return self.call("ShipLogs", req, JOIN,
+                         [("x-shardline-worker-credential", credential)])
+
     def register_attacker(self):
-        req = pb.RegisterWorkerRequest(node_name="attacker", address="127.0.0.1")
+        # A node of its own each time: registering a live node again needs its credential.
+        RedTeamTest.attackers += 1
+        req = pb.RegisterWorkerRequest(node_name="attacker-%d" % RedTeamTest.attackers,
+                                       address="127.0.0.1")
         req.slots.add(kind=pb.Slot.CPU, index=0)
         return self.call("RegisterWorker", req, JOIN)
 
@@ -240,6 +256,17 @@ class RedTeamTest(unittest.TestCase):
              lambda: next(iter(S.call("StreamAssignments",
                                       pb.StreamAssignmentsRequest(worker_id=S.victim_worker),
                                       JOIN, [cred(attacker.worker_credential)]))),
+             "PERMISSION_DENIED", "worker credential does not match worker " + S.victim_worker),
+            ("log lines shipped for another worker's running rank",
+             lambda: S.ship(attacker.worker_id, attacker.worker_credential, S.running),
+             "PERMISSION_DENIED", "worker %s may not ship logs of job %s attempt 1 rank 0: "
+             "that rank is not placed on it" % (attacker.worker_id, S.running)),
+            ("log lines shipped for another worker's ended attempt",
+             lambda: S.ship(attacker.worker_id, attacker.worker_credential, S.done),
+             "PERMISSION_DENIED", "worker %s may not ship logs of job %s attempt 1 rank 0: "
+             "that rank is not placed on it" % (attacker.worker_id, S.done)),
+            ("log lines shipped under another worker's id",
+             lambda: S.ship(S.victim_worker, attacker.worker_credential, S.running),
              "PERMISSION_DENIED", "worker credential does not match worker " + S.victim_worker),
             ("progress report with the join token",
              lambda: S.call("ReportProgress", S.progress(S.running, 1), JOIN),
