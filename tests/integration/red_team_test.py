@@ -387,7 +387,8 @@ class RedTeamTest(unittest.TestCase):
     def client_side_rows(self):
         """Rows refused before a request leaves the client, or outside gRPC."""
         return ["clear-text token off loopback", "token file readable by others",
-                "slow metrics client", "worker reporting another worker's rank exited"]
+                "slow metrics client", "worker reporting another worker's rank exited",
+                "unknown gRPC method names", "metrics off loopback without a token"]
 
     def test_clear_text_token_off_loopback_is_refused_by_the_client(self):
         proc = subprocess.run([harness.BINARIES.shardctl, "--coordinator=192.0.2.1:7070",
@@ -425,6 +426,48 @@ class RedTeamTest(unittest.TestCase):
         self.assertTrue(any(n.startswith("shardline_") for n in names), names)
         for s in slow:
             s.close()
+        self.assert_intact()
+
+    def scrape(self, address, token=None):
+        import urllib.request
+        req = urllib.request.Request("http://%s/metrics" % address)
+        if token:
+            req.add_header("Authorization", "Bearer " + token)
+        return urllib.request.urlopen(req, timeout=15).read().decode()
+
+    def test_unknown_methods_add_no_metric_series(self):
+        for i in range(50):
+            call = self.channel.unary_unary("/shardline.Coordinator/MadeUp%d" % i)
+            with self.assertRaises(grpc.RpcError) as ctx:
+                call(b"", metadata=[("authorization", "Bearer " + TOKENS["bob"])], timeout=20)
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
+        body = self.scrape(self.metrics)
+        self.assertNotIn("MadeUp", body)
+        self.assertIn('shardline_rpc_total{code="UNIMPLEMENTED",method="unknown"}', body)
+        self.assert_intact()
+
+    def test_metrics_off_loopback_need_a_token(self):
+        import urllib.error
+        scrape = owner_only(os.path.join(self.base, "scrape.token"), "scrape-" + "e5" * 16 + "\n")
+        users = os.path.join(self.base, "users")
+        # All interfaces: not loopback, though this machine reaches it on 127.0.0.1.
+        other = harness.Cluster(workers=0, coordinator_flags=[
+            "--users_file=" + users, "--worker_token=" + JOIN, "--metrics_listen=0.0.0.0:0",
+            "--metrics_token_file=" + scrape])
+        try:
+            m = re.search(r"metrics on \S+:(\d+)",
+                          open(os.path.join(other.dir, "coordinator.log")).read())
+            address = "127.0.0.1:" + m.group(1)
+            for token, why in ((None, 'metrics need "Authorization: Bearer <token>"'),
+                               ("guess", "wrong token"), (JOIN, "wrong token")):
+                with self.assertRaises(urllib.error.HTTPError) as ctx:
+                    self.scrape(address, token)
+                self.assertEqual(ctx.exception.code, 401)
+                self.assertIn(why, ctx.exception.read().decode())
+            for token in ("scrape-" + "e5" * 16, TOKENS["bob"]):
+                self.assertIn("shardline_", self.scrape(address, token))
+        finally:
+            other.stop()
         self.assert_intact()
 
     def test_worker_reporting_another_workers_rank_exited_changes_nothing(self):
