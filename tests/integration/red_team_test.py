@@ -453,7 +453,8 @@ class RedTeamTest(unittest.TestCase):
         # All interfaces: not loopback, though this machine reaches it on 127.0.0.1.
         other = harness.Cluster(workers=0, coordinator_flags=[
             "--users_file=" + users, "--worker_token=" + JOIN, "--metrics_listen=0.0.0.0:0",
-            "--metrics_token_file=" + scrape])
+            "--metrics_token_file=" + scrape],
+            shardctl_flags=["--token_file=" + self.token_file["alice"]])
         try:
             m = re.search(r"metrics on \S+:(\d+)",
                           open(os.path.join(other.dir, "coordinator.log")).read())
