@@ -175,10 +175,14 @@ class CoordinatorCore {
   static absl::Status NoDecisionYet(const StepVoteRequest& req);
 
   // ---- logs and training metrics
-  // Takes the chunks' lines (job_logs.h). A chunk of an unknown job (NOT_FOUND), of an attempt
-  // the job has not started or of a rank outside its world (INVALID_ARGUMENT) is refused; the
-  // first such error is returned after the other chunks are taken. Lines of a finished attempt
-  // are taken (the last lines of a rank often arrive after its exit).
+  // Takes the chunks' lines (job_logs.h) that `req.worker_id` may ship: each chunk is judged
+  // alone, and a refused one adds nothing. A chunk of an unknown job (NOT_FOUND), of an attempt
+  // the job has not started or of a rank outside its world (INVALID_ARGUMENT), or of a rank
+  // that is not placed on the worker in that attempt (PERMISSION_DENIED naming the worker, job,
+  // attempt and rank; RankTracker::PlacedOn) is refused; the first such error is returned after
+  // the other chunks are taken, so one stale chunk of a real daemon costs none of its other
+  // ranks' lines. Lines of the job's last ended attempt are taken (a rank's last lines often
+  // arrive after its exit). The caller has checked the worker's credential.
   absl::Status ShipLogs(const ShipLogsRequest& req);
   // Errors: NOT_FOUND for an unknown job; INVALID_ARGUMENT for a negative tail_lines or rank.
   absl::StatusOr<GetLogsResponse> GetLogs(const GetLogsRequest& req) const;
@@ -314,6 +318,9 @@ class CoordinatorCore {
   absl::Status ReportCheckpointLocked(const CheckpointReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static std::string Namespace(const JobRecord& rec);
+  // Whether `worker_id` may ship `chunk` (ShipLogs' errors).
+  absl::Status CheckLogChunkLocked(const std::string& worker_id, const RankLogChunk& chunk) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues the writes of the training series that are due (every dirty one when `all`).
   void FlushTrainingMetrics(bool all);
 

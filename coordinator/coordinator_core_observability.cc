@@ -21,36 +21,46 @@ void CoordinatorCore::FlushTrainingMetrics(bool all) {
   }
 }
 
+absl::Status CoordinatorCore::CheckLogChunkLocked(const std::string& worker_id,
+                                                  const RankLogChunk& c) const {
+  ASSIGN_OR_RETURN(const JobRecord* job, jobs_.Find(c.job_id()));
+  const JobStatus& st = job->status();
+  const int32_t world = std::max(st.world_size(), st.spec().world_size());
+  if (c.attempt() < 1 || c.attempt() > st.attempt()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logs of job ", c.job_id(), ": attempt ", c.attempt(),
+                     " has not started (the job is at attempt ", st.attempt(), ")"));
+  }
+  if (c.rank() < 0 || c.rank() >= world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logs of job ", c.job_id(), ": rank ", c.rank(), " outside world of ", world));
+  }
+  // A worker credential speaks for its own ranks only, as in Heartbeat: another worker's lines
+  // would let it write into any user's logs what that user's trainer never printed.
+  if (!tracker_.PlacedOn(c.job_id(), c.attempt(), c.rank(), worker_id)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker ", worker_id, " may not ship logs of job ", c.job_id(), " attempt ",
+                     c.attempt(), " rank ", c.rank(),
+                     ": that rank is not placed on it (in the running attempt or the last "
+                     "one that ended)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CoordinatorCore::ShipLogs(const ShipLogsRequest& req) {
   absl::Status first_error;
-  std::vector<const RankLogChunk*> accepted;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const RankLogChunk& c : req.chunks()) {
-      auto job = jobs_.Find(c.job_id());
-      absl::Status s = job.status();
-      if (s.ok()) {
-        const JobStatus& st = (*job)->status();
-        const int32_t world = std::max(st.world_size(), st.spec().world_size());
-        if (c.attempt() < 1 || c.attempt() > st.attempt()) {
-          s = absl::InvalidArgumentError(absl::StrCat("logs of job ", c.job_id(), ": attempt ",
-                                                      c.attempt(),
-                                                      " has not started (the job is "
-                                                      "at attempt ",
-                                                      st.attempt(), ")"));
-        } else if (c.rank() < 0 || c.rank() >= world) {
-          s = absl::InvalidArgumentError(absl::StrCat("logs of job ", c.job_id(), ": rank ",
-                                                      c.rank(), " outside world of ", world));
-        }
-      }
-      if (s.ok()) {
-        accepted.push_back(&c);
-      } else if (first_error.ok()) {
-        first_error = s;
-      }
+  absl::MutexLock lock(&mu_);
+  for (const RankLogChunk& c : req.chunks()) {
+    absl::Status s = CheckLogChunkLocked(req.worker_id(), c);
+    if (!s.ok()) {
+      if (first_error.ok()) first_error = std::move(s);
+      continue;
     }
+    // Under mu_ (logs_ has its own, inner lock): appended after the lock is released, a chunk of
+    // a job collected in between would make an entry for a job the core no longer knows, which
+    // nothing would ever forget.
+    logs_.Append(c);
   }
-  for (const RankLogChunk* c : accepted) logs_.Append(*c);
   return first_error;
 }
 

@@ -36,7 +36,7 @@ class CoreObservabilityTest : public ::testing::Test {
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
   }
-  // A RUNNING job of W ranks on one worker.
+  // A RUNNING job of W ranks on one new worker (worker_).
   std::string RunningJob(int w) {
     RegisterWorkerRequest r;
     r.set_node_name(absl::StrCat("node-", ++nodes_));
@@ -46,7 +46,9 @@ class CoreObservabilityTest : public ::testing::Test {
       s->set_kind(Slot::CPU);
       s->set_index(i);
     }
-    EXPECT_TRUE(core_->RegisterWorker(r).ok());
+    auto reg = core_->RegisterWorker(r);
+    EXPECT_TRUE(reg.ok()) << reg.status();
+    if (reg.ok()) worker_ = reg->worker_id();
     auto job = core_->SubmitJob(Spec(w));
     EXPECT_TRUE(job.ok()) << job.status();
     EXPECT_EQ(core_->GetJob(*job)->state(), RUNNING);
@@ -82,6 +84,7 @@ class CoreObservabilityTest : public ::testing::Test {
   FakeClock clock_;
   std::unique_ptr<CoordinatorCore> core_;
   int nodes_ = 0;
+  std::string worker_;  // the worker RunningJob registered last
 };
 
 TEST_F(CoreObservabilityTest, RankZeroReportsBuildTheSeriesWithTheRanksHighestMemory) {
@@ -151,19 +154,20 @@ TEST_F(CoreObservabilityTest, TheSeriesIsWrittenInBatchesAndSurvivesARestart) {
 TEST_F(CoreObservabilityTest, ShipLogsTakesGoodChunksAndNamesTheBadOnes) {
   const std::string job = RunningJob(2);
   ShipLogsRequest req;
+  req.set_worker_id(worker_);
   *req.add_chunks() = Chunk(job, 1, 0, {"hello", "world"});
   *req.add_chunks() = Chunk("job-nope", 1, 0, {"lost"});
   *req.add_chunks() = Chunk(job, 1, 1, {"from rank 1"});
   absl::Status s = core_->ShipLogs(req);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(s.message(), "unknown job job-nope");
-  req.Clear();
+  req.clear_chunks();
   *req.add_chunks() = Chunk(job, 2, 0, {"future"});
   s = core_->ShipLogs(req);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), absl::StrCat("logs of job ", job,
                                       ": attempt 2 has not started (the job is at attempt 1)"));
-  req.Clear();
+  req.clear_chunks();
   *req.add_chunks() = Chunk(job, 1, 2, {"outside"});
   s = core_->ShipLogs(req);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -180,13 +184,54 @@ TEST_F(CoreObservabilityTest, ShipLogsTakesGoodChunksAndNamesTheBadOnes) {
 
   // After the job ended: the last lines are still taken and everything stays readable.
   ASSERT_TRUE(core_->CancelJob(job, "done").ok());
-  req.Clear();
+  req.clear_chunks();
   *req.add_chunks() = Chunk(job, 1, 0, {"last words"});
   EXPECT_TRUE(core_->ShipLogs(req).ok());
   logs = core_->GetLogs(get);
   ASSERT_TRUE(logs.ok());
   EXPECT_EQ(logs->lines_size(), 4);
   EXPECT_TRUE(logs->job_finished());
+}
+
+TEST_F(CoreObservabilityTest, ShipLogsRefusesRanksNotPlacedOnTheCallingWorker) {
+  const std::string victim = RunningJob(2);
+  const std::string victim_worker = worker_;
+  const std::string own = RunningJob(1);  // on a second worker
+  GetLogsRequest get;
+  get.set_job_id(victim);
+  get.set_rank(-1);
+  ShipLogsRequest req;
+  req.set_worker_id(worker_);
+  *req.add_chunks() = Chunk(victim, 1, 1, {"forged: loss 0.0"});
+  absl::Status s = core_->ShipLogs(req);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.message(),
+            absl::StrCat("worker ", worker_, " may not ship logs of job ", victim,
+                         " attempt 1 rank 1: that rank is not placed on it (in the running "
+                         "attempt or the last one that ended)"));
+  EXPECT_EQ(core_->GetLogs(get)->lines_size(), 0);
+  // Its own rank's lines in the same call still land; the refused chunk adds nothing.
+  *req.add_chunks() = Chunk(own, 1, 0, {"mine"});
+  EXPECT_EQ(core_->ShipLogs(req).code(), absl::StatusCode::kPermissionDenied);
+  get.set_job_id(own);
+  EXPECT_EQ(core_->GetLogs(get)->lines_size(), 1);
+  // A worker id nobody registered (the credential check lets unknown ids through) speaks for
+  // no rank either.
+  req.set_worker_id("w-made-up");
+  req.clear_chunks();
+  *req.add_chunks() = Chunk(victim, 1, 0, {"forged"});
+  EXPECT_EQ(core_->ShipLogs(req).code(), absl::StatusCode::kPermissionDenied);
+  // After the victim's attempt ended its own worker's late lines land, the other's still not.
+  ASSERT_TRUE(core_->CancelJob(victim, "done").ok());
+  req.set_worker_id(worker_);
+  EXPECT_EQ(core_->ShipLogs(req).code(), absl::StatusCode::kPermissionDenied);
+  req.set_worker_id(victim_worker);
+  EXPECT_TRUE(core_->ShipLogs(req).ok());
+  get.set_job_id(victim);
+  auto logs = core_->GetLogs(get);
+  ASSERT_TRUE(logs.ok()) << logs.status();
+  ASSERT_EQ(logs->lines_size(), 1);
+  EXPECT_EQ(logs->lines(0).text(), "forged");  // sent by the rank's own worker this time
 }
 
 TEST_F(CoreObservabilityTest, GetLogsRefusesUnknownJobsAndNegativeArguments) {

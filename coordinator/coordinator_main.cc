@@ -89,6 +89,13 @@ ABSL_FLAG(int32_t, max_finished_jobs, 1000,
           "finished jobs kept; the oldest finished beyond it are forgotten (0: no bound)");
 ABSL_FLAG(int32_t, max_list_page_size, 1000, "largest page_size a ListJobs request may ask for");
 ABSL_FLAG(int32_t, metrics_threads, 4, "threads serving the metrics endpoint concurrently");
+ABSL_FLAG(std::string, metrics_token_file, "",
+          "file holding the token a scrape of /metrics must send as \"Authorization: Bearer\" "
+          "(mode 0600); user tokens work too. Off loopback a scrape always needs one of them; "
+          "on loopback only when this is set");
+ABSL_FLAG(int32_t, metrics_max_queued_connections, 64,
+          "connections to the metrics endpoint (and the dashboard) that wait for a busy thread; "
+          "more are answered 503 at once");
 ABSL_FLAG(int32_t, metrics_request_timeout_ms, 5000,
           "a metrics request must arrive whole, and its response be read, within this long");
 ABSL_FLAG(int32_t, grpc_max_threads, 256,
@@ -145,7 +152,8 @@ int main(int argc, char** argv) {
   auto user_token = Token(absl::GetFlag(FLAGS_token), absl::GetFlag(FLAGS_token_file), "token");
   auto worker_token = Token(absl::GetFlag(FLAGS_worker_token),
                             absl::GetFlag(FLAGS_worker_token_file), "worker_token");
-  for (const auto* t : {&user_token, &worker_token}) {
+  auto metrics_token = Token("", absl::GetFlag(FLAGS_metrics_token_file), "metrics_token");
+  for (const auto* t : {&user_token, &worker_token, &metrics_token}) {
     if (!t->ok()) {
       SL_LOG(ERROR) << t->status();
       return 2;
@@ -164,6 +172,7 @@ int main(int argc, char** argv) {
   o.worker_token = *worker_token;  // empty on loopback: --token (CoordinatorServer)
   o.insecure = absl::GetFlag(FLAGS_insecure);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  o.metrics_token = *metrics_token;
   o.metrics_flush_interval = absl::Milliseconds(std::max(0, absl::GetFlag(FLAGS_metrics_flush_ms)));
   o.metrics_series_capacity = std::max(2, absl::GetFlag(FLAGS_metrics_points));
   o.logs.bytes_per_rank = int64_t{std::max(1, absl::GetFlag(FLAGS_log_ring_kib_per_rank))} << 10;
@@ -179,11 +188,13 @@ int main(int argc, char** argv) {
   o.finished_job_ttl = absl::Seconds(absl::GetFlag(FLAGS_finished_job_ttl_s));
   o.max_finished_jobs = absl::GetFlag(FLAGS_max_finished_jobs);
   o.metrics.threads = absl::GetFlag(FLAGS_metrics_threads);
+  o.metrics.max_queued = absl::GetFlag(FLAGS_metrics_max_queued_connections);
   o.metrics.request_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_metrics_request_timeout_ms));
   o.metrics.write_timeout = o.metrics.request_timeout;
   o.dashboard_listen = absl::GetFlag(FLAGS_dashboard_listen);
   o.dashboard.http.threads = absl::GetFlag(FLAGS_dashboard_threads);
   o.dashboard.http.request_timeout = o.metrics.request_timeout;
+  o.dashboard.http.max_queued = o.metrics.max_queued;
   o.dashboard.http.write_timeout = o.metrics.write_timeout;
   o.dashboard.chart_js_path = absl::GetFlag(FLAGS_dashboard_chart_js);
   o.grpc_max_threads = absl::GetFlag(FLAGS_grpc_max_threads);

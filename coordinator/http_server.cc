@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <set>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -119,6 +121,83 @@ class DeadlineStream : public httplib::Stream {
   size_t filled_ = 0;
 };
 
+// Set on the accept thread while BoundedPool refuses a connection (runs its task there).
+thread_local bool t_refusing = false;
+
+// httplib 0.11.4 (Debian's) queues every accepted connection in its ThreadPool without a bound,
+// and its enqueue cannot refuse: a client opening connections faster than the pool serves them
+// would hold a descriptor each, and delay every scrape behind them, as long as it liked. This
+// pool holds at most `threads` connections being served plus `max_queued` waiting; past that it
+// runs the task at once on the accept thread with t_refusing set, and the connection is
+// answered 503 and closed without reading it.
+class BoundedPool : public httplib::TaskQueue {
+ public:
+  BoundedPool(int threads, int max_queued)
+      : limit_(static_cast<size_t>(threads) + static_cast<size_t>(max_queued)) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+  }
+
+  void enqueue(std::function<void()> fn) override {
+    bool refuse;
+    {
+      absl::MutexLock lock(&mu_);
+      refuse = busy_ + jobs_.size() >= limit_;
+      if (!refuse) jobs_.push_back(std::move(fn));
+    }
+    if (refuse) {
+      t_refusing = true;
+      fn();
+      t_refusing = false;
+    }
+  }
+
+  // Runs what is queued (the server is stopping: each closes at once), then joins.
+  void shutdown() override {
+    {
+      absl::MutexLock lock(&mu_);
+      shutdown_ = true;
+    }
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  void Work() {
+    while (true) {
+      std::function<void()> fn;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](BoundedPool* p)
+                 ABSL_NO_THREAD_SAFETY_ANALYSIS { return !p->jobs_.empty() || p->shutdown_; },
+            this));
+        if (jobs_.empty()) return;  // shut down and drained
+        fn = std::move(jobs_.front());
+        jobs_.pop_front();
+        ++busy_;
+      }
+      fn();
+      absl::MutexLock lock(&mu_);
+      --busy_;
+    }
+  }
+
+  const size_t limit_;
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
+  size_t busy_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+// What a refused connection gets: sent without waiting (the accept thread must not block), so a
+// client that does not read it just loses it.
+void RefuseBusy(int fd) {
+  static constexpr char kBusy[] =
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 43\r\n"
+      "Connection: close\r\n\r\ntoo many connections; try again in a while\n";
+  (void)!send(fd, kBusy, sizeof(kBusy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 }  // namespace
 
 // httplib serves each accepted connection through process_and_close_socket; this override keeps
@@ -128,7 +207,8 @@ class HttpServer::Impl : public httplib::Server {
  public:
   explicit Impl(const HttpServerOptions& options) : options_(options) {
     const int threads = options.threads;
-    new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    const int max_queued = options.max_queued;
+    new_task_queue = [threads, max_queued] { return new BoundedPool(threads, max_queued); };
   }
 
   // Shuts down every open connection (their reads and writes fail at once) and every one
@@ -141,6 +221,12 @@ class HttpServer::Impl : public httplib::Server {
 
  private:
   bool process_and_close_socket(::socket_t fd) override {
+    if (t_refusing) {
+      RefuseBusy(fd);
+      shutdown(fd, SHUT_RDWR);
+      close(fd);
+      return false;
+    }
     bool served = false;
     bool stopping;
     {
@@ -181,7 +267,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
     return absl::InvalidArgumentError(
         absl::StrCat(what, " address must be host:port, got \"", listen, "\""));
   }
-  if (options.threads < 1 || options.request_timeout <= absl::ZeroDuration() ||
+  if (options.threads < 1 || options.max_queued < 0 ||
+      options.request_timeout <= absl::ZeroDuration() ||
       options.write_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " server: ", options_flags, " must be positive"));

@@ -5,7 +5,9 @@
 // within `request_timeout` and its response be taken by the client within `write_timeout`, so a
 // slow client holds one pool thread for a bounded time. Stop() shuts down every open connection
 // before joining, so it returns promptly whatever the clients do. Connections wait for a pool
-// thread in accept order; each costs the coordinator a file descriptor until then.
+// thread in accept order, at most `max_queued` of them (each costs a file descriptor until
+// then); one accepted beyond `threads` + `max_queued` is answered 503 and closed at once. A
+// connection serves one request (no keep-alive), so no client holds a thread between requests.
 //
 // Thread safety: Start/Stop from one owner; handlers run on the pool's threads, concurrently with
 // themselves, and never after Stop() returned.
@@ -29,6 +31,8 @@ namespace shardline::coordinator {
 
 struct HttpServerOptions {
   int threads = 4;
+  // Connections accepted while every thread is busy that wait for one; more are refused (503).
+  int max_queued = 64;
   absl::Duration request_timeout = absl::Seconds(5);
   absl::Duration write_timeout = absl::Seconds(5);
 };

@@ -6,8 +6,10 @@
 namespace shardline::coordinator {
 namespace {
 
+constexpr int64_t kLineOverhead = 32;
+
 // What a line costs in a ring: its text plus the fields around it.
-int64_t Cost(const LogLine& l) { return static_cast<int64_t>(l.text().size()) + 32; }
+int64_t Cost(const LogLine& l) { return static_cast<int64_t>(l.text().size()) + kLineOverhead; }
 
 }  // namespace
 
@@ -15,15 +17,21 @@ void JobLogs::Append(const RankLogChunk& chunk) {
   absl::MutexLock lock(&mu_);
   Log& log = jobs_[chunk.job_id()];
   log.touched = ++clock_;
-  Ring& ring = log.rings[{chunk.attempt(), chunk.rank()}];
-  ring.dropped += chunk.dropped_lines();
+  const std::pair<int32_t, int32_t> key{chunk.attempt(), chunk.rank()};
+  Ring& ring = log.rings[key];
+  ring.touched = clock_;
+  // The daemon's count; a negative one would hide evictions.
+  ring.dropped += std::max<int64_t>(0, chunk.dropped_lines());
+  // One line always fits its ring, so a ring never holds more than bytes_per_rank.
+  const size_t max_text = static_cast<size_t>(std::max<int64_t>(
+      1, std::min(options_.max_line_bytes, options_.bytes_per_rank - kLineOverhead)));
   for (const std::string& text : chunk.lines()) {
     LogLine line;
     line.set_seq(++log.last_seq);
     line.set_attempt(chunk.attempt());
     line.set_rank(chunk.rank());
     line.set_time_unix_ms(chunk.time_unix_ms());
-    line.set_text(text);
+    line.set_text(text.size() > max_text ? text.substr(0, max_text) : text);
     const int64_t cost = Cost(line);
     ring.lines.push_back(std::move(line));
     ring.bytes += cost;
@@ -38,10 +46,10 @@ void JobLogs::Append(const RankLogChunk& chunk) {
       ++ring.dropped;
     }
   }
-  EvictLocked(chunk.job_id());
+  EvictLocked(chunk.job_id(), key);
 }
 
-void JobLogs::EvictLocked(const std::string& keep) {
+void JobLogs::EvictLocked(const std::string& keep, std::pair<int32_t, int32_t> keep_ring) {
   while (total_bytes_ > options_.max_total_bytes) {
     auto oldest = jobs_.end();
     for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
@@ -50,10 +58,31 @@ void JobLogs::EvictLocked(const std::string& keep) {
         oldest = it;
       }
     }
-    if (oldest == jobs_.end()) return;  // only `keep` is left: its rings bound it
+    if (oldest == jobs_.end()) {
+      // Only `keep` is left: a job of many ranks and attempts could hold world x attempts x
+      // bytes_per_rank, so its least recently written rings go too.
+      if (!EvictRingLocked(jobs_[keep], keep_ring)) return;
+      continue;
+    }
     total_bytes_ -= oldest->second.bytes;
     jobs_.erase(oldest);
   }
+}
+
+bool JobLogs::EvictRingLocked(Log& log, std::pair<int32_t, int32_t> keep_ring) {
+  Ring* oldest = nullptr;
+  for (auto& [key, ring] : log.rings) {
+    if (key == keep_ring || ring.lines.empty()) continue;
+    if (oldest == nullptr || ring.touched < oldest->touched) oldest = &ring;
+  }
+  if (oldest == nullptr) return false;
+  // The ring itself stays (a few bytes per rank the job has) so its dropped count still shows.
+  oldest->dropped += static_cast<int64_t>(oldest->lines.size());
+  oldest->lines.clear();
+  log.bytes -= oldest->bytes;
+  total_bytes_ -= oldest->bytes;
+  oldest->bytes = 0;
+  return true;
 }
 
 GetLogsResponse JobLogs::Get(const GetLogsRequest& req) const {

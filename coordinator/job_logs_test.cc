@@ -52,6 +52,39 @@ TEST(JobLogs, LinesOfAllRanksComeInTheOrderTheyArrivedWithJobWideSeq) {
   EXPECT_EQ(Texts(logs.Get(rank0)), (std::vector<std::string>{"a0", "b0", "c0"}));
 }
 
+TEST(JobLogs, ALineLongerThanTheRingIsCutSoTheRingKeepsItsBound) {
+  JobLogs::Options o;
+  o.bytes_per_rank = 1024;
+  JobLogs logs(o);
+  logs.Append(Chunk("j", 1, 0, {std::string(4 << 20, 'x')}));  // what one gRPC message holds
+  EXPECT_LE(logs.total_bytes(), 1024);
+  const GetLogsResponse r = logs.Get(All("j"));
+  ASSERT_EQ(r.lines_size(), 1);
+  EXPECT_EQ(r.lines(0).text(), std::string(1024 - 32, 'x'));
+  // Below the ring's size, the daemon's 16 KiB cut applies.
+  JobLogs big;
+  big.Append(Chunk("j", 1, 0, {std::string(1 << 20, 'y')}));
+  EXPECT_EQ(big.Get(All("j")).lines(0).text().size(), 16u << 10);
+}
+
+TEST(JobLogs, OneJobAloneNeverHoldsMoreThanTheTotalBound) {
+  JobLogs::Options o;
+  o.bytes_per_rank = 1024;
+  o.max_total_bytes = 4096;
+  JobLogs logs(o);
+  // Many ranks and attempts of one job: each ring is within its bound, all of them are not.
+  for (int attempt = 1; attempt <= 4; ++attempt) {
+    for (int rank = 0; rank < 8; ++rank) {
+      logs.Append(Chunk("j", attempt, rank, {std::string(900, 'a' + rank)}));
+      EXPECT_LE(logs.total_bytes(), 4096) << "attempt " << attempt << " rank " << rank;
+    }
+  }
+  const GetLogsResponse r = logs.Get(All("j"));
+  ASSERT_FALSE(r.lines().empty());
+  EXPECT_EQ(r.lines(r.lines_size() - 1).text(), std::string(900, 'a' + 7));  // the newest
+  EXPECT_EQ(r.lines_size() + r.dropped_lines(), 32);  // the emptied rings count theirs dropped
+}
+
 TEST(JobLogs, ForgetDropsTheJobsLinesAndTheirBytes) {
   JobLogs logs;
   logs.Append(Chunk("gone", 1, 0, {"a", "b"}));

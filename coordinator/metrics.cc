@@ -7,7 +7,9 @@
 
 #include <prometheus/text_serializer.h>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "proto/coordinator.pb.h"
 
 namespace shardline::coordinator {
 namespace {
@@ -33,13 +35,31 @@ const char* CodeName(int code) {
   return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
 }
 
+// The "/package.Service/Method" paths this server serves, by the label each counts under: the
+// Coordinator service's methods (from its descriptor, so a new RPC is covered without a list to
+// keep; ShipLogsRequest is a message of its file) and the health service's.
+const absl::flat_hash_map<std::string, std::string>& KnownMethods() {
+  static const auto* const known = [] {
+    auto* m = new absl::flat_hash_map<std::string, std::string>();
+    const google::protobuf::ServiceDescriptor* svc =
+        ShipLogsRequest::descriptor()->file()->FindServiceByName("Coordinator");
+    for (int i = 0; svc != nullptr && i < svc->method_count(); ++i) {
+      const std::string& name = svc->method(i)->name();
+      m->emplace(absl::StrCat("/", svc->full_name(), "/", name), name);
+    }
+    for (const char* name : {"Check", "Watch"}) {
+      m->emplace(absl::StrCat("/grpc.health.v1.Health/", name), name);
+    }
+    return m;
+  }();
+  return *known;
+}
+
 class MetricsInterceptor : public grpc::experimental::Interceptor {
  public:
   MetricsInterceptor(grpc::experimental::ServerRpcInfo* info, CoordinatorMetrics* metrics)
       : metrics_(metrics), start_(absl::Now()) {
-    absl::string_view m = info->method() ? info->method() : "unknown";
-    const size_t slash = m.rfind('/');
-    method_ = std::string(slash == absl::string_view::npos ? m : m.substr(slash + 1));
+    method_ = CoordinatorMetrics::MethodLabel(info->method() ? info->method() : "");
   }
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
@@ -154,7 +174,20 @@ CoordinatorMetrics::CoordinatorMetrics()
       job_peak_memory_(GaugeFamily(*registry_, "shardline_job_peak_memory_bytes",
                                    "Peak memory of each rank of the running job.")) {}
 
+std::string CoordinatorMetrics::MethodLabel(absl::string_view path) {
+  const auto& known = KnownMethods();
+  auto it = known.find(path);
+  return it == known.end() ? kUnknownMethod : it->second;
+}
+
 void CoordinatorMetrics::ObserveRpc(absl::string_view method, int code, absl::Duration latency) {
+  // Bounded here too, so no caller can add label series beyond the known methods.
+  static const auto* const labels = [] {
+    auto* set = new absl::flat_hash_set<std::string>{kUnknownMethod};
+    for (const auto& [path, label] : KnownMethods()) set->insert(label);
+    return set;
+  }();
+  if (!labels->contains(method)) method = kUnknownMethod;
   prometheus::Counter* calls;
   prometheus::Histogram* histogram;
   {

@@ -3,7 +3,9 @@
 //
 //   RPCs        shardline_rpc_total{method,code} (counter) and shardline_rpc_latency_seconds
 //               {method} (histogram), fed live by a gRPC server interceptor, so refused and failed
-//               calls count too;
+//               calls count too; a method the server does not serve counts as
+//               method="unknown" (a client may send any path: one series per name would let it
+//               grow the exposition, and the coordinator's memory, without end);
 //   the core    read at each scrape: jobs by state, workers alive and dead, heartbeat ages,
 //               attempts, failures and restarts, and per running job (labels job, name) its latest
 //               step, loss, tokens/s, MFU, step time, ETA and per-rank peak memory (labels job,
@@ -45,8 +47,13 @@ class CoordinatorMetrics {
   CoordinatorMetrics(const CoordinatorMetrics&) = delete;
   CoordinatorMetrics& operator=(const CoordinatorMetrics&) = delete;
 
-  // One finished call. `method` is the last path component ("Heartbeat"); `code` a
-  // grpc::StatusCode.
+  // The label of a call to `path` ("/shardline.Coordinator/Heartbeat" -> "Heartbeat"): the method
+  // name for the Coordinator and health services' methods, kUnknownMethod for any other path.
+  static constexpr char kUnknownMethod[] = "unknown";
+  static std::string MethodLabel(absl::string_view path);
+
+  // One finished call. `method` is a MethodLabel ("Heartbeat"; any other name counts as
+  // kUnknownMethod); `code` a grpc::StatusCode.
   void ObserveRpc(absl::string_view method, int code, absl::Duration latency)
       ABSL_LOCKS_EXCLUDED(rpc_mu_);
 

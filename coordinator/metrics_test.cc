@@ -125,5 +125,23 @@ TEST_F(CoordinatorMetricsTest, RpcsCountByMethodAndCodeWithALatencyHistogram) {
   EXPECT_TRUE(Has(text, "shardline_rpc_latency_seconds_sum{method=\"Heartbeat\"} 0.022")) << text;
 }
 
+TEST_F(CoordinatorMetricsTest, MethodsTheServerDoesNotServeCountUnderOneUnknownLabel) {
+  EXPECT_EQ(CoordinatorMetrics::MethodLabel("/shardline.Coordinator/Heartbeat"), "Heartbeat");
+  EXPECT_EQ(CoordinatorMetrics::MethodLabel("/shardline.Coordinator/ShipLogs"), "ShipLogs");
+  EXPECT_EQ(CoordinatorMetrics::MethodLabel("/grpc.health.v1.Health/Check"), "Check");
+  EXPECT_EQ(CoordinatorMetrics::MethodLabel("/shardline.Coordinator/MadeUp"), "unknown");
+  EXPECT_EQ(CoordinatorMetrics::MethodLabel("/evil.Service/Heartbeat"), "unknown");
+  EXPECT_EQ(CoordinatorMetrics::MethodLabel(""), "unknown");
+  // A client sending a thousand made-up paths: one series, not a thousand.
+  for (int i = 0; i < 1000; ++i) {
+    metrics_.ObserveRpc(absl::StrCat("MadeUp", i), 12, absl::Microseconds(10));
+  }
+  const std::string text = metrics_.Render(*core_);
+  EXPECT_FALSE(Has(text, "MadeUp")) << text.substr(0, 2000);
+  EXPECT_TRUE(Has(text, "shardline_rpc_total{code=\"UNIMPLEMENTED\",method=\"unknown\"} 1000\n"))
+      << text;
+  EXPECT_TRUE(Has(text, "shardline_rpc_latency_seconds_count{method=\"unknown\"} 1000\n")) << text;
+}
+
 }  // namespace
 }  // namespace shardline::coordinator

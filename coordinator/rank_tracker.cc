@@ -35,10 +35,12 @@ void RankTracker::Track(const JobStatus& status, bool restored) {
   a.placed_unix_ms.clear();
   a.acked.clear();
   a.stopped.clear();
+  a.ever_placed.clear();
   for (const RankPlacement& p : status.placement()) {
     a.placement.emplace_back(p.worker_id(), p.node_name());
     a.generation.push_back(p.generation());
     a.placed_unix_ms.push_back(status.started_unix_ms());
+    a.ever_placed.insert({p.rank(), p.worker_id()});
     if (restored) {
       a.acked.insert(p.rank());
       running_[p.worker_id()].insert({status.job_id(), p.rank()});
@@ -53,12 +55,23 @@ void RankTracker::EndAttempt(const std::string& job_id) {
     auto w = running_.find(it->second.placement[rank].first);
     if (w != running_.end()) w->second.erase({job_id, rank});
   }
+  ended_[job_id] = {it->second.attempt, std::move(it->second.ever_placed)};
   attempts_.erase(it);
 }
 
 bool RankTracker::IsRunning(const std::string& job_id, int32_t attempt) const {
   auto it = attempts_.find(job_id);
   return it != attempts_.end() && it->second.attempt == attempt;
+}
+
+bool RankTracker::PlacedOn(const std::string& job_id, int32_t attempt, int32_t rank,
+                           const std::string& worker_id) const {
+  if (auto it = attempts_.find(job_id); it != attempts_.end() && it->second.attempt == attempt) {
+    return it->second.ever_placed.count({rank, worker_id}) > 0;
+  }
+  auto it = ended_.find(job_id);
+  return it != ended_.end() && it->second.first == attempt &&
+         it->second.second.count({rank, worker_id}) > 0;
 }
 
 bool RankTracker::IsAcked(const std::string& job_id, int32_t rank) const {
@@ -203,6 +216,7 @@ std::vector<RankFailure> RankTracker::WorkerDied(const std::string& worker_id,
 
 void RankTracker::ForgetJob(const std::string& job_id) {
   attempts_.erase(job_id);
+  ended_.erase(job_id);
   for (auto w = stops_sent_.begin(); w != stops_sent_.end();) {
     std::set<std::pair<std::string, int32_t>>& sent = w->second;
     sent.erase(sent.lower_bound({job_id, INT32_MIN}), sent.upper_bound({job_id, INT32_MAX}));
@@ -240,6 +254,7 @@ void RankTracker::ReplaceRank(const std::string& job_id, int32_t rank, const std
   auto w = running_.find(a.placement[rank].first);
   if (w != running_.end()) w->second.erase({job_id, rank});
   a.placement[rank] = {worker_id, node};
+  a.ever_placed.insert({rank, worker_id});
   a.generation[rank] = generation;
   a.placed_unix_ms[rank] = absl::ToUnixMillis(now);
   a.acked.erase(rank);

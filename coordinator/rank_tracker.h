@@ -76,6 +76,13 @@ class RankTracker {
   void EndAttempt(const std::string& job_id);
 
   bool IsRunning(const std::string& job_id, int32_t attempt) const;
+  // Whether `rank` of the job's `attempt` was placed on `worker_id` (in any generation), for the
+  // running attempt or the job's last ended one: whose log lines the worker may ship. The ended
+  // attempt counts because a daemon ships a rank's last lines after the attempt is over (it
+  // drains them for a while after the exit); older attempts, and attempts that ended before a
+  // coordinator restart, are not remembered.
+  bool PlacedOn(const std::string& job_id, int32_t attempt, int32_t rank,
+                const std::string& worker_id) const;
   bool IsAcked(const std::string& job_id, int32_t rank) const;
   // Told to stop (StopRanks) and not replaced since.
   bool IsStopped(const std::string& job_id, int32_t rank) const;
@@ -128,10 +135,15 @@ class RankTracker {
     std::vector<int64_t> placed_unix_ms;                         // by rank
     std::set<int32_t> acked;
     std::set<int32_t> stopped;
+    // Every (rank, worker id) of the attempt, replaced generations included: a replaced rank's
+    // old worker may still ship its last lines. At most world x workers entries.
+    std::set<std::pair<int32_t, std::string>> ever_placed;
   };
   void Track(const JobStatus& status, bool restored);
 
   std::map<std::string, Attempt> attempts_;  // running attempts by job id
+  // By job id: the placement of the job's last ended attempt (one per job, forgotten with it).
+  std::map<std::string, std::pair<int32_t, std::set<std::pair<int32_t, std::string>>>> ended_;
   std::map<std::string, RankKeys> running_;  // by worker id
   // By worker id: the (job, attempt) pairs told to STOP on its current stream; at most
   // kMaxStopsPerStream each.

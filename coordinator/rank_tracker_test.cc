@@ -79,6 +79,37 @@ TEST(RankTracker, WorkerSpeaksOnlyForItsOwnRanks) {
   EXPECT_FALSE(t.HasRunningRanks("w-a"));
 }
 
+TEST(RankTracker, RanksArePlacedOnTheirWorkerForTheRunningAndTheLastEndedAttemptOnly) {
+  RankTracker t;
+  t.StartAttempt(Attempt());
+  EXPECT_TRUE(t.PlacedOn("job-1", 1, 0, "w-a"));
+  EXPECT_TRUE(t.PlacedOn("job-1", 1, 2, "w-b"));
+  EXPECT_FALSE(t.PlacedOn("job-1", 1, 2, "w-a"));  // another worker's rank
+  EXPECT_FALSE(t.PlacedOn("job-1", 1, 3, "w-a"));  // outside the world
+  EXPECT_FALSE(t.PlacedOn("job-1", 2, 0, "w-a"));  // an attempt that has not started
+  EXPECT_FALSE(t.PlacedOn("job-2", 1, 0, "w-a"));  // a job the tracker does not know
+  // A replaced rank's old worker may still ship its last lines; the new one may too.
+  t.ReplaceRank("job-1", 2, "w-c", "c", /*generation=*/1, kStart);
+  EXPECT_TRUE(t.PlacedOn("job-1", 1, 2, "w-b"));
+  EXPECT_TRUE(t.PlacedOn("job-1", 1, 2, "w-c"));
+  // The ended attempt's ranks stay placed (late lines after the exit) until the next one ends.
+  t.EndAttempt("job-1");
+  EXPECT_TRUE(t.PlacedOn("job-1", 1, 0, "w-a"));
+  EXPECT_FALSE(t.PlacedOn("job-1", 1, 0, "w-b"));
+  JobStatus second = Attempt();
+  second.set_attempt(2);
+  second.mutable_placement(0)->set_worker_id("w-b");
+  t.StartAttempt(second);
+  EXPECT_TRUE(t.PlacedOn("job-1", 1, 0, "w-a"));
+  EXPECT_TRUE(t.PlacedOn("job-1", 2, 0, "w-b"));
+  EXPECT_FALSE(t.PlacedOn("job-1", 2, 0, "w-a"));
+  t.EndAttempt("job-1");
+  EXPECT_FALSE(t.PlacedOn("job-1", 1, 0, "w-a"));  // two attempts ago
+  EXPECT_TRUE(t.PlacedOn("job-1", 2, 0, "w-b"));
+  t.ForgetJob("job-1");
+  EXPECT_FALSE(t.PlacedOn("job-1", 2, 0, "w-b"));
+}
+
 TEST(RankTracker, LiveRankOfAnAttemptThatIsOverGetsOneStopPerStream) {
   RankTracker t;
   t.StartAttempt(Attempt());

@@ -136,10 +136,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   s->address_ = absl::StrCat(host, ":", port);
   s->server_->GetHealthCheckService()->SetServingStatus(true);
   if (!options.metrics_listen.empty()) {
+    auto auth = MetricsAuth::Create(options.metrics_listen, s->users_, options.metrics_token,
+                                    options.insecure);
+    if (!auth.ok()) return auth.status();
     CoordinatorServer* self = s.get();
     auto m = MetricsHttpServer::Start(
         options.metrics_listen, [self] { return self->prometheus_.Render(*self->core_); },
-        options.metrics);
+        options.metrics, *std::move(auth));
     if (!m.ok()) return m.status();
     s->metrics_ = std::move(*m);
   }

@@ -58,8 +58,10 @@ struct ServerOptions {
   std::string tls_cert_pem;
   std::string tls_key_pem;
   std::string tls_client_ca_pem;
-  // host:port of the Prometheus endpoint (GET /metrics); empty: none.
+  // host:port of the Prometheus endpoint (GET /metrics); empty: none. Off loopback a scrape needs
+  // a user token or `metrics_token` (MetricsAuth); without either it needs `insecure`.
   std::string metrics_listen;
+  std::string metrics_token;  // --metrics_token_file; empty: none
   // Training series: written at most this often per job; points kept before pairs merge.
   absl::Duration metrics_flush_interval = absl::Seconds(5);
   int metrics_series_capacity = TrainingSeries::kDefaultCapacity;

@@ -29,6 +29,7 @@ import grpc  # noqa: E402
 
 TOKENS = {"alice": "alice-" + "a1" * 16, "bob": "bob-" + "b2" * 16, "ops": "ops-" + "c3" * 16}
 JOIN = "join-" + "d4" * 16
+FORGED_LINE = "FORGED by another worker: loss 0.0"
 
 
 def import_stubs():
@@ -63,6 +64,8 @@ restart: {{max_restarts: 0}}
 
 
 class RedTeamTest(unittest.TestCase):
+    attackers = 0  # nodes register_attacker registered
+
     @classmethod
     def setUpClass(cls):
         import_stubs()
@@ -191,6 +194,10 @@ class RedTeamTest(unittest.TestCase):
         self.assertEqual(pb.JobState.Name(running.state), "RUNNING", running.message)
         self.assertEqual(running.attempt, 1)
         self.assertLess(running.latest_checkpoint_step, 10**6)
+        for job in (self.done, self.running):  # no forged log line landed (ShipLogs rows)
+            logs = self.call("GetLogs", pb.GetLogsRequest(job_id=job, all_ranks=True),
+                             TOKENS["ops"])
+            self.assertFalse([l.text for l in logs.lines if FORGED_LINE in l.text])
 
     def progress(self, job, attempt, step=1):
         return pb.ProgressReport(job_id=job, attempt=attempt, rank=0, step=step, loss=1.0)
@@ -201,8 +208,17 @@ class RedTeamTest(unittest.TestCase):
                                    files=["MANIFEST.json", "shard_00000.bin"],
                                    manifest_committed=True, expected_files=1)
 
+    def ship(self, worker, credential, job):
+        req = pb.ShipLogsRequest(worker_id=worker)
+        req.chunks.add(job_id=job, attempt=1, rank=0, lines=[FORGED_LINE])
+        return self.call("ShipLogs", req, JOIN,
+                         [("x-shardline-worker-credential", credential)])
+
     def register_attacker(self):
-        req = pb.RegisterWorkerRequest(node_name="attacker", address="127.0.0.1")
+        # A node of its own each time: registering a live node again needs its credential.
+        RedTeamTest.attackers += 1
+        req = pb.RegisterWorkerRequest(node_name="attacker-%d" % RedTeamTest.attackers,
+                                       address="127.0.0.1")
         req.slots.add(kind=pb.Slot.CPU, index=0)
         return self.call("RegisterWorker", req, JOIN)
 
@@ -240,6 +256,17 @@ class RedTeamTest(unittest.TestCase):
              lambda: next(iter(S.call("StreamAssignments",
                                       pb.StreamAssignmentsRequest(worker_id=S.victim_worker),
                                       JOIN, [cred(attacker.worker_credential)]))),
+             "PERMISSION_DENIED", "worker credential does not match worker " + S.victim_worker),
+            ("log lines shipped for another worker's running rank",
+             lambda: S.ship(attacker.worker_id, attacker.worker_credential, S.running),
+             "PERMISSION_DENIED", "worker %s may not ship logs of job %s attempt 1 rank 0: "
+             "that rank is not placed on it" % (attacker.worker_id, S.running)),
+            ("log lines shipped for another worker's ended attempt",
+             lambda: S.ship(attacker.worker_id, attacker.worker_credential, S.done),
+             "PERMISSION_DENIED", "worker %s may not ship logs of job %s attempt 1 rank 0: "
+             "that rank is not placed on it" % (attacker.worker_id, S.done)),
+            ("log lines shipped under another worker's id",
+             lambda: S.ship(S.victim_worker, attacker.worker_credential, S.running),
              "PERMISSION_DENIED", "worker credential does not match worker " + S.victim_worker),
             ("progress report with the join token",
              lambda: S.call("ReportProgress", S.progress(S.running, 1), JOIN),
@@ -360,7 +387,8 @@ class RedTeamTest(unittest.TestCase):
     def client_side_rows(self):
         """Rows refused before a request leaves the client, or outside gRPC."""
         return ["clear-text token off loopback", "token file readable by others",
-                "slow metrics client", "worker reporting another worker's rank exited"]
+                "slow metrics client", "worker reporting another worker's rank exited",
+                "unknown gRPC method names", "metrics off loopback without a token"]
 
     def test_clear_text_token_off_loopback_is_refused_by_the_client(self):
         proc = subprocess.run([harness.BINARIES.shardctl, "--coordinator=192.0.2.1:7070",
@@ -398,6 +426,49 @@ class RedTeamTest(unittest.TestCase):
         self.assertTrue(any(n.startswith("shardline_") for n in names), names)
         for s in slow:
             s.close()
+        self.assert_intact()
+
+    def scrape(self, address, token=None):
+        import urllib.request
+        req = urllib.request.Request("http://%s/metrics" % address)
+        if token:
+            req.add_header("Authorization", "Bearer " + token)
+        return urllib.request.urlopen(req, timeout=15).read().decode()
+
+    def test_unknown_methods_add_no_metric_series(self):
+        for i in range(50):
+            call = self.channel.unary_unary("/shardline.Coordinator/MadeUp%d" % i)
+            with self.assertRaises(grpc.RpcError) as ctx:
+                call(b"", metadata=[("authorization", "Bearer " + TOKENS["bob"])], timeout=20)
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
+        body = self.scrape(self.metrics)
+        self.assertNotIn("MadeUp", body)
+        self.assertIn('shardline_rpc_total{code="UNIMPLEMENTED",method="unknown"}', body)
+        self.assert_intact()
+
+    def test_metrics_off_loopback_need_a_token(self):
+        import urllib.error
+        scrape = owner_only(os.path.join(self.base, "scrape.token"), "scrape-" + "e5" * 16 + "\n")
+        users = os.path.join(self.base, "users")
+        # All interfaces: not loopback, though this machine reaches it on 127.0.0.1.
+        other = harness.Cluster(workers=0, coordinator_flags=[
+            "--users_file=" + users, "--worker_token=" + JOIN, "--metrics_listen=0.0.0.0:0",
+            "--metrics_token_file=" + scrape],
+            shardctl_flags=["--token_file=" + self.token_file["alice"]])
+        try:
+            m = re.search(r"metrics on \S+:(\d+)",
+                          open(os.path.join(other.dir, "coordinator.log")).read())
+            address = "127.0.0.1:" + m.group(1)
+            for token, why in ((None, 'metrics need "Authorization: Bearer <token>"'),
+                               ("guess", "wrong token"), (JOIN, "wrong token")):
+                with self.assertRaises(urllib.error.HTTPError) as ctx:
+                    self.scrape(address, token)
+                self.assertEqual(ctx.exception.code, 401)
+                self.assertIn(why, ctx.exception.read().decode())
+            for token in ("scrape-" + "e5" * 16, TOKENS["bob"]):
+                self.assertIn("shardline_", self.scrape(address, token))
+        finally:
+            other.stop()
         self.assert_intact()
 
     def test_worker_reporting_another_workers_rank_exited_changes_nothing(self):

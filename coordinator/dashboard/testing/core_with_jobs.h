@@ -72,6 +72,8 @@ class CoreWithJobs {
   // Lines of rank `rank`, shipped by the job's worker.
   void Log(const std::string& job, int rank, std::vector<std::string> lines) {
     ShipLogsRequest req;
+    auto st = core_->GetJob(job);  // the worker the rank is placed on: only it may ship them
+    if (st.ok() && rank < st->placement_size()) req.set_worker_id(st->placement(rank).worker_id());
     RankLogChunk* c = req.add_chunks();
     c->set_job_id(job);
     c->set_attempt(1);
