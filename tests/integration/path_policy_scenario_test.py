@@ -95,5 +95,48 @@ class PathPolicyScenarioTest(unittest.TestCase):
         self.assertEqual(len(self.cluster.shardctl_json("list")["jobs"]), 2)
 
 
+class SwappedAfterTheCheckScenarioTest(unittest.TestCase):
+    """The window the worker's check leaves (#31 item 1): the worker checks a spec's paths when it
+    starts a rank, the trainer opens the files afterwards. Here the trainer is started through a
+    wrapper (the worker's --trainer) that, after the check and before the trainer runs, swaps the
+    checked data file for a link to a file outside the roots, as a user who can write under a
+    root could. The trainer opens its data beneath the roots (SHARDLINE_OPEN_ROOTS, openat2
+    RESOLVE_BENEATH) and refuses it; before, it trained on the outside file."""
+
+    def setUp(self):
+        self.base = tempfile.mkdtemp(prefix="swap_", dir=os.environ.get("TEST_TMPDIR"))
+        self.data = os.path.join(self.base, "data")
+        self.ckpt = os.path.join(self.base, "ckpt")
+        self.outside = os.path.join(self.base, "outside")
+        for d in (self.data, self.ckpt, self.outside):
+            os.makedirs(d)
+        self.checked = shutil.copy(cluster_test.CORPUS, os.path.join(self.data, "checked.txt"))
+        shutil.copy(cluster_test.CORPUS, os.path.join(self.outside, "corpus.txt"))
+        wrapper = os.path.join(self.base, "swap_then_train.sh")
+        with open(wrapper, "w") as f:
+            f.write('#!/bin/sh\nln -sfn "%s" "%s"\nexec "%s" "$@"\n'
+                    % (os.path.join(self.outside, "corpus.txt"), self.checked,
+                       harness.BINARIES.trainer))
+        os.chmod(wrapper, 0o755)
+        roots = ["--read_roots=" + self.data, "--checkpoint_roots=" + self.ckpt]
+        self.cluster = harness.Cluster(workers=0, grace_period_s=3, coordinator_flags=roots)
+        self.cluster.start_worker(0, 2, grace_period_s=3, flags=roots + ["--trainer=" + wrapper])
+        self.cluster.wait_for_workers(1)
+
+    tearDown = cluster_test.ClusterTest.tearDown
+    spec = PathPolicyScenarioTest.spec
+
+    def test_a_file_swapped_for_a_link_out_of_the_roots_after_the_check_is_refused(self):
+        job = self.cluster.shardctl("submit", self.spec(self.checked, self.ckpt)).stdout.split()[0]
+        status = self.cluster.wait_for(job, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"),
+                                       timeout=180, what="job end")
+        self.assertEqual(status["state"], "FAILED", status)
+        message = " ".join(e.get("message", "") for e in status["events"])
+        self.assertIn('data file "%s" resolves to %s/corpus.txt outside the roots [%s, %s]'
+                      % (self.checked, self.outside, self.data, self.ckpt), message)
+        self.assertTrue(os.path.islink(self.checked))  # the swap happened after the check
+        self.assertFalse(os.path.exists(os.path.join(self.ckpt, job, "step_2")))
+
+
 if __name__ == "__main__":
     harness.run_tests(__name__)
