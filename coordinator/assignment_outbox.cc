@@ -26,6 +26,7 @@ std::vector<std::pair<std::string, Assignment>> AssignmentOutbox::Starts(
     *a.mutable_spec() = st.spec();
     a.set_master_addr(info.master_addr);
     a.set_resume_step(info.resume_step);
+    a.set_resume_from_job_id(info.resume_from_job_id);
     a.set_grace_period_s(grace_period_s_);
     a.set_generation(p.generation());
     out.emplace_back(p.worker_id(), std::move(a));

@@ -39,6 +39,7 @@ struct AttemptStartInfo {
   std::string rendezvous_namespace;  // "<job>/<attempt>"
   std::string master_addr;           // address of rank 0's node
   int64_t resume_step = 0;           // committed checkpoint step to resume from (0: none)
+  std::string resume_from_job_id;    // the job checkpoint.resume_from names (registry), or ""
 };
 
 class AssignmentOutbox {

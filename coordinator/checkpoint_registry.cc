@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "spec/path_policy.h"
 
 namespace shardline::coordinator {
 namespace {
@@ -112,6 +114,37 @@ int64_t CheckpointRegistry::LatestCommitted(absl::string_view job_id) const {
     if (info.committed()) latest = std::max(latest, info.step());
   }
   return latest;
+}
+
+namespace {
+
+// "/a/b/step_4/" -> "/a/b/step_4" (and "." / ".." removed), so spec paths match recorded ones.
+std::string Canonical(absl::string_view path) { return spec::NormalizePath(path); }
+
+std::string Parent(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos || slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+std::string CheckpointRegistry::JobOfCommittedCheckpoint(absl::string_view path) const {
+  const std::string want = Canonical(path);
+  for (const auto& [key, record] : records_) {
+    if (!record.info().committed()) continue;
+    const std::string step_dir = Canonical(record.info().path());
+    if (step_dir == want || Parent(step_dir) == want) return key.first;
+  }
+  return "";
+}
+
+std::string CheckpointRegistry::JobWhoseDirectoryHolds(absl::string_view path) const {
+  const std::string want = Canonical(path);
+  for (const auto& [key, record] : records_) {
+    const std::string dir = Parent(Canonical(record.info().path()));
+    if (dir != "/" && absl::StartsWith(want, dir + "/")) return key.first;
+  }
+  return "";
 }
 
 int64_t CheckpointRegistry::ResumeStep(const JobStatus& st) const {

@@ -49,6 +49,13 @@ class CheckpointRegistry {
   absl::StatusOr<CheckpointInfo> Get(absl::string_view job_id, int64_t step) const;
   // Newest committed step of `job_id`, 0 when none.
   int64_t LatestCommitted(absl::string_view job_id) const;
+  // The job whose committed checkpoint `path` names (checkpoint.resume_from): a committed
+  // record's step directory, or a job's checkpoint directory (the folder of its records) that
+  // holds a committed one. Paths compare after lexical normalization. "" when none does.
+  std::string JobOfCommittedCheckpoint(absl::string_view path) const;
+  // The job whose checkpoint directory holds `path` (checkpoint.init_from_safetensors may be a
+  // file exported into it); "" when none.
+  std::string JobWhoseDirectoryHolds(absl::string_view path) const;
   // The step the current attempt of `status`'s job resumes from: its newest committed step; for
   // a first attempt with none committed, the spec's checkpoint.resume_step when > 0 (-1, the
   // latest, the trainer resolves itself). 0: start fresh.

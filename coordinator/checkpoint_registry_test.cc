@@ -150,6 +150,31 @@ TEST(CheckpointRegistry, ListGetAndRetention) {
   EXPECT_EQ(reg.LatestCommitted("job-1"), 40);
 }
 
+// #31 item 3: who may continue which checkpoint is decided by these lookups.
+TEST(CheckpointRegistry, PathsNameTheJobOfACommittedCheckpointOrOfTheDirectoryHoldingThem) {
+  CheckpointRegistry reg;
+  bool committed = false;
+  ASSERT_TRUE(reg.Report(Rep(4, {"shard_00000.bin", "shard_00001.bin", "MANIFEST.json"}, true),
+                         kLayout, kNow, &committed)
+                  .ok());
+  ASSERT_TRUE(committed);
+  ASSERT_TRUE(reg.Report(Rep(6, {"shard_00000.bin"}), kLayout, kNow, &committed).ok());
+  // A committed step directory, with a trailing slash or "." too, and the job's directory.
+  EXPECT_EQ(reg.JobOfCommittedCheckpoint("/ckpt/job-1/step_4"), "job-1");
+  EXPECT_EQ(reg.JobOfCommittedCheckpoint("/ckpt/job-1/./step_4/"), "job-1");
+  EXPECT_EQ(reg.JobOfCommittedCheckpoint("/ckpt/job-1"), "job-1");
+  // Not committed, not recorded, another folder.
+  EXPECT_EQ(reg.JobOfCommittedCheckpoint("/ckpt/job-1/step_6"), "");
+  EXPECT_EQ(reg.JobOfCommittedCheckpoint("/ckpt/job-1/step_8"), "");
+  EXPECT_EQ(reg.JobOfCommittedCheckpoint("/ckpt"), "");
+  EXPECT_EQ(reg.JobOfCommittedCheckpoint("/ckpt/job-10/step_4"), "");
+  // Files in the job's directory (an export next to its steps), not its siblings'.
+  EXPECT_EQ(reg.JobWhoseDirectoryHolds("/ckpt/job-1/export.safetensors"), "job-1");
+  EXPECT_EQ(reg.JobWhoseDirectoryHolds("/ckpt/job-1/step_4/shard_00000.bin"), "job-1");
+  EXPECT_EQ(reg.JobWhoseDirectoryHolds("/ckpt/job-10/w.safetensors"), "");
+  EXPECT_EQ(reg.JobWhoseDirectoryHolds("/models/w.safetensors"), "");
+}
+
 TEST(CheckpointRegistry, ResumeStepIsTheNewestCommittedElseTheSpecsForAFirstAttempt) {
   CheckpointRegistry reg;
   JobStatus st;

@@ -238,6 +238,10 @@ AttemptStartInfo CoordinatorCore::StartInfoLocked(const JobRecord& job) const {
     if (rank0.ok()) info.master_addr = rank0->address();
   }
   info.resume_step = checkpoints_.ResumeStep(st);
+  // The trainer checks the checkpoint it continues against the job approved at submit.
+  if (const std::string& from = st.spec().checkpoint().resume_from(); !from.empty()) {
+    info.resume_from_job_id = checkpoints_.JobOfCommittedCheckpoint(from);
+  }
   return info;
 }
 
@@ -408,6 +412,18 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(const JobSpec& spec,
   // read-only, but the submission itself stands.
   (void)writer_->Wait(ticket);
   return id;
+}
+
+CoordinatorCore::CheckpointOwner CoordinatorCore::OwnerOfCheckpointPath(const std::string& path,
+                                                                        bool committed) const {
+  absl::MutexLock lock(&mu_);
+  CheckpointOwner who;
+  who.job_id = committed ? checkpoints_.JobOfCommittedCheckpoint(path)
+                         : checkpoints_.JobWhoseDirectoryHolds(path);
+  if (who.job_id.empty()) return who;
+  absl::StatusOr<const JobRecord*> job = jobs_.Find(who.job_id);
+  if (job.ok()) who.owner = (*job)->status().owner();
+  return who;
 }
 
 absl::StatusOr<JobStatus> CoordinatorCore::GetJob(const std::string& job_id) const {

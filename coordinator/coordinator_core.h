@@ -207,6 +207,14 @@ class CoordinatorCore {
   // coordinator is read-only (CheckWritable; nothing is added then).
   // `owner` is recorded as JobStatus.owner.
   absl::StatusOr<std::string> SubmitJob(const JobSpec& spec, const std::string& owner = "");
+  // Whose checkpoint a path is, by the registry (#31 item 3: who may continue it). `committed`:
+  // the job whose committed checkpoint `path` names (checkpoint.resume_from); otherwise the job
+  // whose checkpoint directory holds `path`. Empty fields when none.
+  struct CheckpointOwner {
+    std::string job_id;
+    std::string owner;
+  };
+  CheckpointOwner OwnerOfCheckpointPath(const std::string& path, bool committed) const;
   absl::StatusOr<JobStatus> GetJob(const std::string& job_id) const;
   // Jobs in any of `states` (empty: all), in submission order.
   std::vector<JobStatus> ListJobs(const std::vector<JobState>& states) const;

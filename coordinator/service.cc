@@ -315,6 +315,7 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* ctx, const Submi
   SL_RETURN_IF_DENIED(AuthorizeUser(ctx, "SubmitJob", &user));
   auto resolved = ResolveSubmittedSpec(*req);
   if (!resolved.ok()) return ToGrpcStatus(resolved.status());
+  SL_RETURN_IF_DENIED(CheckCheckpointSources(user, *resolved));
   auto id = core_->SubmitJob(*resolved, user.name);
   if (!id.ok()) return ToGrpcStatus(id.status());
   resp->set_job_id(*id);

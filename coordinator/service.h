@@ -149,6 +149,11 @@ class CoordinatorService final : public CoordinatorServiceBase {
   // Rendezvous in `ns` by `caller`.
   static grpc::Status CheckNamespaceFor(const AttemptIdentity& caller, const std::string& ns);
   // OK for an admin or the job's owner; PERMISSION_DENIED naming the owner and `action`.
+  // The checkpoints a submitted spec starts from (#31 item 3): checkpoint.resume_from must be a
+  // committed checkpoint the registry knows of a job `user` owns, and init_from_safetensors may
+  // not be a file in another user's job checkpoint directory; an admin may name any (an
+  // unregistered checkpoint included). PERMISSION_DENIED naming the field, the job and owner.
+  grpc::Status CheckCheckpointSources(const User& user, const JobSpec& spec) const;
   grpc::Status CheckOwner(const User& user, const std::string& job_id, const char* action) const;
   // With mutual TLS: PERMISSION_DENIED unless the client certificate names `node_name`.
   grpc::Status CheckNode(const grpc::ServerContextBase* ctx, const std::string& node_name) const;

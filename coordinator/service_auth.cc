@@ -161,6 +161,43 @@ grpc::Status CoordinatorService::CheckNamespaceFor(const AttemptIdentity& caller
                                    caller.rendezvous_namespace, ", not ", ns));
 }
 
+grpc::Status CoordinatorService::CheckCheckpointSources(const User& user,
+                                                        const JobSpec& spec) const {
+  if (user.admin) return grpc::Status::OK;
+  const std::string& from = spec.checkpoint().resume_from();
+  if (!from.empty()) {
+    const CoordinatorCore::CheckpointOwner who = core_->OwnerOfCheckpointPath(from, true);
+    if (who.job_id.empty()) {
+      return grpc::Status(
+          grpc::StatusCode::PERMISSION_DENIED,
+          absl::StrCat("checkpoint.resume_from: ", from,
+                       " is not a committed checkpoint of any job the coordinator knows "
+                       "(`shardctl checkpoints JOB` lists them); only an admin may continue a "
+                       "checkpoint it has no record of"));
+    }
+    if (who.owner != user.name) {
+      return grpc::Status(
+          grpc::StatusCode::PERMISSION_DENIED,
+          absl::StrCat("checkpoint.resume_from: ", from, " is a checkpoint of job ", who.job_id,
+                       ", owned by ", who.owner.empty() ? "nobody recorded" : who.owner,
+                       "; only its owner or an admin may continue it"));
+    }
+  }
+  const std::string& init = spec.checkpoint().init_from_safetensors();
+  if (!init.empty()) {
+    const CoordinatorCore::CheckpointOwner who = core_->OwnerOfCheckpointPath(init, false);
+    if (!who.job_id.empty() && who.owner != user.name) {
+      return grpc::Status(
+          grpc::StatusCode::PERMISSION_DENIED,
+          absl::StrCat("checkpoint.init_from_safetensors: ", init,
+                       " is in the checkpoint directory of job ", who.job_id, ", owned by ",
+                       who.owner.empty() ? "nobody recorded" : who.owner,
+                       "; only its owner or an admin may start from it"));
+    }
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorService::CheckOwner(const User& user, const std::string& job_id,
                                             const char* action) const {
   if (user.admin) return grpc::Status::OK;

@@ -55,15 +55,19 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const 
   policy.async_save = c.checkpoint_async;
   policy.save_final = c.checkpoint_save_final;
   policy.resume_step = c.resume_step;
-  int64_t env_resume = 0;
-  if (const char* r = std::getenv("SHARDLINE_RESUME_STEP");
-      r != nullptr && absl::SimpleAtoi(r, &env_resume) && env_resume > 0) {
-    policy.resume_step = env_resume;
+  if (env.has_resume_step && env.resume_step > 0) {
+    policy.resume_step = env.resume_step;
     // The coordinator's registry step (not the spec's own resume_step, which the coordinator
     // passes on for a first attempt): when it is missing on disk, resume from the newest
     // committed checkpoint there instead, and say so.
-    policy.fallback_if_missing = env_resume != c.resume_step;
+    policy.fallback_if_missing = env.resume_step != c.resume_step;
+  } else if (env.has_resume_step) {
+    // The registry holds no committed checkpoint of this job: one found in its directory was
+    // not recorded as written by it (another user could have planted it there, with this job's
+    // id in its manifest, before the job started), so none is loaded (#31 item 3).
+    policy.resume_own = false;
   }
+  policy.resume_from_job = env.resume_from_job;
   policy.init_from_safetensors = c.init_from_safetensors;
   policy.resume_from = c.resume_from;
   policy.init_from_hf = c.model.hf_dir;

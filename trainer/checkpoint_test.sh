@@ -73,6 +73,31 @@ fi
 grep -q "checkpoint.resume_from $CKPT: its step 8 is not below train.steps 8" "$OUT/cont2.log" ||
   fail "no error naming checkpoint.resume_from: $(tail -3 "$OUT/cont2.log")"
 
+# --- 2c. under the coordinator, only what its registry recorded is resumed (#31 item 3) ----------
+# SHARDLINE_RESUME_STEP=0: the registry holds no committed checkpoint of this job, so the committed
+# steps in its directory (planted ones, as far as the coordinator knows) are not loaded: all 8
+# steps train from scratch.
+SHARDLINE_RESUME_STEP=0 "$TRAINER" --spec "$SPEC" --set fsdp.sharding_strategy=NO_SHARD \
+  --set fsdp.hybrid_shard_degree=0 "${COMMON[@]}" --metrics_out "$OUT/fresh.jsonl" \
+  >/dev/null 2>"$OUT/fresh.log" || { fail "RESUME_STEP=0 run failed"; tail -20 "$OUT/fresh.log" >&2; }
+! grep -q "resumed from" "$OUT/fresh.log" || fail "RESUME_STEP=0 resumed a checkpoint of its directory"
+[[ $(losses "$OUT/fresh.jsonl" | wc -l) -eq 8 ]] || fail "RESUME_STEP=0 trained $(losses "$OUT/fresh.jsonl" | wc -l) steps, not 8"
+# A malformed value is refused naming the variable (it used to be ignored).
+if SHARDLINE_RESUME_STEP=4x "$TRAINER" --spec "$SPEC" "${COMMON[@]}" >/dev/null 2>"$OUT/badenv.log"; then
+  fail "SHARDLINE_RESUME_STEP=4x was accepted"
+fi
+grep -q 'environment SHARDLINE_RESUME_STEP="4x" is not an integer' "$OUT/badenv.log" ||
+  fail "no error naming SHARDLINE_RESUME_STEP: $(tail -3 "$OUT/badenv.log")"
+# checkpoint.resume_from whose manifest names another job than the one the coordinator approved.
+if SHARDLINE_RESUME_FROM_JOB=job-approved "$TRAINER" --spec "$SPEC" \
+  --set fsdp.sharding_strategy=NO_SHARD --set fsdp.hybrid_shard_degree=0 "${COMMON[@]}" \
+  --set checkpoint.dir="$OUT/cont3" --set checkpoint.resume_from="$CKPT/step_4" \
+  >/dev/null 2>"$OUT/cont3.log"; then
+  fail "a checkpoint of another job than the approved one was continued"
+fi
+grep -q "belongs to job (none named), not to job job-approved, whose checkpoint the coordinator approved" \
+  "$OUT/cont3.log" || fail "no error naming the approved job: $(tail -3 "$OUT/cont3.log")"
+
 # --- 3. W = 2 resumed by SHARDLINE_RESUME_STEP (the daemon's), overriding resume_step 0 ---------
 SHARDLINE_RESUME_STEP=4 run_w2 env --set checkpoint.resume_step=0
 compare "$OUT/ref.0.jsonl" "$OUT/env.0.jsonl"

@@ -17,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "checkpoint/format.h"
+#include "checkpoint/manifest_io.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
@@ -136,7 +138,7 @@ absl::StatusOr<int64_t> TrainerCheckpointing::ResumeStepOnDisk() {
 }
 
 absl::StatusOr<checkpoint::TrainingProgress> TrainerCheckpointing::Restore() {
-  if (ckpt_ != nullptr && policy_.resume_step != 0) {
+  if (ckpt_ != nullptr && policy_.resume_step != 0 && policy_.resume_own) {
     int64_t step = policy_.resume_step;
     if (step > 0 && policy_.fallback_if_missing) {
       ASSIGN_OR_RETURN(step, ResumeStepOnDisk());
@@ -196,6 +198,7 @@ absl::StatusOr<checkpoint::TrainingProgress> TrainerCheckpointing::ContinueFrom(
   // No job_id: the checkpoint belongs to another job by design; this reader never saves.
   ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::Checkpointer> reader,
                    checkpoint::Checkpointer::Create(o, engine_, optimizer_, world_));
+  if (!policy_.resume_from_job.empty()) RETURN_IF_ERROR(CheckContinuedJob(root, step));
   absl::StatusOr<checkpoint::TrainingProgress> p = reader->Load(step);
   if (!p.ok()) {
     return absl::Status(
@@ -212,6 +215,19 @@ absl::StatusOr<checkpoint::TrainingProgress> TrainerCheckpointing::ContinueFrom(
                  << ", data epoch " << p->data_epoch << " position " << p->data_position << ")";
   }
   return p;
+}
+
+absl::Status TrainerCheckpointing::CheckContinuedJob(const std::string& root, int64_t step) const {
+  absl::StatusOr<int64_t> resolved = checkpoint::ResolveStep(root, step);
+  if (!resolved.ok()) return resolved.status();  // Load names it the same way
+  const std::string manifest =
+      absl::StrCat(checkpoint::StepDir(root, *resolved), "/", checkpoint::kManifestFile);
+  ASSIGN_OR_RETURN(CheckpointManifest m, checkpoint::ReadManifestFile(manifest));
+  if (m.job_id() == policy_.resume_from_job) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "checkpoint.resume_from ", policy_.resume_from, ": ", manifest, " belongs to job ",
+      m.job_id().empty() ? "(none named)" : m.job_id(), ", not to job ", policy_.resume_from_job,
+      ", whose checkpoint the coordinator approved; not continued"));
 }
 
 absl::Status TrainerCheckpointing::LoadHfWeights() {

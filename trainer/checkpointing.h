@@ -59,6 +59,12 @@ struct CheckpointPolicy {
   // checkpoint.resume_from: another job's checkpoint (a step directory, or a job's directory for
   // its newest committed step) to continue from when this run has none of its own to resume.
   std::string resume_from;
+  // The job checkpoint.resume_from's manifest must name (the coordinator's approval,
+  // $SHARDLINE_RESUME_FROM_JOB); "" checks nothing (a run by hand, an admin's unregistered one).
+  std::string resume_from_job;
+  // False under the coordinator when its registry holds no committed checkpoint of this job:
+  // nothing in the job's own directory is resumed (resume_step aside).
+  bool resume_own = true;
   // model.hf_dir: a transformers folder whose weights start a job that resumes nothing (unless
   // init_from_safetensors is set, which wins).
   std::string init_from_hf;
@@ -131,6 +137,9 @@ class TrainerCheckpointing {
   // field and path: Checkpointer::Load's, and INVALID_ARGUMENT when its step is not below
   // train.steps (nothing would be left to train).
   absl::StatusOr<checkpoint::TrainingProgress> ContinueFrom();
+  // OK when the manifest of `step` (-1: the newest committed) under `root` names the job the
+  // coordinator approved (policy_.resume_from_job); PERMISSION_DENIED naming both otherwise.
+  absl::Status CheckContinuedJob(const std::string& root, int64_t step) const;
   // policy_.init_from_hf's weights (hf/weights.h) into the engine: one tensor at a time, of
   // which this rank keeps the ranges its shards hold.
   absl::Status LoadHfWeights();

@@ -20,8 +20,10 @@
 namespace shardline::trainer {
 namespace {
 
+// An integer variable (int or int64_t); a malformed value is refused naming the variable.
+template <typename Int>
 absl::Status ReadInt(const std::function<const char*(const char*)>& getenv, const char* name,
-                     int* out, bool* present) {
+                     Int* out, bool* present) {
   const char* v = getenv(name);
   *present = v != nullptr && *v != '\0';
   if (!*present) return absl::OkStatus();
@@ -83,6 +85,12 @@ absl::StatusOr<RankEnv> ReadRankEnv(const std::function<const char*(const char*)
     }
     e.open_roots.push_back(spec::NormalizePath(root));
   }
+  RETURN_IF_ERROR(ReadInt(getenv, "SHARDLINE_RESUME_STEP", &e.resume_step, &e.has_resume_step));
+  if (e.has_resume_step && e.resume_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment SHARDLINE_RESUME_STEP=", e.resume_step, " is negative"));
+  }
+  e.resume_from_job = ReadStr(getenv, "SHARDLINE_RESUME_FROM_JOB");
   e.advertise_address = ReadStr(getenv, "SHARDLINE_ADVERTISE_ADDRESS");
   e.store_secret = ReadStr(getenv, "SHARDLINE_STORE_SECRET");
   const bool rendezvous = !e.coordinator.empty() && !e.rdzv_namespace.empty();

@@ -65,6 +65,15 @@ struct RankEnv {
   // SHARDLINE_OPEN_ROOTS (the worker's path roots, absolute, ',' between): the trainer opens its
   // input files beneath them (common/open_beneath.h); empty when unset.
   std::vector<std::string> open_roots;
+  // SHARDLINE_RESUME_STEP (the worker daemon, from the coordinator's checkpoint registry): set,
+  // the only step of this job's own checkpoints the trainer may resume (0: none, start fresh or
+  // continue checkpoint.resume_from; a checkpoint found in its directory was not recorded as
+  // this job's and is not loaded). -1 when unset (the trainer run by hand: the spec decides).
+  int64_t resume_step = -1;
+  bool has_resume_step = false;
+  // SHARDLINE_RESUME_FROM_JOB: the job whose checkpoint checkpoint.resume_from names, as the
+  // coordinator approved it; the trainer refuses a manifest of another job. "" when unset.
+  std::string resume_from_job;
 };
 
 // Reads the variables above through `getenv` (tests pass a fake).

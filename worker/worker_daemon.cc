@@ -391,6 +391,7 @@ absl::Status WorkerDaemon::StartRankLocked(const Assignment& a) {
       {"SHARDLINE_RDZV_NAMESPACE", a.rendezvous_namespace()},
       {"SHARDLINE_RDZV_SECRET", a.rendezvous_secret()},
       {"SHARDLINE_RESUME_STEP", std::to_string(a.resume_step())},
+      {"SHARDLINE_RESUME_FROM_JOB", a.resume_from_job_id()},
       // 0 for a rank's first process; a replacement (>= 1) joins the running job instead of
       // starting or resuming from a checkpoint.
       {"SHARDLINE_RANK_GENERATION", std::to_string(a.generation())},

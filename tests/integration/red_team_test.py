@@ -214,6 +214,11 @@ class RedTeamTest(unittest.TestCase):
         return self.call("ShipLogs", req, JOIN,
                          [("x-shardline-worker-credential", credential)])
 
+    def starting_from(self, field, path):
+        """A spec of bob's whose checkpoint section also names `field: path`."""
+        return spec_text("from", self.corpus, self.ckpt, steps=2).replace(
+            "save_final: true}", "save_final: true, %s: %s}" % (field, path))
+
     def register_attacker(self):
         # A node of its own each time: registering a live node again needs its credential.
         RedTeamTest.attackers += 1
@@ -330,6 +335,28 @@ class RedTeamTest(unittest.TestCase):
                                                   S.ckpt + "/lnk2/../tmp/planted", 2)),
              "PERMISSION_DENIED", 'checkpoint.dir: %s/lnk2/../tmp/planted has a ".." component'
              % S.ckpt),
+            # #31 item 3: a checkpoint is continued only by its job's owner (or an admin), as
+            # the registry says; GetJob shows every user a job's checkpoint directory.
+            ("another user's checkpoint as checkpoint.resume_from",
+             lambda: S.submit_as("bob", S.starting_from(
+                 "resume_from", "%s/%s/step_%d" % (S.ckpt, S.done,
+                                                   S.done_status.latest_checkpoint_step))),
+             "PERMISSION_DENIED", "is a checkpoint of job %s, owned by alice; only its owner or "
+             "an admin may continue it" % S.done),
+            ("another user's job directory as checkpoint.resume_from",
+             lambda: S.submit_as("bob", S.starting_from("resume_from",
+                                                        "%s/%s" % (S.ckpt, S.done))),
+             "PERMISSION_DENIED", "is a checkpoint of job %s, owned by alice" % S.done),
+            ("a checkpoint the coordinator has no record of",
+             lambda: S.submit_as("bob", S.starting_from("resume_from",
+                                                        S.ckpt + "/planted/step_2")),
+             "PERMISSION_DENIED", "is not a committed checkpoint of any job the coordinator "
+             "knows"),
+            ("a file in another user's checkpoint directory as init_from_safetensors",
+             lambda: S.submit_as("bob", S.starting_from(
+                 "init_from_safetensors", "%s/%s/w.safetensors" % (S.ckpt, S.done))),
+             "PERMISSION_DENIED", "is in the checkpoint directory of job %s, owned by alice"
+             % S.done),
             # Found live: a 1 MiB value read 2,000 times in one 10 KB request built a 2,000 MiB
             # response (the coordinator peaked at 4 GiB).
             ("rendezvous get naming one key 2,000 times",
