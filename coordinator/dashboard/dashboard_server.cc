@@ -40,7 +40,10 @@ void SetSecurityHeaders(httplib::Response& res) {
                  "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
                  "img-src 'self' data:; frame-ancestors 'none'");
   res.set_header("X-Content-Type-Options", "nosniff");
-  res.set_header("Referrer-Policy", "no-referrer");
+  // "same-origin", not "no-referrer": with no-referrer a browser sends "Origin: null" on the
+  // login and logout form POSTs, which the same-origin check must refuse. Other sites still get
+  // no referrer.
+  res.set_header("Referrer-Policy", "same-origin");
   res.set_header("Cache-Control", "no-store");
 }
 

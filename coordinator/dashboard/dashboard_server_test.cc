@@ -101,7 +101,7 @@ TEST_F(DashboardServerTest, AnAddressBarTokenBecomesASessionAndLeavesTheAddress)
   EXPECT_THAT(page->body, Not(HasSubstr("alice-token")));
   EXPECT_THAT(page->get_header_value("Content-Security-Policy"), HasSubstr("script-src 'self'"));
   EXPECT_EQ(page->get_header_value("X-Content-Type-Options"), "nosniff");
-  EXPECT_EQ(page->get_header_value("Referrer-Policy"), "no-referrer");
+  EXPECT_EQ(page->get_header_value("Referrer-Policy"), "same-origin");
   auto me = Get("/api/whoami", Cookie(session));
   ASSERT_TRUE(me);
   EXPECT_EQ(me->body, "{\"user\":\"alice\",\"admin\":false}");
