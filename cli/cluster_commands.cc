@@ -61,7 +61,8 @@ int CmdCluster(Session& session, const Args& args) {
             << " workers x " << o.slots_per_worker << " CPU slots (state in " << info->state_dir
             << ")\n";
   if (!info->dashboard_address.empty()) {
-    std::cout << "dashboard: http://" << info->dashboard_address << "/ (sign in at /login with the token "
+    std::cout << "dashboard: http://" << info->dashboard_address
+              << "/ (sign in at /login with the token "
               << "in " << info->state_dir << "/coordinator/user.token)\n";
   }
   if (!info->metrics_address.empty()) {
