@@ -61,8 +61,9 @@ int CmdCluster(Session& session, const Args& args) {
             << " workers x " << o.slots_per_worker << " CPU slots (state in " << info->state_dir
             << ")\n";
   if (!info->dashboard_address.empty()) {
-    std::cout << "dashboard: http://" << info->dashboard_address << "/ (open it once with ?token= "
-              << "and the token in " << info->state_dir << "/coordinator/user.token)\n";
+    std::cout << "dashboard: http://" << info->dashboard_address
+              << "/ (sign in at /login with the token "
+              << "in " << info->state_dir << "/coordinator/user.token)\n";
   }
   if (!info->metrics_address.empty()) {
     std::cout << "metrics: http://" << info->metrics_address << "/metrics (Prometheus)\n";

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -55,7 +56,17 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "as \"metrics on HOST:PORT\")");
 ABSL_FLAG(std::string, dashboard_listen, "",
           "host:port for the web dashboard (empty: off; port 0: any, printed as \"dashboard on "
-          "http://HOST:PORT/\"); same users as the API: open it once with ?token=<user token>");
+          "http://HOST:PORT/\", https with --tls_cert); same users as the API: sign in at /login "
+          "(off loopback it needs --tls_cert, or --insecure for plain HTTP)");
+ABSL_FLAG(int32_t, dashboard_session_idle_timeout_s, 3600,
+          "a dashboard sign-in ends after this many seconds without a request");
+ABSL_FLAG(int32_t, dashboard_session_lifetime_s, 12 * 3600,
+          "a dashboard sign-in ends this many seconds after the login, used or not");
+ABSL_FLAG(int32_t, dashboard_max_sessions, 1000,
+          "dashboard sign-ins kept; a login beyond that ends the oldest");
+ABSL_FLAG(std::vector<std::string>, dashboard_host, {},
+          "comma-separated names (or name:port) browsers reach the dashboard by besides its "
+          "listen address (a DNS name, a reverse proxy's); requests naming another Host get 421");
 ABSL_FLAG(int32_t, dashboard_threads, 4, "threads serving the dashboard concurrently");
 ABSL_FLAG(std::string, dashboard_chart_js, "/usr/share/javascript/chart.js/chart.min.js",
           "chart.js file the dashboard serves (Debian's libjs-chart.js)");
@@ -197,6 +208,11 @@ int main(int argc, char** argv) {
   o.dashboard.http.max_queued = o.metrics.max_queued;
   o.dashboard.http.write_timeout = o.metrics.write_timeout;
   o.dashboard.chart_js_path = absl::GetFlag(FLAGS_dashboard_chart_js);
+  o.dashboard.sessions.idle_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_dashboard_session_idle_timeout_s));
+  o.dashboard.sessions.lifetime = absl::Seconds(absl::GetFlag(FLAGS_dashboard_session_lifetime_s));
+  o.dashboard.sessions.max_sessions = absl::GetFlag(FLAGS_dashboard_max_sessions);
+  o.dashboard.hosts = absl::GetFlag(FLAGS_dashboard_host);
   o.grpc_max_threads = absl::GetFlag(FLAGS_grpc_max_threads);
   o.grpc_memory_bytes = int64_t{absl::GetFlag(FLAGS_grpc_memory_mb)} << 20;
   o.grpc_max_concurrent_streams = absl::GetFlag(FLAGS_grpc_max_concurrent_streams);
@@ -254,7 +270,8 @@ int main(int argc, char** argv) {
     std::cout << "metrics on " << (*server)->metrics_address() << std::endl;
   }
   if (!(*server)->dashboard_address().empty()) {
-    std::cout << "dashboard on http://" << (*server)->dashboard_address() << "/" << std::endl;
+    std::cout << "dashboard on " << (o.tls_cert_pem.empty() ? "http" : "https") << "://"
+              << (*server)->dashboard_address() << "/" << std::endl;
   }
   std::cout << "listening on " << (*server)->address() << std::endl;
   SL_LOG(INFO) << "serving on " << (*server)->address()

@@ -1,13 +1,18 @@
 #include "coordinator/http_server.h"
 
+#include <fcntl.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <deque>
 #include <set>
@@ -54,24 +59,24 @@ void IpAndPort(const sockaddr_storage& addr, std::string& ip, int& port) {
 // An httplib::Stream over one connection whose whole request must arrive by one deadline and
 // whose whole response must leave by another: httplib's own stream times out each read, so a
 // client sending a byte a second could hold a thread for hours.
+//
+// Over TLS (`ssl` set, the socket non-blocking) it reads and writes through OpenSSL, waiting for
+// whichever direction OpenSSL asks for within the same deadlines.
 class DeadlineStream : public httplib::Stream {
  public:
-  DeadlineStream(int fd, absl::Time read_deadline, absl::Duration write_timeout)
-      : fd_(fd), read_deadline_(read_deadline), write_timeout_(write_timeout) {}
+  DeadlineStream(int fd, absl::Time read_deadline, absl::Duration write_timeout, SSL* ssl = nullptr)
+      : fd_(fd), read_deadline_(read_deadline), write_timeout_(write_timeout), ssl_(ssl) {}
 
   bool is_readable() const override {
-    return buffered_ < filled_ || WaitReady(fd_, POLLIN, read_deadline_);
+    return buffered_ < filled_ || (ssl_ != nullptr && SSL_pending(ssl_) > 0) ||
+           WaitReady(fd_, POLLIN, read_deadline_);
   }
   bool is_writable() const override { return WaitReady(fd_, POLLOUT, WriteDeadline()); }
 
   ssize_t read(char* ptr, size_t size) override {
     // httplib reads request lines a byte at a time: serve them from a buffer.
     if (buffered_ == filled_) {
-      if (!is_readable()) return -1;
-      ssize_t n;
-      do {
-        n = recv(fd_, buffer_, sizeof(buffer_), 0);
-      } while (n < 0 && errno == EINTR);
+      const ssize_t n = ssl_ != nullptr ? TlsRead() : PlainRead();
       if (n <= 0) return n;
       buffered_ = 0;
       filled_ = static_cast<size_t>(n);
@@ -83,6 +88,14 @@ class DeadlineStream : public httplib::Stream {
   }
 
   ssize_t write(const char* ptr, size_t size) override {
+    if (ssl_ != nullptr) {
+      if (size == 0) return 0;
+      while (true) {  // a retry after WANT_* must repeat the same arguments
+        const int n = SSL_write(ssl_, ptr, static_cast<int>(std::min<size_t>(size, 1 << 30)));
+        if (n > 0) return n;
+        if (!TlsWait(n, WriteDeadline())) return -1;
+      }
+    }
     if (!is_writable()) return -1;
     ssize_t n;
     do {
@@ -106,6 +119,36 @@ class DeadlineStream : public httplib::Stream {
   ::socket_t socket() const override { return fd_; }
 
  private:
+  ssize_t PlainRead() {
+    if (!is_readable()) return -1;
+    ssize_t n;
+    do {
+      n = recv(fd_, buffer_, sizeof(buffer_), 0);
+    } while (n < 0 && errno == EINTR);
+    return n;
+  }
+
+  ssize_t TlsRead() {
+    while (true) {
+      const int n = SSL_read(ssl_, buffer_, sizeof(buffer_));
+      if (n > 0) return n;
+      if (!TlsWait(n, read_deadline_)) return -1;
+    }
+  }
+
+  // After an SSL_read/SSL_write that returned `ret`: waits until the socket is ready the way
+  // OpenSSL wants it; false when that was an error or the deadline passed.
+  bool TlsWait(int ret, absl::Time deadline) const {
+    switch (SSL_get_error(ssl_, ret)) {
+      case SSL_ERROR_WANT_READ:
+        return WaitReady(fd_, POLLIN, deadline);
+      case SSL_ERROR_WANT_WRITE:
+        return WaitReady(fd_, POLLOUT, deadline);
+      default:
+        return false;
+    }
+  }
+
   // The response's deadline starts with its first write.
   absl::Time WriteDeadline() const {
     if (write_deadline_ == absl::InfiniteFuture()) write_deadline_ = absl::Now() + write_timeout_;
@@ -116,6 +159,7 @@ class DeadlineStream : public httplib::Stream {
   const absl::Time read_deadline_;
   const absl::Duration write_timeout_;
   mutable absl::Time write_deadline_ = absl::InfiniteFuture();
+  SSL* const ssl_;
   char buffer_[4096];
   size_t buffered_ = 0;  // Next unread byte in buffer_.
   size_t filled_ = 0;
@@ -198,6 +242,60 @@ void RefuseBusy(int fd) {
   (void)!send(fd, kBusy, sizeof(kBusy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
+struct SslCtxFree {
+  void operator()(SSL_CTX* c) const { SSL_CTX_free(c); }
+};
+using SslCtx = std::unique_ptr<SSL_CTX, SslCtxFree>;
+
+// A server context for `cert_pem` (leaf first, then its chain) and `key_pem`. Errors:
+// INVALID_ARGUMENT naming `what` when either does not parse or they do not match.
+absl::StatusOr<SslCtx> ServerContext(const std::string& cert_pem, const std::string& key_pem,
+                                     absl::string_view what) {
+  SslCtx ctx(SSL_CTX_new(TLS_server_method()));
+  if (ctx == nullptr) return absl::InternalError("SSL_CTX_new failed");
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  auto bad = [what](const char* part) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " TLS: ", part, " (--tls_cert / --tls_key)"));
+  };
+  BIO* certs = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
+  X509* leaf = PEM_read_bio_X509(certs, nullptr, nullptr, nullptr);
+  const bool leaf_ok = leaf != nullptr && SSL_CTX_use_certificate(ctx.get(), leaf) == 1;
+  X509_free(leaf);
+  while (leaf_ok) {  // the rest of the chain; the context owns each one added
+    X509* extra = PEM_read_bio_X509(certs, nullptr, nullptr, nullptr);
+    if (extra == nullptr) break;
+    if (SSL_CTX_add_extra_chain_cert(ctx.get(), extra) != 1) X509_free(extra);
+  }
+  BIO_free(certs);
+  if (!leaf_ok) return bad("the certificate does not load");
+  BIO* keys = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(keys, nullptr, nullptr, nullptr);
+  BIO_free(keys);
+  const bool key_ok = key != nullptr && SSL_CTX_use_PrivateKey(ctx.get(), key) == 1;
+  EVP_PKEY_free(key);
+  if (!key_ok) return bad("the private key does not load");
+  if (SSL_CTX_check_private_key(ctx.get()) != 1)
+    return bad("the key does not match the certificate");
+  ERR_clear_error();
+  return ctx;
+}
+
+// The TLS handshake of `ssl` over non-blocking `fd`, within `deadline`; false when it failed.
+bool Handshake(SSL* ssl, int fd, absl::Time deadline) {
+  while (true) {
+    const int r = SSL_accept(ssl);
+    if (r == 1) return true;
+    const int e = SSL_get_error(ssl, r);
+    if (!((e == SSL_ERROR_WANT_READ && WaitReady(fd, POLLIN, deadline)) ||
+          (e == SSL_ERROR_WANT_WRITE && WaitReady(fd, POLLOUT, deadline)))) {
+      ERR_clear_error();
+      return false;
+    }
+  }
+}
+
 }  // namespace
 
 // httplib serves each accepted connection through process_and_close_socket; this override keeps
@@ -205,7 +303,7 @@ void RefuseBusy(int fd) {
 // the listening socket and then waits for its threads), and reads through DeadlineStream.
 class HttpServer::Impl : public httplib::Server {
  public:
-  explicit Impl(const HttpServerOptions& options) : options_(options) {
+  Impl(const HttpServerOptions& options, SslCtx tls) : options_(options), tls_(std::move(tls)) {
     const int threads = options.threads;
     const int max_queued = options.max_queued;
     new_task_queue = [threads, max_queued] { return new BoundedPool(threads, max_queued); };
@@ -235,9 +333,7 @@ class HttpServer::Impl : public httplib::Server {
       if (!stopping) open_.insert(fd);
     }
     if (!stopping) {
-      DeadlineStream stream(fd, absl::Now() + options_.request_timeout, options_.write_timeout);
-      bool closed = false;
-      served = process_request(stream, /*close_connection=*/true, closed, nullptr);
+      served = tls_ != nullptr ? ServeTls(fd) : ServePlain(fd);
       // Out of the set before close: ShutdownConnections never touches a reused fd number.
       absl::MutexLock lock(&mu_);
       open_.erase(fd);
@@ -247,7 +343,30 @@ class HttpServer::Impl : public httplib::Server {
     return served;
   }
 
+  bool ServePlain(int fd) {
+    DeadlineStream stream(fd, absl::Now() + options_.request_timeout, options_.write_timeout);
+    bool closed = false;
+    return process_request(stream, /*close_connection=*/true, closed, nullptr);
+  }
+
+  bool ServeTls(int fd) {
+    const absl::Time read_deadline = absl::Now() + options_.request_timeout;
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    SSL* ssl = SSL_new(tls_.get());
+    bool served = false;
+    if (ssl != nullptr && SSL_set_fd(ssl, fd) == 1 && Handshake(ssl, fd, read_deadline)) {
+      DeadlineStream stream(fd, read_deadline, options_.write_timeout, ssl);
+      bool closed = false;
+      served = process_request(stream, /*close_connection=*/true, closed, nullptr);
+      SSL_shutdown(ssl);  // one try: the close_notify, never waiting for the client's
+    }
+    SSL_free(ssl);
+    ERR_clear_error();
+    return served;
+  }
+
   const HttpServerOptions options_;
+  const SslCtx tls_;  // null: plain HTTP
   absl::Mutex mu_;
   std::set<int> open_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
@@ -255,11 +374,9 @@ class HttpServer::Impl : public httplib::Server {
 
 HttpServer::HttpServer() = default;
 
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
-                                                              const Routes& routes,
-                                                              const HttpServerOptions& options,
-                                                              absl::string_view what,
-                                                              absl::string_view options_flags) {
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
+    const std::string& listen, const Routes& routes, const HttpServerOptions& options,
+    absl::string_view what, absl::string_view options_flags, const OnBound& on_bound) {
   const size_t colon = listen.rfind(':');
   int port = 0;
   if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
@@ -273,9 +390,22 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
     return absl::InvalidArgumentError(
         absl::StrCat(what, " server: ", options_flags, " must be positive"));
   }
+  SslCtx tls;
+  if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " TLS needs both a certificate and its private key"));
+  }
+  if (!options.tls_cert_pem.empty()) {
+    auto ctx = ServerContext(options.tls_cert_pem, options.tls_key_pem, what);
+    if (!ctx.ok()) return ctx.status();
+    tls = *std::move(ctx);
+    // OpenSSL writes to the socket with write(2), not send(MSG_NOSIGNAL): a client that hangs
+    // up mid-response would otherwise kill the process with SIGPIPE (gRPC ignores it too).
+    signal(SIGPIPE, SIG_IGN);
+  }
   const std::string host = listen.substr(0, colon);
   std::unique_ptr<HttpServer> s(new HttpServer());
-  s->http_ = std::make_unique<Impl>(options);
+  s->http_ = std::make_unique<Impl>(options, std::move(tls));
   Impl& http = *s->http_;
   http.set_address_family(AF_INET);
   routes(http);
@@ -286,6 +416,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
                                                errno != 0 ? std::strerror(errno) : "bind failed"));
   }
   s->address_ = absl::StrCat(host, ":", bound);
+  if (on_bound) {
+    if (absl::Status st = on_bound(s->address_); !st.ok()) return st;
+  }
   s->thread_ = std::thread([&http] { http.listen_after_bind(); });
   // stop() is a no-op until the accept loop runs: wait for it, so Stop() always ends it.
   const absl::Time give_up = absl::Now() + absl::Seconds(10);

@@ -9,6 +9,11 @@
 // then); one accepted beyond `threads` + `max_queued` is answered 503 and closed at once. A
 // connection serves one request (no keep-alive), so no client holds a thread between requests.
 //
+// With a certificate and key (tls_cert_pem/tls_key_pem) the port speaks TLS only (1.2 or
+// newer): the handshake must also finish within `request_timeout`, and a client that speaks
+// plain HTTP to it gets no answer. (httplib's SSLServer does its own blocking reads, so the
+// deadlines above would not hold; this class drives OpenSSL over its own non-blocking reads.)
+//
 // Thread safety: Start/Stop from one owner; handlers run on the pool's threads, concurrently with
 // themselves, and never after Stop() returned.
 #ifndef SHARDLINE_COORDINATOR_HTTP_SERVER_H_
@@ -19,6 +24,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -35,21 +41,25 @@ struct HttpServerOptions {
   int max_queued = 64;
   absl::Duration request_timeout = absl::Seconds(5);
   absl::Duration write_timeout = absl::Seconds(5);
+  // PEM certificate (chain, leaf first) and private key: serve TLS. Both or neither.
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
 };
 
 class HttpServer {
  public:
   // Registers the handlers (server.Get(...), set_error_handler...) before the port opens.
   using Routes = std::function<void(httplib::Server& server)>;
+  // Called with the bound "host:port" before the first request is served; an error ends Start.
+  using OnBound = std::function<absl::Status(absl::string_view address)>;
 
   // Binds `listen` ("host:port", IPv4 or a resolvable name; port 0 picks one). `what` names the
   // server in errors ("metrics"), `options_flags` the flags that set `options`.
-  // Errors: INVALID_ARGUMENT for a malformed address or options, UNAVAILABLE when it cannot bind.
-  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& listen,
-                                                           const Routes& routes,
-                                                           const HttpServerOptions& options,
-                                                           absl::string_view what,
-                                                           absl::string_view options_flags);
+  // Errors: INVALID_ARGUMENT for a malformed address or options, or a certificate or key that
+  // does not load (or match); UNAVAILABLE when it cannot bind; `on_bound`'s.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
+      const std::string& listen, const Routes& routes, const HttpServerOptions& options,
+      absl::string_view what, absl::string_view options_flags, const OnBound& on_bound = nullptr);
   ~HttpServer();  // Stops.
 
   const std::string& address() const { return address_; }

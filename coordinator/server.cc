@@ -56,6 +56,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
         " without users (--token_file or --users_file; --insecure to show every job to anyone "
         "who can reach it)"));
   }
+  // The session cookie and the tokens typed into /login must not cross a network in clear text.
+  if (!options.dashboard_listen.empty() && !IsLoopbackAddress(options.dashboard_listen) &&
+      options.tls_cert_pem.empty() && !options.insecure) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to serve the dashboard on non-loopback address ", options.dashboard_listen,
+        " over plain HTTP: set --tls_cert and --tls_key (the dashboard serves HTTPS with them), "
+        "or --insecure to send tokens and session cookies in clear text"));
+  }
   if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate and its private key");
   }
@@ -147,8 +155,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
     s->metrics_ = std::move(*m);
   }
   if (!options.dashboard_listen.empty()) {
+    dashboard::DashboardOptions dashboard = options.dashboard;
+    dashboard.tls_cert_pem = options.tls_cert_pem;  // the coordinator's certificate, reused
+    dashboard.tls_key_pem = options.tls_key_pem;
     auto d = dashboard::DashboardServer::Start(options.dashboard_listen, s->core_.get(), s->users_,
-                                               options.dashboard);
+                                               dashboard);
     if (!d.ok()) return d.status();
     s->dashboard_ = std::move(*d);
   }

@@ -79,7 +79,8 @@ if ((keep == 1)); then
   # .cluster is shardctl's default --state_dir: from the repository root no flag is needed.
   cat <<EOM
 == the cluster is still up (--keep); from $here:
-  dashboard:   http://$dashboard/?token=$token
+  dashboard:   http://$dashboard/login (token: $token; or paste http://$dashboard/?token=$token
+               into the address bar)
   jobs:        bazel-bin/cli/shardctl list
   this job:    bazel-bin/cli/shardctl status $job
                bazel-bin/cli/shardctl logs $job --all

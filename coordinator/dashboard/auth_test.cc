@@ -1,4 +1,5 @@
-// DashboardAuth: which token wins, wrong and missing tokens, no users, cookie round trips.
+// DashboardAuth: logins open sessions, which credential wins, logout and expiry, wrong and
+// missing credentials, no users, the cookie's attributes.
 #include "coordinator/dashboard/auth.h"
 
 #include <fcntl.h>
@@ -8,6 +9,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/testing/fake_clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -29,57 +31,94 @@ std::shared_ptr<const UserTable> Users() {
   return std::shared_ptr<const UserTable>(std::move(*users));
 }
 
-TEST(DashboardAuth, FindsTheUserOfEachPlaceATokenCanBe) {
-  DashboardAuth auth(Users());
-  PresentedTokens t;
-  t.query = "alice-token";
-  auto u = auth.Identify(t);
+DashboardAuth Auth(std::shared_ptr<const UserTable> users, const FakeClock* clock) {
+  SessionOptions o;
+  o.idle_timeout = absl::Minutes(10);
+  o.lifetime = absl::Hours(1);
+  return DashboardAuth(std::move(users), o, clock);
+}
+
+TEST(DashboardAuth, ALoginExchangesTheTokenForASession) {
+  FakeClock clock;
+  DashboardAuth auth = Auth(Users(), &clock);
+  absl::StatusOr<std::string> id = auth.Login("alice-token");
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_NE(*id, "alice-token");
+  EXPECT_EQ(id->find("alice"), std::string::npos);
+  Credentials c;
+  c.session = *id;
+  auto u = auth.Identify(c);
   ASSERT_TRUE(u.ok()) << u.status();
   EXPECT_EQ(u->name, "alice");
   EXPECT_FALSE(u->admin);
-  t = PresentedTokens();
-  t.cookie = "ops-token";
-  u = auth.Identify(t);
-  ASSERT_TRUE(u.ok()) << u.status();
-  EXPECT_EQ(u->name, "ops");
-  EXPECT_TRUE(u->admin);
-  t.bearer = "alice-token";  // the header wins over an older cookie
-  EXPECT_EQ(auth.Identify(t)->name, "alice");
+  c.bearer = "ops-token";  // the header wins over the cookie
+  EXPECT_EQ(auth.Identify(c)->name, "ops");
+  EXPECT_EQ(auth.Login("guess").status().message(), "wrong token");
+  EXPECT_EQ(auth.sessions(), 1u);
 }
 
-TEST(DashboardAuth, RefusesAWrongTokenEvenBesideAGoodCookie) {
-  DashboardAuth auth(Users());
-  PresentedTokens t;
-  t.query = "guess";
-  t.cookie = "alice-token";
-  auto u = auth.Identify(t);
+TEST(DashboardAuth, TheRawTokenInTheCookieIsNoSession) {
+  FakeClock clock;
+  DashboardAuth auth = Auth(Users(), &clock);
+  Credentials c;
+  c.session = "alice-token";
+  auto u = auth.Identify(c);
+  EXPECT_EQ(u.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(std::string(u.status().message()), HasSubstr("no such session"));
+}
+
+TEST(DashboardAuth, LogoutAndTheIdleTimeoutEndTheSession) {
+  FakeClock clock;
+  DashboardAuth auth = Auth(Users(), &clock);
+  Credentials c;
+  c.session = *auth.Login("alice-token");
+  auth.Logout(*c.session);
+  EXPECT_EQ(auth.Identify(c).status().code(), absl::StatusCode::kUnauthenticated);
+  c.session = *auth.Login("alice-token");
+  clock.Advance(absl::Minutes(11));
+  EXPECT_EQ(auth.Identify(c).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(auth.sessions(), 0u);
+}
+
+TEST(DashboardAuth, RefusesAWrongBearerEvenBesideAGoodSession) {
+  FakeClock clock;
+  DashboardAuth auth = Auth(Users(), &clock);
+  Credentials c;
+  c.session = *auth.Login("alice-token");
+  c.bearer = "guess";
+  auto u = auth.Identify(c);
   EXPECT_EQ(u.status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(u.status().message(), "wrong token");
 }
 
-TEST(DashboardAuth, WithoutATokenSaysHowToLogIn) {
-  DashboardAuth auth(Users());
-  auto u = auth.Identify(PresentedTokens());
+TEST(DashboardAuth, WithoutCredentialsSaysHowToSignIn) {
+  DashboardAuth auth = Auth(Users(), nullptr);
+  auto u = auth.Identify(Credentials());
   EXPECT_EQ(u.status().code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_THAT(std::string(u.status().message()), HasSubstr("?token=<your user token>"));
+  EXPECT_THAT(std::string(u.status().message()), HasSubstr("sign in at /login"));
 }
 
 TEST(DashboardAuth, WithoutUsersEveryoneIsTheAnonymousAdminAsInTheApi) {
-  DashboardAuth auth(std::make_shared<const UserTable>());
-  auto u = auth.Identify(PresentedTokens());
+  DashboardAuth auth = Auth(std::make_shared<const UserTable>(), nullptr);
+  EXPECT_TRUE(auth.open());
+  auto u = auth.Identify(Credentials());
   ASSERT_TRUE(u.ok()) << u.status();
   EXPECT_EQ(u->name, "anonymous");
   EXPECT_TRUE(u->admin);
 }
 
-TEST(DashboardAuth, TheCookieIsHttpOnlyStrictAndRoundTripsAnyToken) {
-  const std::string token = "a b;c=d%\"e";
-  const std::string cookie = DashboardAuth::CookieFor(token);
-  EXPECT_EQ(cookie, "shardline_token=a%20b%3Bc%3Dd%25%22e; Path=/; HttpOnly; SameSite=Strict");
-  const std::string header = "other=1; " + cookie.substr(0, cookie.find(';')) + "; more=2";
-  EXPECT_EQ(DashboardAuth::TokenFromCookieHeader(header), token);
-  EXPECT_EQ(DashboardAuth::TokenFromCookieHeader("other=1"), std::nullopt);
-  EXPECT_EQ(DashboardAuth::TokenFromCookieHeader("shardline_token=%4"), std::nullopt);
+TEST(DashboardAuth, TheCookieHoldsTheIdHttpOnlyStrictAndSecureOverTls) {
+  EXPECT_EQ(DashboardAuth::CookieFor("abc123", false),
+            "shardline_session=abc123; Path=/; HttpOnly; SameSite=Strict");
+  EXPECT_EQ(DashboardAuth::CookieFor("abc123", true),
+            "shardline_session=abc123; Path=/; HttpOnly; SameSite=Strict; Secure");
+  EXPECT_EQ(DashboardAuth::ExpiredCookie(true),
+            "shardline_session=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict; Secure");
+  EXPECT_EQ(DashboardAuth::SessionFromCookieHeader("other=1; shardline_session=abc; more=2"),
+            "abc");
+  EXPECT_EQ(DashboardAuth::SessionFromCookieHeader("other=1"), std::nullopt);
+  // The old cookie (which held the token itself) is not read.
+  EXPECT_EQ(DashboardAuth::SessionFromCookieHeader("shardline_token=alice-token"), std::nullopt);
 }
 
 TEST(DashboardAuth, ReadsOnlyBearerAuthorization) {

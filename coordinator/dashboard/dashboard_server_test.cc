@@ -1,6 +1,7 @@
-// DashboardServer over HTTP with a real CoordinatorCore in memory: logging in with ?token=,
-// the cookie, 401 for wrong and missing tokens, the owner rule (403), 404, headers, static
-// files, chart.js and other methods.
+// DashboardServer over HTTP (and HTTPS) with a real CoordinatorCore in memory: logins (the form,
+// ?token= from the address bar) opening sessions, the cookie, logout, the Host and same-origin
+// checks, 401 for wrong and missing tokens, the owner rule (403), 404, headers, static files,
+// chart.js and other methods.
 #include "coordinator/dashboard/dashboard_server.h"
 
 #include <fcntl.h>
@@ -10,6 +11,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -21,6 +23,7 @@ namespace shardline::coordinator::dashboard {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 std::string TmpFile(const std::string& name, const std::string& text) {
@@ -67,25 +70,127 @@ class DashboardServerTest : public ::testing::Test {
   std::unique_ptr<httplib::Client> client_;
 };
 
-TEST_F(DashboardServerTest, ATokenInTheAddressBecomesACookieAndLeavesTheAddress) {
-  auto login = Get(absl::StrCat("/job?id=", job_, "&token=alice-token"));
+// Sec-Fetch-Site "none": what a browser sends for a URL typed into its address bar.
+const httplib::Headers kAddressBar = {{"Sec-Fetch-Site", "none"}};
+
+std::string SessionOf(const httplib::Result& r) {
+  const std::string cookie = r->get_header_value("Set-Cookie");
+  const size_t eq = cookie.find('='), semi = cookie.find(';');
+  return cookie.substr(eq + 1, semi - eq - 1);
+}
+
+httplib::Headers Cookie(const std::string& session) {
+  return {{"Cookie", "shardline_session=" + session}};
+}
+
+TEST_F(DashboardServerTest, AnAddressBarTokenBecomesASessionAndLeavesTheAddress) {
+  auto login = Get(absl::StrCat("/job?id=", job_, "&token=alice-token"), kAddressBar);
   ASSERT_TRUE(login);
   EXPECT_EQ(login->status, 303);
   EXPECT_EQ(login->get_header_value("Location"), absl::StrCat("/job?id=", job_));
+  const std::string session = SessionOf(login);
+  EXPECT_EQ(session.size(), 64u);
   EXPECT_EQ(login->get_header_value("Set-Cookie"),
-            "shardline_token=alice-token; Path=/; HttpOnly; SameSite=Strict");
-  auto page = Get(absl::StrCat("/job?id=", job_), {{"Cookie", "shardline_token=alice-token"}});
+            absl::StrCat("shardline_session=", session, "; Path=/; HttpOnly; SameSite=Strict"));
+  EXPECT_EQ(login->get_header_value("Set-Cookie").find("alice-token"), std::string::npos);
+  auto page = Get(absl::StrCat("/job?id=", job_), Cookie(session));
   ASSERT_TRUE(page);
   EXPECT_EQ(page->status, 200);
   EXPECT_EQ(page->get_header_value("Content-Type"), "text/html; charset=utf-8");
   EXPECT_THAT(page->body, HasSubstr("<script src=\"/static/dashboard.js\" defer></script>"));
+  EXPECT_THAT(page->body, Not(HasSubstr("alice-token")));
   EXPECT_THAT(page->get_header_value("Content-Security-Policy"), HasSubstr("script-src 'self'"));
   EXPECT_EQ(page->get_header_value("X-Content-Type-Options"), "nosniff");
-  EXPECT_EQ(page->get_header_value("Referrer-Policy"), "no-referrer");
+  EXPECT_EQ(page->get_header_value("Referrer-Policy"), "same-origin");
+  auto me = Get("/api/whoami", Cookie(session));
+  ASSERT_TRUE(me);
+  EXPECT_EQ(me->body, "{\"user\":\"alice\",\"admin\":false}");
+}
+
+TEST_F(DashboardServerTest, ATokenLinkFromAnotherPageIsNoLoginAndNeverReplacesASession) {
+  for (const httplib::Headers& h :
+       {httplib::Headers{{"Sec-Fetch-Site", "cross-site"}}, httplib::Headers{}}) {
+    auto linked = Get("/?token=alice-token", h);
+    ASSERT_TRUE(linked);
+    EXPECT_EQ(linked->status, 403);
+    EXPECT_THAT(linked->body, HasSubstr("a ?token= login is taken only from the address bar"));
+    EXPECT_TRUE(linked->get_header_value("Set-Cookie").empty());
+  }
+  const std::string alice = SessionOf(Get("/?token=alice-token", kAddressBar));
+  httplib::Headers h = Cookie(alice);
+  h.emplace("Sec-Fetch-Site", "none");
+  auto as_bob = Get("/?token=bob-token", h);
+  ASSERT_TRUE(as_bob);
+  EXPECT_EQ(as_bob->status, 409);
+  EXPECT_THAT(as_bob->body, HasSubstr("already signed in as alice: sign out first"));
+  EXPECT_TRUE(as_bob->get_header_value("Set-Cookie").empty());
+  auto again = Get("/?token=alice-token", h);  // the same user: no new session
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 303);
+  EXPECT_TRUE(again->get_header_value("Set-Cookie").empty());
+  EXPECT_EQ(Get("/api/whoami", Cookie(alice))->body, "{\"user\":\"alice\",\"admin\":false}");
+}
+
+TEST_F(DashboardServerTest, TheLoginFormTakesOnlySameOriginPostsAndLogoutEndsTheSession) {
+  auto form = Get("/login");
+  ASSERT_TRUE(form);
+  EXPECT_EQ(form->status, 200);
+  EXPECT_THAT(form->body, HasSubstr("<form class=\"login\" method=\"post\" action=\"/login\">"));
+  const std::string origin = "http://" + server_->address();
+  auto cross = client_->Post("/login", {{"Origin", "http://evil.example"}}, "token=bob-token",
+                             "application/x-www-form-urlencoded");
+  ASSERT_TRUE(cross);
+  EXPECT_EQ(cross->status, 403);
+  EXPECT_THAT(cross->body, HasSubstr("cross-origin request refused"));
+  EXPECT_TRUE(cross->get_header_value("Set-Cookie").empty());
+  auto wrong = client_->Post("/login", {{"Origin", origin}}, "token=guess",
+                             "application/x-www-form-urlencoded");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  EXPECT_EQ(wrong->body, "401 wrong token\n");
+  auto login = client_->Post("/login", {{"Origin", origin}}, "token=bob-token",
+                             "application/x-www-form-urlencoded");
+  ASSERT_TRUE(login);
+  EXPECT_EQ(login->status, 303);
+  EXPECT_EQ(login->get_header_value("Location"), "/");
+  const std::string bob = SessionOf(login);
+  EXPECT_EQ(Get("/api/whoami", Cookie(bob))->body, "{\"user\":\"bob\",\"admin\":false}");
+  // A forced logout from another site is refused too.
+  httplib::Headers evil = Cookie(bob);
+  evil.emplace("Origin", "http://evil.example");
+  EXPECT_EQ(client_->Post("/logout", evil, "", "application/x-www-form-urlencoded")->status, 403);
+  httplib::Headers mine = Cookie(bob);
+  mine.emplace("Origin", origin);
+  auto logout = client_->Post("/logout", mine, "", "application/x-www-form-urlencoded");
+  ASSERT_TRUE(logout);
+  EXPECT_EQ(logout->status, 303);
+  EXPECT_EQ(logout->get_header_value("Location"), "/login");
+  EXPECT_THAT(logout->get_header_value("Set-Cookie"),
+              HasSubstr("shardline_session=; Path=/; Max-Age=0"));
+  auto after = Get("/api/whoami", Cookie(bob));  // the stolen cookie after logout
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 401);
+  EXPECT_THAT(after->body, HasSubstr("no such session"));
+}
+
+TEST_F(DashboardServerTest, AForeignHostGets421) {
+  for (const std::string path : {"/", "/api/jobs", "/login", "/static/style.css"}) {
+    httplib::Headers h = Bearer("alice-token");
+    h.emplace("Host", "evil.example:80");
+    auto r = Get(path, h);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 421) << path;
+    EXPECT_THAT(r->body, HasSubstr("evil.example:80"));
+    EXPECT_THAT(r->body, HasSubstr("is not this dashboard's address"));
+  }
+  httplib::Headers local = Bearer("alice-token");
+  local.emplace("Host",
+                "localhost:" + server_->address().substr(server_->address().rfind(':') + 1));
+  EXPECT_EQ(Get("/api/jobs", local)->status, 200);
 }
 
 TEST_F(DashboardServerTest, AWrongOrMissingTokenGets401) {
-  auto page = Get("/?token=guess");
+  auto page = Get("/?token=guess", kAddressBar);
   ASSERT_TRUE(page);
   EXPECT_EQ(page->status, 401);
   EXPECT_EQ(page->body, "401 wrong token\n");
@@ -94,13 +199,16 @@ TEST_F(DashboardServerTest, AWrongOrMissingTokenGets401) {
   ASSERT_TRUE(api);
   EXPECT_EQ(api->status, 401);
   EXPECT_EQ(api->body, "{\"error\":\"wrong token\"}");
-  auto cookie = Get("/api/jobs", {{"Cookie", "shardline_token=guess"}});
-  ASSERT_TRUE(cookie);
-  EXPECT_EQ(cookie->status, 401);
+  // The raw token in a cookie (what the old cookie held) is no session.
+  for (const char* cookie : {"shardline_session=alice-token", "shardline_token=alice-token"}) {
+    auto raw = Get("/api/jobs", {{"Cookie", cookie}});
+    ASSERT_TRUE(raw);
+    EXPECT_EQ(raw->status, 401) << cookie;
+  }
   auto none = Get("/workers");
   ASSERT_TRUE(none);
   EXPECT_EQ(none->status, 401);
-  EXPECT_THAT(none->body, HasSubstr("?token=<your user token>"));
+  EXPECT_THAT(none->body, HasSubstr("sign in at /login"));
 }
 
 TEST_F(DashboardServerTest, TheApiKeepsTheOwnerRule) {
@@ -164,7 +272,7 @@ TEST_F(DashboardServerTest, ServesStaticFilesAndChartJsWithoutAUser) {
   auto post = client_->Post("/api/jobs", "{}", "application/json");
   ASSERT_TRUE(post);
   EXPECT_EQ(post->status, 405);
-  EXPECT_EQ(post->body, "the dashboard answers GET only\n");
+  EXPECT_EQ(post->body, "the dashboard answers GET only (and POST /login, /logout)\n");
 }
 
 TEST(DashboardServer, WithoutChartJsThePagesStillServe) {
@@ -183,6 +291,55 @@ TEST(DashboardServer, WithoutChartJsThePagesStillServe) {
   auto page = client.Get("/");  // no users: open, as the API is
   ASSERT_TRUE(page);
   EXPECT_EQ(page->status, 200);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// With the coordinator's certificate the port speaks HTTPS only and the cookie is Secure.
+TEST(DashboardServer, ServesHttpsWithTheCertificateAndSecureCookies) {
+  const std::string d = std::getenv("TEST_TMPDIR");
+  if (std::system(("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+                   "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+                   d + "/dash.key -out " + d + "/dash.pem >/dev/null 2>&1")
+                      .c_str()) != 0) {
+    GTEST_SKIP() << "the openssl command could not make a test certificate";
+  }
+  auto users = UserTable::Create(TmpFile("tls-users", "alice alice-token\n"), "");
+  ASSERT_TRUE(users.ok()) << users.status();
+  CoreWithJobs jobs;
+  DashboardOptions o;
+  o.tls_cert_pem = ReadAll(d + "/dash.pem");
+  o.tls_key_pem = ReadAll(d + "/dash.key");
+  auto s = DashboardServer::Start("127.0.0.1:0", jobs.core(),
+                                  std::shared_ptr<const UserTable>(std::move(*users)), o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const int port = std::stoi((*s)->address().substr((*s)->address().rfind(':') + 1));
+  httplib::SSLClient tls("127.0.0.1", port);
+  tls.set_ca_cert_path((d + "/dash.pem").c_str());
+  tls.enable_server_certificate_verification(true);
+  auto login = tls.Get("/?token=alice-token", kAddressBar);
+  ASSERT_TRUE(login) << httplib::to_string(login.error());
+  EXPECT_EQ(login->status, 303);
+  EXPECT_THAT(login->get_header_value("Set-Cookie"),
+              HasSubstr("; HttpOnly; SameSite=Strict; Secure"));
+  auto me = tls.Get("/api/whoami", Cookie(SessionOf(login)));
+  ASSERT_TRUE(me);
+  EXPECT_EQ(me->body, "{\"user\":\"alice\",\"admin\":false}");
+  httplib::Client plain("127.0.0.1", port);  // plain HTTP to the TLS port gets no answer
+  plain.set_read_timeout(2, 0);
+  EXPECT_FALSE(plain.Get("/login"));
+  DashboardOptions bad = o;
+  bad.tls_key_pem = "not a key";
+  auto refused =
+      DashboardServer::Start("127.0.0.1:0", jobs.core(), std::make_shared<const UserTable>(), bad);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(),
+            "dashboard TLS: the private key does not load (--tls_cert / --tls_key)");
 }
 
 TEST(DashboardServer, RefusesAMalformedAddress) {

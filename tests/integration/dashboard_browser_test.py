@@ -4,7 +4,10 @@ two real worker daemons, a real W = 4 HYBRID_SHARD S = 2 job) and the test check
 show after their scripts ran: the job in the list, the loss curve with one point per stored
 series point, the placement as two nodes each holding its shard group, the events, checkpoints
 and log tail, the workers; a log line holding markup stays text; a wrong token gets 401 and a
-user who does not own the job sees no series. One cluster and one job for the whole file.
+user who does not own the job sees no series. Signing in through the /login form in a browser
+driven over the DevTools protocol (--remote-debugging-pipe) leaves one cookie, HttpOnly and
+SameSite=Strict, holding a session id and never the token; the Sign out button ends the session,
+so the cookie copied before it is refused after. One cluster and one job for the whole file.
 
 Screenshots of the pages are kept as test outputs ($TEST_UNDECLARED_OUTPUTS_DIR).
 """
@@ -103,6 +106,80 @@ class Dom(html.parser.HTMLParser):
 
     def by_class(self, cls, under=None):
         return (under or self.root).find_all(lambda e: cls in e.classes())
+
+
+class DevTools:
+    """Headless Chromium driven over --remote-debugging-pipe (it reads JSON commands, each ended
+    by a NUL byte, on fd 3 and writes answers and events on fd 4): enough to fill in a form,
+    click, and read the browser's own cookie jar."""
+
+    def __init__(self, binary, profile):
+        to_chrome_r, self.to_chrome = os.pipe()
+        self.from_chrome, from_chrome_w = os.pipe()
+
+        # The shell puts the pipes on fds 3 and 4 (a preexec dup2 would be closed again).
+        args = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                "--disable-dev-shm-usage", "--user-data-dir=" + profile,
+                "--remote-debugging-pipe", "about:blank"]
+        self.proc = subprocess.Popen(
+            ["sh", "-c", 'exec "$@" 3<&%d 4>&%d' % (to_chrome_r, from_chrome_w), "sh"] + args,
+            pass_fds=(to_chrome_r, from_chrome_w), stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        os.close(to_chrome_r)
+        os.close(from_chrome_w)
+        self.next_id, self.buf = 0, b""
+        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        self.session = self.call("Target.attachToTarget",
+                                 {"targetId": target, "flatten": True})["sessionId"]
+
+    def call(self, method, params=None, session=None):
+        self.next_id += 1
+        msg = {"id": self.next_id, "method": method, "params": params or {}}
+        if session:
+            msg["sessionId"] = session
+        os.write(self.to_chrome, json.dumps(msg).encode() + b"\0")
+        while True:
+            while b"\0" not in self.buf:
+                chunk = os.read(self.from_chrome, 1 << 16)
+                if not chunk:
+                    raise AssertionError("chromium closed the DevTools pipe")
+                self.buf += chunk
+            raw, self.buf = self.buf.split(b"\0", 1)
+            answer = json.loads(raw)
+            if answer.get("id") == self.next_id:
+                if "error" in answer:
+                    raise AssertionError("%s: %s" % (method, answer["error"]))
+                return answer["result"]
+
+    def js(self, expression):
+        r = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True},
+                      self.session)
+        return r["result"].get("value")
+
+    def wait_js(self, expression, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.js(expression):
+                return
+            time.sleep(0.2)
+        raise AssertionError("never true: %s (at %s)" % (expression, self.js("location.href")))
+
+    def navigate(self, url):
+        self.call("Page.navigate", {"url": url}, self.session)
+        self.wait_js("document.readyState === 'complete' && location.href === %s" %
+                     json.dumps(url))
+
+    def cookies(self):
+        return self.call("Storage.getCookies")["cookies"]
+
+    def close(self):
+        try:
+            self.call("Browser.close")
+        except AssertionError:
+            pass
+        self.proc.wait(timeout=30)
+        os.close(self.to_chrome)
+        os.close(self.from_chrome)
 
 
 class DashboardBrowserTest(unittest.TestCase):
@@ -300,6 +377,45 @@ fault_tolerance: {{mode: REPLICA_GROUPS, min_replicas: 1}}
         with self.assertRaises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(self.base + "api/jobs", timeout=30)
         self.assertEqual(e.exception.code, 401)
+
+    def test_the_login_form_sets_a_session_cookie_without_the_token_and_logout_ends_it(self):
+        browser = DevTools(self.chromium, os.path.join(self.tmp, "profile-devtools"))
+        try:
+            browser.navigate(self.base + "login")
+            browser.js("document.getElementById('token').value = %s; "
+                       "document.getElementById('signin').click()" % json.dumps(ALICE))
+            browser.wait_js("location.pathname === '/' && document.getElementById('whoami')"
+                            " && document.getElementById('whoami').textContent === "
+                            "'signed in as alice'")
+            cookies = browser.cookies()
+            self.assertEqual([c["name"] for c in cookies], ["shardline_session"], cookies)
+            cookie = cookies[0]
+            self.assertTrue(cookie["httpOnly"])
+            self.assertEqual(cookie["sameSite"], "Strict")
+            self.assertEqual(cookie["path"], "/")
+            self.assertTrue(cookie["session"])  # no Max-Age: gone when the browser closes
+            self.assertRegex(cookie["value"], "^[0-9a-f]{64}$")
+            self.assertNotIn(ALICE, json.dumps(cookies))
+            self.assertEqual(browser.js("document.cookie"), "")  # page scripts cannot read it
+            self.assertNotIn(ALICE, browser.js("document.documentElement.outerHTML"))
+            stolen = cookie["value"]
+            self.assertEqual(self.with_cookie(stolen), {"user": "alice", "admin": False})
+            browser.js("document.getElementById('signout').click()")
+            browser.wait_js("location.pathname === '/login' && document.readyState === "
+                            "'complete'")
+            self.assertEqual(browser.cookies(), [])
+        finally:
+            browser.close()
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            self.with_cookie(stolen)  # the copied cookie, after logout
+        self.assertEqual(e.exception.code, 401)
+        self.assertIn("no such session", json.loads(e.exception.read())["error"])
+
+    def with_cookie(self, session):
+        req = urllib.request.Request(self.base + "api/whoami",
+                                     headers={"Cookie": "shardline_session=" + session})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
 
     def test_another_user_sees_the_job_but_not_its_series_or_logs(self):
         dom = self.load("job?id=" + self.job, BOB, "job-as-bob", budget_ms=2500)

@@ -89,6 +89,7 @@ class RedTeamTest(unittest.TestCase):
             workers=0, grace_period_s=3,
             coordinator_flags=["--users_file=" + users, "--worker_token_file=" + join,
                                "--metrics_listen=127.0.0.1:0",
+                               "--dashboard_listen=127.0.0.1:0",
                                "--rendezvous_max_keys_per_namespace=200",
                                "--rendezvous_max_bytes_per_namespace=65536",
                                "--max_list_page_size=5",
@@ -102,6 +103,8 @@ class RedTeamTest(unittest.TestCase):
         m = re.search(r"metrics on (\S+)", open(os.path.join(cls.cluster.dir,
                                                              "coordinator.log")).read())
         cls.metrics = m.group(1)
+        cls.dashboard = re.search(r"dashboard on http://(\S+)/", open(os.path.join(
+            cls.cluster.dir, "coordinator.log")).read()).group(1)
 
         # alice's finished job: its status and checkpoint files must never change.
         cls.done = cls.submit_as("alice", spec_text("done", cls.corpus, cls.ckpt, steps=4))
@@ -415,7 +418,80 @@ class RedTeamTest(unittest.TestCase):
         """Rows refused before a request leaves the client, or outside gRPC."""
         return ["clear-text token off loopback", "token file readable by others",
                 "slow metrics client", "worker reporting another worker's rank exited",
-                "unknown gRPC method names", "metrics off loopback without a token"]
+                "unknown gRPC method names", "metrics off loopback without a token"] + [
+                    name for name, _, _, _ in self.dashboard_rows()]
+
+    def http(self, method, path, headers=(), body=None):
+        """(status, body) of one raw request to the dashboard (headers as given, Host too)."""
+        host, port = self.dashboard.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=15) as s:
+            lines = ["%s %s HTTP/1.1" % (method, path)] + ["%s: %s" % h for h in headers]
+            if not any(k.lower() == "host" for k, _ in headers):
+                lines.append("Host: " + self.dashboard)
+            payload = (body or "").encode()
+            if body is not None:
+                lines += ["Content-Type: application/x-www-form-urlencoded",
+                          "Content-Length: %d" % len(payload)]
+            s.sendall(("\r\n".join(lines + ["Connection: close", "", ""])).encode() + payload)
+            data = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        return int(head.split()[1]), head.decode(), rest.decode()
+
+    def session_of(self, user):
+        """A live dashboard session of `user` (an address-bar login)."""
+        _, head, _ = self.http("GET", "/?token=" + TOKENS[user], [("Sec-Fetch-Site", "none")])
+        return re.search(r"shardline_session=([0-9a-f]{64});", head).group(1)
+
+    def dashboard_rows(self):
+        """(name, request, code, text): HTTP attacks on the dashboard."""
+        S = self  # noqa: N806
+        own = "http://" + self.dashboard
+
+        def after_logout():
+            stolen = S.session_of("alice")
+            S.http("POST", "/logout", [("Origin", own), ("Cookie", "shardline_session=" + stolen)],
+                   "")
+            return S.http("GET", "/api/jobs", [("Cookie", "shardline_session=" + stolen)])
+
+        def swap_session():
+            bob = S.session_of("bob")
+            return S.http("GET", "/?token=" + TOKENS["alice"],
+                          [("Sec-Fetch-Site", "none"), ("Cookie", "shardline_session=" + bob)])
+        return [
+            ("dashboard request with a forged Host (DNS rebinding)",
+             lambda: S.http("GET", "/api/jobs", [("Host", "evil.example:80"),
+                                                 ("Authorization", "Bearer " + TOKENS["bob"])]),
+             421, 'evil.example:80\\" is not this dashboard\'s address'),
+            ("cross-origin dashboard login form",
+             lambda: S.http("POST", "/login", [("Origin", "http://evil.example")],
+                            "token=" + TOKENS["bob"]),
+             403, 'cross-origin request refused: Origin "http://evil.example"'),
+            ("dashboard ?token= login from another site's link",
+             lambda: S.http("GET", "/?token=" + TOKENS["bob"], [("Sec-Fetch-Site", "cross-site")]),
+             403, "a ?token= login is taken only from the address bar"),
+            ("dashboard ?token= login over another user's session",
+             swap_session, 409, "already signed in as bob: sign out first"),
+            ("stolen dashboard cookie after logout", after_logout,
+             401, "no such session (expired, signed out, or not a session id)"),
+            ("dashboard cookie holding the raw API token",
+             lambda: S.http("GET", "/api/jobs",
+                            [("Cookie", "shardline_session=" + TOKENS["ops"])]),
+             401, "no such session"),
+        ]
+
+    def test_dashboard_attacks_are_refused_and_change_nothing(self):
+        for name, fn, code, text in self.dashboard_rows():
+            with self.subTest(row=name):
+                status, head, body = fn()
+                self.assertEqual(status, code, body)
+                self.assertIn(text, body)
+                self.assertNotIn("Set-Cookie", head)
+                self.assert_intact()
 
     def test_clear_text_token_off_loopback_is_refused_by_the_client(self):
         proc = subprocess.run([harness.BINARIES.shardctl, "--coordinator=192.0.2.1:7070",
