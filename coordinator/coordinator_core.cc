@@ -174,17 +174,21 @@ void CoordinatorCore::ScheduleLocked() {
       }
       continue;
     }
-    queue.push_back({id, &st.spec(), st.attempt(), job.seq(), job.restart_not_before_unix_ms()});
+    queue.push_back(
+        {id, &st.spec(), st.attempt(), job.seq(), job.restart_not_before_unix_ms(), st.owner()});
     const Slot::Kind kind = SlotKindFor(st.spec());
     if (!free.count(kind)) free[kind] = registry_.FreeCapacity(kind);
   }
   std::set<Slot::Kind> failed;  // a start failed: later decisions of the kind assumed its slots
-  for (const Decision& d :
-       Schedule(std::move(queue), std::move(free), absl::ToUnixMillis(clock_->Now()))) {
+  for (const Decision& d : Schedule(std::move(queue), std::move(free),
+                                    absl::ToUnixMillis(clock_->Now()), RankQuotaLocked())) {
     if (failed.count(d.kind)) continue;
     JobRecord& job = jobs_.records().at(d.job_id);
     if (d.action == Decision::kWait) {
       if (job.status().message() != d.message) {
+        // A quota wait is the user's to act on (cancel another job): it goes into the events
+        // too, once per change of the message.
+        if (d.quota) JobStateMachine(&job, clock_->Now()).Note("QUOTA_WAIT", d.message);
         job.mutable_status()->set_message(d.message);
         jobs_.Changed(job);
       }
@@ -380,23 +384,35 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(const JobSpec& spec,
   RETURN_IF_ERROR(spec::ValidateForScheduling(spec));
   if (options_.validate_spec) RETURN_IF_ERROR(options_.validate_spec(spec));
   // The job is stored before it is added, and without the mutex (an fsync must not stall
-  // heartbeats); a failed write fails the submission and adds nothing.
+  // heartbeats); a failed write fails the submission and adds nothing. Meanwhile it counts in
+  // submitting_ against its owner's quota.
+  const int64_t spec_bytes = static_cast<int64_t>(spec.ByteSizeLong());
   absl::StatusOr<JobRecord> rec;
   {
     absl::MutexLock lock(&mu_);
     if (feed_.shut_down()) return absl::UnavailableError("coordinator is shutting down");
     RETURN_IF_ERROR(writer_->CheckWritable());
+    RETURN_IF_ERROR(CheckSubmitQuota(options_.quotas, owner, UsageLocked(owner), spec));
     rec = jobs_.NewJob(spec, clock_->Now());
+    if (rec.ok()) {
+      submitting_[owner].pending_jobs++;
+      submitting_[owner].spec_bytes += spec_bytes;
+    }
   }
   if (!rec.ok()) return rec.status();
   rec->mutable_status()->set_owner(owner);
-  if (absl::Status s = writer_->PutJobOrDrop(*rec); !s.ok()) {
-    return absl::UnavailableError(absl::StrCat("job not submitted: ", s.message()));
-  }
+  const absl::Status stored = writer_->PutJobOrDrop(*rec);
   std::string id;
   StateWriter::Ticket ticket = 0;
   {
     absl::MutexLock lock(&mu_);
+    UserUsageCount& in_flight = submitting_[owner];
+    in_flight.pending_jobs--;
+    in_flight.spec_bytes -= spec_bytes;
+    if (in_flight.pending_jobs == 0) submitting_.erase(owner);
+    if (!stored.ok()) {
+      return absl::UnavailableError(absl::StrCat("job not submitted: ", stored.message()));
+    }
     id = jobs_.Add(*std::move(rec))->status().job_id();
     SL_LOG(INFO) << "job " << id << " (" << spec.name() << ", W=" << spec.world_size()
                  << ") submitted";
@@ -408,6 +424,29 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(const JobSpec& spec,
   // read-only, but the submission itself stands.
   (void)writer_->Wait(ticket);
   return id;
+}
+
+UserUsageCount CoordinatorCore::UsageLocked(const std::string& user) const {
+  UserUsageCount usage;
+  if (auto it = submitting_.find(user); it != submitting_.end()) usage = it->second;
+  for (const auto& [id, job] : jobs_.records()) CountUsage(job, user, &usage);
+  return usage;
+}
+
+RankQuota CoordinatorCore::RankQuotaLocked() const {
+  RankQuota q;
+  q.max_per_user = options_.quotas.max_running_ranks_per_user;
+  if (q.max_per_user <= 0) return q;
+  for (const auto& [id, job] : jobs_.records()) {
+    if (job.status().state() == RUNNING)
+      q.running[job.status().owner()] += job.status().placement_size();
+  }
+  return q;
+}
+
+UserUsage CoordinatorCore::UsageOf(const std::string& user) const {
+  absl::MutexLock lock(&mu_);
+  return UsageReport(options_.quotas, UsageLocked(user));
 }
 
 absl::StatusOr<JobStatus> CoordinatorCore::GetJob(const std::string& job_id) const {
@@ -456,6 +495,7 @@ absl::Status CoordinatorCore::CancelJob(const std::string& job_id, const std::st
 absl::Status CoordinatorCore::CancelJobLocked(const std::string& job_id,
                                               const std::string& reason) {
   ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(job_id));
+  RETURN_IF_ERROR(CheckReasonBytes(options_.quotas, "cancel reason", reason));
   RETURN_IF_ERROR(writer_->CheckWritable());
   const std::string why = reason.empty() ? "cancelled by a user" : reason;
   if (IsTerminal(job->status().state())) {

@@ -81,10 +81,12 @@
 #include "coordinator/rendezvous_rpc.h"
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/replica_quorum.h"
+#include "coordinator/scheduler.h"
 #include "coordinator/state.pb.h"
 #include "coordinator/state_store.h"
 #include "coordinator/state_writer.h"
 #include "coordinator/training_metrics.h"
+#include "coordinator/user_quota.h"
 #include "coordinator/worker_registry.h"
 #include "proto/coordinator.pb.h"
 
@@ -203,9 +205,10 @@ class CoordinatorCore {
   std::vector<RunningJobMetrics> RunningJobs() const;
 
   // ---- jobs
-  // Errors: INVALID_ARGUMENT naming the field; UNAVAILABLE when the job cannot be stored or the
-  // coordinator is read-only (CheckWritable; nothing is added then).
-  // `owner` is recorded as JobStatus.owner.
+  // Errors: INVALID_ARGUMENT naming the field; RESOURCE_EXHAUSTED past one of `owner`'s quotas
+  // (user_quota.h CheckSubmitQuota; jobs being submitted concurrently count too); UNAVAILABLE when
+  // the job cannot be stored or the coordinator is read-only (CheckWritable; nothing is added
+  // then). `owner` is recorded as JobStatus.owner.
   absl::StatusOr<std::string> SubmitJob(const JobSpec& spec, const std::string& owner = "");
   absl::StatusOr<JobStatus> GetJob(const std::string& job_id) const;
   // Jobs in any of `states` (empty: all), in submission order.
@@ -214,7 +217,8 @@ class CoordinatorCore {
   // naming --max_list_page_size for a page_size above it (or below 0), and for a token this
   // coordinator did not issue.
   absl::StatusOr<ListJobsResponse> ListJobsPage(const ListJobsRequest& req) const;
-  // Errors: NOT_FOUND; FAILED_PRECONDITION for a finished job; UNAVAILABLE while read-only
+  // Errors: NOT_FOUND; RESOURCE_EXHAUSTED for a reason over --max_reason_bytes;
+  // FAILED_PRECONDITION for a finished job; UNAVAILABLE while read-only
   // (nothing changes) or when the cancel's write fails (it stands in memory and is retried in
   // order; the coordinator is read-only until it is stored).
   absl::Status CancelJob(const std::string& job_id, const std::string& reason);
@@ -229,6 +233,9 @@ class CoordinatorCore {
   absl::StatusOr<std::optional<JobStatus>> JobIfNewer(const std::string& job_id,
                                                       int64_t after_version,
                                                       int64_t* version) const;
+
+  // What `user`'s jobs hold and the per-user bounds (WhoAmIResponse.usage).
+  UserUsage UsageOf(const std::string& user) const;
 
   // ---- checkpoints
   absl::StatusOr<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& job_id) const;
@@ -321,6 +328,10 @@ class CoordinatorCore {
   // Whether `worker_id` may ship `chunk` (ShipLogs' errors).
   absl::Status CheckLogChunkLocked(const std::string& worker_id, const RankLogChunk& chunk) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `user`'s usage (user_quota.h), jobs still being submitted included.
+  UserUsageCount UsageLocked(const std::string& user) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ranks each user's RUNNING attempts hold, with the bound, for the scheduler.
+  RankQuota RankQuotaLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues the writes of the training series that are due (every dirty one when `all`).
   void FlushTrainingMetrics(bool all);
 
@@ -342,6 +353,9 @@ class CoordinatorCore {
   Counters counters_ ABSL_GUARDED_BY(mu_);       // jobs_by_state filled on read
   DrainingSlots draining_ ABSL_GUARDED_BY(mu_);  // stopped ranks still holding their slot
   std::map<std::string, ReplicaQuorum> quorums_ ABSL_GUARDED_BY(mu_);  // by job id
+  // Jobs past their quota check but not added yet (stored off the mutex), by owner: counted so
+  // that concurrent submits cannot all pass the same check.
+  std::map<std::string, UserUsageCount> submitting_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shardline::coordinator
