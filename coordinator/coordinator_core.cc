@@ -370,7 +370,8 @@ absl::Status CoordinatorCore::ReportCheckpointLocked(const CheckpointReport& r) 
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(const CheckpointChange change,
-                   ApplyCheckpointReport(r, job, &checkpoints_, clock_->Now()));
+                   ApplyCheckpointReport(r, job, &checkpoints_, clock_->Now(),
+                                         options_.max_checkpoints_per_job));
   writer_->PutCheckpoint(change.record);
   for (const auto& [job_id, step] : change.retired) writer_->DeleteCheckpoint(job_id, step);
   if (change.committed) jobs_.Changed(*job);
@@ -477,9 +478,10 @@ void CoordinatorCore::CollectFinishedJobsLocked() {
   }
 }
 
-absl::StatusOr<ListJobsResponse> CoordinatorCore::ListJobsPage(const ListJobsRequest& req) const {
+absl::StatusOr<ListJobsResponse> CoordinatorCore::ListJobsPage(const ListJobsRequest& req,
+                                                               bool newest_first) const {
   absl::MutexLock lock(&mu_);
-  return jobs_.Page(req, options_.max_list_page_size);
+  return jobs_.Page(req, options_.max_list_page_size, newest_first);
 }
 
 absl::Status CoordinatorCore::CancelJob(const std::string& job_id, const std::string& reason) {
@@ -549,7 +551,7 @@ absl::StatusOr<GetCheckpointResponse> CoordinatorCore::GetCheckpoint(const std::
   }
   // Outside the mutex: the path comes from a trainer (manifest_fetch.h bounds the read).
   ASSIGN_OR_RETURN(std::optional<CheckpointManifest> manifest,
-                   FetchManifest(resp.info().path(), options_.file_read_timeout));
+                   manifests_.Get(resp.info(), options_.file_read_timeout));
   if (manifest) *resp.mutable_manifest() = *std::move(manifest);
   return resp;
 }

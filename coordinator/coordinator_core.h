@@ -76,6 +76,7 @@
 #include "coordinator/draining_slots.h"
 #include "coordinator/job_logs.h"
 #include "coordinator/job_table.h"
+#include "coordinator/manifest_fetch.h"
 #include "coordinator/planner.h"
 #include "coordinator/rank_tracker.h"
 #include "coordinator/rendezvous_rpc.h"
@@ -216,7 +217,9 @@ class CoordinatorCore {
   // One page of them (ListJobsRequest: states, page_size, page_token). Errors: INVALID_ARGUMENT
   // naming --max_list_page_size for a page_size above it (or below 0), and for a token this
   // coordinator did not issue.
-  absl::StatusOr<ListJobsResponse> ListJobsPage(const ListJobsRequest& req) const;
+  // `newest_first`: the dashboard's order (JobTable::Page).
+  absl::StatusOr<ListJobsResponse> ListJobsPage(const ListJobsRequest& req,
+                                                bool newest_first = false) const;
   // Errors: NOT_FOUND; RESOURCE_EXHAUSTED for a reason over --max_reason_bytes;
   // FAILED_PRECONDITION for a finished job; UNAVAILABLE while read-only
   // (nothing changes) or when the cancel's write fails (it stands in memory and is retried in
@@ -240,6 +243,8 @@ class CoordinatorCore {
   // ---- checkpoints
   absl::StatusOr<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& job_id) const;
   // Reads <path>/MANIFEST.json when this machine sees the path; otherwise the manifest is empty.
+  // A committed step's manifest is read once and then served from a bounded cache
+  // (ManifestCache).
   // The read runs on a helper thread (bounded_file_read.h). Errors: NOT_FOUND; FAILED_PRECONDITION
   // when MANIFEST.json is not a regular file (a FIFO there must not block a gRPC thread);
   // DEADLINE_EXCEEDED after file_read_timeout.
@@ -343,6 +348,7 @@ class CoordinatorCore {
   AttemptCredentials attempt_credentials_;  // own lock
   TrainingMetrics training_;                // own lock; taken after mu_ when both are
   JobLogs logs_;                            // own lock
+  mutable ManifestCache manifests_;         // own lock; GetCheckpoint's committed manifests
 
   mutable absl::Mutex mu_;
   ChangeFeed feed_ ABSL_GUARDED_BY(mu_);

@@ -92,6 +92,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   core.finished_job_ttl = options.finished_job_ttl;
   core.max_finished_jobs = options.max_finished_jobs;
   core.quotas = options.quotas;
+  core.max_checkpoints_per_job = options.max_checkpoints_per_job;
   auto c = CoordinatorCore::Create(core);
   if (!c.ok()) return c.status();
   s->core_ = std::move(*c);
