@@ -93,6 +93,28 @@ int CmdWorkers(Session& session, const Args&) {
   return kOk;
 }
 
+namespace {
+
+// "3 of at most 8" or "3 (no bound)".
+std::string OfBound(int64_t used, int64_t max) {
+  return max > 0 ? absl::StrCat(used, " of at most ", max) : absl::StrCat(used, " (no bound)");
+}
+
+// The user's quota usage (docs/security.md, "Resource bounds").
+void PrintUsage(const UserUsage& u) {
+  std::cout << "pending    " << OfBound(u.pending_jobs(), u.max_pending_jobs())
+            << " jobs (--max_pending_jobs_per_user)\n"
+            << "running    " << OfBound(u.running_ranks(), u.max_running_ranks())
+            << " ranks (--max_running_ranks_per_user)\n"
+            << "specs      " << OfBound(u.spec_bytes(), u.max_spec_bytes())
+            << " bytes (--max_spec_bytes_per_user; one job at most "
+            << (u.max_spec_bytes_per_job() > 0 ? absl::StrCat(u.max_spec_bytes_per_job())
+                                               : std::string("unbounded"))
+            << ")\n";
+}
+
+}  // namespace
+
 int CmdWhoAmI(Session& session, const Args&) {
   auto client = session.Connect();
   if (!client.ok()) return session.Fail(client.status());
@@ -109,6 +131,7 @@ int CmdWhoAmI(Session& session, const Args&) {
   if (!me->job_id().empty()) {
     std::cout << "attempt    " << me->job_id() << " attempt " << me->attempt() << "\n";
   }
+  if (me->has_usage()) PrintUsage(me->usage());
   return kOk;
 }
 

@@ -154,22 +154,55 @@ int64_t CheckpointRegistry::ResumeStep(const JobStatus& st) const {
 }
 
 std::vector<std::pair<std::string, int64_t>> CheckpointRegistry::ApplyRetention(
-    absl::string_view job_id, int32_t keep_last) {
+    absl::string_view job_id, int32_t keep_last, int64_t committed_step, int32_t max_records) {
   std::vector<std::pair<std::string, int64_t>> removed;
-  if (keep_last <= 0) return removed;
+  int32_t keep = keep_last;
+  if (max_records > 0 && (keep <= 0 || keep > max_records)) keep = max_records;
   std::vector<int64_t> committed;
   for (const CheckpointInfo& info : List(job_id)) {
     if (info.committed()) committed.push_back(info.step());
   }
-  if (static_cast<int32_t>(committed.size()) <= keep_last) return removed;
-  const int64_t oldest_kept = committed[committed.size() - keep_last];
+  const int64_t oldest_kept = keep > 0 && static_cast<int32_t>(committed.size()) > keep
+                                  ? committed[committed.size() - keep]
+                                  : INT64_MIN;
   for (auto it = records_.lower_bound(Key(std::string(job_id), INT64_MIN));
        it != records_.end() && it->first.first == job_id;) {
-    if (it->first.second < oldest_kept) {
+    const int64_t step = it->first.second;
+    const bool abandoned = !it->second.info().committed() && step < committed_step;
+    if (step < oldest_kept || abandoned) {
       removed.push_back(it->first);
       it = records_.erase(it);
     } else {
       ++it;
+    }
+  }
+  return removed;
+}
+
+std::vector<std::pair<std::string, int64_t>> CheckpointRegistry::BoundRecords(
+    absl::string_view job_id, int64_t step, int32_t max_records) {
+  std::vector<std::pair<std::string, int64_t>> removed;
+  if (max_records <= 0) return removed;
+  const Key first(std::string(job_id), INT64_MIN);
+  const int64_t newest_committed = LatestCommitted(job_id);
+  size_t count = 0;
+  for (auto it = records_.lower_bound(first); it != records_.end() && it->first.first == job_id;
+       ++it) {
+    ++count;
+  }
+  // Two passes, oldest first within each: uncommitted records, then committed ones.
+  for (const bool committed : {false, true}) {
+    for (auto it = records_.lower_bound(first); count > static_cast<size_t>(max_records) &&
+                                                it != records_.end() &&
+                                                it->first.first == job_id;) {
+      const int64_t s = it->first.second;
+      if (it->second.info().committed() != committed || s == step || s == newest_committed) {
+        ++it;
+        continue;
+      }
+      removed.push_back(it->first);
+      it = records_.erase(it);
+      --count;
     }
   }
   return removed;

@@ -61,10 +61,22 @@ class CheckpointRegistry {
   // latest, the trainer resolves itself). 0: start fresh.
   int64_t ResumeStep(const JobStatus& status) const;
 
-  // Forgets committed steps of `job_id` beyond the newest `keep_last` (0 keeps all) and
-  // uncommitted steps older than the oldest kept one. Returns the (job, step) pairs removed.
+  // Retention after `committed_step` of `job_id` committed: forgets committed steps beyond the
+  // newest `keep`, where keep is `keep_last` capped by `max_records` (keep_last 0: max_records;
+  // both <= 0: all), and uncommitted steps older than the oldest kept one or than
+  // `committed_step` (a save that a later step's commit overtook never completes). Uncommitted
+  // steps between an older committed_step and the newest committed one (a resume that fell back
+  // to an older checkpoint and saves again) stay. Returns the (job, step) pairs removed.
   std::vector<std::pair<std::string, int64_t>> ApplyRetention(absl::string_view job_id,
-                                                              int32_t keep_last);
+                                                              int32_t keep_last,
+                                                              int64_t committed_step = 0,
+                                                              int32_t max_records = 0);
+  // Holds `job_id` to at most `max_records` records (<= 0: no bound) after a report of `step`, so
+  // a trainer that reports steps it never commits cannot grow the registry: the oldest
+  // uncommitted steps other than `step` go first, then the oldest committed ones; `step` and the
+  // newest committed step are never removed. Returns the (job, step) pairs removed.
+  std::vector<std::pair<std::string, int64_t>> BoundRecords(absl::string_view job_id, int64_t step,
+                                                            int32_t max_records);
 
   // Re-creates a record from storage.
   void Restore(const CheckpointRecord& record);

@@ -175,6 +175,44 @@ TEST(CheckpointRegistry, PathsNameTheJobOfACommittedCheckpointOrOfTheDirectoryHo
   EXPECT_EQ(reg.JobWhoseDirectoryHolds("/models/w.safetensors"), "");
 }
 
+TEST(CheckpointRegistry, MaxRecordsCapsKeepLastZeroAndOvertakenSavesAreRetired) {
+  CheckpointRegistry reg;
+  bool c;
+  ASSERT_TRUE(reg.Report(Rep(5, {"a"}), kLayout, kNow, &c).ok());  // a save that never finished
+  for (int64_t step : {10, 20, 30, 40}) {
+    ASSERT_TRUE(reg.Report(Rep(step, {"a", "b", "MANIFEST.json"}, true), kLayout, kNow, &c).ok());
+  }
+  ASSERT_TRUE(reg.Report(Rep(35, {"a"}), kLayout, kNow, &c).ok());  // overtaken by 40's commit
+  ASSERT_TRUE(reg.Report(Rep(45, {"a"}), kLayout, kNow, &c).ok());  // in progress
+  // keep_last 0 (the spec keeps all) no longer means unbounded: --max_checkpoints_per_job 2.
+  auto removed = reg.ApplyRetention("job-1", 0, /*committed_step=*/40, /*max_records=*/2);
+  std::vector<int64_t> steps;
+  for (const auto& [job, step] : removed) steps.push_back(step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{5, 10, 20, 35}));
+  auto left = reg.List("job-1");
+  ASSERT_EQ(left.size(), 3u);
+  EXPECT_EQ(left[0].step(), 30);
+  EXPECT_EQ(left[1].step(), 40);
+  EXPECT_EQ(left[2].step(), 45);  // newer than the commit: still being written
+}
+
+TEST(CheckpointRegistry, StepsThatNeverCommitCannotGrowTheRegistryPastTheBound) {
+  CheckpointRegistry reg;
+  bool c;
+  ASSERT_TRUE(reg.Report(Rep(10, {"a", "b", "MANIFEST.json"}, true), kLayout, kNow, &c).ok());
+  for (int64_t step = 11; step <= 1000; ++step) {
+    ASSERT_TRUE(reg.Report(Rep(step, {"a"}), kLayout, kNow, &c).ok());
+    reg.BoundRecords("job-1", step, /*max_records=*/4);
+  }
+  auto left = reg.List("job-1");
+  ASSERT_EQ(left.size(), 4u);
+  EXPECT_EQ(left[0].step(), 10);  // the newest committed is never evicted
+  EXPECT_TRUE(left[0].committed());
+  EXPECT_EQ(left[3].step(), 1000);
+  EXPECT_EQ(reg.LatestCommitted("job-1"), 10);
+  EXPECT_TRUE(reg.BoundRecords("job-1", 1000, 0).empty());  // 0: no bound
+}
+
 TEST(CheckpointRegistry, ResumeStepIsTheNewestCommittedElseTheSpecsForAFirstAttempt) {
   CheckpointRegistry reg;
   JobStatus st;

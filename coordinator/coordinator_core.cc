@@ -174,17 +174,21 @@ void CoordinatorCore::ScheduleLocked() {
       }
       continue;
     }
-    queue.push_back({id, &st.spec(), st.attempt(), job.seq(), job.restart_not_before_unix_ms()});
+    queue.push_back(
+        {id, &st.spec(), st.attempt(), job.seq(), job.restart_not_before_unix_ms(), st.owner()});
     const Slot::Kind kind = SlotKindFor(st.spec());
     if (!free.count(kind)) free[kind] = registry_.FreeCapacity(kind);
   }
   std::set<Slot::Kind> failed;  // a start failed: later decisions of the kind assumed its slots
-  for (const Decision& d :
-       Schedule(std::move(queue), std::move(free), absl::ToUnixMillis(clock_->Now()))) {
+  for (const Decision& d : Schedule(std::move(queue), std::move(free),
+                                    absl::ToUnixMillis(clock_->Now()), RankQuotaLocked())) {
     if (failed.count(d.kind)) continue;
     JobRecord& job = jobs_.records().at(d.job_id);
     if (d.action == Decision::kWait) {
       if (job.status().message() != d.message) {
+        // A quota wait is the user's to act on (cancel another job): it goes into the events
+        // too, once per change of the message.
+        if (d.quota) JobStateMachine(&job, clock_->Now()).Note("QUOTA_WAIT", d.message);
         job.mutable_status()->set_message(d.message);
         jobs_.Changed(job);
       }
@@ -370,7 +374,8 @@ absl::Status CoordinatorCore::ReportCheckpointLocked(const CheckpointReport& r) 
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(const CheckpointChange change,
-                   ApplyCheckpointReport(r, job, &checkpoints_, clock_->Now()));
+                   ApplyCheckpointReport(r, job, &checkpoints_, clock_->Now(),
+                                         options_.max_checkpoints_per_job));
   writer_->PutCheckpoint(change.record);
   for (const auto& [job_id, step] : change.retired) writer_->DeleteCheckpoint(job_id, step);
   if (change.committed) jobs_.Changed(*job);
@@ -384,23 +389,35 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(const JobSpec& spec,
   RETURN_IF_ERROR(spec::ValidateForScheduling(spec));
   if (options_.validate_spec) RETURN_IF_ERROR(options_.validate_spec(spec));
   // The job is stored before it is added, and without the mutex (an fsync must not stall
-  // heartbeats); a failed write fails the submission and adds nothing.
+  // heartbeats); a failed write fails the submission and adds nothing. Meanwhile it counts in
+  // submitting_ against its owner's quota.
+  const int64_t spec_bytes = static_cast<int64_t>(spec.ByteSizeLong());
   absl::StatusOr<JobRecord> rec;
   {
     absl::MutexLock lock(&mu_);
     if (feed_.shut_down()) return absl::UnavailableError("coordinator is shutting down");
     RETURN_IF_ERROR(writer_->CheckWritable());
+    RETURN_IF_ERROR(CheckSubmitQuota(options_.quotas, owner, UsageLocked(owner), spec));
     rec = jobs_.NewJob(spec, clock_->Now());
+    if (rec.ok()) {
+      submitting_[owner].pending_jobs++;
+      submitting_[owner].spec_bytes += spec_bytes;
+    }
   }
   if (!rec.ok()) return rec.status();
   rec->mutable_status()->set_owner(owner);
-  if (absl::Status s = writer_->PutJobOrDrop(*rec); !s.ok()) {
-    return absl::UnavailableError(absl::StrCat("job not submitted: ", s.message()));
-  }
+  const absl::Status stored = writer_->PutJobOrDrop(*rec);
   std::string id;
   StateWriter::Ticket ticket = 0;
   {
     absl::MutexLock lock(&mu_);
+    UserUsageCount& in_flight = submitting_[owner];
+    in_flight.pending_jobs--;
+    in_flight.spec_bytes -= spec_bytes;
+    if (in_flight.pending_jobs == 0) submitting_.erase(owner);
+    if (!stored.ok()) {
+      return absl::UnavailableError(absl::StrCat("job not submitted: ", stored.message()));
+    }
     id = jobs_.Add(*std::move(rec))->status().job_id();
     SL_LOG(INFO) << "job " << id << " (" << spec.name() << ", W=" << spec.world_size()
                  << ") submitted";
@@ -424,6 +441,29 @@ CoordinatorCore::CheckpointOwner CoordinatorCore::OwnerOfCheckpointPath(const st
   absl::StatusOr<const JobRecord*> job = jobs_.Find(who.job_id);
   if (job.ok()) who.owner = (*job)->status().owner();
   return who;
+}
+
+UserUsageCount CoordinatorCore::UsageLocked(const std::string& user) const {
+  UserUsageCount usage;
+  if (auto it = submitting_.find(user); it != submitting_.end()) usage = it->second;
+  for (const auto& [id, job] : jobs_.records()) CountUsage(job, user, &usage);
+  return usage;
+}
+
+RankQuota CoordinatorCore::RankQuotaLocked() const {
+  RankQuota q;
+  q.max_per_user = options_.quotas.max_running_ranks_per_user;
+  if (q.max_per_user <= 0) return q;
+  for (const auto& [id, job] : jobs_.records()) {
+    if (job.status().state() == RUNNING)
+      q.running[job.status().owner()] += job.status().placement_size();
+  }
+  return q;
+}
+
+UserUsage CoordinatorCore::UsageOf(const std::string& user) const {
+  absl::MutexLock lock(&mu_);
+  return UsageReport(options_.quotas, UsageLocked(user));
 }
 
 absl::StatusOr<JobStatus> CoordinatorCore::GetJob(const std::string& job_id) const {
@@ -454,9 +494,10 @@ void CoordinatorCore::CollectFinishedJobsLocked() {
   }
 }
 
-absl::StatusOr<ListJobsResponse> CoordinatorCore::ListJobsPage(const ListJobsRequest& req) const {
+absl::StatusOr<ListJobsResponse> CoordinatorCore::ListJobsPage(const ListJobsRequest& req,
+                                                               bool newest_first) const {
   absl::MutexLock lock(&mu_);
-  return jobs_.Page(req, options_.max_list_page_size);
+  return jobs_.Page(req, options_.max_list_page_size, newest_first);
 }
 
 absl::Status CoordinatorCore::CancelJob(const std::string& job_id, const std::string& reason) {
@@ -472,6 +513,7 @@ absl::Status CoordinatorCore::CancelJob(const std::string& job_id, const std::st
 absl::Status CoordinatorCore::CancelJobLocked(const std::string& job_id,
                                               const std::string& reason) {
   ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(job_id));
+  RETURN_IF_ERROR(CheckReasonBytes(options_.quotas, "cancel reason", reason));
   RETURN_IF_ERROR(writer_->CheckWritable());
   const std::string why = reason.empty() ? "cancelled by a user" : reason;
   if (IsTerminal(job->status().state())) {
@@ -525,7 +567,7 @@ absl::StatusOr<GetCheckpointResponse> CoordinatorCore::GetCheckpoint(const std::
   }
   // Outside the mutex: the path comes from a trainer (manifest_fetch.h bounds the read).
   ASSIGN_OR_RETURN(std::optional<CheckpointManifest> manifest,
-                   FetchManifest(resp.info().path(), options_.file_read_timeout));
+                   manifests_.Get(resp.info(), options_.file_read_timeout));
   if (manifest) *resp.mutable_manifest() = *std::move(manifest);
   return resp;
 }

@@ -76,15 +76,18 @@
 #include "coordinator/draining_slots.h"
 #include "coordinator/job_logs.h"
 #include "coordinator/job_table.h"
+#include "coordinator/manifest_fetch.h"
 #include "coordinator/planner.h"
 #include "coordinator/rank_tracker.h"
 #include "coordinator/rendezvous_rpc.h"
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/replica_quorum.h"
+#include "coordinator/scheduler.h"
 #include "coordinator/state.pb.h"
 #include "coordinator/state_store.h"
 #include "coordinator/state_writer.h"
 #include "coordinator/training_metrics.h"
+#include "coordinator/user_quota.h"
 #include "coordinator/worker_registry.h"
 #include "proto/coordinator.pb.h"
 
@@ -203,9 +206,10 @@ class CoordinatorCore {
   std::vector<RunningJobMetrics> RunningJobs() const;
 
   // ---- jobs
-  // Errors: INVALID_ARGUMENT naming the field; UNAVAILABLE when the job cannot be stored or the
-  // coordinator is read-only (CheckWritable; nothing is added then).
-  // `owner` is recorded as JobStatus.owner.
+  // Errors: INVALID_ARGUMENT naming the field; RESOURCE_EXHAUSTED past one of `owner`'s quotas
+  // (user_quota.h CheckSubmitQuota; jobs being submitted concurrently count too); UNAVAILABLE when
+  // the job cannot be stored or the coordinator is read-only (CheckWritable; nothing is added
+  // then). `owner` is recorded as JobStatus.owner.
   absl::StatusOr<std::string> SubmitJob(const JobSpec& spec, const std::string& owner = "");
   // Whose checkpoint a path is, by the registry (#31 item 3: who may continue it). `committed`:
   // the job whose committed checkpoint `path` names (checkpoint.resume_from); otherwise the job
@@ -221,8 +225,11 @@ class CoordinatorCore {
   // One page of them (ListJobsRequest: states, page_size, page_token). Errors: INVALID_ARGUMENT
   // naming --max_list_page_size for a page_size above it (or below 0), and for a token this
   // coordinator did not issue.
-  absl::StatusOr<ListJobsResponse> ListJobsPage(const ListJobsRequest& req) const;
-  // Errors: NOT_FOUND; FAILED_PRECONDITION for a finished job; UNAVAILABLE while read-only
+  // `newest_first`: the dashboard's order (JobTable::Page).
+  absl::StatusOr<ListJobsResponse> ListJobsPage(const ListJobsRequest& req,
+                                                bool newest_first = false) const;
+  // Errors: NOT_FOUND; RESOURCE_EXHAUSTED for a reason over --max_reason_bytes;
+  // FAILED_PRECONDITION for a finished job; UNAVAILABLE while read-only
   // (nothing changes) or when the cancel's write fails (it stands in memory and is retried in
   // order; the coordinator is read-only until it is stored).
   absl::Status CancelJob(const std::string& job_id, const std::string& reason);
@@ -238,9 +245,14 @@ class CoordinatorCore {
                                                       int64_t after_version,
                                                       int64_t* version) const;
 
+  // What `user`'s jobs hold and the per-user bounds (WhoAmIResponse.usage).
+  UserUsage UsageOf(const std::string& user) const;
+
   // ---- checkpoints
   absl::StatusOr<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& job_id) const;
   // Reads <path>/MANIFEST.json when this machine sees the path; otherwise the manifest is empty.
+  // A committed step's manifest is read once and then served from a bounded cache
+  // (ManifestCache).
   // The read runs on a helper thread (bounded_file_read.h). Errors: NOT_FOUND; FAILED_PRECONDITION
   // when MANIFEST.json is not a regular file (a FIFO there must not block a gRPC thread);
   // DEADLINE_EXCEEDED after file_read_timeout.
@@ -329,6 +341,10 @@ class CoordinatorCore {
   // Whether `worker_id` may ship `chunk` (ShipLogs' errors).
   absl::Status CheckLogChunkLocked(const std::string& worker_id, const RankLogChunk& chunk) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `user`'s usage (user_quota.h), jobs still being submitted included.
+  UserUsageCount UsageLocked(const std::string& user) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ranks each user's RUNNING attempts hold, with the bound, for the scheduler.
+  RankQuota RankQuotaLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues the writes of the training series that are due (every dirty one when `all`).
   void FlushTrainingMetrics(bool all);
 
@@ -340,6 +356,7 @@ class CoordinatorCore {
   AttemptCredentials attempt_credentials_;  // own lock
   TrainingMetrics training_;                // own lock; taken after mu_ when both are
   JobLogs logs_;                            // own lock
+  mutable ManifestCache manifests_;         // own lock; GetCheckpoint's committed manifests
 
   mutable absl::Mutex mu_;
   ChangeFeed feed_ ABSL_GUARDED_BY(mu_);
@@ -350,6 +367,9 @@ class CoordinatorCore {
   Counters counters_ ABSL_GUARDED_BY(mu_);       // jobs_by_state filled on read
   DrainingSlots draining_ ABSL_GUARDED_BY(mu_);  // stopped ranks still holding their slot
   std::map<std::string, ReplicaQuorum> quorums_ ABSL_GUARDED_BY(mu_);  // by job id
+  // Jobs past their quota check but not added yet (stored off the mutex), by owner: counted so
+  // that concurrent submits cannot all pass the same check.
+  std::map<std::string, UserUsageCount> submitting_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shardline::coordinator

@@ -99,6 +99,20 @@ ABSL_FLAG(int64_t, finished_job_ttl_s, 7 * 24 * 3600,
 ABSL_FLAG(int32_t, max_finished_jobs, 1000,
           "finished jobs kept; the oldest finished beyond it are forgotten (0: no bound)");
 ABSL_FLAG(int32_t, max_list_page_size, 1000, "largest page_size a ListJobs request may ask for");
+ABSL_FLAG(int32_t, max_checkpoints_per_job, 100,
+          "checkpoint records kept per job (at least 2): the oldest committed beyond it, and "
+          "uncommitted ones a later commit overtook, are forgotten; never the newest committed");
+ABSL_FLAG(int32_t, max_pending_jobs_per_user, 1000,
+          "PENDING jobs one user may have; a submit past it is refused (0: no bound)");
+ABSL_FLAG(int32_t, max_running_ranks_per_user, 0,
+          "ranks one user's RUNNING jobs may hold at once; a job past it waits, and one with a "
+          "larger world_size is refused at submit (0: no bound)");
+ABSL_FLAG(int64_t, max_spec_bytes_per_job, 1 << 20,
+          "serialized bytes of one job spec; a larger one is refused (0: no bound)");
+ABSL_FLAG(int64_t, max_spec_bytes_per_user, int64_t{64} << 20,
+          "serialized spec bytes one user's PENDING and RUNNING jobs may hold (0: no bound)");
+ABSL_FLAG(int32_t, max_reason_bytes, 4096,
+          "bytes of a free-text field a user sends (a cancel reason) (0: no bound)");
 ABSL_FLAG(int32_t, metrics_threads, 4, "threads serving the metrics endpoint concurrently");
 ABSL_FLAG(std::string, metrics_token_file, "",
           "file holding the token a scrape of /metrics must send as \"Authorization: Bearer\" "
@@ -198,6 +212,12 @@ int main(int argc, char** argv) {
   o.max_list_page_size = absl::GetFlag(FLAGS_max_list_page_size);
   o.finished_job_ttl = absl::Seconds(absl::GetFlag(FLAGS_finished_job_ttl_s));
   o.max_finished_jobs = absl::GetFlag(FLAGS_max_finished_jobs);
+  o.max_checkpoints_per_job = absl::GetFlag(FLAGS_max_checkpoints_per_job);
+  o.quotas.max_pending_jobs_per_user = absl::GetFlag(FLAGS_max_pending_jobs_per_user);
+  o.quotas.max_running_ranks_per_user = absl::GetFlag(FLAGS_max_running_ranks_per_user);
+  o.quotas.max_spec_bytes_per_job = absl::GetFlag(FLAGS_max_spec_bytes_per_job);
+  o.quotas.max_spec_bytes_per_user = absl::GetFlag(FLAGS_max_spec_bytes_per_user);
+  o.quotas.max_reason_bytes = absl::GetFlag(FLAGS_max_reason_bytes);
   o.metrics.threads = absl::GetFlag(FLAGS_metrics_threads);
   o.metrics.max_queued = absl::GetFlag(FLAGS_metrics_max_queued_connections);
   o.metrics.request_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_metrics_request_timeout_ms));

@@ -18,6 +18,11 @@ absl::Status ValidateCoreOptions(const CoreOptions& options) {
         "--max_events_per_job, --max_list_page_size, --rendezvous_max_keys_per_namespace and "
         "--rendezvous_max_bytes_per_namespace must be at least 1");
   }
+  // Two: the newest committed step and the one being written.
+  if (options.max_checkpoints_per_job < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_checkpoints_per_job ", options.max_checkpoints_per_job, " must be at least 2"));
+  }
   if (rdzv.max_response_bytes < rdzv.max_value_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("--rendezvous_max_response_bytes ", rdzv.max_response_bytes,

@@ -13,6 +13,7 @@
 #include "coordinator/job_logs.h"
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/training_series.h"
+#include "coordinator/user_quota.h"
 #include "proto/job_spec.pb.h"
 
 namespace shardline::coordinator {
@@ -51,13 +52,18 @@ struct CoreOptions {
   // oldest finished ones beyond `max_finished_jobs` (<= 0: no count bound) at once.
   absl::Duration finished_job_ttl = absl::Hours(24 * 7);
   int max_finished_jobs = 1000;
+  // Checkpoint records one job keeps (the oldest committed beyond it go first; never the newest
+  // committed one): CheckpointRegistry::ApplyRetention and BoundRecords. At least 2.
+  int max_checkpoints_per_job = 100;
+  // Per-user bounds (user_quota.h): pending jobs, running ranks, spec bytes, reason bytes.
+  UserQuotas quotas;
   // Full job spec validation (spec::Validate); the core always applies
   // spec::ValidateForScheduling itself first. Null: only those checks.
   std::function<absl::Status(const JobSpec&)> validate_spec;
 };
 
-// OK, or INVALID_ARGUMENT: no clock; a heartbeat timeout not above the interval; a bound below 1
-// (naming the flags).
+// OK, or INVALID_ARGUMENT: no clock; a heartbeat timeout not above the interval; a bound below 1,
+// or --max_checkpoints_per_job below 2 (naming the flags).
 absl::Status ValidateCoreOptions(const CoreOptions& options);
 
 }  // namespace shardline::coordinator

@@ -109,17 +109,20 @@ void JobTable::FlushDeferred(absl::Time now, absl::Duration interval, bool all) 
 }
 
 std::vector<JobStatus> JobTable::ListPage(const std::vector<JobState>& states, int64_t after_seq,
-                                          int limit, int64_t* last_seq, bool* more) const {
+                                          int limit, int64_t* last_seq, bool* more,
+                                          bool newest_first) const {
   std::vector<const JobRecord*> sel;
   for (const auto& [id, job] : jobs_) {
-    if (job.seq() > after_seq &&
-        (states.empty() ||
-         std::find(states.begin(), states.end(), job.status().state()) != states.end())) {
+    const bool in_range =
+        newest_first ? (after_seq == 0 || job.seq() < after_seq) : job.seq() > after_seq;
+    if (in_range && (states.empty() || std::find(states.begin(), states.end(),
+                                                 job.status().state()) != states.end())) {
       sel.push_back(&job);
     }
   }
-  std::sort(sel.begin(), sel.end(),
-            [](const JobRecord* a, const JobRecord* b) { return a->seq() < b->seq(); });
+  std::sort(sel.begin(), sel.end(), [newest_first](const JobRecord* a, const JobRecord* b) {
+    return newest_first ? a->seq() > b->seq() : a->seq() < b->seq();
+  });
   *more = sel.size() > static_cast<size_t>(limit);
   if (*more) sel.resize(limit);
   *last_seq = sel.empty() ? after_seq : sel.back()->seq();
@@ -176,8 +179,8 @@ std::map<JobState, int> JobTable::CountByState() const {
   return out;
 }
 
-absl::StatusOr<ListJobsResponse> JobTable::Page(const ListJobsRequest& req,
-                                                int max_page_size) const {
+absl::StatusOr<ListJobsResponse> JobTable::Page(const ListJobsRequest& req, int max_page_size,
+                                                bool newest_first) const {
   if (req.page_size() < 0 || req.page_size() > max_page_size) {
     return absl::InvalidArgumentError(absl::StrCat("page_size ", req.page_size(), " is not in [0, ",
                                                    max_page_size, "] (--max_list_page_size)"));
@@ -193,7 +196,7 @@ absl::StatusOr<ListJobsResponse> JobTable::Page(const ListJobsRequest& req,
   ListJobsResponse resp;
   int64_t last = 0;
   bool more = false;
-  for (JobStatus& job : ListPage(states, after, limit, &last, &more)) {
+  for (JobStatus& job : ListPage(states, after, limit, &last, &more, newest_first)) {
     *resp.add_jobs() = std::move(job);
   }
   if (more) resp.set_next_page_token(absl::StrCat(last));

@@ -71,14 +71,17 @@ class JobTable {
   // Statuses of the jobs in any of `states` (empty: all), in submission order.
   std::vector<JobStatus> List(const std::vector<JobState>& states) const;
   // The same, from the first job with seq > `after_seq`, at most `limit` of them; `*more` says
-  // whether matching jobs follow, `*last_seq` is the seq of the last one returned.
+  // whether matching jobs follow, `*last_seq` is the seq of the last one returned. With
+  // `newest_first`, the jobs with seq < `after_seq` (0: all), newest first.
   std::vector<JobStatus> ListPage(const std::vector<JobState>& states, int64_t after_seq, int limit,
-                                  int64_t* last_seq, bool* more) const;
+                                  int64_t* last_seq, bool* more, bool newest_first = false) const;
   // ListJobs' page: `req.page_size` jobs (0: 100, or `max_page_size` if lower) of the states asked
   // for, after the job its page_token names; next_page_token set when more follow. Errors:
   // INVALID_ARGUMENT for a page_size outside [0, max_page_size] (naming --max_list_page_size) or
   // a page_token this table did not issue.
-  absl::StatusOr<ListJobsResponse> Page(const ListJobsRequest& req, int max_page_size) const;
+  // `newest_first`: the dashboard's order (its tokens are only good for such pages).
+  absl::StatusOr<ListJobsResponse> Page(const ListJobsRequest& req, int max_page_size,
+                                        bool newest_first = false) const;
   std::map<JobState, int> CountByState() const;
   // Finished-job retention: removes the finished jobs (SUCCEEDED, FAILED, CANCELLED) that
   // finished more than `ttl` before `now` (ttl <= 0: none), then the oldest finished beyond

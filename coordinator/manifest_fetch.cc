@@ -30,4 +30,38 @@ absl::StatusOr<std::optional<CheckpointManifest>> FetchManifest(const std::strin
   return std::optional<CheckpointManifest>(*std::move(manifest));
 }
 
+absl::StatusOr<std::optional<CheckpointManifest>> ManifestCache::Get(const CheckpointInfo& info,
+                                                                     absl::Duration timeout) {
+  const Key key(info.job_id(), info.step());
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(key);
+    if (it != entries_.end() && it->second.path == info.path() &&
+        it->second.created_unix_ms == info.created_unix_ms()) {
+      return std::optional<CheckpointManifest>(it->second.manifest);
+    }
+  }
+  // Outside the lock: the read may take up to `timeout`, and other steps must not wait for it.
+  absl::StatusOr<std::optional<CheckpointManifest>> got = fetch_(info.path(), timeout);
+  if (!got.ok() || !got->has_value() || !info.committed() || capacity_ == 0) return got;
+  absl::MutexLock lock(&mu_);
+  if (auto old = entries_.find(key); old != entries_.end()) {
+    by_order_.erase(old->second.order);
+    entries_.erase(old);
+  }
+  while (entries_.size() >= capacity_ && !by_order_.empty()) {
+    entries_.erase(by_order_.begin()->second);
+    by_order_.erase(by_order_.begin());
+  }
+  const uint64_t order = next_order_++;
+  entries_[key] = Entry{info.path(), info.created_unix_ms(), **got, order};
+  by_order_[order] = key;
+  return got;
+}
+
+size_t ManifestCache::size() const {
+  absl::MutexLock lock(&mu_);
+  return entries_.size();
+}
+
 }  // namespace shardline::coordinator

@@ -53,8 +53,8 @@ absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& r, int32_t le
 }
 
 absl::StatusOr<CheckpointChange> ApplyCheckpointReport(const CheckpointReport& r, JobRecord* job,
-                                                       CheckpointRegistry* registry,
-                                                       absl::Time now) {
+                                                       CheckpointRegistry* registry, absl::Time now,
+                                                       int32_t max_records) {
   JobStatus& st = *job->mutable_status();
   const CheckpointRegistry::Layout layout{
       st.world_size(), FsdpSpec::ShardingStrategy_Name(st.spec().fsdp().sharding_strategy()),
@@ -66,7 +66,11 @@ absl::StatusOr<CheckpointChange> ApplyCheckpointReport(const CheckpointReport& r
     JobStateMachine(job, now).Note(
         "CHECKPOINT_COMMITTED", absl::StrCat("step ", r.step(), " at ", change.record.info().path(),
                                              " (", change.record.files_size(), " data files)"));
-    change.retired = registry->ApplyRetention(r.job_id(), st.spec().checkpoint().keep_last());
+    change.retired = registry->ApplyRetention(r.job_id(), st.spec().checkpoint().keep_last(),
+                                              r.step(), max_records);
+  }
+  for (auto& key : registry->BoundRecords(r.job_id(), r.step(), max_records)) {
+    change.retired.push_back(std::move(key));
   }
   return change;
 }

@@ -54,11 +54,14 @@ struct CheckpointChange {
 
 // Applies a checkpoint report from an accepted source (CheckReportSource) of `job` to `registry`.
 // When it commits the step: the job's latest_checkpoint_step rises, a CHECKPOINT_COMMITTED event
-// is noted, and the registry keeps only the spec's checkpoint.keep_last newest committed steps.
+// is noted, and the registry keeps only the spec's checkpoint.keep_last newest committed steps
+// (at most `max_records`, --max_checkpoints_per_job) and drops uncommitted steps the commit
+// overtook (CheckpointRegistry::ApplyRetention). After any report the job holds at most
+// `max_records` records (BoundRecords; <= 0: no bound).
 // Errors: CheckpointRegistry::Report's (then nothing changes).
 absl::StatusOr<CheckpointChange> ApplyCheckpointReport(const CheckpointReport& report,
                                                        JobRecord* job, CheckpointRegistry* registry,
-                                                       absl::Time now);
+                                                       absl::Time now, int32_t max_records = 0);
 
 }  // namespace shardline::coordinator
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/user_quota.h"
 
 namespace shardline::coordinator {
 namespace {
@@ -34,7 +35,7 @@ Slot::Kind SlotKindFor(const JobSpec& spec) {
 
 std::vector<Decision> Schedule(std::vector<QueuedJob> queue,
                                std::map<Slot::Kind, std::vector<NodeCapacity>> free,
-                               int64_t now_unix_ms) {
+                               int64_t now_unix_ms, RankQuota quota) {
   std::sort(queue.begin(), queue.end(), [](const QueuedJob& a, const QueuedJob& b) {
     const int32_t pa = a.spec->priority(), pb = b.spec->priority();
     return pa != pb ? pa > pb : a.seq < b.seq;
@@ -52,8 +53,8 @@ std::vector<Decision> Schedule(std::vector<QueuedJob> queue,
     int32_t slots = 0;
     for (const NodeCapacity& c : caps) slots += static_cast<int32_t>(c.free_slots.size());
     // The first attempt runs at the full world size; a restart may shrink (elastic).
-    const int32_t w = job.attempt == 0 ? (slots >= spec.world_size() ? spec.world_size() : 0)
-                                       : ElasticWorldSize(spec, slots);
+    int32_t w = job.attempt == 0 ? (slots >= spec.world_size() ? spec.world_size() : 0)
+                                 : ElasticWorldSize(spec, slots);
     if (w == 0) {
       blocked.insert(d.kind);
       d.action = Decision::kWait;
@@ -61,6 +62,21 @@ std::vector<Decision> Schedule(std::vector<QueuedJob> queue,
                                " slots (", slots, " free on ", caps.size(), " live workers)");
       out.push_back(std::move(d));
       continue;
+    }
+    int& running = quota.running[job.owner];
+    if (quota.max_per_user > 0 && running + w > quota.max_per_user) {
+      // Over the owner's bound: a restart shrinks to what is left of it when it can; otherwise
+      // the job waits and, unlike a job waiting for slots, does not block its kind.
+      const int32_t room = std::max(0, quota.max_per_user - running);
+      const int32_t shrunk = job.attempt == 0 ? 0 : ElasticWorldSize(spec, std::min(room, w));
+      if (shrunk == 0) {
+        d.action = Decision::kWait;
+        d.quota = true;
+        d.message = RunningRanksWaitMessage(job.owner, running, w, quota.max_per_user);
+        out.push_back(std::move(d));
+        continue;
+      }
+      w = shrunk;
     }
     auto layout = LayoutFor(spec, w);
     absl::StatusOr<Plan> plan = layout.ok() ? PlanPlacement(*layout, caps) : layout.status();
@@ -70,6 +86,7 @@ std::vector<Decision> Schedule(std::vector<QueuedJob> queue,
       d.error = plan.status();
     } else {
       TakeSlots(*plan, &caps);
+      running += plan->world_size;
       d.action = Decision::kStart;
       d.plan = std::move(*plan);
     }

@@ -35,13 +35,24 @@ struct QueuedJob {
   int32_t attempt = 0;            // attempts so far (0: never started)
   int64_t seq = 0;                // submission order
   int64_t restart_not_before_unix_ms = 0;
+  std::string owner;  // JobStatus.owner: whose running-rank bound the job counts against
+};
+
+// The per-user running-rank bound (--max_running_ranks_per_user; <= 0: none) and the ranks each
+// user's RUNNING attempts hold now. A job that would take its owner past the bound waits with a
+// message naming it, without blocking later jobs of its kind (other users' jobs must not queue
+// behind one user's quota); a restart may shrink (elastic) to fit it.
+struct RankQuota {
+  int max_per_user = 0;
+  std::map<std::string, int> running;  // by user
 };
 
 // What to do with one queued job, in the order they must be applied.
 struct Decision {
   enum Action {
     kStart,    // start an attempt with `plan`
-    kWait,     // not enough slots: `message` says so (the job's status message)
+    kWait,     // not enough slots, or the owner's rank quota: `message` says so (the job's
+               // status message; `quota` says which)
     kUnplaced  // placement failed (`error`); the kind is blocked for this round
   };
   Action action = kWait;
@@ -49,6 +60,7 @@ struct Decision {
   Slot::Kind kind = Slot::CPU;
   Plan plan;
   std::string message;
+  bool quota = false;  // a kWait for the owner's running-rank bound (RankQuota)
   absl::Status error;
 };
 
@@ -57,7 +69,7 @@ struct Decision {
 // kStart, it must skip the later decisions of that kind (they assumed those slots were taken).
 std::vector<Decision> Schedule(std::vector<QueuedJob> queue,
                                std::map<Slot::Kind, std::vector<NodeCapacity>> free,
-                               int64_t now_unix_ms);
+                               int64_t now_unix_ms, RankQuota quota = {});
 
 // A started plan as the job's status shows it: replaces `status`'s placement with one entry per
 // rank (worker, node, slot, local rank, shard and replicate group).

@@ -114,6 +114,40 @@ TEST(Scheduler, FirstAttemptIsAllOrNothingARestartMayShrink) {
   EXPECT_EQ(d[0].plan.shard_degree, 3);  // FULL_SHARD at W = 3
 }
 
+TEST(Scheduler, JobOverItsOwnersRankQuotaWaitsWithoutBlockingOtherUsers) {
+  const JobSpec two = Spec(2);
+  QueuedJob bobs = Queued("bob2", &two, 1), alices = Queued("alice2", &two, 2);
+  QueuedJob bobs_next = Queued("bob3", &two, 3);
+  bobs.owner = bobs_next.owner = "bob";
+  alices.owner = "alice";
+  RankQuota quota;
+  quota.max_per_user = 2;
+  quota.running["bob"] = 1;
+  const std::vector<Decision> d =
+      Schedule({bobs, alices, bobs_next}, {{Slot::CPU, Nodes({4})}}, 0, quota);
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0].job_id, "bob2");
+  EXPECT_EQ(d[0].action, Decision::kWait);
+  EXPECT_TRUE(d[0].quota);
+  EXPECT_EQ(d[0].message,
+            "waiting: user bob runs 1 ranks; this job's 2 would make it more than 2 "
+            "(--max_running_ranks_per_user)");
+  EXPECT_EQ(d[1].job_id, "alice2");  // not blocked behind bob's quota
+  EXPECT_EQ(d[1].action, Decision::kStart);
+  EXPECT_EQ(d[2].action, Decision::kWait);
+  EXPECT_TRUE(d[2].quota);
+  // Ranks a round starts count for the owner's later jobs in the same round.
+  RankQuota fresh;
+  fresh.max_per_user = 2;
+  const std::vector<Decision> e = Schedule({bobs, bobs_next}, {{Slot::CPU, Nodes({4})}}, 0, fresh);
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].action, Decision::kStart);
+  EXPECT_EQ(e[1].action, Decision::kWait);
+  EXPECT_EQ(e[1].message,
+            "waiting: user bob runs 2 ranks; this job's 2 would make it more than 2 "
+            "(--max_running_ranks_per_user)");
+}
+
 TEST(Scheduler, SpecWithoutAValidLayoutIsUnplacedAndBlocksItsKind) {
   JobSpec bad = Spec(4);
   bad.mutable_fsdp()->set_hybrid_shard_degree(3);

@@ -99,6 +99,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   core.max_list_page_size = options.max_list_page_size;
   core.finished_job_ttl = options.finished_job_ttl;
   core.max_finished_jobs = options.max_finished_jobs;
+  core.quotas = options.quotas;
+  core.max_checkpoints_per_job = options.max_checkpoints_per_job;
   auto c = CoordinatorCore::Create(core);
   if (!c.ok()) return c.status();
   s->core_ = std::move(*c);

@@ -86,6 +86,8 @@ struct ServerOptions {
   int max_list_page_size = 1000;              // --max_list_page_size
   absl::Duration finished_job_ttl = absl::Hours(24 * 7);  // --finished_job_ttl_s
   int max_finished_jobs = 1000;                           // --max_finished_jobs
+  int max_checkpoints_per_job = 100;                      // --max_checkpoints_per_job
+  UserQuotas quotas;  // --max_pending_jobs_per_user ... --max_reason_bytes (user_quota.h)
   // Passed to the core (spec::Validate in the binary).
   std::function<absl::Status(const JobSpec&)> validate_spec;
 };

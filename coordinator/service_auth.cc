@@ -240,6 +240,7 @@ grpc::Status CoordinatorService::WhoAmI(grpc::ServerContext* ctx, const WhoAmIRe
       resp->set_user(u->name);
       resp->set_admin(u->admin);
       resp->set_credential("user token");
+      *resp->mutable_usage() = core_->UsageOf(u->name);
       return grpc::Status::OK;
     }
     if (!worker_token_.empty() && ConstantTimeEquals(b.token, worker_token_)) {
@@ -257,6 +258,7 @@ grpc::Status CoordinatorService::WhoAmI(grpc::ServerContext* ctx, const WhoAmIRe
     resp->set_user("anonymous");
     resp->set_admin(true);
     resp->set_credential("none");
+    *resp->mutable_usage() = core_->UsageOf("anonymous");
     return grpc::Status::OK;
   }
   if (!b.present) return MissingBearer();

@@ -285,8 +285,11 @@ void DashboardServer::AddApi(httplib::Server& http) {
   http.Get("/api/whoami", api([a](const httplib::Request&, httplib::Response& res, const User& u) {
              res.set_content(a->WhoAmI(u), kJson);
            }));
-  http.Get("/api/jobs", api([a](const httplib::Request&, httplib::Response& res, const User& u) {
-             res.set_content(a->Jobs(u), kJson);
+  http.Get("/api/jobs",
+           api([a](const httplib::Request& req, httplib::Response& res, const User& u) {
+             const absl::StatusOr<int64_t> size = IntParam(req, "page_size", 0);
+             if (!size.ok()) return Answer(res, size.status());
+             Answer(res, a->Jobs(u, *size, req.get_param_value("page_token")));
            }));
   http.Get("/api/workers", api([a](const httplib::Request&, httplib::Response& res, const User& u) {
              res.set_content(a->Workers(u), kJson);

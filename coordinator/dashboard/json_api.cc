@@ -4,6 +4,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <climits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -35,11 +36,15 @@ std::string DashboardApi::WhoAmI(const User& user) const {
                       ",\"admin\":", user.admin ? "true" : "false", "}");
 }
 
-std::string DashboardApi::Jobs(const User&) const {
-  std::vector<JobStatus> jobs = core_->ListJobs({});
-  ListJobsResponse out;
-  for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) {
-    JobStatus& j = *out.add_jobs() = std::move(*it);
+absl::StatusOr<std::string> DashboardApi::Jobs(const User&, int64_t page_size,
+                                               const std::string& page_token) const {
+  // One page, so the document (and the copy made for it) stays bounded however many jobs exist.
+  ListJobsRequest req;
+  req.set_page_size(static_cast<int32_t>(std::clamp<int64_t>(page_size, -1, INT32_MAX)));
+  req.set_page_token(page_token);
+  absl::StatusOr<ListJobsResponse> out = core_->ListJobsPage(req, /*newest_first=*/true);
+  if (!out.ok()) return out.status();
+  for (JobStatus& j : *out->mutable_jobs()) {
     // The list needs the name and size only (the job page fetches the whole spec); the size is
     // kept so the list's JSON never says world_size 0.
     const std::string name = j.spec().name();
@@ -51,7 +56,7 @@ std::string DashboardApi::Jobs(const User&) const {
     j.clear_placement();
     j.clear_sample();
   }
-  return ToJson(out);
+  return ToJson(*out);
 }
 
 absl::StatusOr<std::string> DashboardApi::Job(const User& user, const std::string& job_id) const {

@@ -31,9 +31,13 @@ class DashboardApi {
 
   // {"user": name, "admin": bool}.
   std::string WhoAmI(const User& user) const;
-  // ListJobsResponse: every job, newest first, each without its spec (except its name), events
-  // and placement.
-  std::string Jobs(const User& user) const;
+  // ListJobsResponse: one page of the jobs, newest first, each without its spec (except its name
+  // and size), events and placement: `page_size` jobs (0: 100, or --max_list_page_size if lower)
+  // after the page `page_token` names, and next_page_token when more follow. Errors:
+  // INVALID_ARGUMENT for a page_size outside [0, --max_list_page_size] or a token this
+  // coordinator did not issue (JobTable::Page).
+  absl::StatusOr<std::string> Jobs(const User& user, int64_t page_size = 0,
+                                   const std::string& page_token = "") const;
   // {"status": JobStatus, "may_read": whether `user` may read the series, logs and checkpoints}.
   // Errors: NOT_FOUND.
   absl::StatusOr<std::string> Job(const User& user, const std::string& job_id) const;

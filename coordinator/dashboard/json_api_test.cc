@@ -23,7 +23,7 @@ TEST(DashboardApi, JobsListsEveryJobNewestFirstWithoutSpecEventsOrPlacement) {
   const std::string first = c.RunningJob("first", "alice");
   const std::string second = c.RunningJob("second", "bob");
   DashboardApi api(c.core());
-  const std::string json = api.Jobs(kAlice);  // every user sees every job, as ListJobs
+  const std::string json = *api.Jobs(kAlice);  // every user sees every job, as ListJobs
   const size_t at_second = json.find(absl::StrCat("\"job_id\":\"", second, "\""));
   const size_t at_first = json.find(absl::StrCat("\"job_id\":\"", first, "\""));
   ASSERT_NE(at_second, std::string::npos) << json;
@@ -37,6 +37,31 @@ TEST(DashboardApi, JobsListsEveryJobNewestFirstWithoutSpecEventsOrPlacement) {
   EXPECT_THAT(json, Not(HasSubstr("world_size\":2,\"model")));
   // The size stays (it used to read world_size 0).
   EXPECT_THAT(json, HasSubstr("\"spec\":{\"name\":\"second\",\"world_size\":2"));
+}
+
+TEST(DashboardApi, JobsComeInBoundedPagesNewestFirst) {
+  CoreWithJobs c;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(c.RunningJob(absl::StrCat("j", i), "alice"));
+  DashboardApi api(c.core());
+  auto first = api.Jobs(kAlice, /*page_size=*/2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_THAT(*first, HasSubstr(absl::StrCat("\"job_id\":\"", ids[2], "\"")));
+  EXPECT_THAT(*first, HasSubstr(absl::StrCat("\"job_id\":\"", ids[1], "\"")));
+  EXPECT_THAT(*first, Not(HasSubstr(absl::StrCat("\"job_id\":\"", ids[0], "\""))));
+  const std::string marker = "\"next_page_token\":\"";
+  const size_t at = first->find(marker);
+  ASSERT_NE(at, std::string::npos) << *first;
+  const std::string token =
+      first->substr(at + marker.size(), first->find('"', at + marker.size()) - at - marker.size());
+  auto second = api.Jobs(kAlice, 2, token);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_THAT(*second, HasSubstr(absl::StrCat("\"job_id\":\"", ids[0], "\"")));
+  EXPECT_THAT(*second, HasSubstr("\"next_page_token\":\"\""));
+  // Past the maximum page size (--max_list_page_size, 1000 here), and a made-up token.
+  EXPECT_EQ(api.Jobs(kAlice, 1001).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(api.Jobs(kAlice, 1001).status().message(), HasSubstr("(--max_list_page_size)"));
+  EXPECT_EQ(api.Jobs(kAlice, 2, "zzz").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(DashboardApi, JobHoldsPlacementEventsAndWhetherTheUserMayReadTheRest) {

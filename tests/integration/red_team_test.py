@@ -93,6 +93,8 @@ class RedTeamTest(unittest.TestCase):
                                "--rendezvous_max_keys_per_namespace=200",
                                "--rendezvous_max_bytes_per_namespace=65536",
                                "--max_list_page_size=5",
+                               "--max_pending_jobs_per_user=2",
+                               "--max_running_ranks_per_user=2",
                                "--grpc_max_receive_message_bytes=1048576"] + roots,
             shardctl_flags=["--token_file=" + cls.token_file["alice"]])
         cls.cluster.start_worker(0, 3, grace_period_s=3,
@@ -229,6 +231,21 @@ class RedTeamTest(unittest.TestCase):
                                        address="127.0.0.1")
         req.slots.add(kind=pb.Slot.CPU, index=0)
         return self.call("RegisterWorker", req, JOIN)
+
+    def fill_pending_quota(self):
+        """bob (running 1 rank, quota 2) submits 2-rank jobs: they wait for his rank quota, not
+        an error; the third is past --max_pending_jobs_per_user=2 and raises."""
+        queued = [self.submit_as("bob", spec_text("queued-%d" % i, self.corpus, self.ckpt, 2))
+                  for i in range(2)]
+        for job in queued:
+            st = self.get(job)
+            self.assertEqual(pb.JobState.Name(st.state), "PENDING", st.message)
+            self.assertIn("user bob runs 1 ranks", st.message)
+            self.assertIn("(--max_running_ranks_per_user)", st.message)
+        me = self.call("WhoAmI", pb.WhoAmIRequest(), TOKENS["bob"])
+        self.assertEqual((me.usage.pending_jobs, me.usage.max_pending_jobs), (2, 2))
+        self.assertEqual((me.usage.running_ranks, me.usage.max_running_ranks), (1, 2))
+        self.submit_as("bob", spec_text("queued-2", self.corpus, self.ckpt, 2))
 
     # ---- the rows
 
@@ -398,6 +415,17 @@ class RedTeamTest(unittest.TestCase):
             ("list page over the maximum",
              lambda: S.call("ListJobs", pb.ListJobsRequest(page_size=1000), TOKENS["bob"]),
              "INVALID_ARGUMENT", "page_size 1000 is not in [0, 5] (--max_list_page_size)"),
+            ("world larger than the user's running-rank quota",
+             lambda: S.submit_as("bob", spec_text("wide", S.corpus, S.ckpt, 2, world_size=3)),
+             "RESOURCE_EXHAUSTED", "job of world_size 3 could never start: user bob may run at "
+             "most 2 ranks at once (--max_running_ranks_per_user)"),
+            ("submit past the pending-job quota", S.fill_pending_quota,
+             "RESOURCE_EXHAUSTED",
+             "user bob has 2 pending jobs; at most 2 (--max_pending_jobs_per_user)"),
+            ("cancel reason over the bound (the job must keep running)",
+             lambda: S.call("CancelJob", pb.CancelJobRequest(job_id=S.running,
+                                                              reason="r" * 5000), TOKENS["bob"]),
+             "RESOURCE_EXHAUSTED", "cancel reason of 5000 bytes; at most 4096 (--max_reason_bytes)"),
             ("forged list page token",
              lambda: S.call("ListJobs", pb.ListJobsRequest(page_size=2, page_token="zzz"),
                             TOKENS["bob"]),
