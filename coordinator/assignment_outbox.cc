@@ -34,6 +34,19 @@ std::vector<std::pair<std::string, Assignment>> AssignmentOutbox::Starts(
   return out;
 }
 
+bool AssignmentOutbox::StartQueued(const std::string& worker_id, const std::string& job_id,
+                                   int32_t attempt, int32_t rank) const {
+  auto q = queues_.find(worker_id);
+  if (q == queues_.end()) return false;
+  for (const Assignment& a : q->second.assignments) {
+    if (a.action() == Assignment::START && a.job_id() == job_id && a.attempt() == attempt &&
+        a.rank() == rank) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void AssignmentOutbox::PushStarts(const JobRecord& rec, const AttemptStartInfo& info) {
   for (auto& [worker_id, a] : Starts(rec, info, "")) Push(worker_id, std::move(a));
 }

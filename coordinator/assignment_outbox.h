@@ -63,6 +63,11 @@ class AssignmentOutbox {
   void PushStopRank(const std::string& worker_id, const std::string& job_id, int32_t attempt,
                     int32_t rank, int32_t generation);
 
+  // Whether a START of `rank` of (job_id, attempt) still waits in `worker_id`'s queue (its
+  // worker has not been handed it, so it cannot be running there).
+  bool StartQueued(const std::string& worker_id, const std::string& job_id, int32_t attempt,
+                   int32_t rank) const;
+
   // Starts a new stream of `worker_id` whose queue is `resend`; returns its generation.
   int64_t Open(const std::string& worker_id, std::vector<Assignment> resend);
   // Forgets a (dead) worker's queue; its stream ends with ABORTED at its next look.

@@ -255,10 +255,14 @@ void CoordinatorCore::EndAttemptLocked(JobRecord& job, bool send_stop) {
     std::set<std::string> workers;
     for (const RankPlacement& p : st.placement()) {
       workers.insert(p.worker_id());
-      // A rank its worker never reported has not started (its queued START is dropped with
-      // the attempt), and a dead worker's ranks are gone with it; a rank its live worker
-      // reported may run until the STOP's SIGKILL: its slot waits.
-      if (tracker_.IsAcked(st.job_id(), p.rank()) && registry_.IsAlive(p.worker_id())) {
+      // A rank whose START still waits in its worker's queue has not started (the START is
+      // dropped with the attempt), and a dead worker's ranks are gone with it. A rank whose
+      // START its live worker was handed may run until the STOP's SIGKILL, reported in a
+      // heartbeat or not yet (a fast trainer reports progress before its worker's next
+      // heartbeat lists it): its slot waits until a heartbeat lists it EXITED or not at all.
+      const bool handed = tracker_.IsAcked(st.job_id(), p.rank()) ||
+                          !outbox_.StartQueued(p.worker_id(), st.job_id(), st.attempt(), p.rank());
+      if (handed && registry_.IsAlive(p.worker_id())) {
         draining_.Hold(p.worker_id(), st.job_id(), st.attempt(), p.rank(), p.slot_index(),
                        p.generation());
       } else {

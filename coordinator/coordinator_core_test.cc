@@ -343,6 +343,27 @@ TEST_F(CoreTest, SlotOfAStoppedRankIsFreedWhenItsWorkerStopsListingItOrDies) {
   EXPECT_EQ(core_->ListWorkers()[1].busy_slots(), 0);
 }
 
+// A trainer fast enough to report progress before its worker's next heartbeat lists it (seen
+// in CI: a job cancelled 0.8 s after it started, at step 2) still holds its slot: its worker was
+// handed the START. Only a START still queued frees the slot at once.
+TEST_F(CoreTest, SlotOfARankHandedItsStartButNotYetListedWaitsForTheNextHeartbeat) {
+  const std::string a = Register("a", 2);
+  const int64_t gen = *core_->OpenAssignmentStream(a);
+  auto first = core_->SubmitJob(Spec("fast", 1));
+  ASSERT_EQ(Drain(a, gen).size(), 1u);                // handed, never listed in a heartbeat
+  auto queued = core_->SubmitJob(Spec("queued", 1));  // its START not taken yet
+  ASSERT_EQ(core_->GetJob(*queued)->state(), RUNNING);
+  ASSERT_TRUE(core_->CancelJob(*first, "").ok());
+  ASSERT_TRUE(core_->CancelJob(*queued, "").ok());
+  EXPECT_EQ(core_->ListWorkers()[0].busy_slots(), 1);  // the handed rank's slot waits
+  auto next = core_->SubmitJob(Spec("next", 2));
+  EXPECT_EQ(core_->GetJob(*next)->state(), PENDING);
+  ASSERT_TRUE(core_->Heartbeat(RankBeat(a, *first, 1, 0, RankStatus::RUNNING)).ok());
+  EXPECT_EQ(core_->GetJob(*next)->state(), PENDING);  // it does run: still held
+  Exit(a, *first, 1, 0, -9);
+  EXPECT_EQ(core_->GetJob(*next)->state(), RUNNING);
+}
+
 TEST_F(CoreTest, WorkerLostWhileItsStoppedRanksHoldSlotsIsNotedAndTheJobRestartsSmaller) {
   // A node dies: its peers fail first (RANK_FAILED), the node's own stopped ranks keep their
   // slots until it is declared dead; then the job notes WORKER_LOST and restarts without it.
@@ -620,6 +641,9 @@ TEST_F(CoreTest, CancelStopsRanksAndIsFinal) {
   EXPECT_EQ(stops[0].action(), Assignment::STOP);
   EXPECT_EQ(stops[0].job_id(), *job);
   EXPECT_EQ(core_->GetJob(*job)->state(), CANCELLED);
+  // Its worker was handed the STARTs: the slots wait for a heartbeat saying they do not run.
+  EXPECT_EQ(core_->ListWorkers()[0].busy_slots(), 2);
+  Beat(a);
   EXPECT_EQ(core_->ListWorkers()[0].busy_slots(), 0);
   absl::Status again = core_->CancelJob(*job, "");
   EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
