@@ -27,8 +27,22 @@ int32_t ProgressLeader(const JobStatus& st, int32_t shard_degree) {
   return st.live_replica_groups(0) * std::max(1, shard_degree);
 }
 
+namespace {
+
+// The first rank of a replica group that is not live any more, reporting a step the job's
+// progress has not reached (see ApplyProgress).
+bool LateReportOfALostGroup(const ProgressReport& r, const JobStatus& st, int32_t shard_degree) {
+  if (shard_degree <= 0 || st.live_replica_groups_size() == 0) return false;
+  if (r.rank() % shard_degree != 0 || r.step() <= st.step()) return false;
+  const int32_t group = r.rank() / shard_degree;
+  return std::find(st.live_replica_groups().begin(), st.live_replica_groups().end(), group) ==
+         st.live_replica_groups().end();
+}
+
+}  // namespace
+
 absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& r, int32_t leader_rank,
-                                             JobStatus* st) {
+                                             JobStatus* st, int32_t shard_degree) {
   if (r.step() < 0 || r.peak_memory_bytes() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("progress report: step and peak_memory_bytes must be >= 0, got step ",
@@ -39,7 +53,7 @@ absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& r, int32_t le
   }
   const bool memory_grew = r.peak_memory_bytes() > st->per_rank_peak_memory_bytes(r.rank());
   if (memory_grew) st->set_per_rank_peak_memory_bytes(r.rank(), r.peak_memory_bytes());
-  if (r.rank() != leader_rank) {
+  if (r.rank() != leader_rank && !LateReportOfALostGroup(r, *st, shard_degree)) {
     return memory_grew ? ProgressChange::kPeakMemory : ProgressChange::kNone;
   }
   st->set_step(r.step());

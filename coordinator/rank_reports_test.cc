@@ -84,10 +84,35 @@ TEST(RankReports, WithReplicaGroupsTheLowestLiveGroupsFirstRankLeadsTheProgress)
   st.clear_live_replica_groups();
   st.add_live_replica_groups(1);  // group 0 lost: ranks 2-3 train on
   ASSERT_EQ(ProgressLeader(st, 2), 2);
-  EXPECT_EQ(*ApplyProgress(Progress(0, 12, 10), 2, &st), ProgressChange::kPeakMemory);
+  EXPECT_EQ(*ApplyProgress(Progress(1, 12, 10), 2, &st, 2), ProgressChange::kPeakMemory);
+  EXPECT_EQ(*ApplyProgress(Progress(3, 12, 10), 2, &st, 2), ProgressChange::kPeakMemory);
   EXPECT_EQ(st.step(), 0);
-  EXPECT_EQ(*ApplyProgress(Progress(2, 13, 10), 2, &st), ProgressChange::kProgress);
+  EXPECT_EQ(*ApplyProgress(Progress(2, 13, 10), 2, &st, 2), ProgressChange::kProgress);
   EXPECT_EQ(st.step(), 13);
+}
+
+// The chaos soak (#30) froze the daemon of group 0 while its trainers trained on: the reports of
+// those steps reached the coordinator only after group 0 was lost, and were dropped, so the
+// job's series missed them for good.
+TEST(RankReports, LateReportsOfALostGroupsFirstRankCountWhenTheyAdvanceTheJob) {
+  JobStatus st = Running();
+  st.set_world_size(4);  // S = 2
+  st.add_live_replica_groups(0);
+  st.add_live_replica_groups(1);
+  ASSERT_EQ(*ApplyProgress(Progress(0, 14, 10), 0, &st, 2), ProgressChange::kProgress);
+  st.clear_live_replica_groups();
+  st.add_live_replica_groups(1);  // group 0 lost after it trained steps 15-20 with group 1
+  for (int64_t step = 15; step <= 20; ++step) {
+    EXPECT_EQ(*ApplyProgress(Progress(0, step, 10), 2, &st, 2), ProgressChange::kProgress);
+    EXPECT_EQ(st.step(), step);
+  }
+  // Not a step it has already: no second point for it, and the job's step does not go back.
+  EXPECT_EQ(*ApplyProgress(Progress(0, 18, 10), 2, &st, 2), ProgressChange::kNone);
+  EXPECT_EQ(st.step(), 20);
+  // Without replica groups (shard_degree 0: the caller's default) only the leader counts.
+  JobStatus plain = Running();
+  EXPECT_EQ(*ApplyProgress(Progress(1, 3, 0), 0, &plain), ProgressChange::kNone);
+  EXPECT_EQ(plain.step(), 0);
 }
 
 TEST(RankReports, NegativeStepOrMemoryIsInvalidAndChangesNothing) {

@@ -83,7 +83,7 @@ def compare_losses(job, spec, got, ref, status):
         first = min(int(m.group(1)) for m in (re.search(r"step (\d+)", e["message"])
                                               for e in lost) if m)
         steps = range(1, first)
-    problems, worst, n = [], 0.0, 0
+    problems, worst, n, missing = [], 0.0, 0, []
     for s in steps:
         if s in ref and s in got:
             n += 1
@@ -91,12 +91,25 @@ def compare_losses(job, spec, got, ref, status):
         if s not in ref:
             problems.append("%s: the reference run of %s has no loss for step %d" % (job, spec, s))
         elif s not in got:
-            if status.get("state") == "SUCCEEDED":
-                problems.append("%s: no loss reported for step %d" % (job, s))
+            missing.append(s)
         elif abs(got[s] - ref[s]) > LOSS_RTOL * abs(ref[s]) + LOSS_ATOL:
             problems.append("%s (%s): step %d loss %.6g, undisturbed run %.6g (rel diff %.2e)"
                             % (job, spec, s, got[s], ref[s], abs(got[s] - ref[s]) / abs(ref[s])))
+    if missing and status.get("state") == "SUCCEEDED":
+        problems.append("%s (%s) SUCCEEDED but the coordinator's series lacks %d step(s): %s" % (
+            job, spec, len(missing), _ranges(missing)))
     return problems, n, worst
+
+
+def _ranges(steps):
+    out, start = [], None
+    for i, s in enumerate(steps):
+        if start is None:
+            start = s
+        if i + 1 == len(steps) or steps[i + 1] != s + 1:
+            out.append(str(start) if start == s else "%d-%d" % (start, s))
+            start = None
+    return ", ".join(out)
 
 
 def verify_checkpoints(verify_bin, ckpt_root, jobs, corrupted):
