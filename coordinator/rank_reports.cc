@@ -29,14 +29,12 @@ int32_t ProgressLeader(const JobStatus& st, int32_t shard_degree) {
 
 namespace {
 
-// The first rank of a replica group that is not live any more, reporting a step the job's
-// progress has not reached (see ApplyProgress).
-bool LateReportOfALostGroup(const ProgressReport& r, const JobStatus& st, int32_t shard_degree) {
-  if (shard_degree <= 0 || st.live_replica_groups_size() == 0) return false;
-  if (r.rank() % shard_degree != 0 || r.step() <= st.step()) return false;
-  const int32_t group = r.rank() / shard_degree;
-  return std::find(st.live_replica_groups().begin(), st.live_replica_groups().end(), group) ==
-         st.live_replica_groups().end();
+// With replica groups every group's first rank logs the same committed steps with the same loss
+// (the vote's): one of them that is ahead of the job's progress carries a step the leader's
+// reports have not brought (see ApplyProgress).
+bool AheadOfTheLeader(const ProgressReport& r, const JobStatus& st, int32_t shard_degree) {
+  return shard_degree > 0 && st.live_replica_groups_size() > 0 && r.rank() % shard_degree == 0 &&
+         r.step() > st.step();
 }
 
 }  // namespace
@@ -53,7 +51,7 @@ absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& r, int32_t le
   }
   const bool memory_grew = r.peak_memory_bytes() > st->per_rank_peak_memory_bytes(r.rank());
   if (memory_grew) st->set_per_rank_peak_memory_bytes(r.rank(), r.peak_memory_bytes());
-  if (r.rank() != leader_rank && !LateReportOfALostGroup(r, *st, shard_degree)) {
+  if (r.rank() != leader_rank && !AheadOfTheLeader(r, *st, shard_degree)) {
     return memory_grew ? ProgressChange::kPeakMemory : ProgressChange::kNone;
   }
   st->set_step(r.step());

@@ -41,10 +41,12 @@ int32_t ProgressLeader(const JobStatus& status, int32_t shard_degree);
 // Applies a progress report from an accepted source (CheckReportSource) to `status`: every rank
 // raises its peak memory figure; the leader (`leader_rank`, ProgressLeader) also sets step, loss,
 // tokens/s, ETA, and val_loss and sample when it has them. With replica-group fault tolerance
-// (`shard_degree` > 0 and live groups in `status`) so does the first rank of a group that is no
-// longer live, for a step beyond the job's: its group trained (and the vote committed) that step
-// before it was lost, and its worker relayed the report late (a frozen daemon: the chaos soak,
-// #30); ignored, the step was missing from the job's series for good. Errors: INVALID_ARGUMENT
+// (`shard_degree` > 0 and live groups in `status`) so does the first rank of any group, live or
+// lost, reporting a step beyond the job's: every group logs the same committed steps with the
+// same loss, and the leader's own reports may come late (its worker daemon frozen: the chaos
+// soak, #30, found the steps trained meanwhile missing from the job's series for good, since
+// they reached the coordinator after group 0 was lost and rank 2 led). A leader's later report
+// of the same step replaces that point (training_series.h). Errors: INVALID_ARGUMENT
 // for a negative step or memory figure (then nothing changes).
 absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& report, int32_t leader_rank,
                                              JobStatus* status, int32_t shard_degree = 0);

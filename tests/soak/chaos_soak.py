@@ -19,6 +19,7 @@ import collections
 import os
 import platform
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -173,8 +174,16 @@ def header(args, ran):
             "replay: bench/chaos.sh --seed %d --minutes %g" % (args.seed, args.minutes), ""]
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt("signal %d" % signum)
+
+
 def main(argv):
     args = parse_args(argv)
+    # SIGTERM and SIGINT (ignored by default in a background job) end the soak through the
+    # cleanup below: faults undone, processes stopped, the tmpfs and the namespace removed.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     print("soak: seed %d, %g minutes" % (args.seed, args.minutes), flush=True)
     why = soak_cluster.unavailable()
     if why:
