@@ -19,6 +19,7 @@ import collections
 import os
 import platform
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,20 +72,45 @@ def run_references(sc, spec_dir):
         if pending:
             raise RuntimeError("reference runs did not end in %d s: %s" % (
                 REFERENCE_TIMEOUT_S, pending))
+        for job in jobs:  # their checkpoints are not needed: room on the tmpfs
+            shutil.rmtree(os.path.join(sc.ckpt_root, job), ignore_errors=True)
     for name, ref in refs.items():
         print("soak: reference %s: %d steps, final loss %.6g" % (name, len(ref), ref[max(ref)]))
     return refs
 
 
+class EndedJobs:
+    """Verifies an ended job's committed checkpoints at once (soak_checks.verify_checkpoints),
+    keeps the verdicts, and removes the job's checkpoint folder, so the small checkpoint tmpfs
+    holds the live jobs' checkpoints only (without this it filled up within minutes)."""
+
+    def __init__(self, args, sc):
+        self.verify_bin = os.path.join(args.bin, "checkpoint", "checkpoint_verify")
+        self.sc = sc
+        self.injector = None
+        self.problems, self.verified, self.bad_expected = [], 0, 0
+
+    def __call__(self, job):
+        corrupted = self.injector.corrupted if self.injector else []
+        p, ok, bad = soak_checks.verify_checkpoints(self.verify_bin, self.sc.ckpt_root, [job],
+                                                    corrupted)
+        self.problems += p
+        self.verified += ok
+        self.bad_expected += bad
+        shutil.rmtree(os.path.join(self.sc.ckpt_root, job), ignore_errors=True)
+
+
 def soak(sc, args, spec_dir):
-    """Runs the stream under the injector for args.minutes; (tracker, injector, seconds)."""
+    """Runs the stream under the injector for args.minutes; (tracker, injector, ended, s)."""
     schedule = faults.make_schedule(args.seed, args.minutes)
     print("soak: schedule %s" % ", ".join("%s@+%.0fs" % (k, g) for g, k, _, _ in schedule[:8]) +
           (" ..." if len(schedule) > 8 else ""), flush=True)
     start = time.time()
     deadline = start + args.minutes * 60
-    tracker = soak_jobs.Tracker(sc)
+    ended = EndedJobs(args, sc)
+    tracker = soak_jobs.Tracker(sc, on_end=ended)
     injector = faults.Injector(sc, tracker, schedule, deadline)
+    ended.injector = injector
     stop = threading.Event()
     timer = threading.Timer(max(0.0, deadline - time.time()), stop.set)
     timer.start()
@@ -101,10 +127,10 @@ def soak(sc, args, spec_dir):
     if not sc.wait_workers_alive():
         print("soak: not every worker is ALIVE again", flush=True)
     soak_jobs.drain(tracker, DRAIN_TIMEOUT_S)
-    return tracker, injector, ran
+    return tracker, injector, ended, ran
 
 
-def check_all(sc, args, tracker, injector, refs):
+def check_all(sc, args, tracker, injector, ended, refs):
     """(rows of the table, problems)."""
     problems, outcomes, failed = [], collections.Counter(), []
     restarts = recomputed = compared = 0
@@ -119,8 +145,11 @@ def check_all(sc, args, tracker, injector, refs):
         problems += p
         if kind.startswith("FAILED"):
             failed.append("%s (%s): %s" % (job, rec["spec"], cause[:300]))
-        got, again = soak_checks.series(sc, job)
+        again, p = soak_checks.recompute_check(
+            job, rec["spec"], soak_checks.attempt_losses(sc.dir, job), refs[rec["spec"]], st)
         recomputed += again
+        problems += p
+        got, _ = soak_checks.series(sc, job)
         if got is None:
             problems.append("%s: the coordinator did not answer its metrics" % job)
             continue
@@ -128,10 +157,14 @@ def check_all(sc, args, tracker, injector, refs):
         problems += p
         compared += n
         worst = max(worst, w)
-    verify_bin = os.path.join(args.bin, "checkpoint", "checkpoint_verify")
-    p, verified, bad_expected = soak_checks.verify_checkpoints(
-        verify_bin, sc.ckpt_root, list(tracker.jobs), injector.corrupted)
-    problems += p
+    # Jobs still live after the drain keep their checkpoints: verify those here.
+    ended.injector = injector
+    for job in tracker.live():
+        ended(job)
+    problems += ended.problems
+    verified, bad_expected = ended.verified, ended.bad_expected
+    problems += ["%s did not end within %d s of the soak's end" % (j, DRAIN_TIMEOUT_S)
+                 for j in tracker.live()]
     p, resumes, refused = soak_checks.check_resumes(sc.dir, sc.ckpt_root, injector.corrupted)
     problems += p
     problems += soak_checks.check_placement(statuses, tracker, injector.cuts,
@@ -147,7 +180,8 @@ def check_all(sc, args, tracker, injector, refs):
     rows += ["  %-30s %3d" % (k, v) for k, v in sorted(outcomes.items())]
     rows += ["    " + f for f in failed]
     rows.append("restarts (RESTARTING events): %d" % restarts)
-    rows.append("steps recomputed (trained again by a later attempt): %d" % recomputed)
+    rows.append("steps recomputed (trained again by a later attempt, from rank 0's metrics "
+                "files; each attempt's losses checked too): %d" % recomputed)
     rows.append("steps compared with the undisturbed run: %d, largest relative difference "
                 "%.2e (tolerance %.0e)" % (compared, worst, soak_checks.LOSS_RTOL))
     rows.append("committed checkpoints verified: %d OK; corrupted by the injector: %d, still on "
@@ -197,8 +231,8 @@ def main(argv):
         spec_dir = os.path.join(sc.dir, "specs")
         os.makedirs(spec_dir)
         refs = run_references(sc, spec_dir)
-        tracker, injector, ran = soak(sc, args, spec_dir)
-        rows, problems = check_all(sc, args, tracker, injector, refs)
+        tracker, injector, ended, ran = soak(sc, args, spec_dir)
+        rows, problems = check_all(sc, args, tracker, injector, ended, refs)
         text = "\n".join(header(args, ran) + rows + [
             "", "RESULT: %s" % ("PASS: nothing lost" if not problems else "FAIL")]) + "\n"
         print(text)

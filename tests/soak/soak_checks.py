@@ -25,6 +25,7 @@ empty list: the check passed) and what it counted; nothing here sleeps or waits.
 """
 import datetime
 import glob
+import json
 import os
 import re
 import subprocess
@@ -72,6 +73,39 @@ def series(sc, job):
                                                       float(p["loss"])))
     out = {s: sorted(v)[-1][1] for s, v in by_step.items()}
     return out, sum(len(v) - 1 for v in by_step.values())
+
+
+def attempt_losses(cluster_dir, job):
+    """{attempt: {step: loss}} from rank 0's metrics file of each attempt (generation 0; a
+    replacement group's rank 0 writes metrics-rank-0.gen<G>.jsonl), wherever it ran."""
+    out = {}
+    for path in glob.glob(os.path.join(cluster_dir, "worker-*", "jobs", job, "attempt-*",
+                                       "metrics-rank-0.jsonl")):
+        attempt = int(os.path.basename(os.path.dirname(path)).split("-", 1)[1])
+        rows = out.setdefault(attempt, {})
+        for line in open(path, errors="replace"):
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a SIGKILL
+            rows[int(r["step"])] = float(r["loss"])
+    return out
+
+
+def recompute_check(job, spec, by_attempt, ref, status):
+    """(steps trained again by a later attempt, problems): every attempt's own losses must
+    equal the reference too, not only the last one's (not for REPLICA_GROUPS jobs, whose
+    trajectory may differ after a group loss by design)."""
+    seen, again, problems = set(), 0, []
+    ft = "fault_tolerance" in soak_jobs.SPECS[spec]["extra"]
+    for attempt in sorted(by_attempt):
+        for s, loss in sorted(by_attempt[attempt].items()):
+            again += s in seen
+            seen.add(s)
+            if not ft and s in ref and abs(loss - ref[s]) > LOSS_RTOL * abs(ref[s]) + LOSS_ATOL:
+                problems.append("%s (%s) attempt %d: step %d loss %.6g, undisturbed run %.6g"
+                                % (job, spec, attempt, s, loss, ref[s]))
+    return again, problems
 
 
 def compare_losses(job, spec, got, ref, status):

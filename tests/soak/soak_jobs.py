@@ -69,10 +69,13 @@ class Tracker:
     """Polls `shardctl status` of the live jobs about once a second and keeps, per job, its last
     status and the nodes of every (attempt, generation) placement it saw."""
 
-    def __init__(self, sc):
+    # `on_end(job)`: called once, from the polling thread, when a job is first seen ended (the
+    # soak verifies and then removes its checkpoints there, so the tmpfs holds live jobs only).
+    def __init__(self, sc, on_end=None):
         self.sc = sc
         self.jobs = {}  # job id -> {"spec", "submitted", "status", "placements": {(a, g): set}}
         self.lock = threading.Lock()
+        self.on_end = on_end or (lambda job: None)
 
     def add(self, job, spec_name):
         with self.lock:
@@ -95,6 +98,8 @@ class Tracker:
                 for p in st.get("placement", []):
                     key = (attempt, int(p.get("generation", 0)))
                     rec["placements"].setdefault(key, set()).add(p["node_name"])
+            if st.get("state") in TERMINAL:
+                self.on_end(job)
 
 
 def run_stream(sc, tracker, stop, spec_dir, max_in_flight=2, max_jobs=200):
