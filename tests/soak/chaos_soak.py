@@ -145,6 +145,7 @@ def check_all(sc, args, tracker, injector, ended, refs):
         problems += p
         if kind.startswith("FAILED"):
             failed.append("%s (%s): %s" % (job, rec["spec"], cause[:300]))
+            problems += soak_checks.cause_check(job, cause, injector.corrupted)
         again, p = soak_checks.recompute_check(
             job, rec["spec"], soak_checks.attempt_losses(sc.dir, job), refs[rec["spec"]], st)
         recomputed += again
@@ -194,11 +195,17 @@ def check_all(sc, args, tracker, injector, ended, refs):
     return rows, problems
 
 
-def header(args, ran):
+def tree_state():
+    """(short commit, whether tracked files differ from it), taken when the soak starts."""
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True).stdout.strip()
+    return commit, bool(dirty)
+
+
+def header(args, ran, tree):
+    commit, dirty = tree
     return ["Chaos soak (tests/soak/chaos_soak.py): seed %d, --minutes %g (faults for %.0f s)"
             % (args.seed, args.minutes, ran),
             "commit %s%s, %s, host %s, %d cores, load %s" % (
@@ -214,6 +221,7 @@ def _interrupt(signum, frame):
 
 def main(argv):
     args = parse_args(argv)
+    tree = tree_state()
     # SIGTERM and SIGINT (ignored by default in a background job) end the soak through the
     # cleanup below: faults undone, processes stopped, the tmpfs and the namespace removed.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -233,7 +241,7 @@ def main(argv):
         refs = run_references(sc, spec_dir)
         tracker, injector, ended, ran = soak(sc, args, spec_dir)
         rows, problems = check_all(sc, args, tracker, injector, ended, refs)
-        text = "\n".join(header(args, ran) + rows + [
+        text = "\n".join(header(args, ran, tree) + rows + [
             "", "RESULT: %s" % ("PASS: nothing lost" if not problems else "FAIL")]) + "\n"
         print(text)
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

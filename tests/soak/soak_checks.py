@@ -59,6 +59,15 @@ def outcome(job, status):
                                     "%s" % (job, state, cause or "(no cause)")]
 
 
+def cause_check(job, cause, corrupted):
+    """A FAILED job's cause names a checksum mismatch only if the injector corrupted one of that
+    job's checkpoints (a corruption nobody injected is a lost checkpoint)."""
+    if "checksum mismatch" in cause and not any(c["job"] == job for c in corrupted):
+        return ["%s FAILED on a checksum mismatch the injector did not cause: %s" % (
+            job, cause[:300])]
+    return []
+
+
 def series(sc, job):
     """({step: loss} with the last attempt's value per step, steps trained more than once), or
     (None, 0) when the coordinator did not answer."""
