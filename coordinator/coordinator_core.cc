@@ -340,9 +340,9 @@ absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(r.job_id()));
   RETURN_IF_ERROR(CheckReportSource(job->status(), r.attempt(), r.rank()));
-  ASSIGN_OR_RETURN(
-      const ProgressChange change,
-      ApplyProgress(r, ProgressLeader(job->status(), job->shard_degree()), job->mutable_status()));
+  ASSIGN_OR_RETURN(const ProgressChange change,
+                   ApplyProgress(r, ProgressLeader(job->status(), job->shard_degree()),
+                                 job->mutable_status(), job->shard_degree()));
   if (change == ProgressChange::kProgress) {
     training_.Add(r.job_id(), MetricsPointFromReport(r, job->status(), clock_->Now()));
     jobs_.ProgressChanged(*job, clock_->Now());  // written within metrics_flush_interval

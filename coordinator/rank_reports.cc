@@ -27,8 +27,20 @@ int32_t ProgressLeader(const JobStatus& st, int32_t shard_degree) {
   return st.live_replica_groups(0) * std::max(1, shard_degree);
 }
 
+namespace {
+
+// With replica groups every group's first rank logs the same committed steps with the same loss
+// (the vote's): one of them that is ahead of the job's progress carries a step the leader's
+// reports have not brought (see ApplyProgress).
+bool AheadOfTheLeader(const ProgressReport& r, const JobStatus& st, int32_t shard_degree) {
+  return shard_degree > 0 && st.live_replica_groups_size() > 0 && r.rank() % shard_degree == 0 &&
+         r.step() > st.step();
+}
+
+}  // namespace
+
 absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& r, int32_t leader_rank,
-                                             JobStatus* st) {
+                                             JobStatus* st, int32_t shard_degree) {
   if (r.step() < 0 || r.peak_memory_bytes() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("progress report: step and peak_memory_bytes must be >= 0, got step ",
@@ -39,7 +51,7 @@ absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& r, int32_t le
   }
   const bool memory_grew = r.peak_memory_bytes() > st->per_rank_peak_memory_bytes(r.rank());
   if (memory_grew) st->set_per_rank_peak_memory_bytes(r.rank(), r.peak_memory_bytes());
-  if (r.rank() != leader_rank) {
+  if (r.rank() != leader_rank && !AheadOfTheLeader(r, *st, shard_degree)) {
     return memory_grew ? ProgressChange::kPeakMemory : ProgressChange::kNone;
   }
   st->set_step(r.step());

@@ -40,10 +40,16 @@ int32_t ProgressLeader(const JobStatus& status, int32_t shard_degree);
 
 // Applies a progress report from an accepted source (CheckReportSource) to `status`: every rank
 // raises its peak memory figure; the leader (`leader_rank`, ProgressLeader) also sets step, loss,
-// tokens/s, ETA, and val_loss and sample when it has them. Errors: INVALID_ARGUMENT for a
-// negative step or memory figure (then nothing changes).
+// tokens/s, ETA, and val_loss and sample when it has them. With replica-group fault tolerance
+// (`shard_degree` > 0 and live groups in `status`) so does the first rank of any group, live or
+// lost, reporting a step beyond the job's: every group logs the same committed steps with the
+// same loss, and the leader's own reports may come late (its worker daemon frozen: the chaos
+// soak, #30, found the steps trained meanwhile missing from the job's series for good, since
+// they reached the coordinator after group 0 was lost and rank 2 led). A leader's later report
+// of the same step replaces that point (training_series.h). Errors: INVALID_ARGUMENT
+// for a negative step or memory figure (then nothing changes).
 absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& report, int32_t leader_rank,
-                                             JobStatus* status);
+                                             JobStatus* status, int32_t shard_degree = 0);
 
 // What a checkpoint report changed, for the caller to store.
 struct CheckpointChange {

@@ -84,10 +84,36 @@ TEST(RankReports, WithReplicaGroupsTheLowestLiveGroupsFirstRankLeadsTheProgress)
   st.clear_live_replica_groups();
   st.add_live_replica_groups(1);  // group 0 lost: ranks 2-3 train on
   ASSERT_EQ(ProgressLeader(st, 2), 2);
-  EXPECT_EQ(*ApplyProgress(Progress(0, 12, 10), 2, &st), ProgressChange::kPeakMemory);
+  EXPECT_EQ(*ApplyProgress(Progress(1, 12, 10), 2, &st, 2), ProgressChange::kPeakMemory);
+  EXPECT_EQ(*ApplyProgress(Progress(3, 12, 10), 2, &st, 2), ProgressChange::kPeakMemory);
   EXPECT_EQ(st.step(), 0);
-  EXPECT_EQ(*ApplyProgress(Progress(2, 13, 10), 2, &st), ProgressChange::kProgress);
+  EXPECT_EQ(*ApplyProgress(Progress(2, 13, 10), 2, &st, 2), ProgressChange::kProgress);
   EXPECT_EQ(st.step(), 13);
+}
+
+// The chaos soak (#30) froze the daemon of group 0 (rank 0, the leader) while its trainers
+// trained on with group 1: the steps of the freeze reached the coordinator only from rank 0's
+// backlog, after group 0 was lost and rank 2 led, and were dropped for good.
+TEST(RankReports, WithReplicaGroupsAnyGroupsFirstRankAheadOfTheJobCarriesTheStep) {
+  JobStatus st = Running();
+  st.set_world_size(4);  // S = 2
+  st.add_live_replica_groups(0);
+  st.add_live_replica_groups(1);
+  ASSERT_EQ(*ApplyProgress(Progress(0, 14, 10), 0, &st, 2), ProgressChange::kProgress);
+  for (int64_t step = 15; step <= 20; ++step) {  // rank 0's reports held up; rank 2's arrive
+    EXPECT_EQ(*ApplyProgress(Progress(2, step, 10), 0, &st, 2), ProgressChange::kProgress);
+    EXPECT_EQ(st.step(), step);
+  }
+  // A step the job has: no second point from a non-leader, and the step does not go back.
+  EXPECT_EQ(*ApplyProgress(Progress(2, 18, 10), 0, &st, 2), ProgressChange::kNone);
+  EXPECT_EQ(*ApplyProgress(Progress(3, 21, 0), 0, &st, 2), ProgressChange::kNone);  // not first
+  EXPECT_EQ(st.step(), 20);
+  // The leader's own late report still counts (its series point replaces the one of rank 2).
+  EXPECT_EQ(*ApplyProgress(Progress(0, 15, 10), 0, &st, 2), ProgressChange::kProgress);
+  // Without replica groups (shard_degree 0: the caller's default) only the leader counts.
+  JobStatus plain = Running();
+  EXPECT_EQ(*ApplyProgress(Progress(1, 3, 0), 0, &plain), ProgressChange::kNone);
+  EXPECT_EQ(plain.step(), 0);
 }
 
 TEST(RankReports, NegativeStepOrMemoryIsInvalidAndChangesNothing) {

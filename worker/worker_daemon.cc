@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -30,6 +31,8 @@ constexpr char kVersion[] = "shardline-worker 0.1";
 constexpr absl::Duration kKeepExited = absl::Minutes(2);
 // How long an exited rank's EXITED waits for its last log lines to reach the coordinator.
 constexpr absl::Duration kLogDrainWait = absl::Seconds(5);
+// Progress reports kept per rank while the coordinator cannot take them (about 1 MiB a rank).
+constexpr size_t kMaxUnsentPerRank = 4096;
 // Log bytes per rank and per ShipLogs call (gRPC refuses messages over 4 MiB by default).
 constexpr size_t kShipBytesPerRank = 256 << 10;
 constexpr size_t kShipBytesPerCall = 2 << 20;
@@ -480,18 +483,21 @@ void WorkerDaemon::StopLoop() {
 }
 
 void WorkerDaemon::SuperviseLoop() {
-  // Reports the coordinator could not take (it was down): the latest per rank is sent again,
-  // since each report carries the rank's whole latest state (and the last one the sample).
-  std::map<RankKey, std::pair<ProgressReport, std::string>> unsent;  // with its credential
+  struct Relay {
+    RankKey key;
+    ProgressReport report;
+    std::string credential;  // the attempt's
+  };
+  // Reports the coordinator could not take (it was down or stopped), oldest first per rank:
+  // sent again, in order, before the rank's fresh ones, so the job's series keeps every logged
+  // step. (Only the latest was kept, and the chaos soak (#30) found the steps of every
+  // coordinator outage missing from `shardctl metrics` for good.) At most kMaxUnsentPerRank a
+  // rank: beyond it the oldest go.
+  std::map<RankKey, std::deque<Relay>> unsent;
   while (!shutdown_.load()) {
     // Exits are detected first and published only after the metrics written before them are
     // relayed: a heartbeat saying "exited" may end the job, after which the coordinator refuses
     // progress for it, so the last step (and the sample) must reach it first.
-    struct Relay {
-      RankKey key;
-      ProgressReport report;
-      std::string credential;  // the attempt's
-    };
     std::vector<Relay> reports;
     std::vector<std::pair<RankKey, int>> exits;
     {
@@ -503,12 +509,12 @@ void WorkerDaemon::SuperviseLoop() {
             exits.emplace_back(it->first, *code);
           }
         }
+        if (auto u = unsent.find(it->first); u != unsent.end()) {
+          std::move(u->second.begin(), u->second.end(), std::back_inserter(reports));
+          unsent.erase(u);
+        }
         std::vector<ProgressReport> fresh =
             r.metrics != nullptr ? r.metrics->Poll() : std::vector<ProgressReport>();
-        if (fresh.empty()) {
-          if (auto u = unsent.find(it->first); u != unsent.end()) fresh.push_back(u->second.first);
-        }
-        unsent.erase(it->first);
         for (ProgressReport& p : fresh) {
           p.set_job_id(r.assignment.job_id());
           p.set_attempt(r.assignment.attempt());
@@ -525,15 +531,23 @@ void WorkerDaemon::SuperviseLoop() {
       StartDeferredLocked();
     }
     if (!reports.empty()) SL_LOG(DEBUG) << "relaying " << reports.size() << " progress report(s)";
-    for (const Relay& relay : reports) {
-      const absl::Status s = client_->ReportProgress(relay.report, relay.credential);
-      if (s.ok()) continue;
-      if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
-        unsent[relay.key] = {relay.report, relay.credential};  // later reports overwrite it
-      } else {
-        SL_LOG(WARNING) << s;
+    bool coordinator_down = false;
+    int refused = 0;  // logged once a round: after an outage a whole backlog may be refused
+    for (Relay& relay : reports) {
+      if (!coordinator_down) {
+        const absl::Status s = client_->ReportProgress(relay.report, relay.credential);
+        if (s.ok()) continue;
+        if (!absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s)) {
+          if (refused++ == 0) SL_LOG(WARNING) << s;
+          continue;
+        }
+        coordinator_down = true;  // keep this one and the rest, in order, for the next round
       }
+      std::deque<Relay>& queue = unsent[relay.key];
+      queue.push_back(std::move(relay));
+      if (queue.size() > kMaxUnsentPerRank) queue.pop_front();
     }
+    if (refused > 1) SL_LOG(WARNING) << refused << " progress reports refused this round";
     ShipLogs();
     if (!exits.empty()) {
       absl::MutexLock lock(&mu_);
