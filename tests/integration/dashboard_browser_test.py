@@ -199,7 +199,9 @@ class DashboardBrowserTest(unittest.TestCase):
         cls.cluster = harness.Cluster(
             workers=0, coordinator_flags=[
                 "--users_file=" + users, "--worker_token_file=" + join,
-                "--dashboard_listen=127.0.0.1:0", "--metrics_flush_ms=500"])
+                "--dashboard_listen=127.0.0.1:0", "--metrics_flush_ms=500",
+                # Pages of 2 jobs: the job list must follow /api/jobs' pages.
+                "--max_list_page_size=2"])
         for i in range(2):
             cls.cluster.start_worker(i, 2, env={"SHARDLINE_TEST_PAUSE_IN_SAMPLE": "1:%d" % PAUSE_S})
         cls.cluster.wait_for_workers(2)
@@ -359,6 +361,25 @@ fault_tolerance: {{mode: REPLICA_GROUPS, min_replicas: 1}}
         self.assertEqual(cells[0:5], [self.job, "dashboard-demo", "alice", "SUCCEEDED",
                                       "%d / %d" % (STEPS, STEPS)])
         self.assertNotEqual(cells[7], "")  # tokens/s
+
+    def test_job_list_follows_the_pages_to_older_jobs(self):
+        # Three newer jobs (too wide to be placed: they wait, then are cancelled) put the
+        # demo job on the second page of /api/jobs (2 a page, newest first).
+        wide = os.path.join(self.tmp, "wide.yaml")
+        with open(os.path.join(self.tmp, "job.yaml")) as f:
+            text = f.read().replace("world_size: 4", "world_size: 8", 1).replace(
+                "global_batch_size: 8", "global_batch_size: 16", 1)
+        with open(wide, "w") as f:
+            f.write(text.replace("name: dashboard-demo", "name: wide", 1))
+        newer = [self.cluster.shardctl("submit", wide).stdout.split()[0] for _ in range(3)]
+        try:
+            dom = self.load("", ALICE, "jobs-pages", budget_ms=3000)
+            shown = {e.attrs.get("data-job") for e in dom.root.find_all(
+                lambda e: e.tag == "tr" and e.attrs.get("data-job"))}
+            self.assertTrue(set(newer + [self.job]) <= shown, shown)
+        finally:
+            for job in newer:
+                self.cluster.shardctl("cancel", job, check=False)
 
     def test_workers_page_lists_both_workers(self):
         dom = self.load("workers", ALICE, "workers", budget_ms=2500)

@@ -130,9 +130,16 @@ function jobsPage() {
       me = (await mePromise) || {user: "", admin: true};
       mine.checked = !me.admin;  // users start with their own jobs, admins with all
     }
-    const doc = await api("/api/jobs");
+    // /api/jobs pages (newest first, --max_list_page_size a page): follow them, at most 20.
+    let all = [], token = "";
+    for (let page = 0; page < 20; ++page) {
+      const doc = await api("/api/jobs" + (token ? "?page_token=" + encodeURIComponent(token) : ""));
+      all = all.concat(doc.jobs || []);
+      token = doc.next_page_token || "";
+      if (!token) break;
+    }
     showError("");
-    jobs = doc.jobs || [];
+    jobs = all;
     draw();
   });
 }
