@@ -30,16 +30,11 @@ std::vector<std::string>& Roots() ABSL_EXCLUSIVE_LOCKS_REQUIRED(RootsMu()) {
   return *roots;
 }
 
-bool Inside(absl::string_view path, absl::string_view root) {
-  return path == root ||
-         (absl::StartsWith(path, root) && path.size() > root.size() && path[root.size()] == '/');
-}
-
 // The longest root that holds `path` by its text; "" when none does.
 std::string RootOf(absl::string_view path, const std::vector<std::string>& roots) {
   std::string best;
   for (const std::string& r : roots) {
-    if (Inside(path, r) && r.size() > best.size()) best = r;
+    if (PathIsUnder(path, r) && r.size() > best.size()) best = r;
   }
   return best;
 }
@@ -129,6 +124,12 @@ absl::StatusOr<int> OpenResolved(const std::string& path, absl::string_view what
 }
 
 }  // namespace
+
+bool PathIsUnder(absl::string_view path, absl::string_view root) {
+  if (root == "/") return absl::StartsWith(path, "/");
+  return path == root ||
+         (absl::StartsWith(path, root) && path.size() > root.size() && path[root.size()] == '/');
+}
 
 void SetOpenRoots(std::vector<std::string> roots) {
   absl::MutexLock lock(&RootsMu());

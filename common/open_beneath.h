@@ -32,6 +32,11 @@ namespace shardline {
 // The environment variable the worker passes the roots in: absolute folders joined by ','.
 inline constexpr char kOpenRootsEnv[] = "SHARDLINE_OPEN_ROOTS";
 
+// Whether `path` is `root` or lies below it, by the text (both absolute and normalized; "/"
+// holds every path). The one definition of "inside a root" for the path policy's checks
+// (spec/path_policy.h) and the opens here.
+bool PathIsUnder(absl::string_view path, absl::string_view root);
+
 // Sets the roots every later OpenForRead stays beneath (absolute, normalized; empty: none).
 void SetOpenRoots(std::vector<std::string> roots);
 std::vector<std::string> OpenRoots();

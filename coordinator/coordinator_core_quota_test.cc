@@ -6,6 +6,7 @@
 
 #include "coordinator/coordinator_core.h"
 #include "coordinator/testing/fake_clock.h"
+#include "coordinator/testing/test_jobs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -21,18 +22,6 @@ JobSpec Spec(const std::string& name, int w) {
   spec.mutable_fsdp()->set_sharding_strategy(FsdpSpec::FULL_SHARD);
   spec.mutable_train()->set_steps(100);
   return spec;
-}
-
-RegisterWorkerRequest Worker(const std::string& node, int slots) {
-  RegisterWorkerRequest r;
-  r.set_node_name(node);
-  r.set_address(node + ":0");
-  for (int i = 0; i < slots; ++i) {
-    Slot* s = r.add_slots();
-    s->set_kind(Slot::CPU);
-    s->set_index(i);
-  }
-  return r;
 }
 
 class QuotaTest : public ::testing::Test {
@@ -76,7 +65,7 @@ TEST_F(QuotaTest, JobOverTheRunningRankBoundWaitsThenStartsWhenTheOwnersOtherJob
   UserQuotas q;
   q.max_running_ranks_per_user = 2;
   Start(q);
-  ASSERT_TRUE(core_->RegisterWorker(Worker("n0", 4)).ok());
+  ASSERT_TRUE(core_->RegisterWorker(TestWorkerRequest("n0", 4)).ok());
   const std::string first = Submit("first", 1, "bob");
   ASSERT_EQ(Get(first).state(), RUNNING);
   const std::string second = Submit("second", 2, "bob");

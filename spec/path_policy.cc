@@ -12,19 +12,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/open_beneath.h"
 
 namespace shardline::spec {
 namespace {
 
-bool Inside(const std::string& path, const std::string& root) {
-  if (root == "/") return true;
-  return path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
-                          path[root.size()] == '/');
-}
-
 bool InsideAny(const std::string& path, const std::vector<std::string>& roots) {
   for (const std::string& r : roots) {
-    if (Inside(path, r)) return true;
+    if (PathIsUnder(path, r)) return true;
   }
   return false;
 }
@@ -58,21 +53,14 @@ bool HasDotDot(absl::string_view path) {
   return false;
 }
 
-// What is at a path on disk, without following a final link.
+// What is at a path on disk; `follow`: through a final link (stat), else the link itself.
 enum class Kind { kMissing, kRegular, kDirectory, kLink, kOther };
-Kind KindAt(const std::string& path) {
+enum class Follow { kNo, kYes };
+Kind KindAt(const std::string& path, Follow follow) {
   struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return Kind::kMissing;
+  const int rc = follow == Follow::kYes ? ::stat(path.c_str(), &st) : ::lstat(path.c_str(), &st);
+  if (rc != 0) return Kind::kMissing;
   if (S_ISLNK(st.st_mode)) return Kind::kLink;
-  if (S_ISREG(st.st_mode)) return Kind::kRegular;
-  if (S_ISDIR(st.st_mode)) return Kind::kDirectory;
-  return Kind::kOther;
-}
-
-// What a path resolves to when followed (stat), for messages and the regular-file rule.
-Kind FollowedKindAt(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return Kind::kMissing;
   if (S_ISREG(st.st_mode)) return Kind::kRegular;
   if (S_ISDIR(st.st_mode)) return Kind::kDirectory;
   return Kind::kOther;
@@ -98,7 +86,7 @@ void CheckFolderEntries(const SpecPath& p, const std::string& folder,
       return;
     }
     const std::string entry = it->path().string();
-    const Kind kind = KindAt(entry);
+    const Kind kind = KindAt(entry, Follow::kNo);
     if (kind == Kind::kLink) {
       char buf[PATH_MAX];
       if (::realpath(entry.c_str(), buf) == nullptr) {
@@ -111,7 +99,7 @@ void CheckFolderEntries(const SpecPath& p, const std::string& folder,
       if (!InsideAny(target, resolved_roots)) {
         problems->push_back(absl::StrCat(p.field, ": ", entry, " is a symbolic link to ", target,
                                          ", which is outside ", allowed));
-      } else if (FollowedKindAt(entry) == Kind::kOther) {
+      } else if (KindAt(entry, Follow::kYes) == Kind::kOther) {
         problems->push_back(absl::StrCat(p.field, ": ", entry, " links to ", target,
                                          ", which is not a regular file or folder"));
       }
@@ -138,7 +126,7 @@ void CheckOnDisk(const SpecPath& p, const std::vector<std::string>& roots,
                                      " (a symbolic link), which is outside ", allowed));
     return;
   }
-  const Kind kind = FollowedKindAt(normal);
+  const Kind kind = KindAt(normal, Follow::kYes);
   switch (p.access) {
     case SpecPath::Access::kRead:
       // A missing file is spec validation's to name; anything but a regular file is refused.
@@ -169,7 +157,7 @@ void CheckOnDisk(const SpecPath& p, const std::vector<std::string>& roots,
           return;
         }
       }
-      if (FollowedKindAt(own) == Kind::kDirectory) {
+      if (KindAt(own, Follow::kYes) == Kind::kDirectory) {
         CheckFolderEntries(p, own, resolved_roots, allowed, problems);
       }
       return;
