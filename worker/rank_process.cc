@@ -74,7 +74,7 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(const Options& o
     return absl::InternalError(absl::StrCat("rank process: fork failed: ", strerror(errno)));
   }
   if (pid == 0) {
-    // Child. Own process group, so Stop() reaches grandchildren too.
+    // Child. Own process group, so Terminate and Kill reach grandchildren too.
     setpgid(0, 0);
     // Die with the daemon; and if it already died between fork and here, go now.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -89,7 +89,7 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(const Options& o
   }
   close(log_fd);
   (*log)->Start(pipe_fds[0]);
-  // Also set the group from the parent side: whichever runs first, the group exists before Stop.
+  // Also set the group from the parent side: whichever runs first, the group exists before a stop.
   setpgid(pid, pid);
   return std::unique_ptr<RankProcess>(new RankProcess(pid, *std::move(log)));
 }
@@ -122,17 +122,6 @@ std::optional<int> RankProcess::WaitFor(absl::Duration timeout) {
     if (absl::Now() >= deadline) return std::nullopt;
     absl::SleepFor(absl::Milliseconds(20));
   }
-}
-
-int RankProcess::Stop(absl::Duration grace) {
-  if (auto code = Poll(); code.has_value()) return *code;
-  Terminate();
-  if (auto code = WaitFor(grace); code.has_value()) return *code;
-  Kill();
-  int wstatus = 0;
-  waitpid(pid_, &wstatus, 0);
-  exit_code_ = ExitCodeFromWaitStatus(wstatus);
-  return *exit_code_;
 }
 
 void RankProcess::Terminate() {

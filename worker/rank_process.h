@@ -58,11 +58,8 @@ class RankProcess {
   // Blocks until the process ends or `timeout` passes; returns the exit code or nullopt.
   std::optional<int> WaitFor(absl::Duration timeout);
 
-  // SIGTERM to the process group, then SIGKILL after `grace` if it is still running. Returns the
-  // exit code. Blocks up to `grace`; the daemon uses Terminate and Kill instead (it must not
-  // wait on one rank while others are to be stopped).
-  int Stop(absl::Duration grace);
-
+  // A stop is Terminate, then Kill once the grace period has passed (the daemon's stop thread,
+  // worker_daemon.h): neither waits, so no rank's grace period holds up another's.
   // SIGTERM to the process group; returns at once. Nothing once the process was reaped (its pid
   // may belong to another process by then).
   void Terminate();

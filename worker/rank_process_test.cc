@@ -35,6 +35,15 @@ TEST(RankProcess, ExitCodeEnvAndLogAreReported) {
   EXPECT_EQ(DescribeExit(3), "exited with code 3");
 }
 
+// A stop as the daemon's stop thread does it: SIGTERM, and SIGKILL once `grace` has passed;
+// returns the exit code once the process is reaped.
+int StopAsTheDaemonDoes(RankProcess& p, absl::Duration grace) {
+  p.Terminate();
+  if (std::optional<int> code = p.WaitFor(grace)) return *code;
+  p.Kill();
+  return p.WaitFor(absl::Seconds(10)).value_or(0);
+}
+
 TEST(RankProcess, StopSendsTermThenKillAfterGrace) {
   RankProcess::Options o;
   // Ignores SIGTERM, so only the SIGKILL after the grace period ends it.
@@ -43,13 +52,13 @@ TEST(RankProcess, StopSendsTermThenKillAfterGrace) {
   auto p = RankProcess::Start(o);
   ASSERT_TRUE(p.ok()) << p.status();
   absl::SleepFor(absl::Milliseconds(200));
-  const int code = (*p)->Stop(absl::Milliseconds(300));
+  const int code = StopAsTheDaemonDoes(**p, absl::Milliseconds(300));
   EXPECT_EQ(code, -SIGKILL);
   EXPECT_EQ(DescribeExit(code), "killed by SIGKILL");
 }
 
 // A rank frozen with SIGSTOP (a stalled collective in the failure scenarios) keeps its SIGTERM
-// pending; the SIGKILL after the grace period ends it, and Stop reaps it (no zombie left).
+// pending; the SIGKILL after the grace period ends it, and it is reaped (no zombie left).
 TEST(RankProcess, StopKillsAndReapsAStoppedProcess) {
   RankProcess::Options o;
   o.argv = {"/bin/sh", "-c", "while true; do sleep 0.05; done"};
@@ -61,7 +70,7 @@ TEST(RankProcess, StopKillsAndReapsAStoppedProcess) {
   // Poll never mistakes a stopped process for an ended one.
   absl::SleepFor(absl::Milliseconds(100));
   EXPECT_FALSE((*p)->Poll().has_value());
-  const int code = (*p)->Stop(absl::Milliseconds(300));
+  const int code = StopAsTheDaemonDoes(**p, absl::Milliseconds(300));
   EXPECT_EQ(code, -SIGKILL);
   // Reaped: the pid no longer exists at all (a zombie would still answer kill(pid, 0)).
   EXPECT_FALSE(Alive(pid));
@@ -82,7 +91,7 @@ TEST(RankProcess, StopReachesGrandchildren) {
     in >> grandchild;
   }
   ASSERT_GT(grandchild, 0);
-  (*p)->Stop(absl::Seconds(2));
+  StopAsTheDaemonDoes(**p, absl::Seconds(2));
   absl::SleepFor(absl::Milliseconds(100));
   EXPECT_FALSE(Alive(grandchild));
 }
