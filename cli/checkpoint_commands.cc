@@ -16,7 +16,7 @@ namespace shardline::cli {
 
 namespace fs = std::filesystem;
 
-absl::StatusOr<CheckpointInfo> CommittedCheckpoint(coordinator::CoordinatorClient& client,
+absl::StatusOr<CheckpointInfo> CommittedCheckpoint(client::CoordinatorClient& client,
                                                    const std::string& job_id, int64_t step) {
   auto cps = client.ListCheckpoints(job_id);
   if (!cps.ok()) return cps.status();

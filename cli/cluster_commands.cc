@@ -13,7 +13,7 @@
 
 namespace shardline::cli {
 
-using coordinator::CoordinatorClient;
+using client::CoordinatorClient;
 
 int CmdCluster(Session& session, const Args& args) {
   if (args.size() < 3) return session.UsageError("usage: shardctl cluster up|down");
@@ -39,7 +39,7 @@ int CmdCluster(Session& session, const Args& args) {
   auto info = StartLocalCluster(o);
   if (!info.ok()) return session.Fail(info.status());
   // Wait until every worker registered, so a submit right after `cluster up` can be placed.
-  auto client = CoordinatorClient::Create(info->coordinator_address, info->token);
+  auto client = client::CoordinatorClient::Create(info->coordinator_address, info->token);
   if (!client.ok()) return session.Fail(client.status());
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   size_t alive = 0;

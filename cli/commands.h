@@ -19,7 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "cli/session.h"
-#include "coordinator/client.h"
+#include "client/client.h"
 
 namespace shardline::cli {
 
@@ -38,7 +38,7 @@ int CmdWatch(Session& session, const Args& args);
 // Follows `job_id` until it ends: kOk when it SUCCEEDED, kJobFailed otherwise. On a terminal one
 // line redrawn in place, otherwise a line per change of step or state; --json: one JSON object
 // per update.
-int WatchJob(Session& session, coordinator::CoordinatorClient& client, const std::string& job_id);
+int WatchJob(Session& session, client::CoordinatorClient& client, const std::string& job_id);
 
 int CmdLogs(Session& session, const Args& args);
 int CmdMetrics(Session& session, const Args& args);
@@ -46,7 +46,7 @@ int CmdMetrics(Session& session, const Args& args);
 int CmdCheckpoints(Session& session, const Args& args);
 // The committed checkpoint of `job_id` at `step`, or its newest with step -1. NOT_FOUND naming the
 // job (and step) when there is none.
-absl::StatusOr<CheckpointInfo> CommittedCheckpoint(coordinator::CoordinatorClient& client,
+absl::StatusOr<CheckpointInfo> CommittedCheckpoint(client::CoordinatorClient& client,
                                                    const std::string& job_id, int64_t step);
 int CmdExport(Session& session, const Args& args);
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "coordinator/client_tls.h"
+#include "client/client_tls.h"
 
 namespace shardline::cli {
 
@@ -19,7 +19,7 @@ struct ConnectionOptions {
   std::string coordinator;                     // --coordinator, host:port
   std::string token;                           // --token
   std::string token_file;                      // --token_file
-  coordinator::ClientTlsFiles tls;             // --tls_ca, --tls_cert, --tls_key, --insecure
+  client::ClientTlsFiles tls;                  // --tls_ca, --tls_cert, --tls_key, --insecure
   std::string config;                          // --config (empty: ~/.shardline/config)
   std::string state_dir = ".cluster";          // --state_dir, the local cluster's
   absl::Duration timeout = absl::Seconds(10);  // --timeout_s, each call's deadline

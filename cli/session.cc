@@ -4,23 +4,23 @@
 
 #include "cli/exit_codes.h"
 #include "cli/target.h"
+#include "client/client_tls.h"
 #include "common/status_macros.h"
-#include "coordinator/client_tls.h"
 
 namespace shardline::cli {
 
-using coordinator::CoordinatorClient;
+using client::CoordinatorClient;
 
-absl::StatusOr<std::unique_ptr<CoordinatorClient>> Session::Connect() {
+absl::StatusOr<std::unique_ptr<client::CoordinatorClient>> Session::Connect() {
   auto target = ResolveTarget(options_.connection);
   if (!target.ok()) return target.status();
-  CoordinatorClient::Options o;
+  client::CoordinatorClient::Options o;
   o.address = target->address;
   o.token = target->token;
   o.timeout = options_.connection.timeout;
-  RETURN_IF_ERROR(coordinator::LoadClientTls(target->tls, coordinator::kClientTlsFlags, &o));
+  RETURN_IF_ERROR(client::LoadClientTls(target->tls, client::kClientTlsFlags, &o));
   tls_ = !o.tls_root_certs.empty();
-  return CoordinatorClient::Create(o);
+  return client::CoordinatorClient::Create(o);
 }
 
 int Session::Fail(const absl::Status& s) const {

@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cli/options.h"
-#include "coordinator/client.h"
+#include "client/client.h"
 
 namespace shardline::cli {
 
@@ -22,8 +22,8 @@ class Session {
   const ShardctlOptions& options() const { return options_; }
 
   // A client for the coordinator that ResolveTarget (target.h) names, with the TLS settings it
-  // found. Errors: ResolveTarget's, LoadClientTls's, CoordinatorClient::Create's.
-  absl::StatusOr<std::unique_ptr<coordinator::CoordinatorClient>> Connect();
+  // found. Errors: ResolveTarget's, client::LoadClientTls's, client::CoordinatorClient::Create's.
+  absl::StatusOr<std::unique_ptr<client::CoordinatorClient>> Connect();
 
   // Prints "shardctl: <message>" (with hints when the coordinator is unavailable) and returns
   // the exit code of `s` (ExitFor).

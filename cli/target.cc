@@ -42,7 +42,7 @@ absl::StatusOr<Target> ResolveTarget(const ConnectionOptions& options) {
   }
   if (std::ifstream in(config); in) {
     std::string line, address, token;
-    coordinator::ClientTlsFiles tls;
+    client::ClientTlsFiles tls;
     while (std::getline(in, line)) {
       absl::string_view v = line;
       auto value = [&v] { return std::string(absl::StripAsciiWhitespace(v)); };

@@ -15,14 +15,14 @@
 
 #include "absl/status/statusor.h"
 #include "cli/options.h"
-#include "coordinator/client_tls.h"
+#include "client/client_tls.h"
 
 namespace shardline::cli {
 
 struct Target {
   std::string address;
   std::string token;
-  coordinator::ClientTlsFiles tls;
+  client::ClientTlsFiles tls;
 };
 
 // The first source above that names each setting wins. Errors: INVALID_ARGUMENT for both

@@ -12,10 +12,10 @@
 namespace shardline::cli {
 namespace {
 
-using coordinator::CoordinatorClient;
+using client::CoordinatorClient;
 
 // watch --json: the job's status as one JSON line per update, until it ends.
-int WatchJson(Session& session, CoordinatorClient& client, const std::string& job_id) {
+int WatchJson(Session& session, client::CoordinatorClient& client, const std::string& job_id) {
   JobState last = JOB_STATE_UNSPECIFIED;
   const absl::Status s = client.WatchJob(job_id, [&](const JobStatus& st) {
     std::cout << ToJsonLine(st) << "\n" << std::flush;
@@ -28,7 +28,7 @@ int WatchJson(Session& session, CoordinatorClient& client, const std::string& jo
 
 }  // namespace
 
-int WatchJob(Session& session, CoordinatorClient& client, const std::string& job_id) {
+int WatchJob(Session& session, client::CoordinatorClient& client, const std::string& job_id) {
   if (session.options().json) return WatchJson(session, client, job_id);
   const bool tty = isatty(STDOUT_FILENO);
   JobStatus last;

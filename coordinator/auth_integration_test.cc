@@ -18,7 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "coordinator/client.h"
+#include "client/client.h"
 #include "coordinator/testing/coordinator_process.h"
 #include "coordinator/testing/test_jobs.h"
 #include "gtest/gtest.h"
@@ -49,8 +49,8 @@ class FakeDaemon {
  public:
   FakeDaemon(const std::string& address, const RegisterWorkerResponse& reg)
       : worker_id_(reg.worker_id()),
-        hb_client_(*CoordinatorClient::Create(address, kJoinToken)),
-        stream_client_(*CoordinatorClient::Create(address, kJoinToken)) {
+        hb_client_(*client::CoordinatorClient::Create(address, kJoinToken)),
+        stream_client_(*client::CoordinatorClient::Create(address, kJoinToken)) {
     hb_client_->SetWorkerCredential(reg.worker_credential());
     stream_client_->SetWorkerCredential(reg.worker_credential());
     heartbeat_ = std::thread([this] {
@@ -121,8 +121,8 @@ class FakeDaemon {
 
  private:
   const std::string worker_id_;
-  std::unique_ptr<CoordinatorClient> hb_client_;
-  std::unique_ptr<CoordinatorClient> stream_client_;
+  std::unique_ptr<client::CoordinatorClient> hb_client_;
+  std::unique_ptr<client::CoordinatorClient> stream_client_;
   std::atomic<bool> stop_{false};
   absl::Mutex mu_;
   std::vector<Assignment> got_ ABSL_GUARDED_BY(mu_);
@@ -165,11 +165,12 @@ class AuthIntegrationTest : public ::testing::Test {
     daemon_.reset();
     proc_.reset();
   }
-  std::unique_ptr<CoordinatorClient> Client(const std::string& token) {
-    return *CoordinatorClient::Create(proc_->address(), token);
+  std::unique_ptr<client::CoordinatorClient> Client(const std::string& token) {
+    return *client::CoordinatorClient::Create(proc_->address(), token);
   }
   // Submits `spec` as `user` and returns the job id and the START of its first attempt.
-  std::pair<std::string, Assignment> StartJob(CoordinatorClient* user, const JobSpec& spec) {
+  std::pair<std::string, Assignment> StartJob(client::CoordinatorClient* user,
+                                              const JobSpec& spec) {
     auto id = user->SubmitJob(spec);
     EXPECT_TRUE(id.ok()) << id.status();
     if (!id.ok()) return {};
@@ -223,7 +224,7 @@ class AuthIntegrationTest : public ::testing::Test {
 
   std::string users_file_;
   std::unique_ptr<CoordinatorProcess> proc_;
-  std::unique_ptr<CoordinatorClient> alice_, bob_, root_, join_;
+  std::unique_ptr<client::CoordinatorClient> alice_, bob_, root_, join_;
   RegisterWorkerResponse reg_a_;
   std::unique_ptr<FakeDaemon> daemon_;
 };
@@ -362,8 +363,8 @@ TEST_F(AuthIntegrationTest, AttemptCredentialMayOnlyReportAndRendezvous) {
   ExpectServing();
 }
 
-// StepVote over raw gRPC (the trainer's client is CoordinatorClient::StepVote): the bearer must
-// be the attempt credential of the job and attempt voted for.
+// StepVote over raw gRPC (the trainer's client is client::CoordinatorClient::StepVote): the bearer
+// must be the attempt credential of the job and attempt voted for.
 TEST_F(AuthIntegrationTest, StepVoteNeedsTheAttemptCredentialOfItsAttempt) {
   auto [a, start_a] = StartJob(alice_.get(), TestJobSpec("vote-a"));
   auto [b, start_b] = StartJob(bob_.get(), TestJobSpec("vote-b"));

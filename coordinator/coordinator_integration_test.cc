@@ -23,7 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 
-#include "coordinator/client.h"
+#include "client/client.h"
 #include "coordinator/testing/coordinator_process.h"
 #include "coordinator/testing/http_get.h"
 #include "coordinator/testing/test_jobs.h"
@@ -41,7 +41,8 @@ constexpr char kWorkerToken[] = "worker-join-token";
 // Heartbeats for one worker from a thread, with the rank statuses the test sets.
 class Heartbeater {
  public:
-  Heartbeater(CoordinatorClient* client, std::string worker_id, std::vector<RankStatus> ranks = {})
+  Heartbeater(client::CoordinatorClient* client, std::string worker_id,
+              std::vector<RankStatus> ranks = {})
       : client_(client),
         worker_id_(std::move(worker_id)),
         ranks_(std::move(ranks)),
@@ -69,7 +70,7 @@ class Heartbeater {
       absl::SleepFor(absl::Milliseconds(100));
     }
   }
-  CoordinatorClient* client_;
+  client::CoordinatorClient* client_;
   const std::string worker_id_;
   std::atomic<bool> stop_{false};
   absl::Mutex mu_;
@@ -115,7 +116,7 @@ RankStatus Exited(const std::string& job, int attempt, int rank, int code) {
 // Collects assignments of one worker from a background stream.
 class AssignmentCollector {
  public:
-  AssignmentCollector(CoordinatorClient* client, std::string worker_id)
+  AssignmentCollector(client::CoordinatorClient* client, std::string worker_id)
       : thread_([this, client, worker_id] {
           status_ = client->StreamAssignments(worker_id, [this](const Assignment& a) {
             absl::MutexLock lock(&mu_);
@@ -211,8 +212,8 @@ class CoordinatorIntegrationTest : public ::testing::Test {
     auto p = CoordinatorProcess::Start(o);
     ASSERT_TRUE(p.ok()) << p.status();
     proc_ = std::move(*p);
-    user_ = *CoordinatorClient::Create(proc_->address(), kUserToken);
-    worker_ = *CoordinatorClient::Create(proc_->address(), kWorkerToken);
+    user_ = *client::CoordinatorClient::Create(proc_->address(), kUserToken);
+    worker_ = *client::CoordinatorClient::Create(proc_->address(), kWorkerToken);
     ASSERT_TRUE(user_->WaitForReady(absl::Seconds(10)).ok());
   }
   // Polls GetJob until `pred` holds or 20 s pass.
@@ -256,8 +257,8 @@ class CoordinatorIntegrationTest : public ::testing::Test {
 
   std::string state_dir_;
   std::unique_ptr<CoordinatorProcess> proc_;
-  std::unique_ptr<CoordinatorClient> user_;
-  std::unique_ptr<CoordinatorClient> worker_;
+  std::unique_ptr<client::CoordinatorClient> user_;
+  std::unique_ptr<client::CoordinatorClient> worker_;
 };
 
 TEST_F(CoordinatorIntegrationTest, RegisterSubmitStreamAssignmentsAndWatchToSuccess) {
@@ -391,7 +392,7 @@ TEST_F(CoordinatorIntegrationTest, SigkillAndRestartKeepsJobsEventsAndCheckpoint
   // The attempt's credential, from its START on a stream of a client of its own.
   std::string credential;
   {
-    auto streamer = *CoordinatorClient::Create(proc_->address(), kWorkerToken);
+    auto streamer = *client::CoordinatorClient::Create(proc_->address(), kWorkerToken);
     streamer->SetWorkerCredential(reg->worker_credential());
     AssignmentCollector stream(streamer.get(), reg->worker_id());
     const std::vector<Assignment> starts = stream.WaitFor(1);
@@ -415,7 +416,7 @@ TEST_F(CoordinatorIntegrationTest, SigkillAndRestartKeepsJobsEventsAndCheckpoint
   EXPECT_TRUE(WIFSIGNALED(*status));
   hb->Stop();
   StartCoordinator();  // same state_dir, new port
-  worker_ = *CoordinatorClient::Create(proc_->address(), kWorkerToken);
+  worker_ = *client::CoordinatorClient::Create(proc_->address(), kWorkerToken);
   // The worker's credential survived the restart (only its digest is stored).
   worker_->SetWorkerCredential(reg->worker_credential());
   HeartbeatRequest probe;
@@ -462,9 +463,9 @@ TEST_F(CoordinatorIntegrationTest, SigkillAndRestartKeepsJobsEventsAndCheckpoint
 }
 
 TEST_F(CoordinatorIntegrationTest, MissingAndWrongTokensAreRefusedAndChangeNothing) {
-  auto anonymous = *CoordinatorClient::Create(proc_->address(), "");
-  auto wrong = *CoordinatorClient::Create(proc_->address(), "not-the-token");
-  for (CoordinatorClient* c : {anonymous.get(), wrong.get(), worker_.get()}) {
+  auto anonymous = *client::CoordinatorClient::Create(proc_->address(), "");
+  auto wrong = *client::CoordinatorClient::Create(proc_->address(), "not-the-token");
+  for (client::CoordinatorClient* c : {anonymous.get(), wrong.get(), worker_.get()}) {
     auto sub = c->SubmitJob(TestJobSpec("intruder", 1));
     EXPECT_EQ(sub.status().code(), absl::StatusCode::kUnauthenticated) << sub.status();
     EXPECT_EQ(c->ListJobs().status().code(), absl::StatusCode::kUnauthenticated);
@@ -478,7 +479,7 @@ TEST_F(CoordinatorIntegrationTest, MissingAndWrongTokensAreRefusedAndChangeNothi
             absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(wrong->RendezvousGet("job-1/1", "s", {"k"}, absl::Seconds(1)).status().code(),
             absl::StatusCode::kUnauthenticated);
-  for (CoordinatorClient* c : {anonymous.get(), wrong.get(), user_.get()}) {
+  for (client::CoordinatorClient* c : {anonymous.get(), wrong.get(), user_.get()}) {
     auto reg = c->RegisterWorker(TestWorkerRequest("rogue", 4));
     EXPECT_EQ(reg.status().code(), absl::StatusCode::kUnauthenticated) << reg.status();
   }
@@ -529,8 +530,8 @@ TEST_F(CoordinatorIntegrationTest, RendezvousKvStoreOverGrpc) {
   auto got = stream.WaitFor(1);
   ASSERT_EQ(got.size(), 1u);
   // A trainer's client: the attempt credential is its token.
-  std::shared_ptr<CoordinatorClient> shared =
-      *CoordinatorClient::Create(proc_->address(), got[0].rendezvous_secret());
+  std::shared_ptr<client::CoordinatorClient> shared =
+      *client::CoordinatorClient::Create(proc_->address(), got[0].rendezvous_secret());
   trainer::RendezvousKvStore kv(shared, got[0].rendezvous_namespace(), got[0].rendezvous_secret());
   std::thread late([&] {
     absl::SleepFor(absl::Milliseconds(200));
@@ -553,7 +554,8 @@ TEST_F(CoordinatorIntegrationTest, RendezvousKvStoreOverGrpc) {
 
 TEST(RendezvousKvStore, SetRetriesUnavailableWithinItsBound) {
   // Nothing listens there: every call is UNAVAILABLE, as while the coordinator restarts.
-  std::shared_ptr<CoordinatorClient> client = *CoordinatorClient::Create("127.0.0.1:1", "token");
+  std::shared_ptr<client::CoordinatorClient> client =
+      *client::CoordinatorClient::Create("127.0.0.1:1", "token");
   trainer::RendezvousKvStore kv(client, "job-1/1", "secret", absl::Milliseconds(700));
   const absl::Time start = absl::Now();
   const absl::Status s = kv.Set("rank0/addr", "10.0.0.1:1234");
@@ -600,7 +602,7 @@ TEST_F(CoordinatorIntegrationTest, WaitingRendezvousGetsAndStreamsHoldNoThreads)
   EXPECT_LT(threads_waiting - threads_before, 20)
       << "before " << threads_before << ", with " << kWaiters << " waiting calls "
       << threads_waiting;
-  ASSERT_TRUE(CoordinatorClient::Create(proc_->address(), secret)
+  ASSERT_TRUE(client::CoordinatorClient::Create(proc_->address(), secret)
                   .value()
                   ->RendezvousSet(ns, secret, "ready", "go")
                   .ok());
@@ -675,7 +677,7 @@ TEST_F(CoordinatorIntegrationTest, PrometheusMetricsCountJobsWorkersAndRpcs) {
   Heartbeater hb(worker_.get(), reg->worker_id());
   ASSERT_TRUE(user_->SubmitJob(TestJobSpec("m1", 1)).ok());
   ASSERT_TRUE(user_->SubmitJob(TestJobSpec("m2", 1)).ok());
-  auto anonymous = *CoordinatorClient::Create(proc_->address(), "");
+  auto anonymous = *client::CoordinatorClient::Create(proc_->address(), "");
   (void)anonymous->ListJobs();
   absl::SleepFor(absl::Milliseconds(300));
   const std::string text = HttpGet(proc_->metrics_address(), "/metrics");

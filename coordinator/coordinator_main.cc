@@ -21,8 +21,8 @@
 #include "common/logging.h"
 #include "common/secret_file.h"
 #include "common/status_macros.h"
+#include "coordinator/auth/user_table.h"
 #include "coordinator/server.h"
-#include "coordinator/user_table.h"
 #include "spec/path_policy.h"
 #include "spec/validate.h"
 

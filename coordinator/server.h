@@ -30,13 +30,13 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "coordinator/clock.h"
-#include "coordinator/coordinator_core.h"
+#include "common/clock.h"
+#include "coordinator/auth/user_table.h"
+#include "coordinator/core/coordinator_core.h"
 #include "coordinator/dashboard/dashboard_server.h"
-#include "coordinator/metrics.h"
-#include "coordinator/metrics_http_server.h"
+#include "coordinator/http/metrics.h"
+#include "coordinator/http/metrics_http_server.h"
 #include "coordinator/service.h"
-#include "coordinator/user_table.h"
 
 namespace shardline::coordinator {
 

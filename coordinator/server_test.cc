@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "coordinator/client.h"
+#include "client/client.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "gtest/gtest.h"
 
@@ -62,7 +62,7 @@ TEST(CoordinatorServer, RequestOverMaxReceiveMessageSizeIsResourceExhausted) {
   o.grpc_max_receive_message_bytes = 64 << 10;
   auto server = CoordinatorServer::Create(o);
   ASSERT_TRUE(server.ok()) << server.status();
-  auto client = *CoordinatorClient::Create((*server)->address(), "");
+  auto client = *client::CoordinatorClient::Create((*server)->address(), "");
   JobSpec big = SmallSpec();
   big.mutable_data()->set_path(std::string(100 << 10, 'p'));
   auto refused = client->SubmitJob(big);
@@ -79,7 +79,7 @@ TEST(CoordinatorServer, ClientListsEveryJobPageByPage) {
   o.max_list_page_size = 7;  // the default page is 7 jobs: 30 take 5 pages
   auto server = CoordinatorServer::Create(o);
   ASSERT_TRUE(server.ok()) << server.status();
-  auto client = *CoordinatorClient::Create((*server)->address(), "");
+  auto client = *client::CoordinatorClient::Create((*server)->address(), "");
   std::vector<std::string> ids;
   for (int i = 0; i < 30; ++i) {
     auto job = client->SubmitJob(SmallSpec());
@@ -97,7 +97,7 @@ TEST(CoordinatorServer, ClientListsEveryJobPageByPage) {
 TEST(CoordinatorServer, SpecWithUnknownFieldsIsRefusedAtSubmit) {
   auto server = CoordinatorServer::Create(ServerOptions());
   ASSERT_TRUE(server.ok()) << server.status();
-  auto client = *CoordinatorClient::Create((*server)->address(), "");
+  auto client = *client::CoordinatorClient::Create((*server)->address(), "");
   JobSpec spec = SmallSpec();
   spec.mutable_train()
       ->GetReflection()
@@ -194,7 +194,8 @@ TEST(CoordinatorClient, ToleratesASlowHandshake) {
   const int port = std::stoi(address.substr(address.rfind(':') + 1));
   {
     SlowHandshakeProxy proxy(port, absl::Milliseconds(600));
-    auto client = *CoordinatorClient::Create("127.0.0.1:" + std::to_string(proxy.port()), "");
+    auto client =
+        *client::CoordinatorClient::Create("127.0.0.1:" + std::to_string(proxy.port()), "");
     auto jobs = client->ListJobs();
     EXPECT_TRUE(jobs.ok()) << jobs.status();
   }
@@ -206,7 +207,7 @@ TEST(CoordinatorServer, ServesInProcessAndShutsDownWithAnOpenWatch) {
   o.user_token = "t";
   auto server = CoordinatorServer::Create(o);
   ASSERT_TRUE(server.ok()) << server.status();
-  auto client = *CoordinatorClient::Create((*server)->address(), "t");
+  auto client = *client::CoordinatorClient::Create((*server)->address(), "t");
   JobSpec spec;
   spec.set_name("x");
   spec.set_world_size(2);

@@ -7,8 +7,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
-#include "coordinator/job_state_machine.h"
-#include "coordinator/rendezvous_store.h"
+#include "coordinator/core/job_state_machine.h"
+#include "coordinator/rendezvous/rendezvous_store.h"
 #include "coordinator/stream_hub.h"
 #include "spec/job_spec.h"
 

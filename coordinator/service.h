@@ -43,8 +43,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/time/time.h"
-#include "coordinator/coordinator_core.h"
-#include "coordinator/user_table.h"
+#include "coordinator/auth/user_table.h"
+#include "coordinator/core/coordinator_core.h"
 #include "proto/coordinator.grpc.pb.h"
 
 namespace shardline::coordinator {

@@ -8,6 +8,7 @@
 #include "absl/strings/strip.h"
 #include "common/constant_time.h"
 #include "common/grpc_status.h"
+#include "coordinator/auth/access_policy.h"
 #include "coordinator/service.h"
 
 namespace shardline::coordinator {
@@ -163,36 +164,18 @@ grpc::Status CoordinatorService::CheckNamespaceFor(const AttemptIdentity& caller
 
 grpc::Status CoordinatorService::CheckCheckpointSources(const User& user,
                                                         const JobSpec& spec) const {
-  if (user.admin) return grpc::Status::OK;
   const std::string& from = spec.checkpoint().resume_from();
   if (!from.empty()) {
     const CoordinatorCore::CheckpointOwner who = core_->OwnerOfCheckpointPath(from, true);
-    if (who.job_id.empty()) {
-      return grpc::Status(
-          grpc::StatusCode::PERMISSION_DENIED,
-          absl::StrCat("checkpoint.resume_from: ", from,
-                       " is not a committed checkpoint of any job the coordinator knows "
-                       "(`shardctl checkpoints JOB` lists them); only an admin may continue a "
-                       "checkpoint it has no record of"));
-    }
-    if (who.owner != user.name) {
-      return grpc::Status(
-          grpc::StatusCode::PERMISSION_DENIED,
-          absl::StrCat("checkpoint.resume_from: ", from, " is a checkpoint of job ", who.job_id,
-                       ", owned by ", who.owner.empty() ? "nobody recorded" : who.owner,
-                       "; only its owner or an admin may continue it"));
+    if (absl::Status s = CheckResumeFrom(user, from, {who.job_id, who.owner}); !s.ok()) {
+      return ToGrpcStatus(s);
     }
   }
   const std::string& init = spec.checkpoint().init_from_safetensors();
   if (!init.empty()) {
     const CoordinatorCore::CheckpointOwner who = core_->OwnerOfCheckpointPath(init, false);
-    if (!who.job_id.empty() && who.owner != user.name) {
-      return grpc::Status(
-          grpc::StatusCode::PERMISSION_DENIED,
-          absl::StrCat("checkpoint.init_from_safetensors: ", init,
-                       " is in the checkpoint directory of job ", who.job_id, ", owned by ",
-                       who.owner.empty() ? "nobody recorded" : who.owner,
-                       "; only its owner or an admin may start from it"));
+    if (absl::Status s = CheckInitFrom(user, init, {who.job_id, who.owner}); !s.ok()) {
+      return ToGrpcStatus(s);
     }
   }
   return grpc::Status::OK;
@@ -200,14 +183,14 @@ grpc::Status CoordinatorService::CheckCheckpointSources(const User& user,
 
 grpc::Status CoordinatorService::CheckOwner(const User& user, const std::string& job_id,
                                             const char* action) const {
-  if (user.admin) return grpc::Status::OK;
-  auto st = core_->GetJob(job_id);
-  if (!st.ok()) return ToGrpcStatus(st.status());
-  if (st->owner() == user.name) return grpc::Status::OK;
-  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                      absl::StrCat("job ", job_id, " is owned by ",
-                                   st->owner().empty() ? "nobody recorded" : st->owner(),
-                                   "; only its owner or an admin may ", action));
+  return ToGrpcStatus(CheckJobAccess(
+      user, job_id,
+      [&]() -> absl::StatusOr<std::string> {
+        absl::StatusOr<JobStatus> st = core_->GetJob(job_id);
+        if (!st.ok()) return st.status();
+        return st->owner();
+      },
+      action));
 }
 
 grpc::Status CoordinatorService::CheckNode(const grpc::ServerContextBase* ctx,

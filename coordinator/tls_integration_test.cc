@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/client.h"
+#include "client/client.h"
 #include "coordinator/testing/coordinator_process.h"
 #include "gtest/gtest.h"
 
@@ -66,9 +66,9 @@ class TlsTest : public ::testing::Test {
     ASSERT_TRUE(p.ok()) << p.status();
     proc_ = std::move(*p);
   }
-  std::unique_ptr<CoordinatorClient> Client(const std::string& token, bool tls,
-                                            const std::string& cert = "") {
-    CoordinatorClient::Options o;
+  std::unique_ptr<client::CoordinatorClient> Client(const std::string& token, bool tls,
+                                                    const std::string& cert = "") {
+    client::CoordinatorClient::Options o;
     o.address = proc_->address();
     o.token = token;
     o.timeout = absl::Seconds(5);
@@ -77,7 +77,7 @@ class TlsTest : public ::testing::Test {
       o.tls_cert_chain = Read(absl::StrCat(Dir(), "/", cert, ".pem"));
       o.tls_private_key = Read(absl::StrCat(Dir(), "/", cert, ".key"));
     }
-    return *CoordinatorClient::Create(o);
+    return *client::CoordinatorClient::Create(o);
   }
   static RegisterWorkerRequest Req() {
     RegisterWorkerRequest r;

@@ -16,9 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
-#include "coordinator/coordinator_core.h"
-#include "coordinator/rendezvous_store.h"
-#include "coordinator/testing/fake_clock.h"
+#include "common/testing/fake_clock.h"
+#include "coordinator/core/coordinator_core.h"
+#include "coordinator/rendezvous/rendezvous_store.h"
 #include "fuzz/fuzz_check.h"
 #include "fuzz/rendezvous_fuzz.pb.h"
 #include "google/protobuf/stubs/logging.h"
@@ -43,7 +43,7 @@ struct Attempt {
 };
 
 // A core with one worker (one CPU slot) running a one-rank job: its attempt's namespace is open.
-Attempt StartAttempt(const shardline::coordinator::Clock* clock) {
+Attempt StartAttempt(const shardline::Clock* clock) {
   shardline::coordinator::CoreOptions o;
   o.clock = clock;
   auto core = CoordinatorCore::Create(o);
@@ -196,10 +196,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!input.ParseFromArray(data, static_cast<int>(size))) return 0;
   if (input.ops_size() > kMaxOps) return 0;
 
-  static shardline::coordinator::FakeClock* clock = [] {
+  static shardline::FakeClock* clock = [] {
     shardline::SetMinLogLevel(shardline::LogLevel::WARNING);  // Job start-up lines, per input.
     google::protobuf::SetLogHandler(nullptr);  // "invalid UTF-8" for every mutated string.
-    return new shardline::coordinator::FakeClock();
+    return new shardline::FakeClock();
   }();
   Attempt attempt = StartAttempt(clock);
   RendezvousStore::Limits limits;

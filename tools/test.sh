@@ -41,6 +41,7 @@ bazel query "$query" 2>/dev/null > /tmp/shardline_tests_$$.txt
 if ((whole_tree)); then
   echo "== dependency rule (tools/check_deps.sh)"
   bash tools/check_deps.sh | tee /tmp/shardline_deps_$$.txt
+  bash tools/check_deps.sh --selftest | tee -a /tmp/shardline_deps_$$.txt
 fi
 
 python3 - /tmp/shardline_tests_$$.txt "$(bazel info bazel-testlogs 2>/dev/null)" \

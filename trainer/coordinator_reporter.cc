@@ -2,10 +2,10 @@
 
 #include <memory>
 
+#include "client/client.h"
+#include "client/client_tls.h"
 #include "common/logging.h"
 #include "common/retry.h"
-#include "coordinator/client.h"
-#include "coordinator/client_tls.h"
 #include "proto/coordinator.pb.h"
 
 namespace shardline::trainer {
@@ -30,9 +30,9 @@ CheckpointReport ReportOf(const CoordinatorReporterOptions& o, const checkpoint:
 absl::StatusOr<CoordinatorReporter> MakeCoordinatorReporter(
     const CoordinatorReporterOptions& options) {
   // TLS as the worker daemon says (SHARDLINE_TLS_CA, SHARDLINE_INSECURE).
-  auto client = coordinator::ClientFromEnv(options.address, options.token);
+  auto client = client::ClientFromEnv(options.address, options.token);
   if (!client.ok()) return client.status();
-  std::shared_ptr<coordinator::CoordinatorClient> shared(std::move(*client));
+  std::shared_ptr<client::CoordinatorClient> shared(std::move(*client));
   CoordinatorReporter out;
   out.on_saved = [shared, options](const checkpoint::SaveEvent& e) {
     absl::Status s = shared->ReportCheckpoint(ReportOf(options, e));

@@ -1,5 +1,5 @@
-// Reports a trainer's checkpoints to the coordinator (CoordinatorClient::ReportCheckpoint): the
-// writers' data files (best effort), rank 0's commits (one attempt each; the Checkpointer's
+// Reports a trainer's checkpoints to the coordinator (client::CoordinatorClient::ReportCheckpoint):
+// the writers' data files (best effort), rank 0's commits (one attempt each; the Checkpointer's
 // CommitReporter retries them until acknowledged and only then applies retention), and a
 // resume that fell back from the coordinator's step to another committed one (an event on the
 // job). Torch-free (the coordinator's protos and LibTorch's bundled protobuf headers do not mix
@@ -43,9 +43,9 @@ struct CoordinatorReporter {
       report_fallback;
 };
 
-// The client's TLS comes from the environment (coordinator/client_tls.h ClientOptionsFromEnv).
-// Errors: the client's creation errors (a TLS file that cannot be read, a clear-text token off
-// loopback).
+// The client's TLS comes from the environment (coordinator/client_tls.h
+// client::ClientOptionsFromEnv). Errors: the client's creation errors (a TLS file that cannot be
+// read, a clear-text token off loopback).
 absl::StatusOr<CoordinatorReporter> MakeCoordinatorReporter(
     const CoordinatorReporterOptions& options);
 

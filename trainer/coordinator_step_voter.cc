@@ -4,10 +4,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "client/client_tls.h"
 #include "common/logging.h"
 #include "common/retry.h"
-#include "coordinator/client.h"
-#include "coordinator/client_tls.h"
 #include "proto/coordinator.pb.h"
 
 namespace shardline::trainer {
@@ -16,7 +16,7 @@ namespace {
 class CoordinatorStepVoter : public StepVoter {
  public:
   CoordinatorStepVoter(const CoordinatorStepVoterOptions& options,
-                       std::unique_ptr<coordinator::CoordinatorClient> client)
+                       std::unique_ptr<client::CoordinatorClient> client)
       : options_(options), client_(std::move(client)) {}
 
   absl::StatusOr<StepDecision> Vote(const StepBallot& b) override {
@@ -83,14 +83,14 @@ class CoordinatorStepVoter : public StepVoter {
   }
 
   const CoordinatorStepVoterOptions options_;
-  std::unique_ptr<coordinator::CoordinatorClient> client_;
+  std::unique_ptr<client::CoordinatorClient> client_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StepVoter>> MakeCoordinatorStepVoter(
     const CoordinatorStepVoterOptions& options) {
-  auto client = coordinator::ClientFromEnv(options.address, options.token);
+  auto client = client::ClientFromEnv(options.address, options.token);
   if (!client.ok()) return client.status();
   return std::unique_ptr<StepVoter>(new CoordinatorStepVoter(options, std::move(*client)));
 }

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "coordinator/client.h"
+#include "client/client.h"
 #include "fsdp/kv_store.h"
 
 namespace shardline::trainer {
@@ -24,7 +24,7 @@ namespace shardline::trainer {
 class RendezvousKvStore : public fsdp::KvStore {
  public:
   // `client` is shared with the caller (it may also report progress through it).
-  RendezvousKvStore(std::shared_ptr<coordinator::CoordinatorClient> client, std::string ns,
+  RendezvousKvStore(std::shared_ptr<client::CoordinatorClient> client, std::string ns,
                     std::string secret, absl::Duration set_retry_for = absl::Seconds(60))
       : client_(std::move(client)),
         ns_(std::move(ns)),
@@ -36,7 +36,7 @@ class RendezvousKvStore : public fsdp::KvStore {
                                                absl::Duration timeout) override;
 
  private:
-  std::shared_ptr<coordinator::CoordinatorClient> client_;
+  std::shared_ptr<client::CoordinatorClient> client_;
   const std::string ns_;
   const std::string secret_;
   const absl::Duration set_retry_for_;

@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/client.h"
+#include "client/client_tls.h"
 #include "common/status_macros.h"
-#include "coordinator/client.h"
-#include "coordinator/client_tls.h"
 #include "fsdp/tcp_kv_store.h"
 #include "trainer/rendezvous_kv_store.h"
 
@@ -46,10 +46,10 @@ absl::StatusOr<std::unique_ptr<fsdp::KvStore>> CreateBootstrapStore(const RankEn
                                                                     absl::Duration timeout) {
   if (!env.coordinator.empty() && !env.rdzv_namespace.empty()) {
     // TLS as the worker daemon says (SHARDLINE_TLS_CA, SHARDLINE_INSECURE).
-    ASSIGN_OR_RETURN(std::unique_ptr<coordinator::CoordinatorClient> client,
-                     coordinator::ClientFromEnv(env.coordinator, env.rdzv_secret));
+    ASSIGN_OR_RETURN(std::unique_ptr<client::CoordinatorClient> client,
+                     client::ClientFromEnv(env.coordinator, env.rdzv_secret));
     return std::unique_ptr<fsdp::KvStore>(std::make_unique<RendezvousKvStore>(
-        std::shared_ptr<coordinator::CoordinatorClient>(std::move(client)), env.rdzv_namespace,
+        std::shared_ptr<client::CoordinatorClient>(std::move(client)), env.rdzv_namespace,
         env.rdzv_secret));
   }
   if (env.world_size == 1) return std::unique_ptr<fsdp::KvStore>(new InMemoryKvStore());

@@ -41,13 +41,13 @@ constexpr absl::Duration kReapPoll = absl::Milliseconds(20);
 
 // A client of the coordinator as this daemon talks to it (join token, TLS and this node's
 // client certificate, per-call deadline).
-absl::StatusOr<std::unique_ptr<coordinator::CoordinatorClient>> NewClient(const WorkerOptions& o) {
-  coordinator::CoordinatorClient::Options co;
+absl::StatusOr<std::unique_ptr<client::CoordinatorClient>> NewClient(const WorkerOptions& o) {
+  client::CoordinatorClient::Options co;
   co.address = o.coordinator_address;
   co.token = o.join_token;
   co.timeout = o.rpc_timeout;
-  RETURN_IF_ERROR(coordinator::LoadClientTls(o.tls, coordinator::kClientTlsFlags, &co));
-  return coordinator::CoordinatorClient::Create(co);
+  RETURN_IF_ERROR(client::LoadClientTls(o.tls, client::kClientTlsFlags, &co));
+  return client::CoordinatorClient::Create(co);
 }
 
 }  // namespace
@@ -68,7 +68,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerO
     return absl::InvalidArgumentError(
         absl::StrCat("--work_dir: cannot create ", options.work_dir, ": ", ec.message()));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<coordinator::CoordinatorClient> client, NewClient(options));
+  ASSIGN_OR_RETURN(std::unique_ptr<client::CoordinatorClient> client, NewClient(options));
   auto daemon = std::unique_ptr<WorkerDaemon>(new WorkerDaemon(options, std::move(client)));
   // The GPUs this daemon was given (an allocation's, a container's), if any; ranks get entries
   // of this list, never indices of GPUs outside it.
@@ -88,8 +88,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerO
   return daemon;
 }
 
-WorkerDaemon::WorkerDaemon(WorkerOptions options,
-                           std::unique_ptr<coordinator::CoordinatorClient> client)
+WorkerDaemon::WorkerDaemon(WorkerOptions options, std::unique_ptr<client::CoordinatorClient> client)
     : options_(std::move(options)), client_(std::move(client)) {}
 
 WorkerDaemon::~WorkerDaemon() { Shutdown(); }
@@ -212,8 +211,7 @@ void WorkerDaemon::Shutdown() {
 }
 
 absl::Status WorkerDaemon::ServeAssignments() {
-  ASSIGN_OR_RETURN(std::shared_ptr<coordinator::CoordinatorClient> stream_client,
-                   NewClient(options_));
+  ASSIGN_OR_RETURN(std::shared_ptr<client::CoordinatorClient> stream_client, NewClient(options_));
   std::string worker_id;
   {
     absl::MutexLock lock(&mu_);
@@ -403,7 +401,7 @@ absl::Status WorkerDaemon::StartRankLocked(const Assignment& a) {
   };
   // Trainers connect with the CA only: their calls (rendezvous, reports) are not worker calls,
   // so they need no client certificate, and the node's key stays with the daemon.
-  po.env.merge(coordinator::ClientTlsEnv({options_.tls.ca, "", "", options_.tls.insecure}));
+  po.env.merge(client::ClientTlsEnv({options_.tls.ca, "", "", options_.tls.insecure}));
   // The daemon's own secrets stay with it (its environment may hold them: worker_main reads
   // $SHARDLINE_JOIN_TOKEN, and a shell may export a user's $SHARDLINE_TOKEN).
   po.drop_env = {"SHARDLINE_JOIN_TOKEN", "SHARDLINE_TOKEN", kOpenRootsEnv};

@@ -50,8 +50,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "coordinator/client.h"
-#include "coordinator/client_tls.h"
+#include "client/client.h"
+#include "client/client_tls.h"
 #include "proto/coordinator.pb.h"
 #include "spec/path_policy.h"
 #include "worker/metrics_tail.h"
@@ -65,7 +65,7 @@ struct WorkerOptions {
   std::string join_token;           // sent as "authorization: Bearer <token>" (empty: none)
   // TLS to the coordinator (file paths): the CA, and this node's client certificate for mutual
   // TLS. Trainers get the CA and `insecure` (SHARDLINE_TLS_CA, SHARDLINE_INSECURE), not the key.
-  coordinator::ClientTlsFiles tls;
+  client::ClientTlsFiles tls;
   std::string node_name;          // unique per node
   std::string advertise_address;  // where peers reach this node (collectives bind here)
   int cpu_slots = 0;              // CPU slots offered (used when no GPU is found)
@@ -112,7 +112,7 @@ class WorkerDaemon {
   };
   using RankKey = std::tuple<std::string, int, int, int>;  // job, attempt, rank, generation
 
-  WorkerDaemon(WorkerOptions options, std::unique_ptr<coordinator::CoordinatorClient> client);
+  WorkerDaemon(WorkerOptions options, std::unique_ptr<client::CoordinatorClient> client);
 
   absl::Status Register();
   void HeartbeatLoop();
@@ -149,7 +149,7 @@ class WorkerDaemon {
   // The interface holding options_.advertise_address: ranks' NCCL_SOCKET_IFNAME unless the
   // daemon's environment sets one. Empty when none holds it (NCCL then picks its own).
   std::string nccl_ifname_;
-  std::unique_ptr<coordinator::CoordinatorClient> client_;
+  std::unique_ptr<client::CoordinatorClient> client_;
   std::atomic<bool> shutdown_{false};
   // Set when a rank's exit was published: the heartbeat loop sends at once instead of at its
   // next interval, so a lost rank reaches the coordinator's fault handling (a restart, or a
@@ -170,7 +170,7 @@ class WorkerDaemon {
   bool stop_loop_done_ ABSL_GUARDED_BY(mu_) = false;
   // The assignment stream runs on a client of its own: cancelling a client's streams is final
   // for that client, and a re-registration must end only the current stream.
-  std::shared_ptr<coordinator::CoordinatorClient> stream_client_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<client::CoordinatorClient> stream_client_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shardline::worker

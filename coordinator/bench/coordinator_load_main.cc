@@ -60,14 +60,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 
-#include "coordinator/client.h"
-#include "coordinator/clock.h"
-#include "coordinator/coordinator_core.h"
-#include "coordinator/metrics.h"
-#include "coordinator/planner.h"
+#include "client/client.h"
+#include "common/clock.h"
+#include "coordinator/core/coordinator_core.h"
+#include "coordinator/http/metrics.h"
+#include "coordinator/observability/training_series.h"
+#include "coordinator/placement/planner.h"
 #include "coordinator/testing/coordinator_process.h"
 #include "coordinator/testing/http_get.h"
-#include "coordinator/training_series.h"
 #include "proto/coordinator.grpc.pb.h"
 
 ABSL_FLAG(std::string, workers, "1000,10000", "simulated worker counts, comma separated");
@@ -342,7 +342,7 @@ std::string ScheduleTable(int ranks) {
       "scheduling a %d-rank job in the core (plan + reserve + %d STARTs queued)\n", ranks, ranks);
   absl::StrAppend(&out, absl::StrFormat("  %-14s %10s\n", "shard degree", "time ms"));
   for (int s : {8, 64}) {
-    sc::RealClock clock;
+    shardline::RealClock clock;
     sc::CoreOptions o;
     o.clock = &clock;
     auto core = sc::CoordinatorCore::Create(o);
@@ -377,7 +377,7 @@ std::string RendezvousTable(int ranks) {
   absl::StrAppend(&out, absl::StrFormat("  %-12s %10s %12s\n", "store", "Sets ms", "stored ms"));
   const char* tmp = std::getenv("TMPDIR");
   for (bool durable : {false, true}) {
-    sc::RealClock clock;
+    shardline::RealClock clock;
     sc::CoreOptions o;
     o.clock = &clock;
     if (durable) {
@@ -485,14 +485,14 @@ LoadResult RunLoad(const std::string& binary, int n_workers) {
     return r;
   }
   const int n_channels = std::max(1, absl::GetFlag(FLAGS_channels));
-  std::vector<std::unique_ptr<sc::CoordinatorClient>> clients;
+  std::vector<std::unique_ptr<shardline::client::CoordinatorClient>> clients;
   for (int c = 0; c < n_channels; ++c) {
-    sc::CoordinatorClient::Options co;
+    shardline::client::CoordinatorClient::Options co;
     co.address = (*proc)->address();
     co.timeout = absl::Seconds(10);
     // Separate channels: gRPC shares a subchannel between equal channel args, so make each
     // channel distinct only by being a separate object (the client creates its own channel).
-    clients.push_back(std::move(*sc::CoordinatorClient::Create(co)));
+    clients.push_back(std::move(*shardline::client::CoordinatorClient::Create(co)));
   }
   (void)clients[0]->WaitForReady(absl::Seconds(10));
   const int n_threads = std::max(1, absl::GetFlag(FLAGS_threads));
@@ -707,7 +707,7 @@ LoadResult RunLoad(const std::string& binary, int n_workers) {
 std::string HistoryTable(int64_t steps) {
   std::string out = absl::StrFormat(
       "one job's training series fed %d steps through CoordinatorCore::ReportProgress\n", steps);
-  sc::RealClock clock;
+  shardline::RealClock clock;
   sc::CoreOptions o;
   o.clock = &clock;
   auto core = sc::CoordinatorCore::Create(o);
@@ -772,7 +772,7 @@ std::string ScrapeTable(int workers, int jobs) {
       "/metrics rendered in process (CoordinatorMetrics::Render) for %d workers and %d running "
       "jobs\n",
       workers, jobs);
-  sc::RealClock clock;
+  shardline::RealClock clock;
   sc::CoreOptions o;
   o.clock = &clock;
   o.heartbeat_timeout = absl::Hours(1);

@@ -19,9 +19,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "coordinator/clock.h"
+#include "common/clock.h"
+#include "coordinator/auth/user_table.h"
 #include "coordinator/dashboard/session_store.h"
-#include "coordinator/user_table.h"
 
 namespace shardline::coordinator::dashboard {
 

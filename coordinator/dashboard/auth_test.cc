@@ -9,7 +9,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/testing/fake_clock.h"
+#include "common/testing/fake_clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -35,12 +35,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "coordinator/coordinator_core.h"
+#include "coordinator/auth/user_table.h"
+#include "coordinator/core/coordinator_core.h"
 #include "coordinator/dashboard/auth.h"
 #include "coordinator/dashboard/json_api.h"
 #include "coordinator/dashboard/request_checks.h"
-#include "coordinator/http_server.h"
-#include "coordinator/user_table.h"
+#include "coordinator/http/http_server.h"
 
 namespace httplib {
 struct Request;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "coordinator/auth/access_policy.h"
 
 namespace shardline::coordinator::dashboard {
 namespace {
@@ -62,7 +63,7 @@ absl::StatusOr<std::string> DashboardApi::Jobs(const User&, int64_t page_size,
 absl::StatusOr<std::string> DashboardApi::Job(const User& user, const std::string& job_id) const {
   absl::StatusOr<JobStatus> st = core_->GetJob(job_id);
   if (!st.ok()) return st.status();
-  const bool may_read = user.admin || st->owner() == user.name;
+  const bool may_read = MayAct(user, st->owner());
   return absl::StrCat("{\"status\":", ToJson(*st), ",\"may_read\":", may_read ? "true" : "false",
                       "}");
 }
@@ -124,12 +125,14 @@ std::string DashboardApi::ErrorJson(const absl::Status& status) {
 
 absl::Status DashboardApi::CheckOwner(const User& user, const std::string& job_id,
                                       const char* action) const {
-  absl::StatusOr<JobStatus> st = core_->GetJob(job_id);
-  if (!st.ok()) return st.status();
-  if (user.admin || st->owner() == user.name) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat(
-      "job ", job_id, " is owned by ", st->owner().empty() ? "nobody recorded" : st->owner(),
-      "; only its owner or an admin may ", action));
+  return CheckJobAccess(
+      user, job_id,
+      [&]() -> absl::StatusOr<std::string> {
+        absl::StatusOr<JobStatus> st = core_->GetJob(job_id);
+        if (!st.ok()) return st.status();
+        return st->owner();
+      },
+      action);
 }
 
 }  // namespace shardline::coordinator::dashboard

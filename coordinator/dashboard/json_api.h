@@ -17,8 +17,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "coordinator/coordinator_core.h"
-#include "coordinator/user_table.h"
+#include "coordinator/auth/user_table.h"
+#include "coordinator/core/coordinator_core.h"
 
 namespace shardline::coordinator::dashboard {
 

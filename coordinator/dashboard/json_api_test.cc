@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/dashboard/testing/core_with_jobs.h"
-#include "coordinator/training_series.h"
+#include "coordinator/observability/training_series.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

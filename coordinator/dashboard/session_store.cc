@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "coordinator/rendezvous_store.h"
+#include "common/secrets.h"
 
 namespace shardline::coordinator::dashboard {
 

@@ -2,7 +2,7 @@
 // (oldest evicted, expired ones first) and the option checks.
 #include "coordinator/dashboard/session_store.h"
 
-#include "coordinator/testing/fake_clock.h"
+#include "common/testing/fake_clock.h"
 #include "gtest/gtest.h"
 
 namespace shardline::coordinator::dashboard {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/coordinator_core.h"
-#include "coordinator/testing/fake_clock.h"
+#include "common/testing/fake_clock.h"
+#include "coordinator/core/coordinator_core.h"
 #include "gtest/gtest.h"
 
 namespace shardline::coordinator::dashboard {

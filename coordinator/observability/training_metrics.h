@@ -1,0 +1,68 @@
+// TrainingMetrics: every job's training series (training_series.h), fed by rank 0's progress
+// reports, read by GetJobMetrics and the Prometheus exposition, and made durable in batches:
+// a report only marks its job dirty; TakeDirty hands the changed series to the state writer at
+// most once per flush interval per job, so a job reporting every second costs one database
+// write per interval, not one per report. A coordinator killed with SIGKILL loses at most the
+// last interval's points; a clean shutdown writes every dirty series.
+//
+// Thread safety: every method may be called from any thread (its own mutex, never held while
+// calling out). The core calls Add under its own mutex (lock order: core, then this).
+#ifndef SHARDLINE_COORDINATOR_OBSERVABILITY_TRAINING_METRICS_H_
+#define SHARDLINE_COORDINATOR_OBSERVABILITY_TRAINING_METRICS_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/observability/training_series.h"
+#include "coordinator/state/state.pb.h"
+#include "proto/coordinator.pb.h"
+
+namespace shardline::coordinator {
+
+// The series point of rank 0's progress report `r` of the job whose status (after the report)
+// is `status`, received at `now`: a val_loss of 0 or NaN ("did not evaluate") becomes NaN, and
+// the peak memory is the largest any rank reported.
+MetricsPoint MetricsPointFromReport(const ProgressReport& r, const JobStatus& status,
+                                    absl::Time now);
+
+class TrainingMetrics {
+ public:
+  explicit TrainingMetrics(int capacity = TrainingSeries::kDefaultCapacity) : capacity_(capacity) {}
+
+  // One logged step of rank 0 of `job_id` (see TrainingSeries::Add).
+  void Add(const std::string& job_id, const MetricsPoint& point);
+  // A series reloaded from the state store (not dirty).
+  void Restore(const JobMetricsRecord& record);
+
+  // The job's points after `after_step`, latest point, stride and step count (an empty response
+  // for a job without reports).
+  GetJobMetricsResponse Get(const std::string& job_id, int64_t after_step) const;
+  // The newest report of each job in `job_ids` that has one.
+  std::map<std::string, MetricsPoint> Latest(const std::vector<std::string>& job_ids) const;
+
+  // A collected (finished) job: its series is dropped (the store's row goes with the job's).
+  void Forget(const std::string& job_id);
+
+  // Records to store: each dirty series whose last write is at least `interval` old (every
+  // dirty one when `all`). They are no longer dirty afterwards.
+  std::vector<JobMetricsRecord> TakeDirty(absl::Time now, absl::Duration interval,
+                                          bool all = false);
+
+ private:
+  struct Job {
+    TrainingSeries series;
+    bool dirty = false;
+    absl::Time written = absl::InfinitePast();
+  };
+  const int capacity_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shardline::coordinator
+
+#endif  // SHARDLINE_COORDINATOR_OBSERVABILITY_TRAINING_METRICS_H_

@@ -1,0 +1,124 @@
+#include "coordinator/placement/scheduler.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/placement/user_quota.h"
+
+namespace shardline::coordinator {
+namespace {
+
+// Removes the slots `plan` uses from `caps`; nodes left without free slots are dropped (as
+// WorkerRegistry::FreeCapacity leaves them out).
+void TakeSlots(const Plan& plan, std::vector<NodeCapacity>* caps) {
+  std::map<std::string, std::set<int32_t>> used;
+  for (const RankPlan& r : plan.ranks) used[r.worker_id].insert(r.slot_index);
+  for (NodeCapacity& c : *caps) {
+    auto u = used.find(c.worker_id);
+    if (u == used.end()) continue;
+    c.free_slots.erase(std::remove_if(c.free_slots.begin(), c.free_slots.end(),
+                                      [&](int32_t s) { return u->second.count(s) > 0; }),
+                       c.free_slots.end());
+  }
+  caps->erase(std::remove_if(caps->begin(), caps->end(),
+                             [](const NodeCapacity& c) { return c.free_slots.empty(); }),
+              caps->end());
+}
+
+}  // namespace
+
+Slot::Kind SlotKindFor(const JobSpec& spec) {
+  return spec.device().kind() == DeviceSpec::CUDA ? Slot::CUDA : Slot::CPU;
+}
+
+std::vector<Decision> Schedule(std::vector<QueuedJob> queue,
+                               std::map<Slot::Kind, std::vector<NodeCapacity>> free,
+                               int64_t now_unix_ms, RankQuota quota) {
+  std::sort(queue.begin(), queue.end(), [](const QueuedJob& a, const QueuedJob& b) {
+    const int32_t pa = a.spec->priority(), pb = b.spec->priority();
+    return pa != pb ? pa > pb : a.seq < b.seq;
+  });
+  std::vector<Decision> out;
+  std::set<Slot::Kind> blocked;
+  for (const QueuedJob& job : queue) {
+    if (job.restart_not_before_unix_ms > now_unix_ms) continue;  // in restart backoff
+    const JobSpec& spec = *job.spec;
+    Decision d;
+    d.job_id = job.job_id;
+    d.kind = SlotKindFor(spec);
+    if (blocked.count(d.kind)) continue;
+    std::vector<NodeCapacity>& caps = free[d.kind];
+    int32_t slots = 0;
+    for (const NodeCapacity& c : caps) slots += static_cast<int32_t>(c.free_slots.size());
+    // The first attempt runs at the full world size; a restart may shrink (elastic).
+    int32_t w = job.attempt == 0 ? (slots >= spec.world_size() ? spec.world_size() : 0)
+                                 : ElasticWorldSize(spec, slots);
+    if (w == 0) {
+      blocked.insert(d.kind);
+      d.action = Decision::kWait;
+      d.message = absl::StrCat("waiting for ", spec.world_size(), " ", Slot::Kind_Name(d.kind),
+                               " slots (", slots, " free on ", caps.size(), " live workers)");
+      out.push_back(std::move(d));
+      continue;
+    }
+    int& running = quota.running[job.owner];
+    if (quota.max_per_user > 0 && running + w > quota.max_per_user) {
+      // Over the owner's bound: a restart shrinks to what is left of it when it can; otherwise
+      // the job waits and, unlike a job waiting for slots, does not block its kind.
+      const int32_t room = std::max(0, quota.max_per_user - running);
+      const int32_t shrunk = job.attempt == 0 ? 0 : ElasticWorldSize(spec, std::min(room, w));
+      if (shrunk == 0) {
+        d.action = Decision::kWait;
+        d.quota = true;
+        d.message = RunningRanksWaitMessage(job.owner, running, w, quota.max_per_user);
+        out.push_back(std::move(d));
+        continue;
+      }
+      w = shrunk;
+    }
+    auto layout = LayoutFor(spec, w);
+    absl::StatusOr<Plan> plan = layout.ok() ? PlanPlacement(*layout, caps) : layout.status();
+    if (!plan.ok()) {
+      blocked.insert(d.kind);
+      d.action = Decision::kUnplaced;
+      d.error = plan.status();
+    } else {
+      TakeSlots(*plan, &caps);
+      running += plan->world_size;
+      d.action = Decision::kStart;
+      d.plan = std::move(*plan);
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+void RecordPlacement(const Plan& plan, JobStatus* status) {
+  status->clear_placement();
+  for (const RankPlan& r : plan.ranks) {
+    RankPlacement* p = status->add_placement();
+    p->set_rank(r.rank);
+    p->set_worker_id(r.worker_id);
+    p->set_node_name(r.node_name);
+    p->set_slot_index(r.slot_index);
+    p->set_local_rank(r.local_rank);
+    p->set_shard_group(r.shard_group);
+    p->set_replicate_group(r.replicate_group);
+  }
+}
+
+std::string DescribePlan(const Plan& plan, int32_t requested_world_size) {
+  std::set<std::string> nodes;
+  for (const RankPlan& r : plan.ranks) nodes.insert(r.node_name);
+  std::string out =
+      absl::StrCat(plan.world_size, " ranks on ", nodes.size(), " node(s), ",
+                   plan.world_size / plan.shard_degree, " shard group(s) of ", plan.shard_degree);
+  if (plan.world_size < requested_world_size) {
+    absl::StrAppend(&out, "; elastic: world shrunk from ", requested_world_size);
+  }
+  return out;
+}
+
+}  // namespace shardline::coordinator
