@@ -161,45 +161,23 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
   return s.str();
 }
 
-}  // namespace
+// The tokens and PEM files the flags name.
+absl::Status ReadSecrets(shardline::coordinator::ServerOptions& o) {
+  ASSIGN_OR_RETURN(o.user_token,
+                   Token(absl::GetFlag(FLAGS_token), absl::GetFlag(FLAGS_token_file), "token"));
+  ASSIGN_OR_RETURN(o.worker_token, Token(absl::GetFlag(FLAGS_worker_token),
+                                         absl::GetFlag(FLAGS_worker_token_file), "worker_token"));
+  ASSIGN_OR_RETURN(o.metrics_token,
+                   Token("", absl::GetFlag(FLAGS_metrics_token_file), "metrics_token"));
+  ASSIGN_OR_RETURN(o.tls_cert_pem, ReadPem(absl::GetFlag(FLAGS_tls_cert), "tls_cert"));
+  ASSIGN_OR_RETURN(o.tls_key_pem, ReadPem(absl::GetFlag(FLAGS_tls_key), "tls_key"));
+  ASSIGN_OR_RETURN(o.tls_client_ca_pem,
+                   ReadPem(absl::GetFlag(FLAGS_tls_client_ca), "tls_client_ca"));
+  return absl::OkStatus();
+}
 
-int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  shardline::SetLogPrefix("coordinator");
-
-  // Signals go to one waiting thread, not to whichever thread gRPC happens to run.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
-  auto user_token = Token(absl::GetFlag(FLAGS_token), absl::GetFlag(FLAGS_token_file), "token");
-  auto worker_token = Token(absl::GetFlag(FLAGS_worker_token),
-                            absl::GetFlag(FLAGS_worker_token_file), "worker_token");
-  auto metrics_token = Token("", absl::GetFlag(FLAGS_metrics_token_file), "metrics_token");
-  for (const auto* t : {&user_token, &worker_token, &metrics_token}) {
-    if (!t->ok()) {
-      SL_LOG(ERROR) << t->status();
-      return 2;
-    }
-  }
-  shardline::coordinator::ServerOptions o;
-  o.listen = absl::GetFlag(FLAGS_listen);
-  o.state_dir = absl::GetFlag(FLAGS_state_dir);
-  o.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
-  o.heartbeat_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_timeout_ms));
-  o.tick = absl::Milliseconds(absl::GetFlag(FLAGS_tick_ms));
-  o.stop_grace_period_s = absl::GetFlag(FLAGS_stop_grace_s);
-  o.rank_start_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rank_start_timeout_ms));
-  o.user_token = *user_token;
-  o.users_file = absl::GetFlag(FLAGS_users_file);
-  o.worker_token = *worker_token;  // empty on loopback: --token (CoordinatorServer)
-  o.insecure = absl::GetFlag(FLAGS_insecure);
-  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  o.metrics_token = *metrics_token;
-  o.metrics_flush_interval = absl::Milliseconds(std::max(0, absl::GetFlag(FLAGS_metrics_flush_ms)));
-  o.metrics_series_capacity = std::max(2, absl::GetFlag(FLAGS_metrics_points));
+// The resource bounds (docs/security.md, "Resource bounds").
+void SetLimits(shardline::coordinator::ServerOptions& o) {
   o.logs.bytes_per_rank = int64_t{std::max(1, absl::GetFlag(FLAGS_log_ring_kib_per_rank))} << 10;
   o.logs.max_total_bytes = int64_t{std::max(1, absl::GetFlag(FLAGS_log_ring_total_mib))} << 20;
   o.rendezvous_limits.max_keys_per_namespace =
@@ -218,6 +196,15 @@ int main(int argc, char** argv) {
   o.quotas.max_spec_bytes_per_job = absl::GetFlag(FLAGS_max_spec_bytes_per_job);
   o.quotas.max_spec_bytes_per_user = absl::GetFlag(FLAGS_max_spec_bytes_per_user);
   o.quotas.max_reason_bytes = absl::GetFlag(FLAGS_max_reason_bytes);
+  o.grpc_max_threads = absl::GetFlag(FLAGS_grpc_max_threads);
+  o.grpc_memory_bytes = int64_t{absl::GetFlag(FLAGS_grpc_memory_mb)} << 20;
+  o.grpc_max_concurrent_streams = absl::GetFlag(FLAGS_grpc_max_concurrent_streams);
+  o.grpc_max_receive_message_bytes = absl::GetFlag(FLAGS_grpc_max_receive_message_bytes);
+}
+
+// The HTTP endpoints: /metrics and the dashboard share the request bounds.
+void SetHttp(shardline::coordinator::ServerOptions& o) {
+  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.metrics.threads = absl::GetFlag(FLAGS_metrics_threads);
   o.metrics.max_queued = absl::GetFlag(FLAGS_metrics_max_queued_connections);
   o.metrics.request_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_metrics_request_timeout_ms));
@@ -233,59 +220,55 @@ int main(int argc, char** argv) {
   o.dashboard.sessions.lifetime = absl::Seconds(absl::GetFlag(FLAGS_dashboard_session_lifetime_s));
   o.dashboard.sessions.max_sessions = absl::GetFlag(FLAGS_dashboard_max_sessions);
   o.dashboard.hosts = absl::GetFlag(FLAGS_dashboard_host);
-  o.grpc_max_threads = absl::GetFlag(FLAGS_grpc_max_threads);
-  o.grpc_memory_bytes = int64_t{absl::GetFlag(FLAGS_grpc_memory_mb)} << 20;
-  o.grpc_max_concurrent_streams = absl::GetFlag(FLAGS_grpc_max_concurrent_streams);
-  o.grpc_max_receive_message_bytes = absl::GetFlag(FLAGS_grpc_max_receive_message_bytes);
-  auto cert = ReadPem(absl::GetFlag(FLAGS_tls_cert), "tls_cert");
-  auto key = ReadPem(absl::GetFlag(FLAGS_tls_key), "tls_key");
-  auto client_ca = ReadPem(absl::GetFlag(FLAGS_tls_client_ca), "tls_client_ca");
-  for (const auto* p : {&cert, &key, &client_ca}) {
-    if (!p->ok()) {
-      SL_LOG(ERROR) << p->status();
-      return 2;
-    }
-  }
-  o.tls_cert_pem = *cert;
-  o.tls_key_pem = *key;
-  o.tls_client_ca_pem = *client_ca;
+}
+
+// spec::Validate without the file checks (the data lives on the workers' file systems), then the
+// path policy of --read_roots / --checkpoint_roots.
+absl::Status SetSpecValidator(shardline::coordinator::ServerOptions& o) {
   shardline::spec::PathPolicy paths;
-  auto read_roots = shardline::spec::ParseRoots("read_roots", absl::GetFlag(FLAGS_read_roots));
-  auto checkpoint_roots =
-      shardline::spec::ParseRoots("checkpoint_roots", absl::GetFlag(FLAGS_checkpoint_roots));
-  for (const auto* r : {&read_roots, &checkpoint_roots}) {
-    if (!r->ok()) {
-      SL_LOG(ERROR) << r->status();
-      return 2;
-    }
-  }
-  paths.read_roots = *read_roots;
-  paths.checkpoint_roots = *checkpoint_roots;
+  ASSIGN_OR_RETURN(paths.read_roots,
+                   shardline::spec::ParseRoots("read_roots", absl::GetFlag(FLAGS_read_roots)));
+  ASSIGN_OR_RETURN(
+      paths.checkpoint_roots,
+      shardline::spec::ParseRoots("checkpoint_roots", absl::GetFlag(FLAGS_checkpoint_roots)));
   o.validate_spec = [paths](const shardline::JobSpec& spec) {
     shardline::spec::ValidateOptions v;
-    v.check_files = false;  // the data lives on the workers' file systems
+    v.check_files = false;
     RETURN_IF_ERROR(shardline::spec::Validate(spec, v));
     // Lexical only: the workers check again with their file systems (symbolic links).
     return shardline::spec::CheckSpecPaths(spec, paths, /*resolve_links=*/false);
   };
-  if (absl::GetFlag(FLAGS_check_flags)) {
-    auto users = shardline::coordinator::UserTable::Create(o.users_file, o.user_token);
-    if (!users.ok()) {
-      SL_LOG(ERROR) << users.status();
-      return 2;
-    }
-    return 0;
-  }
-  if (o.state_dir.empty()) {
-    SL_LOG(WARNING) << "no --state_dir: state is kept in memory and lost on exit";
-  }
+  return absl::OkStatus();
+}
 
+absl::StatusOr<shardline::coordinator::ServerOptions> OptionsFromFlags() {
+  shardline::coordinator::ServerOptions o;
+  o.listen = absl::GetFlag(FLAGS_listen);
+  o.state_dir = absl::GetFlag(FLAGS_state_dir);
+  o.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  o.heartbeat_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_timeout_ms));
+  o.tick = absl::Milliseconds(absl::GetFlag(FLAGS_tick_ms));
+  o.stop_grace_period_s = absl::GetFlag(FLAGS_stop_grace_s);
+  o.rank_start_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rank_start_timeout_ms));
+  o.users_file = absl::GetFlag(FLAGS_users_file);
+  o.insecure = absl::GetFlag(FLAGS_insecure);
+  o.metrics_flush_interval = absl::Milliseconds(std::max(0, absl::GetFlag(FLAGS_metrics_flush_ms)));
+  o.metrics_series_capacity = std::max(2, absl::GetFlag(FLAGS_metrics_points));
+  RETURN_IF_ERROR(ReadSecrets(o));  // worker_token empty on loopback: --token (CoordinatorServer)
+  SetLimits(o);
+  SetHttp(o);
+  RETURN_IF_ERROR(SetSpecValidator(o));
+  return o;
+}
+
+// Prints the addresses (the "listening on" line last: readers may stop reading at it) and serves
+// until SIGINT or SIGTERM.
+int Serve(const shardline::coordinator::ServerOptions& o, const sigset_t& signals) {
   auto server = shardline::coordinator::CoordinatorServer::Create(o);
   if (!server.ok()) {
     SL_LOG(ERROR) << "cannot start: " << server.status();
     return 1;
   }
-  // The address line comes last: readers may stop reading at it.
   if (!(*server)->metrics_address().empty()) {
     std::cout << "metrics on " << (*server)->metrics_address() << std::endl;
   }
@@ -310,4 +293,36 @@ int main(int argc, char** argv) {
   server->reset();
   SL_LOG(INFO) << "stopped";
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  shardline::SetLogPrefix("coordinator");
+
+  // Signals go to one waiting thread, not to whichever thread gRPC happens to run.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<shardline::coordinator::ServerOptions> o = OptionsFromFlags();
+  if (!o.ok()) {
+    SL_LOG(ERROR) << o.status();
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_check_flags)) {
+    auto users = shardline::coordinator::UserTable::Create(o->users_file, o->user_token);
+    if (!users.ok()) {
+      SL_LOG(ERROR) << users.status();
+      return 2;
+    }
+    return 0;
+  }
+  if (o->state_dir.empty()) {
+    SL_LOG(WARNING) << "no --state_dir: state is kept in memory and lost on exit";
+  }
+  return Serve(*o, signals);
 }

@@ -11,18 +11,18 @@
 
 namespace shardline::coordinator {
 
-absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
-    const ServerOptions& options) {
-  absl::StatusOr<std::unique_ptr<UserTable>> users =
-      UserTable::Create(options.users_file, options.user_token);
-  if (!users.ok()) return users.status();
+namespace {
+
+// The security rules of server.h on the listen addresses, the tokens and TLS, and the gRPC
+// bounds: a refused combination names the flags to set.
+absl::Status CheckOptions(const ServerOptions& options, const UserTable& users) {
   const bool loopback = IsLoopbackAddress(options.listen);
   if (!options.users_file.empty() && options.worker_token.empty()) {
     return absl::FailedPreconditionError(
         "--users_file needs --worker_token_file (or --worker_token): workers join with a token "
         "of their own, never a user's");
   }
-  if (!loopback && (*users)->empty() && options.worker_token.empty()) {
+  if (!loopback && users.empty() && options.worker_token.empty()) {
     if (!options.insecure) {
       return absl::FailedPreconditionError(absl::StrCat(
           "refusing to listen on non-loopback address ", options.listen,
@@ -37,20 +37,20 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
                        "--worker_token); off loopback workers never join with the user token "
                        "(--token/--token_file/--users_file)"));
     }
-    if (std::optional<User> u = (*users)->Find(options.worker_token)) {
+    if (std::optional<User> u = users.Find(options.worker_token)) {
       return absl::FailedPreconditionError(
           absl::StrCat("refusing to listen on non-loopback address ", options.listen,
                        ": --worker_token equals the token of user ", u->name,
                        " (--token/--token_file/--users_file); give workers a token of their own"));
     }
-    if ((*users)->empty()) {
+    if (users.empty()) {
       return absl::FailedPreconditionError(
           absl::StrCat("refusing to listen on non-loopback address ", options.listen,
                        " with a worker token but no users: set --token_file or --users_file"));
     }
   }
   if (!options.dashboard_listen.empty() && !IsLoopbackAddress(options.dashboard_listen) &&
-      (*users)->empty() && !options.insecure) {
+      users.empty() && !options.insecure) {
     return absl::FailedPreconditionError(absl::StrCat(
         "refusing to serve the dashboard on non-loopback address ", options.dashboard_listen,
         " without users (--token_file or --users_file; --insecure to show every job to anyone "
@@ -76,15 +76,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
         "--grpc_max_threads must be at least 2 and --grpc_memory_mb, "
         "--grpc_max_concurrent_streams, --grpc_max_receive_message_bytes at least 1");
   }
-  const bool tls = !options.tls_cert_pem.empty();
-  if (!tls && !IsLoopbackAddress(options.listen)) {
-    SL_LOG(WARNING) << "serving " << options.listen
-                    << " without TLS: tokens and job specs travel in plain text (--tls_cert and "
-                       "--tls_key serve TLS)";
-  }
-  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
+  return absl::OkStatus();
+}
+
+CoreOptions CoreOptionsFrom(const ServerOptions& options, const Clock* clock) {
   CoreOptions core;
-  core.clock = &s->clock_;
+  core.clock = clock;
   core.state_dir = options.state_dir;
   core.heartbeat_interval = options.heartbeat_interval;
   core.heartbeat_timeout = options.heartbeat_timeout;
@@ -101,7 +98,34 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   core.max_finished_jobs = options.max_finished_jobs;
   core.quotas = options.quotas;
   core.max_checkpoints_per_job = options.max_checkpoints_per_job;
-  auto c = CoordinatorCore::Create(core);
+  return core;
+}
+
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ServerOptions& options) {
+  if (options.tls_cert_pem.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl(options.tls_client_ca_pem.empty()
+                                            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                            : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_root_certs = options.tls_client_ca_pem;
+  ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
+    const ServerOptions& options) {
+  absl::StatusOr<std::unique_ptr<UserTable>> users =
+      UserTable::Create(options.users_file, options.user_token);
+  if (!users.ok()) return users.status();
+  if (absl::Status st = CheckOptions(options, **users); !st.ok()) return st;
+  if (options.tls_cert_pem.empty() && !IsLoopbackAddress(options.listen)) {
+    SL_LOG(WARNING) << "serving " << options.listen
+                    << " without TLS: tokens and job specs travel in plain text (--tls_cert and "
+                       "--tls_key serve TLS)";
+  }
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
+  auto c = CoordinatorCore::Create(CoreOptionsFrom(options, &s->clock_));
   if (!c.ok()) return c.status();
   s->core_ = std::move(*c);
   s->users_ = std::shared_ptr<UserTable>(std::move(*users));
@@ -111,21 +135,21 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   so.worker_token = options.worker_token;
   so.require_worker_client_cert = !options.tls_client_ca_pem.empty();
   s->service_ = std::make_unique<CoordinatorService>(s->core_.get(), so);
+  if (absl::Status st = s->StartGrpc(options); !st.ok()) return st;
+  if (absl::Status st = s->StartMetrics(options); !st.ok()) return st;
+  if (absl::Status st = s->StartDashboard(options); !st.ok()) return st;
+  s->tick_ = options.tick;
+  CoordinatorServer* self = s.get();
+  s->ticker_ = std::thread([self] { self->TickLoop(); });
+  return s;
+}
 
+absl::Status CoordinatorServer::StartGrpc(const ServerOptions& options) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
-  if (tls) {
-    grpc::SslServerCredentialsOptions ssl(options.tls_client_ca_pem.empty()
-                                              ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                                              : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
-    ssl.pem_root_certs = options.tls_client_ca_pem;
-    ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
-    creds = grpc::SslServerCredentials(ssl);
-  }
-  builder.AddListeningPort(options.listen, creds, &port);
-  builder.RegisterService(s->service_.get());
+  builder.AddListeningPort(options.listen, ServerCredentials(options), &port);
+  builder.RegisterService(service_.get());
   grpc::ResourceQuota quota("shardline-coordinator");
   quota.SetMaxThreads(options.grpc_max_threads);
   quota.Resize(static_cast<size_t>(options.grpc_memory_bytes));
@@ -133,58 +157,61 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   builder.SetMaxReceiveMessageSize(options.grpc_max_receive_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.grpc_max_concurrent_streams);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> icpt;
-  icpt.push_back(MakeMetricsInterceptor(&s->prometheus_));
+  icpt.push_back(MakeMetricsInterceptor(&prometheus_));
   builder.experimental().SetInterceptorCreators(std::move(icpt));
-  s->server_ = builder.BuildAndStart();
-  if (s->server_ == nullptr || port == 0) {
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
   absl::string_view host = options.listen;
   if (size_t colon = host.rfind(':'); colon != absl::string_view::npos) {
     host = host.substr(0, colon);
   }
-  s->address_ = absl::StrCat(host, ":", port);
-  s->server_->GetHealthCheckService()->SetServingStatus(true);
-  if (!options.metrics_listen.empty()) {
-    auto auth = MetricsAuth::Create(options.metrics_listen, s->users_, options.metrics_token,
-                                    options.insecure);
-    if (!auth.ok()) return auth.status();
-    CoordinatorServer* self = s.get();
-    auto m = MetricsHttpServer::Start(
-        options.metrics_listen, [self] { return self->prometheus_.Render(*self->core_); },
-        options.metrics, *std::move(auth));
-    if (!m.ok()) return m.status();
-    s->metrics_ = std::move(*m);
-  }
-  if (!options.dashboard_listen.empty()) {
-    dashboard::DashboardOptions dashboard = options.dashboard;
-    dashboard.tls_cert_pem = options.tls_cert_pem;  // the coordinator's certificate, reused
-    dashboard.tls_key_pem = options.tls_key_pem;
-    auto d = dashboard::DashboardServer::Start(options.dashboard_listen, s->core_.get(), s->users_,
-                                               dashboard);
-    if (!d.ok()) return d.status();
-    s->dashboard_ = std::move(*d);
-  }
-  s->tick_ = options.tick;
-  CoordinatorServer* self = s.get();
-  s->ticker_ = std::thread([self] {
-    absl::Time next_users_check = absl::Now() + absl::Seconds(1);
-    while (!self->stop_.WaitForNotificationWithTimeout(self->tick_)) {
-      self->core_->Tick();
-      if (absl::Now() >= next_users_check) {
-        next_users_check = absl::Now() + absl::Seconds(1);
-        const size_t before = self->users_->size();
-        absl::StatusOr<bool> r = self->users_->ReloadIfChanged();
-        if (!r.ok()) {
-          SL_LOG(ERROR) << "users file not reloaded, keeping the previous " << before
-                        << " user(s): " << r.status();
-        } else if (*r) {
-          SL_LOG(INFO) << "users file reloaded: " << self->users_->size() << " user(s)";
-        }
-      }
+  address_ = absl::StrCat(host, ":", port);
+  server_->GetHealthCheckService()->SetServingStatus(true);
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorServer::StartMetrics(const ServerOptions& options) {
+  if (options.metrics_listen.empty()) return absl::OkStatus();
+  auto auth =
+      MetricsAuth::Create(options.metrics_listen, users_, options.metrics_token, options.insecure);
+  if (!auth.ok()) return auth.status();
+  auto m = MetricsHttpServer::Start(
+      options.metrics_listen, [this] { return prometheus_.Render(*core_); }, options.metrics,
+      *std::move(auth));
+  if (!m.ok()) return m.status();
+  metrics_ = std::move(*m);
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorServer::StartDashboard(const ServerOptions& options) {
+  if (options.dashboard_listen.empty()) return absl::OkStatus();
+  dashboard::DashboardOptions dashboard = options.dashboard;
+  dashboard.tls_cert_pem = options.tls_cert_pem;  // the coordinator's certificate, reused
+  dashboard.tls_key_pem = options.tls_key_pem;
+  auto d =
+      dashboard::DashboardServer::Start(options.dashboard_listen, core_.get(), users_, dashboard);
+  if (!d.ok()) return d.status();
+  dashboard_ = std::move(*d);
+  return absl::OkStatus();
+}
+
+void CoordinatorServer::TickLoop() {
+  absl::Time next_users_check = absl::Now() + absl::Seconds(1);
+  while (!stop_.WaitForNotificationWithTimeout(tick_)) {
+    core_->Tick();
+    if (absl::Now() < next_users_check) continue;
+    next_users_check = absl::Now() + absl::Seconds(1);
+    const size_t before = users_->size();
+    absl::StatusOr<bool> r = users_->ReloadIfChanged();
+    if (!r.ok()) {
+      SL_LOG(ERROR) << "users file not reloaded, keeping the previous " << before
+                    << " user(s): " << r.status();
+    } else if (*r) {
+      SL_LOG(INFO) << "users file reloaded: " << users_->size() << " user(s)";
     }
-  });
-  return s;
+  }
 }
 
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }

@@ -117,6 +117,13 @@ class CoordinatorServer {
 
  private:
   CoordinatorServer() = default;
+  // The steps of Create, in order: the gRPC port (with the service and the health service), the
+  // /metrics endpoint and the dashboard (each only when its address is set); then the tick thread
+  // runs TickLoop (core ticks, users file reloads) until Shutdown().
+  absl::Status StartGrpc(const ServerOptions& options);
+  absl::Status StartMetrics(const ServerOptions& options);
+  absl::Status StartDashboard(const ServerOptions& options);
+  void TickLoop();
 
   RealClock clock_;
   std::unique_ptr<CoordinatorCore> core_;
