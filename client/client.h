@@ -46,7 +46,7 @@ class CoordinatorClient {
   // Creates the channel (connects lazily). Errors: INVALID_ARGUMENT for an empty address;
   // FAILED_PRECONDITION for a token, no TLS root certificates and a non-loopback address
   // unless `insecure` (a token is never sent in clear text off this machine by default).
-  // Client TLS files and flags: coordinator/client_tls.h.
+  // Client TLS files and flags: client/client_tls.h.
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Create(const Options& options);
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Create(const std::string& address,
                                                                    const std::string& token);

@@ -27,8 +27,8 @@ DEBIAN_PACKAGES=(
   libabsl-dev libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev
   libsqlite3-dev libyaml-cpp-dev libssl-dev iproute2 procps
   openssl  # the openssl command: tools/make_dev_certs.sh and the TLS tests
-  libcpp-httplib-dev  # the coordinator's metrics HTTP server (coordinator/metrics_http_server.cc)
-  prometheus-cpp-dev  # the /metrics exposition (coordinator/metrics.cc)
+  libcpp-httplib-dev  # the coordinator's metrics HTTP server (coordinator/http/metrics_http_server.cc)
+  prometheus-cpp-dev  # the /metrics exposition (coordinator/http/metrics.cc)
   clang libclang-rt-14-dev  # tools/fuzz.sh: clang 14 with libFuzzer and its sanitizer runtimes
   clang-format  # tests/style:clang_format_test and tools/format.sh (Debian 12: clang-format 14)
   libjs-chart.js  # the dashboard's charts, served by the coordinator (coordinator/dashboard/)

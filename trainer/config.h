@@ -15,7 +15,7 @@
 //   reports progress and checkpoints for this job attempt and reads and writes its rendezvous
 //   namespace.
 //   SHARDLINE_TLS_CA (a CA file path: TLS to the coordinator), SHARDLINE_INSECURE=1: also set
-//   by the daemon, read where the coordinator client is made (coordinator/client_tls.h).
+//   by the daemon, read where the coordinator client is made (client/client_tls.h).
 //   SHARDLINE_STORE_SECRET          the TCP store's shared secret (the same on every rank);
 //                                   required when MASTER_ADDR is not loopback, unless
 //                                   SHARDLINE_STORE_INSECURE=1 (docs/security.md)

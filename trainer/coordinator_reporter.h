@@ -43,7 +43,7 @@ struct CoordinatorReporter {
       report_fallback;
 };
 
-// The client's TLS comes from the environment (coordinator/client_tls.h
+// The client's TLS comes from the environment (client/client_tls.h
 // client::ClientOptionsFromEnv). Errors: the client's creation errors (a TLS file that cannot be
 // read, a clear-text token off loopback).
 absl::StatusOr<CoordinatorReporter> MakeCoordinatorReporter(

@@ -1,5 +1,5 @@
 // CoordinatorStepVoter: the StepVoter (trainer/step_voter.h) over the coordinator's StepVote RPC
-// (coordinator/client.h), with the attempt credential as the bearer token. The coordinator holds
+// (client/client.h), with the attempt credential as the bearer token. The coordinator holds
 // a vote up to about 20 s; DEADLINE_EXCEEDED ("no decision yet") sends the same vote again at
 // once, UNAVAILABLE (a coordinator restarting or unreachable) retries with exponential backoff
 // and jitter, for up to `patience` in all. Torch-free.
@@ -29,7 +29,7 @@ struct CoordinatorStepVoterOptions {
   absl::Duration patience = absl::Minutes(10);
 };
 
-// The client's TLS comes from the environment (coordinator/client_tls.h). Errors: the client's
+// The client's TLS comes from the environment (client/client_tls.h). Errors: the client's
 // creation errors.
 absl::StatusOr<std::unique_ptr<StepVoter>> MakeCoordinatorStepVoter(
     const CoordinatorStepVoterOptions& options);

@@ -14,7 +14,7 @@ answers again: every step is in the series, with rank 0's own losses.
 Not covered (docs/failures.md, "Chaos soak"): with checkpoints, a stopped coordinator stalls the
 trainers themselves (each writer's best-effort report of its data file is a synchronous RPC with
 a 10 s deadline inside the save); a SIGKILLed coordinator loses the progress points it had
-acknowledged but not yet written (up to --metrics_flush_ms, coordinator/training_metrics.h).
+acknowledged but not yet written (up to --metrics_flush_ms, coordinator/observability/training_metrics.h).
 """
 import json
 import os

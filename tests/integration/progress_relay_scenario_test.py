@@ -10,7 +10,7 @@ relay. After the heartbeat timeout the coordinator declares the worker dead and 
 and relays rank 0's backlog: the steps group 0 trained (and the votes committed) during the
 freeze. Those reports used to be dropped (rank 0 was no longer the leader), and the job
 SUCCEEDED with those steps missing from `shardctl metrics` for good. Now a lost group's first
-rank's report counts when it advances the job (coordinator/rank_reports.cc): every step is in
+rank's report counts when it advances the job (coordinator/core/rank_reports.cc): every step is in
 the series, with rank 0's own losses.
 """
 import json

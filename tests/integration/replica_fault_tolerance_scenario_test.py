@@ -266,7 +266,7 @@ class ReplicaFaultToleranceScenarioTest(unittest.TestCase):
         self.start_cluster(3)
         job = self.submit(steps, 6, 2, sets=["checkpoint.every_steps=50"])
         status = self.wait_step(job, 10)
-        # Shard groups are packed on one node each (coordinator/planner.h): group 2's node.
+        # Shard groups are packed on one node each (coordinator/placement/planner.h): group 2's node.
         worker = self.worker_of(status, 4)
         self.assertEqual(self.worker_of(status, 5), worker, status["placement"])
         survivors = self.pids_of_ranks(status, job, [0, 1, 2, 3])

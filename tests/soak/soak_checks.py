@@ -7,7 +7,7 @@ empty list: the check passed) and what it counted; nothing here sleeps or waits.
   losses       the job's per-step losses (the coordinator's series; a step trained by several
                attempts counts as the last one's) equal the undisturbed run of the same spec
                within LOSS_RTOL. The same tolerance where an elastic restart changed the world
-               size: the global batch stays the same (coordinator/planner.cc WorldSizeFits),
+               size: the global batch stays the same (coordinator/placement/planner.cc WorldSizeFits),
                and the repo's resharding tests hold per-step losses of a W = 4 checkpoint
                resumed at W = 2 and W = 6 to 1e-5 relative (//checkpoint:sharded_checkpoint_test
                ReshardTest.*ContinuesAsTheUninterruptedRun), as //fsdp/tests:fsdp_parity_test
