@@ -85,6 +85,7 @@ CoreOptions CoreOptionsFrom(const ServerOptions& options, const Clock* clock) {
   core.state_dir = options.state_dir;
   core.heartbeat_interval = options.heartbeat_interval;
   core.heartbeat_timeout = options.heartbeat_timeout;
+  core.blind_gap = options.heartbeat_timeout / 2;  // ticks come every options.tick
   core.stop_grace_period_s = options.stop_grace_period_s;
   core.rank_start_timeout = options.rank_start_timeout;
   core.validate_spec = options.validate_spec;

@@ -14,6 +14,9 @@
 // (RegisterWorker, Heartbeat, StreamAssignments) require one (mutual TLS for workers); users and
 // trainers still authenticate by token.
 //
+// The core's blind gap (core_options.h) is half the heartbeat timeout: a coordinator that could not
+// tick for longer (stopped, paused, starved) declares no worker dead for it.
+//
 // Thread safety: Shutdown() may be called from any thread, once Create() returned.
 #ifndef SHARDLINE_COORDINATOR_SERVER_H_
 #define SHARDLINE_COORDINATOR_SERVER_H_

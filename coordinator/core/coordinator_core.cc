@@ -34,7 +34,7 @@ CoordinatorCore::CoordinatorCore(const CoreOptions& options, std::unique_ptr<Sta
     : options_(options),
       clock_(options.clock),
       writer_(std::make_unique<StateWriter>(std::move(store), options.state_retry_interval)),
-      registry_(options.clock, options.heartbeat_timeout),
+      registry_(options.clock, options.heartbeat_timeout, options.blind_gap),
       rendezvous_(options.rendezvous_limits, RendezvousJournal(writer_.get())),
       training_(options.metrics_series_capacity),
       logs_(options.logs),

@@ -134,6 +134,12 @@ std::vector<WorkerInfo> CoordinatorCore::ListWorkers() const { return registry_.
 
 void CoordinatorCore::Tick() {
   const std::vector<std::string> dead = registry_.ReapDead();
+  if (const absl::Duration blind = registry_.blind_for(); blind > absl::ZeroDuration()) {
+    SL_LOG(WARNING) << "the coordinator did not tick for " << absl::FormatDuration(blind)
+                    << " (stopped, paused or starved): every alive worker gets "
+                    << absl::FormatDuration(options_.heartbeat_timeout)
+                    << " from now to heartbeat again before it is declared dead";
+  }
   for (const std::string& w : dead) PersistWorker(w);
   {
     absl::MutexLock lock(&mu_);

@@ -25,6 +25,10 @@ struct CoreOptions {
   std::string state_dir;
   absl::Duration heartbeat_interval = absl::Seconds(2);
   absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // A gap between ticks longer than this is the coordinator's own blindness (stopped, paused,
+  // starved): no worker is declared dead for it (WorkerRegistry). Off by default (tests with a
+  // fake clock advance it in leaps); the server sets heartbeat_timeout / 2.
+  absl::Duration blind_gap = absl::InfiniteDuration();
   // A rank its worker has not listed in a heartbeat this long after the attempt started fails
   // the attempt (RANK_START_TIMEOUT): its START was never received or acted on.
   absl::Duration rank_start_timeout = absl::Minutes(2);

@@ -10,8 +10,9 @@
 
 namespace shardline::coordinator {
 
-WorkerRegistry::WorkerRegistry(const Clock* clock, absl::Duration heartbeat_timeout)
-    : clock_(clock), timeout_(heartbeat_timeout) {}
+WorkerRegistry::WorkerRegistry(const Clock* clock, absl::Duration heartbeat_timeout,
+                               absl::Duration blind_gap)
+    : clock_(clock), timeout_(heartbeat_timeout), blind_gap_(blind_gap), last_reap_(clock->Now()) {}
 
 absl::StatusOr<std::string> WorkerRegistry::Register(const RegisterWorkerRequest& req,
                                                      absl::string_view credential_sha256,
@@ -120,6 +121,16 @@ std::vector<std::string> WorkerRegistry::ReapDead() {
   const absl::Time now = clock_->Now();
   std::vector<std::string> dead;
   absl::MutexLock lock(&mu_);
+  const absl::Duration since_last = now - last_reap_;
+  last_reap_ = now;
+  blind_for_ = absl::ZeroDuration();
+  if (since_last > blind_gap_) {
+    blind_for_ = since_last;
+    for (auto& [id, w] : workers_) {
+      if (w.info.state() == WorkerInfo::ALIVE) w.last_heartbeat = std::max(w.last_heartbeat, now);
+    }
+    return dead;
+  }
   for (auto& [id, w] : workers_) {
     if (w.info.state() == WorkerInfo::ALIVE && now - w.last_heartbeat > timeout_) {
       w.info.set_state(WorkerInfo::DEAD);
@@ -129,6 +140,11 @@ std::vector<std::string> WorkerRegistry::ReapDead() {
   }
   std::sort(dead.begin(), dead.end());
   return dead;
+}
+
+absl::Duration WorkerRegistry::blind_for() const {
+  absl::MutexLock lock(&mu_);
+  return blind_for_;
 }
 
 bool WorkerRegistry::IsAlive(absl::string_view worker_id) const {

@@ -9,6 +9,12 @@
 // are dropped (the caller fails the jobs that held them). A dead worker comes back only by
 // registering again.
 //
+// The coordinator's own blindness is not the workers' silence: when ReapDead() finds that more
+// than `blind_gap` passed since its previous call (the coordinator was stopped, paused or starved
+// of CPU, so it could neither tick nor take heartbeats), it declares no one dead in that call and
+// gives every ALIVE worker one heartbeat timeout from now to heartbeat again, as after a restart
+// (Restore).
+//
 // Thread safety: every method may be called from any thread (one internal mutex; Heartbeat is a
 // hash lookup and a time store, so concurrent heartbeats from many workers stay cheap).
 #ifndef SHARDLINE_COORDINATOR_PLACEMENT_WORKER_REGISTRY_H_
@@ -34,8 +40,9 @@ namespace shardline::coordinator {
 
 class WorkerRegistry {
  public:
-  // `clock` must outlive the registry.
-  WorkerRegistry(const Clock* clock, absl::Duration heartbeat_timeout);
+  // `clock` must outlive the registry. `blind_gap`: see above (infinite: off).
+  WorkerRegistry(const Clock* clock, absl::Duration heartbeat_timeout,
+                 absl::Duration blind_gap = absl::InfiniteDuration());
 
   // Registers `req.node_name` (or re-registers it: address, slots and labels are replaced, the
   // worker is ALIVE again, reservations of a live worker are kept). Returns the worker id.
@@ -64,8 +71,11 @@ class WorkerRegistry {
   absl::Status Heartbeat(absl::string_view worker_id);
 
   // Declares every ALIVE worker silent past the timeout DEAD, drops its reservations and returns
-  // the ids of the workers that died in this call.
+  // the ids of the workers that died in this call. After a gap of more than `blind_gap` since the
+  // previous call it declares none and restarts every ALIVE worker's timeout instead; the gap is
+  // then in blind_for() until the next call.
   std::vector<std::string> ReapDead();
+  absl::Duration blind_for() const;
 
   bool IsAlive(absl::string_view worker_id) const;
 
@@ -108,7 +118,10 @@ class WorkerRegistry {
 
   const Clock* clock_;
   const absl::Duration timeout_;
+  const absl::Duration blind_gap_;
   mutable absl::Mutex mu_;
+  absl::Time last_reap_ ABSL_GUARDED_BY(mu_);
+  absl::Duration blind_for_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);          // by id
   absl::flat_hash_map<std::string, std::string> id_by_node_ ABSL_GUARDED_BY(mu_);  // node -> id
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

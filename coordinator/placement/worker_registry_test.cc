@@ -89,6 +89,44 @@ TEST(WorkerRegistry, SilentWorkerDiesAfterTimeoutAndMustReregister) {
 
 // #31 item 4: a live node's name is not taken over with the join token alone; its own daemon
 // (current credential) re-registers, and a restarted one once the old registration is dead.
+TEST(WorkerRegistry, AGapBetweenReapsIsTheCoordinatorsBlindnessNotTheWorkersSilence) {
+  FakeClock clock;
+  WorkerRegistry reg(&clock, absl::Seconds(10), /*blind_gap=*/absl::Seconds(5));
+  const std::string a = *reg.Register(Req("a", 2));
+  const std::string b = *reg.Register(Req("b", 2));
+  ASSERT_TRUE(reg.Reserve(a, 0, "job-1").ok());
+  for (int i = 0; i < 4; ++i) {  // ticks every second: a normal coordinator
+    clock.Advance(absl::Seconds(1));
+    ASSERT_TRUE(reg.ReapDead().empty());
+    EXPECT_EQ(reg.blind_for(), absl::ZeroDuration());
+  }
+  ASSERT_TRUE(reg.Heartbeat(b).ok());
+  clock.Advance(absl::Seconds(30));  // the coordinator stopped: no tick, no heartbeat
+  EXPECT_TRUE(reg.ReapDead().empty());
+  EXPECT_EQ(reg.blind_for(), absl::Seconds(30));
+  EXPECT_TRUE(reg.IsAlive(a));
+  EXPECT_EQ(reg.Get(a)->busy_slots(), 1);  // its job keeps its slot
+  // One heartbeat timeout from the gap: b heartbeats again, a stays silent and then dies.
+  for (int i = 0; i < 9; ++i) {
+    clock.Advance(absl::Seconds(1));
+    ASSERT_TRUE(reg.Heartbeat(b).ok());
+    ASSERT_TRUE(reg.ReapDead().empty()) << "second " << i + 1;
+  }
+  EXPECT_EQ(reg.blind_for(), absl::ZeroDuration());
+  clock.Advance(absl::Seconds(2));
+  ASSERT_TRUE(reg.Heartbeat(b).ok());
+  EXPECT_EQ(reg.ReapDead(), std::vector<std::string>{a});
+  EXPECT_TRUE(reg.IsAlive(b));
+}
+
+TEST(WorkerRegistry, WithoutABlindGapALeapOfTheClockReapsAsBefore) {
+  FakeClock clock;
+  WorkerRegistry reg(&clock, absl::Seconds(10));  // off: the core's default
+  const std::string a = *reg.Register(Req("a", 2));
+  clock.Advance(absl::Seconds(30));
+  EXPECT_EQ(reg.ReapDead(), std::vector<std::string>{a});
+}
+
 TEST(WorkerRegistry, ALiveNodeIsRegisteredAgainOnlyWithItsCurrentCredential) {
   FakeClock clock;
   WorkerRegistry reg(&clock, absl::Seconds(10));
