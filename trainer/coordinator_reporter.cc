@@ -1,12 +1,16 @@
 #include "trainer/coordinator_reporter.h"
 
 #include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
 
 #include "client/client.h"
 #include "client/client_tls.h"
 #include "common/logging.h"
 #include "common/retry.h"
 #include "proto/coordinator.pb.h"
+#include "trainer/report_queue.h"
 
 namespace shardline::trainer {
 namespace {
@@ -34,11 +38,12 @@ absl::StatusOr<CoordinatorReporter> MakeCoordinatorReporter(
   if (!client.ok()) return client.status();
   std::shared_ptr<client::CoordinatorClient> shared(std::move(*client));
   CoordinatorReporter out;
-  out.on_saved = [shared, options](const checkpoint::SaveEvent& e) {
-    absl::Status s = shared->ReportCheckpoint(ReportOf(options, e));
-    if (!s.ok()) {
-      SL_LOG(WARNING) << "reporting checkpoint step " << e.step << " to the coordinator: " << s;
-    }
+  // Off the save's thread: a hung coordinator must not stall the save for the client's deadline.
+  auto queue = std::make_shared<ReportQueue>();
+  out.on_saved = [shared, queue, options](const checkpoint::SaveEvent& e) {
+    CheckpointReport r = ReportOf(options, e);
+    queue->Push(absl::StrCat("checkpoint step ", e.step, " (rank ", options.rank, "'s files)"),
+                [shared, r = std::move(r)] { return shared->ReportCheckpoint(r); });
   };
   out.report_commit = [shared, options](const checkpoint::SaveEvent& e) {
     return shared->ReportCheckpoint(ReportOf(options, e));

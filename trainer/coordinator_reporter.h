@@ -29,8 +29,10 @@ struct CoordinatorReporterOptions {
 };
 
 struct CoordinatorReporter {
-  // checkpoint::Checkpointer::Options::on_saved: a writer's data file, one CheckpointReport; a
-  // failure is logged, never fails the save (rank 0's commit report names every data file).
+  // checkpoint::Checkpointer::Options::on_saved: a writer's data file, one CheckpointReport,
+  // queued and sent by a thread of its own (report_queue.h), so the save never waits on the
+  // coordinator; a failure is logged, never fails the save (rank 0's commit report names every
+  // data file).
   std::function<void(const checkpoint::SaveEvent&)> on_saved;
   // checkpoint::Checkpointer::Options::report_commit: rank 0's commit (MANIFEST.json and every
   // data file, manifest_committed, expected_files), one attempt. OK: the coordinator stored the

@@ -16,9 +16,7 @@ the coordinator was stopped, and it used to declare both workers dead when it co
 running attempt failed WORKER_LOST). The gap between its ticks now reads as its own blindness
 (coordinator/placement/worker_registry.h): the job goes on in attempt 1, with no WORKER_LOST.
 
-Not covered (docs/failures.md, "Chaos soak"): with checkpoints, a stopped coordinator stalls the
-trainers themselves (each writer's best-effort report of its data file is a synchronous RPC with
-a 10 s deadline inside the save); a SIGKILLed coordinator loses the progress points it had
+Not covered (docs/failures.md, "Chaos soak"): a SIGKILLed coordinator loses the progress points it had
 acknowledged but not yet written (up to --metrics_flush_ms, coordinator/observability/training_metrics.h).
 """
 import json
