@@ -312,7 +312,8 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   // The communicator's device (the shards may be offloaded to the host).
   const at::Device device = engine_->device();
   // Global rank 0, or with SetMembership the first rank of the writer group.
-  const bool committer = rank == writer_group_ * layout.shard_degree();
+  const bool committer =
+      layout.ReplicateIndex(rank) == writer_group_ && layout.ShardIndex(rank) == 0;
 
   // Saving a step that is already committed (a run resumed from an older checkpoint reaches it
   // again): rank 0 un-commits it first, before the all-reduce below lets any writer replace its

@@ -145,9 +145,7 @@ absl::StatusOr<CommGroups> CreateCommGroups(const ParallelLayout& layout, int ra
                                             const CommOptions& options) {
   // Every replica group is live: the world is all W ranks and replicate group j is {j, j+S, ...},
   // the layout's own groups.
-  std::vector<int> all_groups;
-  for (int g = 0; g < layout.replicate_degree(); ++g) all_groups.push_back(g);
-  return CreateMemberCommGroups(layout, rank, all_groups, store, options);
+  return CreateMemberCommGroups(layout, rank, LiveGroups::All(layout).groups(), store, options);
 }
 
 absl::StatusOr<CommGroups> CreateMemberCommGroups(const ParallelLayout& layout, int rank,
@@ -155,32 +153,21 @@ absl::StatusOr<CommGroups> CreateMemberCommGroups(const ParallelLayout& layout, 
                                                   KvStore* store, const CommOptions& options) {
   const int world_size = layout.world_size();
   const int shard_degree = layout.shard_degree();
-  const int replicas = layout.replicate_degree();
   if (rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is outside world_size ", world_size));
   }
   if (store == nullptr) return absl::InvalidArgumentError("CreateCommGroups: no store");
   const int own_group = layout.ReplicateIndex(rank);
-  bool member = false;
-  for (size_t i = 0; i < live_groups.size(); ++i) {
-    const int g = live_groups[i];
-    if (g < 0 || g >= replicas || (i > 0 && g <= live_groups[i - 1])) {
-      return absl::InvalidArgumentError(absl::StrCat("live replica groups must ascend within [0, ",
-                                                     replicas, "); got group ", g));
-    }
-    member = member || g == own_group;
-  }
-  if (!member) {
+  absl::StatusOr<LiveGroups> live = LiveGroups::Create(layout, live_groups);
+  if (!live.ok()) return live.status();
+  if (!live->Contains(own_group)) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, "'s replica group ", own_group,
                                                    " is not among the live groups"));
   }
   absl::StatusOr<GroupCommunicatorFactory> factory = FactoryFor(options.backend);
   if (!factory.ok()) return factory.status();
-  std::vector<int> world_ranks;
-  for (int g : live_groups) {
-    for (int i = 0; i < shard_degree; ++i) world_ranks.push_back(g * shard_degree + i);
-  }
+  const std::vector<int> world_ranks = live->Ranks();
   absl::Status agreed =
       CheckRanksAgree(world_size, shard_degree, rank, world_ranks, store, options);
   if (!agreed.ok()) return agreed;
@@ -198,11 +185,9 @@ absl::StatusOr<CommGroups> CreateMemberCommGroups(const ParallelLayout& layout, 
   if (!shard.ok()) return shard.status();
   groups.shard = std::move(*shard);
   const int shard_index = layout.ShardIndex(rank);
-  std::vector<int> replicate_ranks;
-  for (int g : live_groups) replicate_ranks.push_back(g * shard_degree + shard_index);
   absl::StatusOr<std::unique_ptr<Communicator>> replicate =
-      CreateGroup(absl::StrCat("replicate[", shard_index, "]"), replicate_ranks, rank, store,
-                  options, group_factory);
+      CreateGroup(absl::StrCat("replicate[", shard_index, "]"), live->ReplicatePeers(shard_index),
+                  rank, store, options, group_factory);
   if (!replicate.ok()) return replicate.status();
   groups.replicate = std::move(*replicate);
   return groups;

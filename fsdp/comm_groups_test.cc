@@ -1,5 +1,6 @@
 #include "fsdp/comm_groups.h"
 
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -131,27 +132,29 @@ TEST(CreateCommGroups, BuildsNamedGroupsOfTheLayout) {
   auto store = TcpKvStore::Create(o);
   ASSERT_TRUE(store.ok());
   constexpr int kWorld = 4, kShard = 2;
+  const ParallelLayout layout = *ParallelLayout::Create(kWorld, "HYBRID_SHARD", kShard);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < kWorld; ++rank) {
     threads.emplace_back([&, rank] {
       CommOptions options;
       options.timeout = absl::Seconds(20);
-      auto groups = CreateCommGroups(*ParallelLayout::Create(kWorld, "HYBRID_SHARD", kShard), rank,
-                                     store->get(), options);
+      auto groups = CreateCommGroups(layout, rank, store->get(), options);
       ASSERT_TRUE(groups.ok()) << groups.status();
       EXPECT_EQ(groups->world->name(), "world");
-      EXPECT_EQ(groups->shard->name(), "shard[" + std::to_string(rank / kShard) + "]");
-      EXPECT_EQ(groups->replicate->name(), "replicate[" + std::to_string(rank % kShard) + "]");
-      EXPECT_EQ(groups->shard->rank(), rank % kShard);
-      EXPECT_EQ(groups->replicate->rank(), rank / kShard);
+      EXPECT_EQ(groups->shard->name(),
+                "shard[" + std::to_string(layout.ReplicateIndex(rank)) + "]");
+      EXPECT_EQ(groups->replicate->name(),
+                "replicate[" + std::to_string(layout.ShardIndex(rank)) + "]");
+      EXPECT_EQ(groups->shard->rank(), layout.ShardIndex(rank));
+      EXPECT_EQ(groups->replicate->rank(), layout.ReplicateIndex(rank));
       at::Tensor t = at::full({2}, static_cast<double>(rank), at::kFloat);
       ASSERT_TRUE(groups->shard->AllReduce(t, ReduceOp::kSum).ok());
       // shard[0] = {0, 1} -> 1, shard[1] = {2, 3} -> 5.
-      EXPECT_EQ(t[0].item<float>(), rank / kShard == 0 ? 1.0f : 5.0f);
+      EXPECT_EQ(t[0].item<float>(), layout.ReplicateIndex(rank) == 0 ? 1.0f : 5.0f);
       at::Tensor u = at::full({2}, static_cast<double>(rank), at::kFloat);
       ASSERT_TRUE(groups->replicate->AllReduce(u, ReduceOp::kSum).ok());
       // replicate[0] = {0, 2} -> 2, replicate[1] = {1, 3} -> 4.
-      EXPECT_EQ(u[0].item<float>(), rank % kShard == 0 ? 2.0f : 4.0f);
+      EXPECT_EQ(u[0].item<float>(), layout.ShardIndex(rank) == 0 ? 2.0f : 4.0f);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -166,21 +169,24 @@ TEST(CreateMemberCommGroups, BuildsTheGroupsOfTheLiveReplicaGroupsOnly) {
   constexpr int kWorld = 6, kShard = 2;
   const std::vector<int> live = {0, 2};
   const std::vector<int> members = {0, 1, 4, 5};
+  const ParallelLayout layout = *ParallelLayout::Create(kWorld, "HYBRID_SHARD", kShard);
   std::vector<std::thread> threads;
   for (int rank : members) {
     threads.emplace_back([&, rank] {
       CommOptions options;
       options.timeout = absl::Seconds(20);
       options.key_prefix = "comm/job/1/ft/e1";
-      auto groups = CreateMemberCommGroups(*ParallelLayout::Create(kWorld, "HYBRID_SHARD", kShard),
-                                           rank, live, store->get(), options);
+      auto groups = CreateMemberCommGroups(layout, rank, live, store->get(), options);
       ASSERT_TRUE(groups.ok()) << groups.status();
       const int position = rank < 2 ? 0 : 1;  // Of this rank's group among the live ones.
       EXPECT_EQ(groups->world->size(), 4);
-      EXPECT_EQ(groups->world->rank(), position * kShard + rank % kShard);
-      EXPECT_EQ(groups->shard->name(), "shard[" + std::to_string(rank / kShard) + "]");
-      EXPECT_EQ(groups->shard->rank(), rank % kShard);
-      EXPECT_EQ(groups->replicate->name(), "replicate[" + std::to_string(rank % kShard) + "]");
+      EXPECT_EQ(groups->world->rank(),
+                std::find(members.begin(), members.end(), rank) - members.begin());
+      EXPECT_EQ(groups->shard->name(),
+                "shard[" + std::to_string(layout.ReplicateIndex(rank)) + "]");
+      EXPECT_EQ(groups->shard->rank(), layout.ShardIndex(rank));
+      EXPECT_EQ(groups->replicate->name(),
+                "replicate[" + std::to_string(layout.ShardIndex(rank)) + "]");
       EXPECT_EQ(groups->replicate->size(), 2);
       EXPECT_EQ(groups->replicate->rank(), position);
       at::Tensor w = at::full({1}, static_cast<double>(rank), at::kFloat);
@@ -189,7 +195,7 @@ TEST(CreateMemberCommGroups, BuildsTheGroupsOfTheLiveReplicaGroupsOnly) {
       at::Tensor r = at::full({1}, static_cast<double>(rank), at::kFloat);
       ASSERT_TRUE(groups->replicate->AllReduce(r, ReduceOp::kAvg).ok());
       // replicate[0] = {0, 4} -> 2, replicate[1] = {1, 5} -> 3.
-      EXPECT_EQ(r[0].item<float>(), rank % kShard == 0 ? 2.0f : 3.0f);
+      EXPECT_EQ(r[0].item<float>(), layout.ShardIndex(rank) == 0 ? 2.0f : 3.0f);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -271,23 +277,23 @@ TEST(CreateCommGroups, FakeCollectivesReplaceShardAndReplicateOnly) {
   auto store = TcpKvStore::Create(o);
   ASSERT_TRUE(store.ok());
   constexpr int kWorld = 4, kShard = 2;
+  const ParallelLayout layout = *ParallelLayout::Create(kWorld, "HYBRID_SHARD", kShard);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < kWorld; ++rank) {
     threads.emplace_back([&, rank] {
       CommOptions options;
       options.timeout = absl::Seconds(20);
       options.fake_collectives = true;
-      auto groups = CreateCommGroups(*ParallelLayout::Create(kWorld, "HYBRID_SHARD", kShard), rank,
-                                     store->get(), options);
+      auto groups = CreateCommGroups(layout, rank, store->get(), options);
       ASSERT_TRUE(groups.ok()) << groups.status();
       auto* shard = dynamic_cast<NoOpCommunicator*>(groups->shard.get());
       auto* replicate = dynamic_cast<NoOpCommunicator*>(groups->replicate.get());
       ASSERT_NE(shard, nullptr);
       ASSERT_NE(replicate, nullptr);
       EXPECT_EQ(dynamic_cast<NoOpCommunicator*>(groups->world.get()), nullptr);
-      EXPECT_EQ(shard->name(), "shard[" + std::to_string(rank / kShard) + "]");
-      EXPECT_EQ(shard->rank(), rank % kShard);
-      EXPECT_EQ(replicate->rank(), rank / kShard);
+      EXPECT_EQ(shard->name(), "shard[" + std::to_string(layout.ReplicateIndex(rank)) + "]");
+      EXPECT_EQ(shard->rank(), layout.ShardIndex(rank));
+      EXPECT_EQ(replicate->rank(), layout.ReplicateIndex(rank));
       at::Tensor t = at::full({2}, static_cast<double>(rank), at::kFloat);
       ASSERT_TRUE(groups->shard->AllReduce(t, ReduceOp::kSum).ok());
       EXPECT_EQ(t[0].item<float>(), static_cast<float>(rank));  // Not reduced.

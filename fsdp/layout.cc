@@ -20,6 +20,15 @@ std::string ValidStrategyNames() {
   return absl::StrJoin(names, ", ");
 }
 
+void CheckShardIndex(const ParallelLayout& layout, int shard_index) {
+  if (shard_index < 0 || shard_index >= layout.shard_degree()) {
+    // A shard index outside [0, S) is a caller bug, as a rank outside the world is.
+    std::cerr << "ParallelLayout: shard index " << shard_index << " outside [0, "
+              << layout.shard_degree() << ")" << std::endl;
+    std::abort();
+  }
+}
+
 }  // namespace
 
 std::string StrategyName(ShardingStrategy strategy) {
@@ -107,6 +116,21 @@ absl::StatusOr<ParallelLayout> ParallelLayout::Create(int world_size,
   return Create(world_size, *strategy, hybrid_shard_degree);
 }
 
+absl::StatusOr<ParallelLayout> ParallelLayout::ForShape(int world_size, int shard_degree) {
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("world_size must be >= 1, got ", world_size));
+  }
+  if (shard_degree < 1 || world_size % shard_degree != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard degree ", shard_degree, " must be >= 1 and divide world_size ", world_size));
+  }
+  const ShardingStrategy strategy =
+      shard_degree == 1 ? ShardingStrategy::kNoShard
+                        : (shard_degree == world_size ? ShardingStrategy::kFullShard
+                                                      : ShardingStrategy::kHybridShard);
+  return ParallelLayout(world_size, shard_degree, strategy);
+}
+
 bool ParallelLayout::reshard_after_forward() const {
   return strategy_ == ShardingStrategy::kFullShard || strategy_ == ShardingStrategy::kHybridShard;
 }
@@ -120,19 +144,23 @@ void ParallelLayout::CheckRank(int rank) const {
   }
 }
 
+void ParallelLayout::CheckGroup(int group) const {
+  if (group < 0 || group >= replicate_degree()) {
+    // As CheckRank: a group outside [0, R) is a caller bug.
+    std::cerr << "ParallelLayout: group " << group << " outside the " << replicate_degree()
+              << " groups of " << DebugString() << std::endl;
+    std::abort();
+  }
+}
+
 std::vector<int> ParallelLayout::ShardGroupRanks(int rank) const {
   CheckRank(rank);
-  const int first = ReplicateIndex(rank) * shard_degree_;
-  std::vector<int> ranks;
-  for (int r = first; r < first + shard_degree_; ++r) ranks.push_back(r);
-  return ranks;
+  return RanksOfGroup(ReplicateIndex(rank));
 }
 
 std::vector<int> ParallelLayout::ReplicateGroupRanks(int rank) const {
   CheckRank(rank);
-  std::vector<int> ranks;
-  for (int r = ShardIndex(rank); r < world_size_; r += shard_degree_) ranks.push_back(r);
-  return ranks;
+  return LiveGroups::All(*this).ReplicatePeers(ShardIndex(rank));
 }
 
 int ParallelLayout::ShardIndex(int rank) const {
@@ -145,9 +173,76 @@ int ParallelLayout::ReplicateIndex(int rank) const {
   return rank / shard_degree_;
 }
 
+int ParallelLayout::RankOf(int group, int shard_index) const {
+  CheckGroup(group);
+  CheckShardIndex(*this, shard_index);
+  return group * shard_degree_ + shard_index;
+}
+
+std::vector<int> ParallelLayout::RanksOfGroup(int group) const {
+  CheckGroup(group);
+  std::vector<int> ranks;
+  for (int i = 0; i < shard_degree_; ++i) ranks.push_back(RankOf(group, i));
+  return ranks;
+}
+
 std::string ParallelLayout::DebugString() const {
   return absl::StrCat("W=", world_size_, " (R=", replicate_degree(), " x S=", shard_degree_, ") ",
                       StrategyName());
+}
+
+absl::StatusOr<LiveGroups> LiveGroups::Create(const ParallelLayout& layout,
+                                              const std::vector<int>& groups) {
+  const int replicas = layout.replicate_degree();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const int g = groups[i];
+    if (g < 0 || g >= replicas || (i > 0 && g <= groups[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat("live replica groups must ascend within [0, ",
+                                                     replicas, "); got group ", g));
+    }
+  }
+  return LiveGroups(layout, groups);
+}
+
+LiveGroups LiveGroups::Of(const ParallelLayout& layout, const std::set<int>& groups) {
+  for (int g : groups) layout.RanksOfGroup(g);  // CHECKs the range.
+  return LiveGroups(layout, std::vector<int>(groups.begin(), groups.end()));
+}
+
+LiveGroups LiveGroups::All(const ParallelLayout& layout) {
+  std::vector<int> groups;
+  for (int g = 0; g < layout.replicate_degree(); ++g) groups.push_back(g);
+  return LiveGroups(layout, std::move(groups));
+}
+
+bool LiveGroups::Contains(int group) const { return PositionOf(group) >= 0; }
+
+bool LiveGroups::ContainsRank(int rank) const { return Contains(layout_.ReplicateIndex(rank)); }
+
+int LiveGroups::PositionOf(int group) const {
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    if (groups_[i] == group) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::vector<int> LiveGroups::Ranks() const {
+  std::vector<int> ranks;
+  for (int g : groups_) {
+    for (int r : layout_.RanksOfGroup(g)) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+std::vector<int> LiveGroups::ReplicatePeers(int shard_index) const {
+  CheckShardIndex(layout_, shard_index);
+  std::vector<int> ranks;
+  for (int g : groups_) ranks.push_back(layout_.RankOf(g, shard_index));
+  return ranks;
+}
+
+int LiveGroups::LeaderRank() const {
+  return groups_.empty() ? -1 : layout_.RankOf(groups_.front(), 0);
 }
 
 }  // namespace shardline::fsdp

@@ -2,6 +2,7 @@
 
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -170,6 +171,127 @@ TEST(ParallelLayout, DefaultIsOneUnshardedRank) {
   const ParallelLayout layout;
   EXPECT_EQ(layout.DebugString(), "W=1 (R=1 x S=1) NO_SHARD");
   EXPECT_FALSE(layout.reshard_after_forward());
+}
+
+TEST(ParallelLayout, ForShapePicksTheStrategyOfTheShape) {
+  absl::StatusOr<ParallelLayout> layout = ParallelLayout::ForShape(6, 3);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->DebugString(), "W=6 (R=2 x S=3) HYBRID_SHARD");
+  layout = ParallelLayout::ForShape(4, 4);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->DebugString(), "W=4 (R=1 x S=4) FULL_SHARD");
+  layout = ParallelLayout::ForShape(4, 1);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->DebugString(), "W=4 (R=4 x S=1) NO_SHARD");
+  layout = ParallelLayout::ForShape(1, 1);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->DebugString(), "W=1 (R=1 x S=1) NO_SHARD");
+}
+
+TEST(ParallelLayout, ForShapeRejectsABadShapeNamingIt) {
+  absl::StatusOr<ParallelLayout> layout = ParallelLayout::ForShape(0, 1);
+  ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(layout.status().message(), "world_size must be >= 1, got 0");
+  for (int s : {0, -2, 3, 5}) {
+    layout = ParallelLayout::ForShape(4, s);
+    ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_EQ(layout.status().message(),
+              "shard degree " + std::to_string(s) + " must be >= 1 and divide world_size 4");
+  }
+}
+
+// W = 6, S = 3: groups {0, 1, 2} and {3, 4, 5}.
+TEST(ParallelLayout, RankOfInvertsTheGroupAndShardIndex) {
+  absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(6, "HYBRID_SHARD", 3);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->RanksOfGroup(0), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(layout->RanksOfGroup(1), (std::vector<int>{3, 4, 5}));
+  EXPECT_EQ(layout->RankOf(1, 2), 5);
+  EXPECT_EQ(layout->RankOf(0, 1), 1);
+  for (int rank = 0; rank < 6; ++rank) {
+    EXPECT_EQ(layout->RankOf(layout->ReplicateIndex(rank), layout->ShardIndex(rank)), rank);
+    EXPECT_EQ(layout->RanksOfGroup(layout->ReplicateIndex(rank)), layout->ShardGroupRanks(rank));
+  }
+}
+
+TEST(ParallelLayout, AGroupOrShardIndexOutsideTheLayoutAborts) {
+  absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(6, "HYBRID_SHARD", 3);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_DEATH(layout->RanksOfGroup(2), "group 2 outside the 2 groups of W=6");
+  EXPECT_DEATH(layout->RankOf(0, 3), "shard index 3 outside \\[0, 3\\)");
+  EXPECT_DEATH(LiveGroups::Of(*layout, {0, 2}), "group 2 outside");
+}
+
+TEST(LiveGroups, AllGroupsAreTheLayoutsOwnGroups) {
+  absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(6, "HYBRID_SHARD", 3);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  const LiveGroups all = LiveGroups::All(*layout);
+  EXPECT_EQ(all.groups(), (std::vector<int>{0, 1}));
+  EXPECT_EQ(all.Ranks(), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  for (int rank = 0; rank < 6; ++rank) {
+    EXPECT_TRUE(all.ContainsRank(rank));
+    EXPECT_EQ(all.ReplicatePeers(layout->ShardIndex(rank)), layout->ReplicateGroupRanks(rank));
+    EXPECT_EQ(all.PositionOf(layout->ReplicateIndex(rank)), layout->ReplicateIndex(rank));
+  }
+  EXPECT_EQ(all.ReplicatePeers(2), (std::vector<int>{2, 5}));
+  EXPECT_EQ(all.LeaderRank(), 0);
+}
+
+// W = 8, S = 2 with replica group 1 (ranks 2-3) lost: groups 0, 2, 3 train on.
+TEST(LiveGroups, WithAGroupLostTheMembersAndReplicatePeersSkipIt) {
+  absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(8, "HYBRID_SHARD", 2);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  absl::StatusOr<LiveGroups> live = LiveGroups::Create(*layout, {0, 2, 3});
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_EQ(live->size(), 3);
+  EXPECT_EQ(live->Ranks(), (std::vector<int>{0, 1, 4, 5, 6, 7}));
+  EXPECT_EQ(live->ReplicatePeers(0), (std::vector<int>{0, 4, 6}));
+  EXPECT_EQ(live->ReplicatePeers(1), (std::vector<int>{1, 5, 7}));
+  EXPECT_TRUE(live->Contains(2));
+  EXPECT_FALSE(live->Contains(1));
+  EXPECT_FALSE(live->Contains(4));
+  EXPECT_FALSE(live->ContainsRank(2));
+  EXPECT_FALSE(live->ContainsRank(3));
+  EXPECT_TRUE(live->ContainsRank(5));
+  EXPECT_EQ(live->PositionOf(0), 0);
+  EXPECT_EQ(live->PositionOf(2), 1);
+  EXPECT_EQ(live->PositionOf(3), 2);
+  EXPECT_EQ(live->PositionOf(1), -1);
+  EXPECT_EQ(live->LeaderRank(), 0);
+  // The same members from a set (the coordinator's bookkeeping).
+  const LiveGroups of = LiveGroups::Of(*layout, {3, 0, 2});
+  EXPECT_EQ(of.groups(), live->groups());
+  EXPECT_EQ(of.Ranks(), live->Ranks());
+  // Group 0 lost too: the lowest live group's first rank leads.
+  absl::StatusOr<LiveGroups> without_zero = LiveGroups::Create(*layout, {2, 3});
+  ASSERT_TRUE(without_zero.ok()) << without_zero.status();
+  EXPECT_EQ(without_zero->LeaderRank(), 4);
+  EXPECT_EQ(without_zero->ReplicatePeers(1), (std::vector<int>{5, 7}));
+}
+
+TEST(LiveGroups, NoLiveGroupHasNoMembersAndNoLeader) {
+  absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(4, "HYBRID_SHARD", 2);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  absl::StatusOr<LiveGroups> none = LiveGroups::Create(*layout, {});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+  EXPECT_TRUE(none->Ranks().empty());
+  EXPECT_TRUE(none->ReplicatePeers(1).empty());
+  EXPECT_EQ(none->LeaderRank(), -1);
+  EXPECT_FALSE(none->ContainsRank(0));
+}
+
+TEST(LiveGroups, CreateRejectsGroupsThatDoNotAscendWithinTheLayout) {
+  absl::StatusOr<ParallelLayout> layout = ParallelLayout::Create(6, "HYBRID_SHARD", 2);
+  ASSERT_TRUE(layout.ok()) << layout.status();  // R = 3
+  const std::vector<std::pair<std::vector<int>, int>> bad = {
+      {{1, 0}, 0}, {{0, 0}, 0}, {{0, 3}, 3}, {{-1}, -1}, {{0, 2, 1}, 1}};
+  for (const auto& [groups, named] : bad) {
+    absl::StatusOr<LiveGroups> live = LiveGroups::Create(*layout, groups);
+    ASSERT_EQ(live.status().code(), absl::StatusCode::kInvalidArgument) << named;
+    EXPECT_EQ(live.status().message(),
+              "live replica groups must ascend within [0, 3); got group " + std::to_string(named));
+  }
 }
 
 TEST(ParseShardingStrategy, ParsesEveryValidName) {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "fsdp/layout.h"
 #include "fsdp/testing/process_launcher.h"
 #include "gtest/gtest.h"
 
@@ -31,13 +32,16 @@ void ExpectCollectivesOk(int world, int shard_degree) {
       Worker(), world, {"--scenario=collectives", absl::StrCat("--shard_degree=", shard_degree)},
       absl::Seconds(120));
   ASSERT_TRUE(result.AllSucceeded()) << result.Summary();
-  const int s = shard_degree == 0 ? world : shard_degree;
+  const ParallelLayout layout =
+      ParallelLayout::ForShape(world, shard_degree == 0 ? world : shard_degree).value();
   for (const auto& rank : result.ranks) {
     EXPECT_NE(rank.output.find("collectives ok world"), std::string::npos) << rank.output;
-    EXPECT_NE(rank.output.find(absl::StrCat("collectives ok shard[", rank.rank / s, "]")),
+    EXPECT_NE(rank.output.find(
+                  absl::StrCat("collectives ok shard[", layout.ReplicateIndex(rank.rank), "]")),
               std::string::npos)
         << rank.output;
-    EXPECT_NE(rank.output.find(absl::StrCat("collectives ok replicate[", rank.rank % s, "]")),
+    EXPECT_NE(rank.output.find(
+                  absl::StrCat("collectives ok replicate[", layout.ShardIndex(rank.rank), "]")),
               std::string::npos)
         << rank.output;
   }

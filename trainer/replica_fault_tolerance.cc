@@ -71,7 +71,10 @@ ReplicaFaultTolerance::ReplicaFaultTolerance(const ReplicaFaultToleranceOptions&
 }
 
 bool ReplicaFaultTolerance::leader() const {
-  return !live_.empty() && options_.rank == live_.front() * options_.layout.shard_degree();
+  // The lowest live group's first rank.
+  const fsdp::ParallelLayout& layout = options_.layout;
+  return !live_.empty() && layout.ReplicateIndex(options_.rank) == live_.front() &&
+         layout.ShardIndex(options_.rank) == 0;
 }
 
 void ReplicaFaultTolerance::BeginStep(int64_t step) {

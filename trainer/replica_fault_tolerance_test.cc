@@ -378,7 +378,7 @@ TEST(ReplicaFaultTolerance, LostGroupLeavesSurvivorsTrainOnAndAReplacementIsHeal
     threads.emplace_back([&, rank] {
       status[rank] = [&]() -> absl::Status {
         RankVoter voter(&coordinator, rank);
-        const int shard_index = rank % 2;
+        const int shard_index = c.layout.ShardIndex(rank);
         absl::StatusOr<FtRank> r = MakeFtRank(c, rank, store->get(), &voter, false);
         if (!r.ok()) return r.status();
         r->ft->BeginStep(1);

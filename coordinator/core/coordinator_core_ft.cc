@@ -17,6 +17,7 @@
 #include "coordinator/core/job_state_machine.h"
 #include "coordinator/core/rank_reports.h"
 #include "coordinator/placement/scheduler.h"
+#include "fsdp/layout.h"
 
 namespace shardline::coordinator {
 namespace {
@@ -25,9 +26,11 @@ bool UsesReplicaGroups(const JobStatus& st) {
   return st.spec().fault_tolerance().mode() == FaultToleranceSpec::REPLICA_GROUPS;
 }
 
-std::string GroupRanks(int32_t group, int32_t s) {
-  return s == 1 ? absl::StrCat("rank ", group * s)
-                : absl::StrCat("ranks ", group * s, "-", (group + 1) * s - 1);
+// "rank 4" or "ranks 4-5": replica group `group`'s ranks, for events.
+std::string GroupRanks(const fsdp::ParallelLayout& layout, int32_t group) {
+  const std::vector<int> ranks = layout.RanksOfGroup(group);
+  return ranks.size() == 1 ? absl::StrCat("rank ", ranks.front())
+                           : absl::StrCat("ranks ", ranks.front(), "-", ranks.back());
 }
 
 void SetMembership(const ReplicaQuorum& q, JobStatus* st) {
@@ -41,7 +44,15 @@ void SetMembership(const ReplicaQuorum& q, JobStatus* st) {
 void CoordinatorCore::StartQuorumLocked(JobRecord& job, bool restored) {
   JobStatus& st = *job.mutable_status();
   if (!UsesReplicaGroups(st)) return;
-  const int32_t s = std::max(1, job.shard_degree());
+  // The layout's groups are the replica groups. The job's stored shard degree divides its world
+  // (the planner placed it); a record where it does not cannot run a quorum.
+  absl::StatusOr<fsdp::ParallelLayout> layout =
+      fsdp::ParallelLayout::ForShape(st.world_size(), std::max(1, job.shard_degree()));
+  if (!layout.ok()) {
+    SL_LOG(ERROR) << "job " << st.job_id() << ": no replica-group quorum: " << layout.status();
+    quorums_.erase(st.job_id());
+    return;
+  }
   const FaultToleranceSpec& ft = st.spec().fault_tolerance();
   const absl::Duration vote_timeout =
       absl::Seconds(ft.vote_timeout_s() > 0 ? ft.vote_timeout_s() : 10);
@@ -49,8 +60,7 @@ void CoordinatorCore::StartQuorumLocked(JobRecord& job, bool restored) {
   // It is declared stalled once it could not still be in a collective of the step.
   const absl::Duration stall_timeout =
       absl::Seconds(st.spec().fsdp().collective_timeout_s()) + vote_timeout;
-  ReplicaQuorum q(st.world_size() / s, s, ft.min_replicas(), vote_timeout, stall_timeout,
-                  st.total_steps());
+  ReplicaQuorum q(*layout, ft.min_replicas(), vote_timeout, stall_timeout, st.total_steps());
   if (restored && st.live_replica_groups_size() > 0) {
     std::vector<int32_t> generations;
     for (const RankPlacement& p : st.placement()) generations.push_back(p.generation());
@@ -67,7 +77,7 @@ bool CoordinatorCore::QuorumTakesFailureLocked(JobRecord& job, const RankFailure
   if (it == quorums_.end() || !f.restartable || f.ranks.empty()) return false;
   QuorumActions actions;
   for (int32_t rank : f.ranks) {
-    if (rank < 0 || rank >= it->second.groups() * it->second.group_size()) continue;
+    if (rank < 0 || rank >= it->second.layout().world_size()) continue;
     actions.Append(
         it->second.RankFailed(rank, it->second.generation(rank), f.reason, clock_->Now()));
   }
@@ -81,21 +91,20 @@ void CoordinatorCore::ApplyQuorumActionsLocked(JobRecord& job, QuorumActions act
   auto it = quorums_.find(job_id);
   if (it == quorums_.end()) return;
   ReplicaQuorum& q = it->second;
-  const int32_t s = q.group_size();
-  const int32_t r = q.groups();
+  const fsdp::ParallelLayout& layout = q.layout();
   JobStateMachine sm(&job, clock_->Now());
   for (const QuorumActions::Loss& l : actions.lost) {
     sm.Note("REPLICA_GROUP_LOST",
-            absl::StrCat("replica group ", l.group, " (", GroupRanks(l.group, s), ") lost at step ",
-                         l.step, ": ", l.cause, "; training on with ", l.live_after, " of ", r,
-                         " replica groups"));
+            absl::StrCat("replica group ", l.group, " (", GroupRanks(layout, l.group),
+                         ") lost at step ", l.step, ": ", l.cause, "; training on with ",
+                         l.live_after, " of ", layout.replicate_degree(), " replica groups"));
     SL_LOG(WARNING) << "job " << job_id << ": replica group " << l.group << " lost at step "
                     << l.step << ": " << l.cause;
   }
   if (actions.healed) {
     for (int32_t g : actions.healed->groups) {
       sm.Note("REPLICA_GROUP_HEALED",
-              absl::StrCat("replica group ", g, " (", GroupRanks(g, s), ") rejoined at step ",
+              absl::StrCat("replica group ", g, " (", GroupRanks(layout, g), ") rejoined at step ",
                            actions.healed->step, ", healed from group ", actions.healed->source));
     }
   }
@@ -140,15 +149,15 @@ void CoordinatorCore::MaybeSucceedReplicaGroupsLocked(JobRecord& job) {
   if (it == quorums_.end() || st.state() != RUNNING) return;
   const ReplicaQuorum& q = it->second;
   const std::set<int32_t> done(job.succeeded_ranks().begin(), job.succeeded_ranks().end());
-  const std::vector<int32_t> live = q.live_groups();
-  for (int32_t g : live) {
-    for (int32_t rank = g * q.group_size(); rank < (g + 1) * q.group_size(); ++rank) {
-      if (!done.count(rank)) return;
-    }
+  const fsdp::LiveGroups live = q.members();
+  const std::vector<int> ranks = live.Ranks();
+  for (int32_t rank : ranks) {
+    if (!done.count(rank)) return;
   }
   const std::string message =
-      absl::StrCat("all ", live.size() * q.group_size(), " ranks of the ", live.size(), " live of ",
-                   q.groups(), " replica groups of attempt ", st.attempt(), " exited with code 0");
+      absl::StrCat("all ", ranks.size(), " ranks of the ", live.size(), " live of ",
+                   q.layout().replicate_degree(), " replica groups of attempt ", st.attempt(),
+                   " exited with code 0");
   // A replacement not admitted yet has nothing left to join: the attempt's STOP ends it, and
   // its slots drain until it exited (as a failed attempt's do), so no other job is placed on a
   // slot it still holds. The exited ranks' slots free at their workers' next heartbeats.
@@ -167,11 +176,12 @@ void CoordinatorCore::PlaceReplacementsLocked() {
     if (!found.ok() || (*found)->status().state() != RUNNING) continue;
     JobRecord& job = **found;
     JobStatus& st = *job.mutable_status();
-    const int32_t s = q.group_size();
+    const int32_t s = q.layout().shard_degree();
     for (int32_t g : lost) {
+      const std::vector<int> ranks = q.layout().RanksOfGroup(g);
       // Free slots of the job's kind, the failed node's worker first.
       std::vector<NodeCapacity> free = registry_.FreeCapacity(SlotKindFor(st.spec()));
-      const std::string preferred = st.placement(g * s).worker_id();
+      const std::string preferred = st.placement(ranks.front()).worker_id();
       std::stable_partition(free.begin(), free.end(),
                             [&](const NodeCapacity& c) { return c.worker_id == preferred; });
       std::vector<std::pair<const NodeCapacity*, int32_t>> slots;
@@ -196,7 +206,7 @@ void CoordinatorCore::PlaceReplacementsLocked() {
       const int32_t generation = q.ReplacementPlaced(g);
       std::vector<std::string> nodes;
       for (int32_t i = 0; i < s; ++i) {
-        const int32_t rank = g * s + i;
+        const int32_t rank = ranks[i];
         RankPlacement& p = *st.mutable_placement(rank);
         const NodeCapacity& c = *slots[i].first;
         if (p.worker_id() != c.worker_id) {
@@ -214,11 +224,11 @@ void CoordinatorCore::PlaceReplacementsLocked() {
         tracker_.ReplaceRank(job_id, rank, c.worker_id, c.node_name, generation, clock_->Now());
       }
       const AttemptStartInfo info = StartInfoLocked(job);
-      for (int32_t rank = g * s; rank < (g + 1) * s; ++rank) outbox_.PushStart(job, info, rank);
+      for (int32_t rank : ranks) outbox_.PushStart(job, info, rank);
       nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
       JobStateMachine(&job, clock_->Now())
           .Note("REPLICA_GROUP_PLACED",
-                absl::StrCat("replacement of replica group ", g, " (", GroupRanks(g, s),
+                absl::StrCat("replacement of replica group ", g, " (", GroupRanks(q.layout(), g),
                              ", generation ", generation, ") placed on ",
                              absl::StrJoin(nodes, ", "), "; it rejoins at a committed step"));
       SL_LOG(INFO) << "job " << job_id << ": replacement of replica group " << g << " (generation "

@@ -308,14 +308,14 @@ TEST_F(FtCoreTest, LostGroupIsReplacedHealedAndTheJobSucceedsWithoutARestart) {
 
   // Step 3 with everyone, then every rank of every live group exits 0.
   for (int rank = 0; rank < 5; ++rank) {
-    EXPECT_EQ(Vote(rank, 3, 2, true, 1.0, rank / 2 == 1 ? 1 : 0).status().code(),
+    EXPECT_EQ(Vote(rank, 3, 2, true, 1.0, (rank == 2 || rank == 3) ? 1 : 0).status().code(),
               absl::StatusCode::kDeadlineExceeded);
   }
   auto c3 = Vote(5, 3, 2);
   ASSERT_TRUE(c3.ok()) << c3.status();
   EXPECT_EQ(c3->decision(), StepVoteResponse::COMMIT);
   for (int rank = 0; rank < 6; ++rank) {
-    Status(rank, RankStatus::EXITED, 0, rank / 2 == 1 ? 1 : 0);
+    Status(rank, RankStatus::EXITED, 0, (rank == 2 || rank == 3) ? 1 : 0);
   }
   st = Job();
   EXPECT_EQ(st.state(), SUCCEEDED) << Events(st);
@@ -534,7 +534,8 @@ TEST_F(FtCoreTest, DigestMismatchFailsTheJob) {
     v.set_step(8);
     v.set_ok(true);
     v.set_has_digest(true);
-    v.set_digest(rank == 2 ? 0xdead : 0x1000 + rank % 2);
+    constexpr int kShardIndex[] = {0, 1, 0, 1};  // W = 4, S = 2
+    v.set_digest(rank == 2 ? 0xdead : 0x1000 + kShardIndex[rank]);
     auto r = Cast(v);
     if (rank == 3) {
       ASSERT_TRUE(r.ok()) << r.status();

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "coordinator/core/job_state_machine.h"
+#include "fsdp/layout.h"
 
 namespace shardline::coordinator {
 
@@ -24,7 +25,15 @@ absl::Status CheckReportSource(const JobStatus& st, int32_t attempt, int32_t ran
 
 int32_t ProgressLeader(const JobStatus& st, int32_t shard_degree) {
   if (st.live_replica_groups_size() == 0) return 0;
-  return st.live_replica_groups(0) * std::max(1, shard_degree);
+  // The stored groups come from the quorum, within the layout; a record where they are not
+  // falls back to rank 0.
+  absl::StatusOr<fsdp::ParallelLayout> layout =
+      fsdp::ParallelLayout::ForShape(st.world_size(), std::max(1, shard_degree));
+  if (!layout.ok()) return 0;
+  absl::StatusOr<fsdp::LiveGroups> live = fsdp::LiveGroups::Create(
+      *layout, {st.live_replica_groups().begin(), st.live_replica_groups().end()});
+  if (!live.ok()) return 0;
+  return live->LeaderRank();
 }
 
 namespace {
@@ -33,8 +42,13 @@ namespace {
 // (the vote's): one of them that is ahead of the job's progress carries a step the leader's
 // reports have not brought (see ApplyProgress).
 bool AheadOfTheLeader(const ProgressReport& r, const JobStatus& st, int32_t shard_degree) {
-  return shard_degree > 0 && st.live_replica_groups_size() > 0 && r.rank() % shard_degree == 0 &&
-         r.step() > st.step();
+  if (shard_degree <= 0 || st.live_replica_groups_size() == 0 || r.step() <= st.step()) {
+    return false;
+  }
+  absl::StatusOr<fsdp::ParallelLayout> layout =
+      fsdp::ParallelLayout::ForShape(st.world_size(), shard_degree);
+  return layout.ok() && r.rank() >= 0 && r.rank() < layout->world_size() &&
+         layout->ShardIndex(r.rank()) == 0;
 }
 
 }  // namespace

@@ -42,18 +42,18 @@ void QuorumActions::Append(QuorumActions o) {
   membership_changed |= o.membership_changed;
 }
 
-ReplicaQuorum::ReplicaQuorum(int32_t groups, int32_t group_size, int32_t min_replicas,
+ReplicaQuorum::ReplicaQuorum(const fsdp::ParallelLayout& layout, int32_t min_replicas,
                              absl::Duration vote_timeout, absl::Duration stall_timeout,
                              int64_t last_step)
-    : r_(groups),
-      s_(group_size),
+    : layout_(layout),
       min_replicas_(std::max(1, min_replicas)),
       vote_timeout_(vote_timeout),
       stall_timeout_(stall_timeout),
       last_step_(last_step),
-      state_(groups, State::kLive),
-      generation_(static_cast<size_t>(groups) * group_size, 0) {
-  for (int32_t g = 0; g < r_; ++g) live_.insert(g);
+      state_(layout.replicate_degree(), State::kLive),
+      generation_(layout.world_size(), 0) {
+  const fsdp::LiveGroups all = fsdp::LiveGroups::All(layout_);
+  live_.insert(all.groups().begin(), all.groups().end());
 }
 
 void ReplicaQuorum::Restore(int64_t epoch, const std::vector<int32_t>& live_groups,
@@ -62,7 +62,7 @@ void ReplicaQuorum::Restore(int64_t epoch, const std::vector<int32_t>& live_grou
   live_.clear();
   std::fill(state_.begin(), state_.end(), State::kLost);
   for (int32_t g : live_groups) {
-    if (g < 0 || g >= r_) continue;
+    if (g < 0 || g >= layout_.replicate_degree()) continue;
     live_.insert(g);
     state_[g] = State::kLive;
   }
@@ -99,8 +99,8 @@ StepVoteResponse ReplicaQuorum::Current(StepVoteResponse::Decision d, int64_t st
 
 std::optional<StepVoteResponse> ReplicaQuorum::Answer(const StepVoteRequest& req) const {
   const int32_t rank = req.rank();
-  if (rank < 0 || rank >= r_ * s_) return std::nullopt;
-  const int32_t g = rank / s_;
+  if (rank < 0 || rank >= layout_.world_size()) return std::nullopt;
+  const int32_t g = layout_.ReplicateIndex(rank);
   if (failed_ || req.generation() < generation_[rank]) return Leave(req);
   if (req.joining()) {
     auto it = admitted_.find(g);
@@ -123,8 +123,9 @@ std::optional<StepVoteResponse> ReplicaQuorum::Answer(const StepVoteRequest& req
 absl::StatusOr<ReplicaQuorum::VoteResult> ReplicaQuorum::Vote(const StepVoteRequest& req,
                                                               absl::Time now) {
   const int32_t rank = req.rank();
-  if (rank < 0 || rank >= r_ * s_) {
-    return absl::InvalidArgumentError(absl::StrCat("rank: ", rank, " outside world of ", r_ * s_));
+  if (rank < 0 || rank >= layout_.world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank: ", rank, " outside world of ", layout_.world_size()));
   }
   if (!StepVoteRequest::Phase_IsValid(req.phase())) {
     return absl::InvalidArgumentError(
@@ -136,7 +137,7 @@ absl::StatusOr<ReplicaQuorum::VoteResult> ReplicaQuorum::Vote(const StepVoteRequ
                      " was never placed (the current generation is ", generation_[rank], ")"));
   }
   VoteResult result;
-  const int32_t g = rank / s_;
+  const int32_t g = layout_.ReplicateIndex(rank);
   if (!failed_ && req.generation() == generation_[rank]) {
     if (req.joining()) {
       if (state_[g] == State::kReplacing) joined_[g].insert(rank);
@@ -167,15 +168,17 @@ absl::StatusOr<ReplicaQuorum::VoteResult> ReplicaQuorum::Vote(const StepVoteRequ
 QuorumActions ReplicaQuorum::RankFailed(int32_t rank, int32_t generation, const std::string& cause,
                                         absl::Time now) {
   QuorumActions out;
-  if (failed_ || rank < 0 || rank >= r_ * s_ || generation < generation_[rank]) return out;
-  const int32_t g = rank / s_;
+  if (failed_ || rank < 0 || rank >= layout_.world_size() || generation < generation_[rank]) {
+    return out;
+  }
+  const int32_t g = layout_.ReplicateIndex(rank);
   if (state_[g] == State::kLive) {
     LoseGroup(g, cause, now, &out);
   } else if (state_[g] == State::kReplacing) {
     // The replacement failed before it was admitted: place another.
     state_[g] = State::kLost;
     joined_.erase(g);
-    for (int32_t r = g * s_; r < (g + 1) * s_; ++r) out.stop_ranks.push_back(r);
+    for (int32_t r : layout_.RanksOfGroup(g)) out.stop_ranks.push_back(r);
     out.lost.push_back({g, open_step_ ? open_step_ : last_committed_ + 1,
                         absl::StrCat("its replacement failed before it rejoined: ", cause),
                         static_cast<int32_t>(live_.size() - lost_in_step_.size())});
@@ -188,7 +191,7 @@ void ReplicaQuorum::LoseGroup(int32_t g, const std::string& cause, absl::Time no
   state_[g] = State::kLost;
   joined_.erase(g);
   admitted_.erase(g);
-  for (int32_t r = g * s_; r < (g + 1) * s_; ++r) out->stop_ranks.push_back(r);
+  for (int32_t r : layout_.RanksOfGroup(g)) out->stop_ranks.push_back(r);
   const int64_t step = open_step_ ? open_step_ : last_committed_ + 1;
   if (open_step_) {
     lost_in_step_.insert(g);
@@ -202,7 +205,7 @@ void ReplicaQuorum::LoseGroup(int32_t g, const std::string& cause, absl::Time no
   const int32_t left = static_cast<int32_t>(live_.size() - lost_in_step_.size());
   out->lost.push_back({g, step, cause, left});
   if (left < min_replicas_) {
-    out->attempt_failure = Fail(absl::StrCat("only ", left, " of ", r_,
+    out->attempt_failure = Fail(absl::StrCat("only ", left, " of ", layout_.replicate_degree(),
                                              " replica groups left, fewer than "
                                              "fault_tolerance.min_replicas ",
                                              min_replicas_));
@@ -225,7 +228,7 @@ void ReplicaQuorum::TryDecide(absl::Time now, QuorumActions* out) {
   std::vector<int32_t> missing;
   for (int32_t g : live_) {
     if (lost_in_step_.count(g)) continue;
-    for (int32_t r = g * s_; r < (g + 1) * s_; ++r) {
+    for (int32_t r : layout_.RanksOfGroup(g)) {
       auto v = votes_.find(r);
       if (v == votes_.end()) {
         all_in = false;
@@ -250,11 +253,11 @@ void ReplicaQuorum::TryDecide(absl::Time now, QuorumActions* out) {
   // Stalled: no vote within vote_timeout of the step's first failure (or, in a step nobody
   // failed, within stall_timeout of its first vote).
   std::set<int32_t> stalled;
-  for (int32_t r : missing) stalled.insert(r / s_);
+  for (int32_t r : missing) stalled.insert(layout_.ReplicateIndex(r));
   for (int32_t g : stalled) {
     int32_t first_missing = -1;
     for (int32_t r : missing) {
-      if (r / s_ == g) {
+      if (layout_.ReplicateIndex(r) == g) {
         first_missing = r;
         break;
       }
@@ -263,7 +266,7 @@ void ReplicaQuorum::TryDecide(absl::Time now, QuorumActions* out) {
     joined_.erase(g);
     admitted_.erase(g);
     lost_in_step_.insert(g);
-    for (int32_t r = g * s_; r < (g + 1) * s_; ++r) out->stop_ranks.push_back(r);
+    for (int32_t r : layout_.RanksOfGroup(g)) out->stop_ranks.push_back(r);
     out->lost.push_back(
         {g, step,
          silent_stall ? absl::StrCat("rank ", first_missing, " did not vote on ", OpenVoteName(),
@@ -289,7 +292,7 @@ void ReplicaQuorum::TryDecide(absl::Time now, QuorumActions* out) {
   out->membership_changed = true;
   if (static_cast<int32_t>(live_.size()) < min_replicas_) {
     out->attempt_failure = Fail(absl::StrCat(
-        "only ", live_.size(), " of ", r_,
+        "only ", live_.size(), " of ", layout_.replicate_degree(),
         " replica groups left, fewer than fault_tolerance.min_replicas ", min_replicas_));
     return;
   }
@@ -305,13 +308,15 @@ void ReplicaQuorum::Commit(QuorumActions* out) {
   for (const auto& [rank, v] : votes_) {
     sum += v.loss();
     if (!v.has_digest()) continue;
-    auto [it, inserted] = by_shard.emplace(rank % s_, std::make_pair(v.digest(), rank));
+    const int32_t shard = layout_.ShardIndex(rank);
+    auto [it, inserted] = by_shard.emplace(shard, std::make_pair(v.digest(), rank));
     if (!inserted && it->second.first != v.digest()) {
-      out->diverged = Fail(absl::StrCat(
-          "replica groups diverged at step ", step, ": shard ", rank % s_, " has digest ",
-          absl::Hex(it->second.first, absl::kZeroPad16), " on rank ", it->second.second, " (group ",
-          it->second.second / s_, ") but ", absl::Hex(v.digest(), absl::kZeroPad16), " on rank ",
-          rank, " (group ", rank / s_, ")"));
+      out->diverged = Fail(
+          absl::StrCat("replica groups diverged at step ", step, ": shard ", shard, " has digest ",
+                       absl::Hex(it->second.first, absl::kZeroPad16), " on rank ",
+                       it->second.second, " (group ", layout_.ReplicateIndex(it->second.second),
+                       ") but ", absl::Hex(v.digest(), absl::kZeroPad16), " on rank ", rank,
+                       " (group ", layout_.ReplicateIndex(rank), ")"));
       out->decided = true;
       return;
     }
@@ -324,7 +329,8 @@ void ReplicaQuorum::Commit(QuorumActions* out) {
                       (last_step_ <= 0 || step < last_step_);
   std::vector<int32_t> joining;
   for (const auto& [g, ranks] : joined_) {
-    if (admits && state_[g] == State::kReplacing && static_cast<int32_t>(ranks.size()) == s_) {
+    if (admits && state_[g] == State::kReplacing &&
+        static_cast<int32_t>(ranks.size()) == layout_.shard_degree()) {
       joining.push_back(g);
     }
   }
@@ -343,7 +349,7 @@ void ReplicaQuorum::Commit(QuorumActions* out) {
   resp.set_loss(votes_.empty() ? 0.0 : sum / static_cast<double>(votes_.size()));
   for (int32_t g : joining) resp.add_joining_groups(g);
   resp.set_heal_source_group(source);
-  for (int32_t g : joining) admitted_[g] = {generation_[g * s_], resp};
+  for (int32_t g : joining) admitted_[g] = {generation_[layout_.RankOf(g, 0)], resp};
   decided_[DecisionKey(voted_epoch, step, phase)] = resp;
   while (decided_.size() > kKeptDecisions) decided_.erase(decided_.begin());
   if (phase == StepVoteRequest::TRAIN) last_committed_ = step;
@@ -357,7 +363,7 @@ void ReplicaQuorum::Commit(QuorumActions* out) {
 std::vector<int32_t> ReplicaQuorum::GroupsToReplace() const {
   std::vector<int32_t> out;
   if (failed_) return out;
-  for (int32_t g = 0; g < r_; ++g) {
+  for (int32_t g = 0; g < layout_.replicate_degree(); ++g) {
     if (state_[g] == State::kLost) out.push_back(g);
   }
   return out;
@@ -367,15 +373,15 @@ int32_t ReplicaQuorum::ReplacementPlaced(int32_t g) {
   state_[g] = State::kReplacing;
   joined_.erase(g);
   admitted_.erase(g);
-  for (int32_t r = g * s_; r < (g + 1) * s_; ++r) ++generation_[r];
-  return generation_[g * s_];
+  for (int32_t r : layout_.RanksOfGroup(g)) ++generation_[r];
+  return generation_[layout_.RankOf(g, 0)];
 }
 
 std::vector<int32_t> ReplicaQuorum::UnadmittedRanks() const {
   std::vector<int32_t> out;
-  for (int32_t g = 0; g < r_; ++g) {
+  for (int32_t g = 0; g < layout_.replicate_degree(); ++g) {
     if (state_[g] != State::kReplacing) continue;
-    for (int32_t r = g * s_; r < (g + 1) * s_; ++r) out.push_back(r);
+    for (int32_t r : layout_.RanksOfGroup(g)) out.push_back(r);
   }
   return out;
 }

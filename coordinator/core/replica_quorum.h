@@ -2,7 +2,7 @@
 // job (docs/failures.md, "Replica-group fault tolerance"): which replica groups are members of
 // the current membership epoch, the votes of the step being decided, and the decisions.
 //
-// Replica group g is ranks [g*S, (g+1)*S). A group is
+// Replica group g is the layout's shard group g (fsdp/layout.h: its S ranks). A group is
 //   live       a member of the current epoch (every group at epoch 0);
 //   lost       failed (a rank exited, was lost with its worker, or stalled past vote_timeout),
 //              waiting for the core to place a replacement;
@@ -45,6 +45,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "fsdp/layout.h"
 #include "proto/coordinator.pb.h"
 
 namespace shardline::coordinator {
@@ -80,13 +81,13 @@ struct QuorumActions {
 
 class ReplicaQuorum {
  public:
-  // `groups` R >= 1 groups of `group_size` S ranks; min_replicas >= 1. stall_timeout: how long
+  // The R replica groups of `layout` (R >= 1); min_replicas >= 1. stall_timeout: how long
   // after a step's first vote the missing votes of a step nobody failed are awaited (0 or less:
   // collective-less stalls are never declared; tests).
   // last_step: the job's last step (train.steps; 0: unknown), at which no joiner is admitted:
   // training is over, the replacement is stopped with the job instead of healed for nothing
   // (and the job's progress stays the live groups' last step).
-  ReplicaQuorum(int32_t groups, int32_t group_size, int32_t min_replicas,
+  ReplicaQuorum(const fsdp::ParallelLayout& layout, int32_t min_replicas,
                 absl::Duration vote_timeout, absl::Duration stall_timeout = absl::ZeroDuration(),
                 int64_t last_step = 0);
 
@@ -126,11 +127,12 @@ class ReplicaQuorum {
 
   int64_t epoch() const { return epoch_; }
   std::vector<int32_t> live_groups() const { return {live_.begin(), live_.end()}; }
+  // The current epoch's members (the live groups of the layout).
+  fsdp::LiveGroups members() const { return fsdp::LiveGroups::Of(layout_, live_); }
   bool IsLive(int32_t group) const { return state_[group] == State::kLive; }
   int32_t generation(int32_t rank) const { return generation_[rank]; }
   const std::vector<int32_t>& generations() const { return generation_; }
-  int32_t group_size() const { return s_; }
-  int32_t groups() const { return r_; }
+  const fsdp::ParallelLayout& layout() const { return layout_; }
   // The attempt failed (too few groups, diverged): every vote is answered LEAVE.
   bool failed() const { return failed_; }
 
@@ -148,8 +150,7 @@ class ReplicaQuorum {
   int32_t LowestLive(const std::set<int32_t>& except) const;
   std::string Fail(const std::string& why);
 
-  const int32_t r_;
-  const int32_t s_;
+  const fsdp::ParallelLayout layout_;
   const int32_t min_replicas_;
   const absl::Duration vote_timeout_;
   const absl::Duration stall_timeout_;

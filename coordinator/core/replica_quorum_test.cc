@@ -52,8 +52,10 @@ void GroupZeroLostAndItsReplacementJoining(ReplicaQuorum& q) {
 }
 
 // W = 6, S = 2: groups 0 (ranks 0-1), 1 (2-3), 2 (4-5).
+fsdp::ParallelLayout SixRanksOfTwo() { return fsdp::ParallelLayout::ForShape(6, 2).value(); }
+
 ReplicaQuorum Quorum(int32_t min_replicas = 1) {
-  return ReplicaQuorum(3, 2, min_replicas, absl::Seconds(10));
+  return ReplicaQuorum(SixRanksOfTwo(), min_replicas, absl::Seconds(10));
 }
 
 std::vector<int32_t> Live(const StepVoteResponse& r) {
@@ -169,7 +171,7 @@ TEST(ReplicaQuorum, AStalledRankIsLostAfterTheVoteTimeout) {
 TEST(ReplicaQuorum, ARankStalledAfterItsCollectivesIsLostAfterTheStallTimeout) {
   // Every voter so far voted ok (the stalled rank finished the step's collectives first): no
   // failure starts vote_timeout, so the stall bound after the first vote decides.
-  ReplicaQuorum q(3, 2, 1, absl::Seconds(10), absl::Seconds(40));
+  ReplicaQuorum q(SixRanksOfTwo(), 1, absl::Seconds(10), absl::Seconds(40));
   for (int32_t rank : {0, 1, 2, 4, 5}) ASSERT_FALSE(q.Vote(V(rank, 7, 0), kT0)->answer);
   EXPECT_FALSE(q.Tick(kT0 + absl::Seconds(39)).decided);
   QuorumActions a = q.Tick(kT0 + absl::Seconds(40));
@@ -205,7 +207,7 @@ TEST(ReplicaQuorum, DigestMismatchOfOneShardIsDivergence) {
   for (int32_t rank = 0; rank < 6; ++rank) {
     StepVoteRequest v = V(rank, 4, 0);
     v.set_has_digest(true);
-    v.set_digest(rank == 3 ? 0xbad : 0x100 + rank % 2);
+    v.set_digest(rank == 3 ? 0xbad : 0x100 + SixRanksOfTwo().ShardIndex(rank));
     auto res = q.Vote(v, kT0);
     ASSERT_TRUE(res.ok());
     if (rank == 5) {
@@ -293,7 +295,7 @@ TEST(ReplicaQuorum, JoinersWaitForTheAfterStepCommitWhenOneFollows) {
 }
 
 TEST(ReplicaQuorum, NoJoinerIsAdmittedAtTheJobsLastStep) {
-  ReplicaQuorum q(3, 2, 1, absl::Seconds(10), absl::ZeroDuration(), /*last_step=*/8);
+  ReplicaQuorum q(SixRanksOfTwo(), 1, absl::Seconds(10), absl::ZeroDuration(), /*last_step=*/8);
   GroupZeroLostAndItsReplacementJoining(q);
   for (int32_t rank : {2, 3, 4}) EXPECT_FALSE(q.Vote(V(rank, 8, 1), kT0)->answer);
   auto last = q.Vote(V(5, 8, 1), kT0);

@@ -91,19 +91,8 @@ absl::StatusOr<Plan> PlanPlacement(const fsdp::ParallelLayout& layout,
 
 absl::StatusOr<Plan> PlanPlacement(int32_t world_size, int32_t shard_degree,
                                    const std::vector<NodeCapacity>& nodes) {
-  if (world_size < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("world_size must be >= 1, got ", world_size));
-  }
-  if (shard_degree < 1 || world_size % shard_degree != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shard degree ", shard_degree, " must be >= 1 and divide world_size ", world_size));
-  }
-  const FsdpSpec::ShardingStrategy strategy =
-      shard_degree == 1
-          ? FsdpSpec::NO_SHARD
-          : (shard_degree == world_size ? FsdpSpec::FULL_SHARD : FsdpSpec::HYBRID_SHARD);
-  auto layout = fsdp::ParallelLayout::Create(world_size, strategy,
-                                             strategy == FsdpSpec::HYBRID_SHARD ? shard_degree : 0);
+  absl::StatusOr<fsdp::ParallelLayout> layout =
+      fsdp::ParallelLayout::ForShape(world_size, shard_degree);
   if (!layout.ok()) return layout.status();
   return PlanPlacement(*layout, nodes);
 }

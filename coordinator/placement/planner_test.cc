@@ -26,12 +26,9 @@ std::vector<NodeCapacity> Nodes(const std::vector<int>& sizes) {
 
 // The layout PlanPlacement(w, s, nodes) places: shard degree s.
 fsdp::ParallelLayout ShapeLayout(int w, int s) {
-  const bool hybrid = s != 1 && s != w;
-  auto layout = fsdp::ParallelLayout::Create(
-      w, s == 1 ? FsdpSpec::NO_SHARD : (hybrid ? FsdpSpec::HYBRID_SHARD : FsdpSpec::FULL_SHARD),
-      hybrid ? s : 0);
+  auto layout = fsdp::ParallelLayout::ForShape(w, s);
   EXPECT_TRUE(layout.ok()) << layout.status();
-  return *layout;
+  return layout.ok() ? *layout : fsdp::ParallelLayout();
 }
 
 // Every invariant a valid plan has, whatever the placement heuristic chose.
@@ -56,16 +53,15 @@ void CheckValid(const Plan& plan, int w, int s, const std::vector<NodeCapacity>&
     }
     EXPECT_TRUE(slot_exists);
     by_node[p.worker_id].push_back(r);
-    EXPECT_EQ(p.shard_group, r / s);
-    EXPECT_EQ(p.replicate_group, r % s);
-    // The groups are the layout's (fsdp/layout.h), the ones the trainers build.
+    // The groups are the layout's (fsdp/layout.h, whose test checks their formula), the ones
+    // the trainers build.
+    EXPECT_EQ(p.shard_group, layout.ReplicateIndex(r));
+    EXPECT_EQ(p.replicate_group, layout.ShardIndex(r));
     const std::vector<int> shard = layout.ShardGroupRanks(r);
     ASSERT_EQ(static_cast<int>(shard.size()), s);
-    for (int k = 0; k < s; ++k) EXPECT_EQ(shard[k], (r / s) * s + k);
     for (int q : shard) EXPECT_EQ(plan.ranks[q].shard_group, p.shard_group);
     const std::vector<int> rep = layout.ReplicateGroupRanks(r);
-    ASSERT_EQ(static_cast<int>(rep.size()), w / s);
-    for (int k = 0; k < w / s; ++k) EXPECT_EQ(rep[k], r % s + k * s);
+    ASSERT_EQ(static_cast<int>(rep.size()), layout.replicate_degree());
     for (int q : rep) EXPECT_EQ(plan.ranks[q].replicate_group, p.replicate_group);
   }
   for (const auto& [node, ranks] : by_node) {
@@ -88,7 +84,7 @@ TEST(Planner, EveryValidWorldAndShardDegreeOnEqualNodes) {
   for (int node_size : {1, 2, 4, 8}) {
     for (int w = 1; w <= 32; ++w) {
       for (int s = 1; s <= w; ++s) {
-        if (w % s) continue;
+        if (!fsdp::ParallelLayout::ForShape(w, s).ok()) continue;  // s does not divide w
         const auto nodes = Nodes(std::vector<int>((w + node_size - 1) / node_size + 1, node_size));
         auto plan = PlanPlacement(w, s, nodes);
         ASSERT_TRUE(plan.ok()) << plan.status();
@@ -97,7 +93,9 @@ TEST(Planner, EveryValidWorldAndShardDegreeOnEqualNodes) {
         // Each group on as few nodes as the node size allows, when groups tile nodes evenly.
         if (node_size % s == 0 || s % node_size == 0) {
           const int minimal = (s + node_size - 1) / node_size;
-          for (int g = 0; g < w / s; ++g) EXPECT_EQ(NodesSpanned(*plan, g), minimal) << g;
+          for (int g = 0; g < ShapeLayout(w, s).replicate_degree(); ++g) {
+            EXPECT_EQ(NodesSpanned(*plan, g), minimal) << g;
+          }
         }
       }
     }

@@ -111,10 +111,13 @@ void RecordPlacement(const Plan& plan, JobStatus* status) {
 
 std::string DescribePlan(const Plan& plan, int32_t requested_world_size) {
   std::set<std::string> nodes;
-  for (const RankPlan& r : plan.ranks) nodes.insert(r.node_name);
-  std::string out =
-      absl::StrCat(plan.world_size, " ranks on ", nodes.size(), " node(s), ",
-                   plan.world_size / plan.shard_degree, " shard group(s) of ", plan.shard_degree);
+  std::set<int32_t> shard_groups;
+  for (const RankPlan& r : plan.ranks) {
+    nodes.insert(r.node_name);
+    shard_groups.insert(r.shard_group);
+  }
+  std::string out = absl::StrCat(plan.world_size, " ranks on ", nodes.size(), " node(s), ",
+                                 shard_groups.size(), " shard group(s) of ", plan.shard_degree);
   if (plan.world_size < requested_world_size) {
     absl::StrAppend(&out, "; elastic: world shrunk from ", requested_world_size);
   }

@@ -297,7 +297,8 @@ TEST(FsdpEngine, FullStateMovesBetweenLayoutsAndTrainingContinuesExactly) {
   FakeWorld w2(4, 2);
   std::vector<ParityResult> r2(4);
   auto s2 = RunOnThreads(w2, [&](int rank, Communicator* s, Communicator* r) {
-    auto res = RunFsdpRank(second, rank, s, r, &r1[rank % 2].state);
+    // Rank k of each group of two resumes from the two-rank save's rank k.
+    auto res = RunFsdpRank(second, rank, s, r, &r1[w2.layout.ShardIndex(rank)].state);
     if (!res.ok()) return res.status();
     r2[rank] = std::move(*res);
     return absl::OkStatus();

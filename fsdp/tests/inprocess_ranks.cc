@@ -6,8 +6,9 @@
 
 namespace shardline::fsdp::testing {
 
-FakeWorld::FakeWorld(int w, int s) : world_size(w), shard_degree(s) {
-  const int r = w / s;
+FakeWorld::FakeWorld(int w, int s)
+    : world_size(w), shard_degree(s), layout(ParallelLayout::ForShape(w, s).value()) {
+  const int r = layout.replicate_degree();
   for (int g = 0; g < r; ++g) {
     shard_groups.push_back(InProcessCommunicator::MakeGroup(absl::StrCat("shard[", g, "]"), s));
   }
@@ -19,12 +20,12 @@ FakeWorld::FakeWorld(int w, int s) : world_size(w), shard_degree(s) {
 
 Communicator* FakeWorld::shard(int rank) {
   if (shard_degree == 1) return nullptr;
-  return shard_groups[rank / shard_degree][rank % shard_degree].get();
+  return shard_groups[layout.ReplicateIndex(rank)][layout.ShardIndex(rank)].get();
 }
 
 Communicator* FakeWorld::replicate(int rank) {
-  if (world_size / shard_degree == 1) return nullptr;
-  return replicate_groups[rank % shard_degree][rank / shard_degree].get();
+  if (layout.replicate_degree() == 1) return nullptr;
+  return replicate_groups[layout.ShardIndex(rank)][layout.ReplicateIndex(rank)].get();
 }
 
 std::vector<absl::Status> RunOnThreads(

@@ -13,17 +13,19 @@
 
 #include "absl/status/status.h"
 #include "fsdp/communicator.h"
+#include "fsdp/layout.h"
 #include "fsdp/testing/in_process_communicator.h"
 
 namespace shardline::fsdp::testing {
 
-// Communicators of all ranks for W = R x S (nullptr for groups of one rank).
+// Communicators of all ranks for W = R x S (nullptr for groups of one rank); S must divide W.
 struct FakeWorld {
   FakeWorld(int world_size, int shard_degree);
   Communicator* shard(int rank);
   Communicator* replicate(int rank);
 
   int world_size, shard_degree;
+  ParallelLayout layout;  // ParallelLayout::ForShape(world_size, shard_degree)
   std::vector<std::vector<std::unique_ptr<InProcessCommunicator>>> shard_groups, replicate_groups;
 };
 

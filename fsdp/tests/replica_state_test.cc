@@ -85,9 +85,9 @@ TEST(ReplicaState, HealMakesAFreshReplicaBitIdenticalToTheSourceAndTrainingGoesO
     ASSIGN_OR_RETURN(Rank r, MakeRank(rank, s, rep));
     // Each replica group alone (a replicate group of one): group 0 trains 3 steps, group 1
     // stays fresh (a replacement that just built its model).
-    LocalCommunicator alone(absl::StrCat("replicate[", rank % kShard, "]"));
+    LocalCommunicator alone(absl::StrCat("replicate[", world.layout.ShardIndex(rank), "]"));
     RETURN_IF_ERROR(r.engine->SetCommunicators(s, &alone));
-    const int group = rank / kShard;
+    const int group = world.layout.ReplicateIndex(rank);
     if (group == 0) {
       for (int step = 0; step < 3; ++step) RETURN_IF_ERROR(TrainStep(r, 100 + step));
     }
@@ -166,7 +166,7 @@ TEST(FsdpEngineSetCommunicators, RefusesPendingGradientsAndWrongSizesUntilDroppe
     }
     grad_sum[rank] = sum;
     auto three = InProcessCommunicator::MakeGroup("replicate[x]", 3);
-    too_big[rank] = r.engine->SetCommunicators(s, three[rank / kShard].get());
+    too_big[rank] = r.engine->SetCommunicators(s, three[world.layout.ReplicateIndex(rank)].get());
     LocalCommunicator one("shard[x]");
     bad_shard[rank] = r.engine->SetCommunicators(&one, rep);
     RETURN_IF_ERROR(r.engine->SetCommunicators(s, rep));

@@ -22,6 +22,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "absl/strings/str_cat.h"
+#include "fsdp/layout.h"
 #include "fsdp/testing/standin_communicator.h"
 #include "fsdp/tests/parity.h"
 #include "gtest/gtest.h"
@@ -46,8 +47,12 @@ class StandInParityGpuTest : public ::testing::TestWithParam<ParityConfig> {
 std::vector<absl::StatusOr<ParityResult>> RunStandIn(const ParityConfig& config,
                                                      int64_t* flag_waits) {
   const int w = config.world_size;
-  const int s = config.hybrid_shard_degree > 0 ? config.hybrid_shard_degree : w;
-  const int r = w / s;
+  absl::StatusOr<ParallelLayout> layout =
+      ParallelLayout::ForShape(w, config.hybrid_shard_degree > 0 ? config.hybrid_shard_degree : w);
+  EXPECT_TRUE(layout.ok()) << layout.status();
+  if (!layout.ok()) return {};
+  const int s = layout->shard_degree();
+  const int r = layout->replicate_degree();
   std::vector<std::vector<std::unique_ptr<StandInCommunicator>>> shard_groups, replicate_groups;
   for (int g = 0; g < r && s > 1; ++g) {
     auto group = StandInCommunicator::MakeGroup(absl::StrCat("shard[", g, "]"), s);
@@ -66,8 +71,9 @@ std::vector<absl::StatusOr<ParityResult>> RunStandIn(const ParityConfig& config,
   for (int rank = 0; rank < w; ++rank) {
     threads.emplace_back([&, rank] {
       c10::cuda::CUDAStreamGuard stream(c10::cuda::getStreamFromPool(false, 0));
-      Communicator* shard = s > 1 ? shard_groups[rank / s][rank % s].get() : nullptr;
-      Communicator* replicate = r > 1 ? replicate_groups[rank % s][rank / s].get() : nullptr;
+      const int g = layout->ReplicateIndex(rank), j = layout->ShardIndex(rank);
+      Communicator* shard = s > 1 ? shard_groups[g][j].get() : nullptr;
+      Communicator* replicate = r > 1 ? replicate_groups[j][g].get() : nullptr;
       results[rank] = RunFsdpRank(config, rank, shard, replicate);
     });
   }
