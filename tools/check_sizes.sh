@@ -11,7 +11,8 @@
 #
 #   tools/check_sizes.sh              the tree this script is in
 #   tools/check_sizes.sh --root DIR   the tree at DIR
-#   tools/check_sizes.sh --selftest   plants offenders in a temp dir; exits 1 if the check misses one
+#   tools/check_sizes.sh --selftest   plants offenders in a temp dir; exits 1 if the check misses
+#                                     one
 #
 # lizard comes from the project venv (tools/setup.sh), found from this script's real location, or
 # $SHARDLINE_VENV; $LIZARD overrides the command.
@@ -19,6 +20,8 @@ set -uo pipefail
 
 MAX_FILE_LINES=600
 MAX_FUNCTION_LINES=100
+OVER_FILE=$((MAX_FILE_LINES + 1))
+OVER_FUNCTION=$((MAX_FUNCTION_LINES + 1))
 
 script="$(readlink -f "${BASH_SOURCE[0]}")"
 repo="$(cd "$(dirname "$script")/.." && pwd)"
@@ -40,16 +43,21 @@ long_functions() {
   # argument thresholds are out of reach, so the length is the only reason for a warning.
   out="$(cd "$1" && "$LIZARD" -l cpp -L "$MAX_FUNCTION_LINES" -C 1000000 -a 1000000 -i -1 -w \
     -f /dev/stdin)" || return 1
-  # "file:line: warning: name has N NLOC, N CCN, N token, N PARAM, N length, N ND"
-  sed -n -E 's/^(.*:[0-9]+): warning: (.*) has [0-9]+ NLOC, [0-9]+ CCN, [0-9]+ token, [0-9]+ PARAM, ([0-9]+) length.*$/\3 \1: \2/p' \
-    <<<"$out" | awk -v max="$MAX_FUNCTION_LINES" '$1 > max {
+  # "file:line: warning: name has N NLOC, N CCN, N token, N PARAM, N length, N ND" -> "N file:line:
+  # name".
+  local n='[0-9]+'
+  local warning="^(.*:$n): warning: (.*) has $n NLOC, $n CCN, $n token, $n PARAM, ($n) length.*\$"
+  sed -n -E "s/$warning/\\3 \\1: \\2/p" <<<"$out" | awk -v max="$MAX_FUNCTION_LINES" '$1 > max {
       n = $1; $1 = ""; sub(/^ /, ""); printf "%s (%d lines)\n", $0, n }'
 }
+
+# stdin's lines joined by ", ".
+join_lines() { awk 'NR > 1 { printf ", " } { printf "%s", $0 }'; }
 
 # Runs the check on the tree at $1.
 check() {
   local root="$1" failed=0 files long_files=() f n
-  files="$(production_files "$root")"
+  files="$([[ -d "$root" ]] && production_files "$root")"
   if [[ -z "$files" ]]; then
     echo "FAIL: no production C++ files found under $root (the rules below prove nothing)"
     return 1
@@ -58,12 +66,15 @@ check() {
   count="$(wc -l <<<"$files")"
 
   while IFS= read -r f; do
-    n="$(awk 'END { print NR }' "$root/$f")"
-    ((n > MAX_FILE_LINES)) && long_files+=("$f ($n lines)")
+    if ! n="$(awk 'END { print NR }' "$root/$f")"; then
+      long_files+=("$f (unreadable)")
+    elif ((n > MAX_FILE_LINES)); then
+      long_files+=("$f ($n lines)")
+    fi
   done <<<"$files"
   if ((${#long_files[@]})); then
     echo "FAIL: production C++ files have at most $MAX_FILE_LINES lines; but: $(
-      IFS=,; echo "${long_files[*]}" | sed 's/,/, /g')"
+      printf '%s\n' "${long_files[@]}" | join_lines)"
     failed=1
   else
     echo "PASS: production C++ files have at most $MAX_FILE_LINES lines ($count files)"
@@ -72,12 +83,12 @@ check() {
   # Control: lizard runs and measures a planted function of MAX_FUNCTION_LINES + 1 lines.
   local control
   control="$(mktemp -d)"
-  make_function "$control/control.cc" $((MAX_FUNCTION_LINES + 1))
-  if [[ "$(echo control.cc | long_functions "$control")" == *"($((MAX_FUNCTION_LINES + 1)) lines)"* ]]; then
-    echo "PASS: control: lizard measures a planted $((MAX_FUNCTION_LINES + 1))-line function"
+  make_function "$control/control.cc" "$OVER_FUNCTION"
+  if [[ "$(echo control.cc | long_functions "$control")" == *"($OVER_FUNCTION lines)"* ]]; then
+    echo "PASS: control: lizard measures a planted $OVER_FUNCTION-line function"
   else
-    echo "FAIL: control: lizard ($LIZARD) did not report a planted $((MAX_FUNCTION_LINES + 1))-line" \
-      "function (run tools/setup.sh; the function rule proves nothing)"
+    echo "FAIL: control: lizard ($LIZARD) did not report a planted $OVER_FUNCTION-line function" \
+      "(run tools/setup.sh; the function rule proves nothing)"
     failed=1
   fi
   rm -rf "$control"
@@ -89,7 +100,7 @@ check() {
   fi
   if [[ -n "$long" ]]; then
     echo "FAIL: production C++ functions have at most $MAX_FUNCTION_LINES lines; but: $(
-      paste -sd, <<<"$long" | sed 's/,/, /g')"
+      join_lines <<<"$long")"
     failed=1
   else
     echo "PASS: production C++ functions have at most $MAX_FUNCTION_LINES lines ($count files)"
@@ -135,23 +146,27 @@ selftest() {
     fi
   }
   plant() { mkdir -p "$(dirname "$tmp/$1")"; "${@:2}"; }
+  local files_rule="production C\+\+ files have at most $MAX_FILE_LINES lines"
+  local functions_rule="production C\+\+ functions have at most $MAX_FUNCTION_LINES lines"
 
   # A clean tree: a file of exactly 600 lines and a function of exactly 100 lines.
   plant clean/common/a.cc make_file "$tmp/clean/common/a.cc" "$MAX_FILE_LINES"
   plant clean/spec/b.h make_function "$tmp/clean/spec/b.h" "$MAX_FUNCTION_LINES"
-  expect clean 0 "^PASS: production C\+\+ functions have at most $MAX_FUNCTION_LINES lines \(2 files\)"
+  expect clean 0 "^PASS: $functions_rule \(2 files\)"
 
   # A 101-line function, in a .cc and in a .h.
   plant long_fn/common/a.cc make_file "$tmp/long_fn/common/a.cc" 30
-  plant long_fn/models/deep/f.cc make_function "$tmp/long_fn/models/deep/f.cc" $((MAX_FUNCTION_LINES + 1))
-  expect long_fn 1 "^FAIL: production C\+\+ functions .*; but: models/deep/f.cc:1: Planted \($((MAX_FUNCTION_LINES + 1)) lines\)$"
-  plant long_fn_h/fsdp/f.h make_function "$tmp/long_fn_h/fsdp/f.h" $((MAX_FUNCTION_LINES + 1))
-  expect long_fn_h 1 "^FAIL: production C\+\+ functions .*; but: fsdp/f.h:1: Planted"
+  plant long_fn/models/deep/f.cc make_function "$tmp/long_fn/models/deep/f.cc" "$OVER_FUNCTION"
+  expect long_fn 1 \
+    "^FAIL: $functions_rule; but: models/deep/f.cc:1: Planted \($OVER_FUNCTION lines\)$"
+  plant long_fn_h/fsdp/f.h make_function "$tmp/long_fn_h/fsdp/f.h" "$OVER_FUNCTION"
+  expect long_fn_h 1 "^FAIL: $functions_rule; but: fsdp/f.h:1: Planted"
 
   # A 601-line file of short functions: the file rule fails, the function rule passes.
-  plant long_file/checkpoint/big.cc make_file "$tmp/long_file/checkpoint/big.cc" $((MAX_FILE_LINES + 1))
-  expect long_file 1 "^FAIL: production C\+\+ files have at most $MAX_FILE_LINES lines; but: checkpoint/big.cc \($((MAX_FILE_LINES + 1)) lines\)$"
-  expect long_file 1 "^PASS: production C\+\+ functions"
+  plant long_file/checkpoint/big.cc make_file "$tmp/long_file/checkpoint/big.cc" "$OVER_FILE"
+  expect long_file 1 \
+    "^FAIL: $files_rule; but: checkpoint/big.cc \($OVER_FILE lines\)$"
+  expect long_file 1 "^PASS: $functions_rule"
 
   # Exempt: tests and benchmarks, however long.
   plant exempt/common/a.cc make_file "$tmp/exempt/common/a.cc" 30
@@ -159,9 +174,9 @@ selftest() {
   for f in common/x_test.cc coordinator/bench/x.cc fsdp/tests/x.cc fsdp/testing/x.h \
     coordinator/dashboard/testing/x.h bench/x.cc fuzz/x.cc tests/smoke/x.cc fsdp/x_bench_main.cc \
     coordinator/bench/x_load_main.cc models/y_load_main.cc third_party/x/x.cc; do
-    plant "exempt/$f" make_function "$tmp/exempt/$f" $((MAX_FILE_LINES + 1))
+    plant "exempt/$f" make_function "$tmp/exempt/$f" "$OVER_FILE"
   done
-  expect exempt 0 "^PASS: production C\+\+ files have at most $MAX_FILE_LINES lines \(1 files\)"
+  expect exempt 0 "^PASS: $files_rule \(1 files\)"
 
   # Nothing to check is a failure, never a pass.
   mkdir -p "$tmp/empty/common"
@@ -173,7 +188,9 @@ selftest() {
 
 case "${1:-}" in
   --selftest) selftest ;;
-  --root) check "$(cd "$2" && pwd)" ;;
+  --root)
+    [[ -d "${2:-}" ]] || { echo "$0: --root needs a directory" >&2; exit 2; }
+    check "$(cd "$2" && pwd)" ;;
   "") check "$repo" ;;
   *) echo "usage: $0 [--root DIR | --selftest]" >&2; exit 2 ;;
 esac
