@@ -309,58 +309,11 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   RETURN_IF_ERROR(WaitForPendingSave());
   const fsdp::ParallelLayout& layout = engine_->layout();
   const int rank = engine_->rank();
-  // The communicator's device (the shards may be offloaded to the host).
-  const at::Device device = engine_->device();
   // Global rank 0, or with SetMembership the first rank of the writer group.
   const bool committer =
       layout.ReplicateIndex(rank) == writer_group_ && layout.ShardIndex(rank) == 0;
-
-  // Saving a step that is already committed (a run resumed from an older checkpoint reaches it
-  // again): rank 0 un-commits it first, before the all-reduce below lets any writer replace its
-  // data files, so the directory is never a committed checkpoint with half-replaced data.
-  absl::Status uncommit;
-  // A root holding another job's committed checkpoints is never written to (its steps would be
-  // un-committed, overwritten and deleted by retention). Checked once: only this job writes
-  // here afterwards.
-  if (committer && !root_checked_ && !options_.job_id.empty()) {
-    uncommit = CheckRootOwner();
-    root_checked_ = uncommit.ok();
-  }
-  if (committer && uncommit.ok()) {
-    const std::string manifest =
-        absl::StrCat(StepDir(options_.root, progress.step), "/", kManifestFile);
-    if (::access(manifest.c_str(), F_OK) == 0) {
-      if (::unlink(manifest.c_str()) != 0) {
-        uncommit = absl::InternalError(absl::StrCat("unlink ", manifest));
-      } else {
-        uncommit = FsyncDir(StepDir(options_.root, progress.step));
-      }
-    }
-  }
-  // A save id from rank 0 (sum of rank 0's value and zeros), so the committing rank never
-  // merges leftovers of an interrupted save of the same step.
-  at::Tensor id = at::zeros({1}, at::kLong);
-  if (committer) {
-    std::random_device rd;
-    // Negative (never a real id): rank 0 refused the save; every rank returns an error.
-    id.fill_(uncommit.ok() ? static_cast<int64_t>(((uint64_t{rd()} << 32) | rd()) >> 2) : -1);
-  }
-  at::Tensor id_dev = id.to(device);
-  RETURN_IF_ERROR(world_->AllReduce(id_dev, fsdp::ReduceOp::kSum));
-  id = id_dev.cpu();
-  RETURN_IF_ERROR(uncommit);
-  if (id.item<int64_t>() < 0) {
-    return absl::AbortedError(absl::StrCat("checkpoint ", StepDir(options_.root, progress.step),
-                                           ": rank 0 refused the save"));
-  }
-
-  auto sl = std::make_shared<Slices>();
-  sl->step_dir = StepDir(options_.root, progress.step);
-  sl->save_id = absl::StrFormat("%016x", static_cast<uint64_t>(id.item<int64_t>()));
-  sl->writer = layout.ReplicateIndex(rank) == writer_group_;
-  sl->shard_index = layout.ShardIndex(rank);
-  sl->shard_count = layout.shard_degree();
-  sl->commit = committer;
+  ASSIGN_OR_RETURN(const uint64_t save_id, AgreeSaveId(progress.step, committer));
+  std::shared_ptr<Slices> sl = NewSlices(progress, save_id, committer);
   if (sl->commit && options_.report_commit && commit_reporter_ == nullptr) {
     CommitReporter::Options ro;
     ro.root = options_.root;
@@ -369,6 +322,71 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
     ro.backoff = options_.report_backoff;
     commit_reporter_ = std::make_unique<CommitReporter>(ro);
   }
+  if (sl->writer) RETURN_IF_ERROR(CopyShardsToHost(async, sl.get()));
+  if (async) {
+    save_thread_ = std::thread([this, sl] {
+      absl::Status s = WriteAndCommit(*sl);
+      absl::MutexLock lock(&mu_);
+      save_status_ = s;
+    });
+    return absl::OkStatus();
+  }
+  return AgreeSaveResult(*sl, WriteAndCommit(*sl));
+}
+
+absl::Status Checkpointer::UncommitForSave(int64_t step) {
+  // A root holding another job's committed checkpoints is never written to (its steps would be
+  // un-committed, overwritten and deleted by retention). Checked once: only this job writes
+  // here afterwards.
+  if (!root_checked_ && !options_.job_id.empty()) {
+    RETURN_IF_ERROR(CheckRootOwner());
+    root_checked_ = true;
+  }
+  const std::string manifest = absl::StrCat(StepDir(options_.root, step), "/", kManifestFile);
+  if (::access(manifest.c_str(), F_OK) != 0) return absl::OkStatus();
+  if (::unlink(manifest.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("unlink ", manifest));
+  }
+  return FsyncDir(StepDir(options_.root, step));
+}
+
+absl::StatusOr<uint64_t> Checkpointer::AgreeSaveId(int64_t step, bool committer) {
+  // Saving a step that is already committed (a run resumed from an older checkpoint reaches it
+  // again): rank 0 un-commits it first, before the all-reduce below lets any writer replace its
+  // data files, so the directory is never a committed checkpoint with half-replaced data.
+  const absl::Status uncommit = committer ? UncommitForSave(step) : absl::OkStatus();
+  // A save id from rank 0 (sum of rank 0's value and zeros), so the committing rank never
+  // merges leftovers of an interrupted save of the same step.
+  at::Tensor id = at::zeros({1}, at::kLong);
+  if (committer) {
+    std::random_device rd;
+    // Negative (never a real id): rank 0 refused the save; every rank returns an error.
+    id.fill_(uncommit.ok() ? static_cast<int64_t>(((uint64_t{rd()} << 32) | rd()) >> 2) : -1);
+  }
+  // The communicator's device (the shards may be offloaded to the host).
+  at::Tensor id_dev = id.to(engine_->device());
+  RETURN_IF_ERROR(world_->AllReduce(id_dev, fsdp::ReduceOp::kSum));
+  id = id_dev.cpu();
+  RETURN_IF_ERROR(uncommit);
+  if (id.item<int64_t>() < 0) {
+    return absl::AbortedError(
+        absl::StrCat("checkpoint ", StepDir(options_.root, step), ": rank 0 refused the save"));
+  }
+  return static_cast<uint64_t>(id.item<int64_t>());
+}
+
+std::shared_ptr<Checkpointer::Slices> Checkpointer::NewSlices(const TrainingProgress& progress,
+                                                              uint64_t save_id,
+                                                              bool committer) const {
+  const fsdp::ParallelLayout& layout = engine_->layout();
+  const int rank = engine_->rank();
+  auto sl = std::make_shared<Slices>();
+  sl->step_dir = StepDir(options_.root, progress.step);
+  sl->save_id = absl::StrFormat("%016x", save_id);
+  sl->writer = layout.ReplicateIndex(rank) == writer_group_;
+  sl->shard_index = layout.ShardIndex(rank);
+  sl->shard_count = layout.shard_degree();
+  sl->commit = committer;
   CheckpointMeta& m = sl->meta;
   m.step = progress.step;
   m.model_fingerprint = fingerprint_;
@@ -383,38 +401,33 @@ absl::Status Checkpointer::Save(const TrainingProgress& progress, bool async) {
   m.job_id = options_.job_id;
   m.attempt = options_.attempt;
   m.aliases = aliases_;
-  if (sl->writer) {
-    RETURN_IF_ERROR(TorchCall("copy checkpoint shards to host", [&] {
-      at::NoGradGuard no_grad;
-      for (const fsdp::ShardSlice& s : LocalSlices()) {
-        if (s.end <= s.start) continue;
-        at::Tensor host = s.local.detach().to(at::kCPU).contiguous();
-        // Asynchronous saves need a private copy: training updates the shards in place.
-        if (async && host.data_ptr() == s.local.data_ptr()) host = host.clone();
-        sl->data.push_back(
-            SliceData{s.name, s.global_shape, s.start, s.end, host.data_ptr<float>()});
-        sl->owned.push_back(std::move(host));
-      }
-    }));
-  }
-  if (async) {
-    save_thread_ = std::thread([this, sl] {
-      absl::Status s = WriteAndCommit(*sl);
-      absl::MutexLock lock(&mu_);
-      save_status_ = s;
-    });
-    return absl::OkStatus();
-  }
-  absl::Status s = WriteAndCommit(*sl);
+  return sl;
+}
+
+absl::Status Checkpointer::CopyShardsToHost(bool async, Slices* sl) const {
+  return TorchCall("copy checkpoint shards to host", [&] {
+    at::NoGradGuard no_grad;
+    for (const fsdp::ShardSlice& s : LocalSlices()) {
+      if (s.end <= s.start) continue;
+      at::Tensor host = s.local.detach().to(at::kCPU).contiguous();
+      // Asynchronous saves need a private copy: training updates the shards in place.
+      if (async && host.data_ptr() == s.local.data_ptr()) host = host.clone();
+      sl->data.push_back(SliceData{s.name, s.global_shape, s.start, s.end, host.data_ptr<float>()});
+      sl->owned.push_back(std::move(host));
+    }
+  });
+}
+
+absl::Status Checkpointer::AgreeSaveResult(const Slices& sl, const absl::Status& own) {
   // Every rank returns after the commit, and with an error if any rank failed.
-  at::Tensor failed = at::full({1}, s.ok() ? 0.0 : 1.0, at::kDouble).to(device);
+  at::Tensor failed = at::full({1}, own.ok() ? 0.0 : 1.0, at::kDouble).to(engine_->device());
   absl::Status agree = world_->AllReduce(failed, fsdp::ReduceOp::kSum);
-  if (!s.ok()) return s;  // Our own error says more than a lost peer.
+  if (!own.ok()) return own;  // Our own error says more than a lost peer.
   RETURN_IF_ERROR(agree);
   const double n = failed.cpu().item<double>();
   if (n > 0) {
     return absl::AbortedError(
-        absl::StrCat("checkpoint ", sl->step_dir, ": the save failed on ", n, " other rank(s)"));
+        absl::StrCat("checkpoint ", sl.step_dir, ": the save failed on ", n, " other rank(s)"));
   }
   return absl::OkStatus();
 }

@@ -140,6 +140,18 @@ class Checkpointer {
   absl::Status WriteAndCommit(const Slices& slices);
   // Rank 0 before its first save: every committed manifest under root is this job's.
   absl::Status CheckRootOwner() const;
+  // The steps of Save, in order. The committer checks the root's owner (once) and un-commits
+  // `step` if it is committed; then every rank agrees on the committer's save id (ABORTED when
+  // the committer refused the save; the committer returns its own error).
+  absl::Status UncommitForSave(int64_t step);
+  absl::StatusOr<uint64_t> AgreeSaveId(int64_t step, bool committer);
+  // What this rank writes for `progress`: its role, its shard and the checkpoint's metadata.
+  std::shared_ptr<Slices> NewSlices(const TrainingProgress& progress, uint64_t save_id,
+                                    bool committer) const;
+  // A writer's host copies of its slices (private copies for an asynchronous save).
+  absl::Status CopyShardsToHost(bool async, Slices* sl) const;
+  // A synchronous save's end: every rank learns whether any rank failed (`own` is this rank's).
+  absl::Status AgreeSaveResult(const Slices& sl, const absl::Status& own);
 
   Options options_;
   fsdp::FsdpEngine* engine_;

@@ -115,34 +115,34 @@ uint16_t CompressionMethod(int fd, const std::string& path, int64_t header_offse
   return static_cast<uint16_t>(method[0] | (method[1] << 8));
 }
 
-// The split load (steps 1-4 of the header). Returns "" with `out` filled, or why the file must
-// be loaded whole. Throws what LibTorch throws, and NeedsWholeLoad.
-std::string SplitLoad(const std::string& path, LoadedScript* out) {
-  // 1. Classes and methods, no tensor data.
-  torch::jit::Module meta = torch::jit::load(path, at::Device(at::kMeta));
-  std::shared_ptr<torch::jit::CompilationUnit> cu = meta._ivalue()->compilation_unit();
+// The storage made for each data/ record (without memory), and the record's key.
+using StorageKeys = std::map<const c10::StorageImpl*, std::string>;
 
-  auto reader = std::make_shared<caffe2::serialize::PyTorchStreamReader>(path);
-  if (reader->hasRecord("byteorder")) {
-    auto [bytes, n] = reader->getRecord("byteorder");
-    if (std::string(static_cast<const char*>(bytes.get()), n) != "little") {
-      return "its tensors are stored big-endian";
-    }
-  }
-  // 2. Every data/ storage made without memory, with the record's size: the unpickler takes
-  //    storages from the context instead of reading the records.
-  auto context = std::make_shared<torch::jit::DeserializationStorageContext>();
-  std::map<const c10::StorageImpl*, std::string> key_of;  // The context keeps them alive.
-  for (const std::string& record : reader->getAllRecords()) {
+// Step 2, first half: every data/ storage made without memory, with the record's size, into
+// `context` (which keeps them alive): the unpickler takes storages from the context instead of
+// reading the records. Returns "" or why the file must be loaded whole.
+std::string AddStoragesWithoutData(caffe2::serialize::PyTorchStreamReader& reader,
+                                   torch::jit::DeserializationStorageContext* context,
+                                   StorageKeys* key_of) {
+  for (const std::string& record : reader.getAllRecords()) {
     if (absl::StartsWith(record, "constants/")) return "its code has tensor constants";
     if (!absl::StartsWith(record, kDataDir)) continue;
     const std::string key = record.substr(std::strlen(kDataDir));
-    c10::Storage storage(c10::Storage::use_byte_size_t(), reader->getRecordSize(record),
+    c10::Storage storage(c10::Storage::use_byte_size_t(), reader.getRecordSize(record),
                          at::DataPtr(nullptr, at::Device(at::kCPU)), /*allocator=*/nullptr,
                          /*resizable=*/false);
-    key_of[storage.unsafeGetStorageImpl()] = key;
+    (*key_of)[storage.unsafeGetStorageImpl()] = key;
     context->addStorage(key, std::move(storage));
   }
+  return "";
+}
+
+// Step 2, second half: data.pkl unpickled into objects of the classes in `cu`, its tensors on
+// the storages of `context`. Throws NeedsWholeLoad for a class with __setstate__.
+c10::IValue UnpickleOntoStorages(
+    const std::shared_ptr<torch::jit::CompilationUnit>& cu,
+    caffe2::serialize::PyTorchStreamReader& reader,
+    const std::shared_ptr<torch::jit::DeserializationStorageContext>& context) {
   auto type_resolver = [cu](const c10::QualifiedName& name) {
     c10::TypePtr type = cu->get_type(name);
     TORCH_CHECK(type != nullptr, "unknown type ", name.qualifiedName(), " in data.pkl");
@@ -162,34 +162,42 @@ std::string SplitLoad(const std::string& path, LoadedScript* out) {
     for (size_t i = 0; i < n; ++i) obj->setSlot(i, dict.at(cls->getAttributeName(i)));
     return obj;
   };
-  c10::IValue root = torch::jit::readArchiveAndTensors(
-      "data", /*pickle_prefix=*/"", /*tensor_prefix=*/"", type_resolver, obj_loader,
-      at::Device(at::kCPU), *reader, torch::jit::Unpickler::defaultTypeParser, context);
-  torch::jit::Module module(root.toObject());
+  return torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
+                                           type_resolver, obj_loader, at::Device(at::kCPU), reader,
+                                           torch::jit::Unpickler::defaultTypeParser, context);
+}
 
-  // 3. Parameters (each tensor once, under its first name) and the storages they use; their
-  //    records must be stored, not compressed, to be read by offset.
+// The module's parameters, each tensor once (under its first name), and the storages they use.
+struct SplitParams {
+  std::set<const c10::TensorImpl*> tensors;
+  std::set<const c10::StorageImpl*> storages;
+  std::vector<at::Tensor> params;
+  std::vector<ScriptFileParam> entries;  // Where each of `params` lies in the file.
+};
+
+// Step 4's table: where each parameter lies in the file; their records must be stored, not
+// compressed, to be read by offset. Returns "" with `out` filled, or why the file must be loaded
+// whole. Throws on a short or unreadable file.
+std::string LocateParams(const std::string& path, caffe2::serialize::PyTorchStreamReader& reader,
+                         const torch::jit::Module& module, const StorageKeys& key_of,
+                         SplitParams* out) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TORCH_CHECK(fd >= 0, "open ", path, ": ", std::strerror(errno));
   struct CloseOnExit {  // PreadExactly throws on a short file.
     int fd;
     ~CloseOnExit() { ::close(fd); }
   } close_on_exit{fd};
-  std::set<const c10::TensorImpl*> param_tensors;
-  std::set<const c10::StorageImpl*> param_storages;
-  std::vector<at::Tensor> params;
-  std::vector<ScriptFileParam> entries;
   for (const auto& named : module.named_parameters(/*recurse=*/true)) {
     const at::Tensor& p = named.value;
-    if (!param_tensors.insert(p.unsafeGetTensorImpl()).second) continue;  // Tied: seen.
+    if (!out->tensors.insert(p.unsafeGetTensorImpl()).second) continue;  // Tied: seen.
     if (p.scalar_type() != at::kFloat) {
       return absl::StrCat("parameter ", named.name, " is not float32");
     }
     auto key = key_of.find(p.storage().unsafeGetStorageImpl());
     if (key == key_of.end()) return absl::StrCat("parameter ", named.name, " has no data record");
-    param_storages.insert(key->first);
+    out->storages.insert(key->first);
     const std::string record = absl::StrCat(kDataDir, key->second);
-    if (CompressionMethod(fd, path, static_cast<int64_t>(reader->getRecordHeaderOffset(record))) !=
+    if (CompressionMethod(fd, path, static_cast<int64_t>(reader.getRecordHeaderOffset(record))) !=
         0) {
       return absl::StrCat("its record ", record, " is compressed");
     }
@@ -198,36 +206,70 @@ std::string SplitLoad(const std::string& path, LoadedScript* out) {
     e.sizes = p.sizes().vec();
     e.strides = p.strides().vec();
     e.storage_offset = p.storage_offset();
-    e.file_offset = static_cast<int64_t>(reader->getRecordOffset(record));
-    e.record_bytes = static_cast<int64_t>(reader->getRecordSize(record));
+    e.file_offset = static_cast<int64_t>(reader.getRecordOffset(record));
+    e.record_bytes = static_cast<int64_t>(reader.getRecordSize(record));
     TORCH_CHECK(
         p.numel() == 0 ||
             (e.storage_offset + SpanElements(e.sizes, e.strides)) * kElementBytes <= e.record_bytes,
         "parameter ", named.name, " reaches past its record ", record, " (", e.record_bytes,
         " bytes)");
-    entries.push_back(std::move(e));
-    params.push_back(p);
+    out->entries.push_back(std::move(e));
+    out->params.push_back(p);
   }
-  // Every other tensor gets its storage read whole; one sharing a parameter's storage would need
-  // the parameter whole too.
+  return "";
+}
+
+// Step 3: every tensor reachable from `root` that is not a parameter gets its storage read
+// whole; one sharing a parameter's storage would need the parameter whole too (returns why).
+std::string ReadOtherStorages(const c10::IValue& root,
+                              caffe2::serialize::PyTorchStreamReader& reader,
+                              const StorageKeys& key_of, const SplitParams& params) {
   std::vector<at::Tensor> all;
   std::set<const void*> seen;
   CollectTensors(root, &seen, &all);
   std::set<const c10::StorageImpl*> read;
   for (const at::Tensor& t : all) {
-    if (!t.defined() || param_tensors.count(t.unsafeGetTensorImpl()) > 0) continue;
+    if (!t.defined() || params.tensors.count(t.unsafeGetTensorImpl()) > 0) continue;
     const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
-    if (param_storages.count(impl) > 0) {
+    if (params.storages.count(impl) > 0) {
       return "a parameter shares its memory with a tensor that is not a parameter";
     }
     auto key = key_of.find(impl);
     if (key == key_of.end() || !read.insert(impl).second) continue;
-    auto [data, n] = reader->getRecord(absl::StrCat(kDataDir, key->second));
+    auto [data, n] = reader.getRecord(absl::StrCat(kDataDir, key->second));
     t.storage().set_data_ptr_noswap(std::move(data));
   }
-  for (at::Tensor& p : params) fsdp::ReleaseTensorStorage(p);
+  return "";
+}
+
+// The split load (steps 1-4 of the header). Returns "" with `out` filled, or why the file must
+// be loaded whole. Throws what LibTorch throws, and NeedsWholeLoad.
+std::string SplitLoad(const std::string& path, LoadedScript* out) {
+  // 1. Classes and methods, no tensor data.
+  torch::jit::Module meta = torch::jit::load(path, at::Device(at::kMeta));
+  auto reader = std::make_shared<caffe2::serialize::PyTorchStreamReader>(path);
+  if (reader->hasRecord("byteorder")) {
+    auto [bytes, n] = reader->getRecord("byteorder");
+    if (std::string(static_cast<const char*>(bytes.get()), n) != "little") {
+      return "its tensors are stored big-endian";
+    }
+  }
+  // 2. data.pkl into objects of those classes, on storages without memory.
+  auto context = std::make_shared<torch::jit::DeserializationStorageContext>();
+  StorageKeys key_of;  // The context keeps the storages alive.
+  std::string why = AddStoragesWithoutData(*reader, context.get(), &key_of);
+  if (!why.empty()) return why;
+  c10::IValue root = UnpickleOntoStorages(meta._ivalue()->compilation_unit(), *reader, context);
+  torch::jit::Module module(root.toObject());
+  // 4. (located first: step 3 must know which tensors are parameters), then 3.
+  SplitParams params;
+  why = LocateParams(path, *reader, module, key_of, &params);
+  if (!why.empty()) return why;
+  why = ReadOtherStorages(root, *reader, key_of, params);
+  if (!why.empty()) return why;
+  for (at::Tensor& p : params.params) fsdp::ReleaseTensorStorage(p);
   out->module = std::move(module);
-  out->init = std::make_unique<ScriptFileInit>(path, std::move(entries));
+  out->init = std::make_unique<ScriptFileInit>(path, std::move(params.entries));
   return "";
 }
 

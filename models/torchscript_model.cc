@@ -41,6 +41,17 @@ class ScriptRootImpl : public torch::nn::Module {
 }  // namespace
 
 struct TorchScriptModel::Impl {
+  // The steps of Create, in order. `path` is the configured path, for messages.
+  // Opens the file beneath the path policy's roots into `file` and loads the module from it
+  // (kDeferred: split, without parameter data where it can; `init` and `whole_reason`).
+  absl::StatusOr<torch::jit::Module> Load(const std::string& path, InitMode mode);
+  // `root` and the mirror tree of `script`'s modules (`mirror_at`).
+  void MirrorModules(const torch::jit::Module& script, const std::string& block_class);
+  // The script's parameters and buffers registered in the mirror tree; counts `num_params`.
+  absl::Status MirrorTensors(const torch::jit::Module& script, const std::string& path);
+  // `blocks`: the block class's calls routed through the engine (none without a block class).
+  absl::Status RouteBlocks(const std::string& block_class, const std::string& path);
+
   // The module's file, opened once (first member: closed last, after `init` is done with it).
   struct File {
     int fd = -1;
@@ -59,6 +70,21 @@ struct TorchScriptModel::Impl {
 absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(const ModelConfig& spec,
                                                                            InitMode mode) {
   const std::string& path = spec.torchscript_path;  // for messages
+  auto impl = std::make_unique<Impl>();
+  ASSIGN_OR_RETURN(torch::jit::Module script, impl->Load(path, mode));
+  impl->MirrorModules(script, spec.block_class);
+  RETURN_IF_ERROR(impl->MirrorTensors(script, path));
+  if (impl->num_params == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.torchscript_path: \"", path, "\" has no parameters to train"));
+  }
+  RETURN_IF_ERROR(impl->RouteBlocks(spec.block_class, path));
+  return std::unique_ptr<TorchScriptModel>(
+      new TorchScriptModel(std::move(impl), spec.vocab_size, spec.block_size));
+}
+
+absl::StatusOr<torch::jit::Module> TorchScriptModel::Impl::Load(const std::string& path,
+                                                                InitMode mode) {
   // Opened once beneath the path policy's roots (common/open_beneath.h); the loader and the
   // deferred initialization read it through this descriptor, so a file swapped for another
   // after the open is never read.
@@ -69,8 +95,7 @@ absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(const
   }
   if (!opened.ok()) return opened.status();
   torch::jit::Module script;
-  auto impl = std::make_unique<Impl>();
-  impl->file.fd = *opened;
+  file.fd = *opened;
   const std::string read_path = absl::StrCat("/proc/self/fd/", *opened);
   absl::Status loaded;
   if (mode == InitMode::kDeferred) {
@@ -78,8 +103,8 @@ absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(const
     loaded = split.status();
     if (split.ok()) {
       script = split->module;
-      impl->init = std::move(split->init);
-      impl->whole_reason = std::move(split->whole_reason);
+      init = std::move(split->init);
+      whole_reason = std::move(split->whole_reason);
     }
   } else {
     loaded = TorchCall("load TorchScript module",
@@ -93,10 +118,14 @@ absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(const
     return absl::InvalidArgumentError(absl::StrCat(
         "model.torchscript_path: \"", path, "\" is not a TorchScript module: ", loaded.message()));
   }
-  impl->root = std::make_shared<ScriptRootImpl>(script);
+  return script;
+}
+
+void TorchScriptModel::Impl::MirrorModules(const torch::jit::Module& script,
+                                           const std::string& block_class) {
+  root = std::make_shared<ScriptRootImpl>(script);
   // The module tree first, each mirror named after its class's last component (its name without
   // the package: "Block"), so the wrap policies match modules by class.
-  std::set<std::string> bare_names;
   for (const auto& named : script.named_modules()) {
     if (named.name.empty()) continue;
     const std::string cls = ScriptClassName(*named.value.type());
@@ -104,8 +133,8 @@ absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(const
     std::string bare = dot == std::string::npos ? cls : cls.substr(dot + 1);
     // A second class with the block class's last component keeps its dotted name, so
     // TRANSFORMER_BLOCK matches only the configured class.
-    if (!spec.block_class.empty() && !ScriptClassMatches(*named.value.type(), spec.block_class) &&
-        bare == std::vector<std::string>(absl::StrSplit(spec.block_class, '.')).back()) {
+    if (!block_class.empty() && !ScriptClassMatches(*named.value.type(), block_class) &&
+        bare == std::vector<std::string>(absl::StrSplit(block_class, '.')).back()) {
       bare = cls;
     }
     const size_t parent_dot = named.name.rfind('.');
@@ -113,11 +142,14 @@ absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(const
         parent_dot == std::string::npos ? "" : named.name.substr(0, parent_dot);
     const std::string leaf =
         parent_dot == std::string::npos ? named.name : named.name.substr(parent_dot + 1);
-    torch::nn::Module* parent_mirror =
-        parent.empty() ? impl->root.get() : impl->mirror_at.at(parent);
-    impl->mirror_at[named.name] =
+    torch::nn::Module* parent_mirror = parent.empty() ? root.get() : mirror_at.at(parent);
+    mirror_at[named.name] =
         parent_mirror->register_module(leaf, std::make_shared<torch::nn::Module>(bare)).get();
   }
+}
+
+absl::Status TorchScriptModel::Impl::MirrorTensors(const torch::jit::Module& script,
+                                                   const std::string& path) {
   std::set<const c10::TensorImpl*> counted;
   for (const auto& named : script.named_parameters(/*recurse=*/true)) {
     if (!named.value.is_floating_point() || named.value.scalar_type() != at::kFloat) {
@@ -127,13 +159,13 @@ absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(const
     }
     const size_t dot = named.name.rfind('.');
     torch::nn::Module* node =
-        dot == std::string::npos ? impl->root.get() : impl->mirror_at.at(named.name.substr(0, dot));
+        dot == std::string::npos ? root.get() : mirror_at.at(named.name.substr(0, dot));
     // Same tensor (TensorImpl) as the script's slot, so updates and rebinding are shared. A tied
     // tensor is registered under each of its names (the wrap policy keeps it once, in the root).
     node->register_parameter(dot == std::string::npos ? named.name : named.name.substr(dot + 1),
                              named.value, named.value.requires_grad());
     if (counted.insert(named.value.unsafeGetTensorImpl()).second) {
-      impl->num_params += named.value.numel();
+      num_params += named.value.numel();
     }
   }
   // Buffers too (a causal mask, rope tables), so moving the mirror to a device or dtype, and the
@@ -141,29 +173,27 @@ absl::StatusOr<std::unique_ptr<TorchScriptModel>> TorchScriptModel::Create(const
   for (const auto& named : script.named_buffers(/*recurse=*/true)) {
     const size_t dot = named.name.rfind('.');
     torch::nn::Module* node =
-        dot == std::string::npos ? impl->root.get() : impl->mirror_at.at(named.name.substr(0, dot));
+        dot == std::string::npos ? root.get() : mirror_at.at(named.name.substr(0, dot));
     node->register_buffer(dot == std::string::npos ? named.name : named.name.substr(dot + 1),
                           named.value);
   }
-  if (impl->num_params == 0) {
+  return absl::OkStatus();
+}
+
+absl::Status TorchScriptModel::Impl::RouteBlocks(const std::string& block_class,
+                                                 const std::string& path) {
+  if (block_class.empty()) return absl::OkStatus();
+  auto routed =
+      ScriptBlocks::Route(root->script(), block_class, [this](const std::string& module_path) {
+        auto it = mirror_at.find(module_path);
+        return it == mirror_at.end() || it->second->parameters().empty() ? nullptr : it->second;
+      });
+  if (!routed.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("model.torchscript_path: \"", path, "\" has no parameters to train"));
+        absl::StrCat(routed.status().message(), " (model.torchscript_path \"", path, "\")"));
   }
-  if (!spec.block_class.empty()) {
-    const auto& mirror_at = impl->mirror_at;
-    auto blocks = ScriptBlocks::Route(
-        impl->root->script(), spec.block_class, [&mirror_at](const std::string& path) {
-          auto it = mirror_at.find(path);
-          return it == mirror_at.end() || it->second->parameters().empty() ? nullptr : it->second;
-        });
-    if (!blocks.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(blocks.status().message(), " (model.torchscript_path \"", path, "\")"));
-    }
-    impl->blocks = *std::move(blocks);
-  }
-  return std::unique_ptr<TorchScriptModel>(
-      new TorchScriptModel(std::move(impl), spec.vocab_size, spec.block_size));
+  blocks = *std::move(routed);
+  return absl::OkStatus();
 }
 
 TorchScriptModel::TorchScriptModel(std::unique_ptr<Impl> impl, int64_t vocab, int64_t block)

@@ -231,6 +231,66 @@ absl::Status ParseEnum(const Context& ctx, const YAML::Node& node, const std::st
 absl::Status MergeMessage(const Context& ctx, const YAML::Node& node, const std::string& path,
                           Message* message);
 
+// SetValue for the integer fields (int32, int64, uint32, uint64).
+absl::Status SetInteger(const Context& ctx, const YAML::Node& node, const std::string& path,
+                        const FieldDescriptor& f, Message* message) {
+  const Reflection& r = *message->GetReflection();
+  const bool rep = f.is_repeated();
+  if (f.cpp_type() == FieldDescriptor::CPPTYPE_INT32 ||
+      f.cpp_type() == FieldDescriptor::CPPTYPE_INT64) {
+    const bool is32 = f.cpp_type() == FieldDescriptor::CPPTYPE_INT32;
+    int64_t v = 0;
+    uint64_t unused = 0;
+    RETURN_IF_ERROR(ParseInteger(
+        ctx, node, path,
+        is32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min(),
+        is32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max(),
+        is32 ? "int32" : "int64", &unused, &v, /*is_unsigned=*/false));
+    if (is32) {
+      rep ? r.AddInt32(message, &f, static_cast<int32_t>(v))
+          : r.SetInt32(message, &f, static_cast<int32_t>(v));
+    } else {
+      rep ? r.AddInt64(message, &f, v) : r.SetInt64(message, &f, v);
+    }
+    return absl::OkStatus();
+  }
+  const bool is32 = f.cpp_type() == FieldDescriptor::CPPTYPE_UINT32;
+  uint64_t v = 0;
+  int64_t unused = 0;
+  RETURN_IF_ERROR(ParseInteger(
+      ctx, node, path, 0,
+      is32 ? std::numeric_limits<uint32_t>::max() : std::numeric_limits<uint64_t>::max(),
+      is32 ? "uint32" : "uint64", &v, &unused, /*is_unsigned=*/true));
+  if (is32) {
+    rep ? r.AddUInt32(message, &f, static_cast<uint32_t>(v))
+        : r.SetUInt32(message, &f, static_cast<uint32_t>(v));
+  } else {
+    rep ? r.AddUInt64(message, &f, v) : r.SetUInt64(message, &f, v);
+  }
+  return absl::OkStatus();
+}
+
+// SetValue for the float and double fields.
+absl::Status SetFloatingPoint(const Context& ctx, const YAML::Node& node, const std::string& path,
+                              const FieldDescriptor& f, Message* message) {
+  const Reflection& r = *message->GetReflection();
+  const bool rep = f.is_repeated();
+  double d = 0;
+  float fl = 0;
+  const bool is_float = f.cpp_type() == FieldDescriptor::CPPTYPE_FLOAT;
+  const bool ok = node.IsScalar() && (is_float ? absl::SimpleAtof(node.Scalar(), &fl)
+                                               : absl::SimpleAtod(node.Scalar(), &d));
+  if (!ok) {
+    return Error(ctx, node, absl::StrCat(path, ": ", Describe(node), " is not a number"));
+  }
+  if (is_float) {
+    rep ? r.AddFloat(message, &f, fl) : r.SetFloat(message, &f, fl);
+  } else {
+    rep ? r.AddDouble(message, &f, d) : r.SetDouble(message, &f, d);
+  }
+  return absl::OkStatus();
+}
+
 // Sets one (singular) field, or appends to a repeated one when `repeated`.
 absl::Status SetValue(const Context& ctx, const YAML::Node& node, const std::string& path,
                       const FieldDescriptor& f, Message* message) {
@@ -241,57 +301,13 @@ absl::Status SetValue(const Context& ctx, const YAML::Node& node, const std::str
   }
   switch (f.cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32:
-    case FieldDescriptor::CPPTYPE_INT64: {
-      const bool is32 = f.cpp_type() == FieldDescriptor::CPPTYPE_INT32;
-      int64_t v = 0;
-      uint64_t unused = 0;
-      RETURN_IF_ERROR(ParseInteger(
-          ctx, node, path,
-          is32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min(),
-          is32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max(),
-          is32 ? "int32" : "int64", &unused, &v, /*is_unsigned=*/false));
-      if (is32) {
-        rep ? r.AddInt32(message, &f, static_cast<int32_t>(v))
-            : r.SetInt32(message, &f, static_cast<int32_t>(v));
-      } else {
-        rep ? r.AddInt64(message, &f, v) : r.SetInt64(message, &f, v);
-      }
-      return absl::OkStatus();
-    }
+    case FieldDescriptor::CPPTYPE_INT64:
     case FieldDescriptor::CPPTYPE_UINT32:
-    case FieldDescriptor::CPPTYPE_UINT64: {
-      const bool is32 = f.cpp_type() == FieldDescriptor::CPPTYPE_UINT32;
-      uint64_t v = 0;
-      int64_t unused = 0;
-      RETURN_IF_ERROR(ParseInteger(
-          ctx, node, path, 0,
-          is32 ? std::numeric_limits<uint32_t>::max() : std::numeric_limits<uint64_t>::max(),
-          is32 ? "uint32" : "uint64", &v, &unused, /*is_unsigned=*/true));
-      if (is32) {
-        rep ? r.AddUInt32(message, &f, static_cast<uint32_t>(v))
-            : r.SetUInt32(message, &f, static_cast<uint32_t>(v));
-      } else {
-        rep ? r.AddUInt64(message, &f, v) : r.SetUInt64(message, &f, v);
-      }
-      return absl::OkStatus();
-    }
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return SetInteger(ctx, node, path, f, message);
     case FieldDescriptor::CPPTYPE_FLOAT:
-    case FieldDescriptor::CPPTYPE_DOUBLE: {
-      double d = 0;
-      float fl = 0;
-      const bool is_float = f.cpp_type() == FieldDescriptor::CPPTYPE_FLOAT;
-      const bool ok = node.IsScalar() && (is_float ? absl::SimpleAtof(node.Scalar(), &fl)
-                                                   : absl::SimpleAtod(node.Scalar(), &d));
-      if (!ok) {
-        return Error(ctx, node, absl::StrCat(path, ": ", Describe(node), " is not a number"));
-      }
-      if (is_float) {
-        rep ? r.AddFloat(message, &f, fl) : r.SetFloat(message, &f, fl);
-      } else {
-        rep ? r.AddDouble(message, &f, d) : r.SetDouble(message, &f, d);
-      }
-      return absl::OkStatus();
-    }
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return SetFloatingPoint(ctx, node, path, f, message);
     case FieldDescriptor::CPPTYPE_BOOL: {
       bool b = false;
       bool ok = false;

@@ -18,7 +18,7 @@ OURS=(proto common spec data fsdp models checkpoint hf client
 # The coordinator's parts, as allowed sets (deps() is transitive: a row names every package its
 # targets reach, not only the direct ones).
 C_STATE="proto common coordinator/state"
-C_CORE="$C_STATE spec //fsdp:layout //checkpoint:format //trainer:exit_codes coordinator/observability
+C_CORE="$C_STATE spec //fsdp:layout //checkpoint:manifest //trainer:exit_codes coordinator/observability
   coordinator/rendezvous coordinator/checkpoints coordinator/placement coordinator/core"
 # package -> the packages (or single targets, written //pkg:target) it may depend on.
 declare -A ALLOWED=(
@@ -34,7 +34,7 @@ declare -A ALLOWED=(
   [coordinator/state]="proto common"
   [coordinator/observability]="$C_STATE"
   [coordinator/rendezvous]="proto common"
-  [coordinator/checkpoints]="$C_STATE spec //checkpoint:format"
+  [coordinator/checkpoints]="$C_STATE spec //checkpoint:manifest"
   [coordinator/placement]="$C_STATE //fsdp:layout"
   [coordinator/auth]="proto common"
   # The core: neither HTTP nor auth, nor the client, nor the dashboard.

@@ -10,7 +10,8 @@
 #     Also grpcio, grpcio-tools, pyyaml and matplotlib; kubernetes-validate (pinned; it ships the
 #     Kubernetes JSON schemas, so //tests/deploy:kubernetes_manifests_test validates offline);
 #     tensorboard and prometheus-client (pinned: tests read the trainer's event files and parse
-#     the coordinator's /metrics with them); and the Python client package itself (python/,
+#     the coordinator's /metrics with them); lizard (pinned: tools/check_sizes.sh measures
+#     function lengths with it); and the Python client package itself (python/,
 #     `import shardline`; reinstalled when python/ or proto/ change).
 #     Hugging Face interop and data preparation (hf/, tools/prepare_data.py): transformers (the
 #     logits tests of imported/exported models), tokenizers (tokenizer.json files, offline BPE
@@ -62,12 +63,15 @@ fi
 # setuptools stays below 82 because torch 2.11 requires that (grpcio-tools would pull a newer one).
 # kubernetes-validate is pinned: its version decides which Kubernetes schemas it ships.
 KUBERNETES_VALIDATE_VERSION="1.37.0"
+# lizard is pinned: its C++ parser decides the function lengths tools/check_sizes.sh enforces.
+LIZARD_VERSION="1.24.3"
 PY_PACKAGES=(grpcio grpcio-tools pyyaml matplotlib "setuptools<82"
   "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" "tensorboard==2.21.0"
-  "prometheus-client==0.26.0")
+  "prometheus-client==0.26.0" "lizard==$LIZARD_VERSION")
 if ! "$venv/bin/python" -c "import grpc, grpc_tools, yaml, matplotlib, tensorboard, prometheus_client
 import importlib.metadata as m, sys
-sys.exit(m.version('kubernetes-validate') != '$KUBERNETES_VALIDATE_VERSION')" 2>/dev/null; then
+sys.exit(m.version('kubernetes-validate') != '$KUBERNETES_VALIDATE_VERSION' or
+         m.version('lizard') != '$LIZARD_VERSION')" 2>/dev/null; then
   log "installing ${PY_PACKAGES[*]} into $venv"
   "$venv/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
 fi

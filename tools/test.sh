@@ -3,7 +3,8 @@
 # every test that needs no GPU, and ends with one line "N passed, N failed" counting test cases
 # (GoogleTest cases from each target's test.xml; a target that failed to build or crashed before
 # writing its XML counts as one failed case; on a whole-tree run each rule of tools/check_deps.sh,
-# the layers' dependency rule, counts as one case).
+# the layers' dependency rule, and of tools/check_sizes.sh, the file and function size limits,
+# counts as one case).
 #
 #   tools/test.sh            all default tests
 #   tools/test.sh //fsdp/... only these targets
@@ -36,28 +37,33 @@ query="tests(set(${targets[*]}))"
 [[ -n "$tag_filter" ]] && query="$query except attr(tags, 'gpu', $query)"
 bazel query "$query" 2>/dev/null > /tmp/shardline_tests_$$.txt
 
-# The dependency rule of docs/design.md, checked on the build graph: one case per rule.
+# The dependency rule of docs/design.md, checked on the build graph, and the size limits of the
+# production sources: one case per rule.
 : > /tmp/shardline_deps_$$.txt
+: > /tmp/shardline_sizes_$$.txt
 if ((whole_tree)); then
   echo "== dependency rule (tools/check_deps.sh)"
   bash tools/check_deps.sh | tee /tmp/shardline_deps_$$.txt
   bash tools/check_deps.sh --selftest | tee -a /tmp/shardline_deps_$$.txt
+  echo "== size limits (tools/check_sizes.sh)"
+  bash tools/check_sizes.sh | tee /tmp/shardline_sizes_$$.txt
 fi
 
 python3 - /tmp/shardline_tests_$$.txt "$(bazel info bazel-testlogs 2>/dev/null)" \
-  /tmp/shardline_deps_$$.txt "$run_start" <<'PY'
+  /tmp/shardline_deps_$$.txt "$run_start" /tmp/shardline_sizes_$$.txt <<'PY'
 import glob, os, sys, xml.etree.ElementTree as ET
 targets = [t.strip() for t in open(sys.argv[1]) if t.strip()]
 logs = sys.argv[2]
 run_start = int(sys.argv[4])
 passed = failed = 0
 bad, skipped = [], []
-for line in open(sys.argv[3]):
-    if line.startswith("PASS: "):
-        passed += 1
-    elif line.startswith("FAIL: "):
-        failed += 1
-        bad.append("tools/check_deps.sh " + line[6:].strip()[:300])
+for script, path in (("tools/check_deps.sh", sys.argv[3]), ("tools/check_sizes.sh", sys.argv[5])):
+    for line in open(path):
+        if line.startswith("PASS: "):
+            passed += 1
+        elif line.startswith("FAIL: "):
+            failed += 1
+            bad.append(script + " " + line[6:].strip()[:300])
 for t in targets:
     pkg, name = t.lstrip("/").split(":")
     base = os.path.join(logs, pkg, name)
@@ -101,7 +107,8 @@ print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
 PY
 count_rc=$?
-rm -f /tmp/shardline_test_$$.log /tmp/shardline_tests_$$.txt
+rm -f /tmp/shardline_test_$$.log /tmp/shardline_tests_$$.txt /tmp/shardline_deps_$$.txt \
+  /tmp/shardline_sizes_$$.txt
 if [[ $bazel_rc -ne 0 && $count_rc -eq 0 ]]; then
   # Bazel failed without a failed test case (e.g. a non-test target did not build).
   echo "bazel exited $bazel_rc"; echo "0 passed, 1 failed"; exit 1
