@@ -9,12 +9,14 @@ def nccl_targets():
     # every binary spelling the condition).
     native.cc_library(
         name = "comm_backends",
+        visibility = ["//trainer:__pkg__", "//fsdp/tests:__pkg__"],
         deps = [":comm_groups"] + ([":nccl_communicator"] if HAS_CUDA else []),
     )
     if not HAS_CUDA:
         return
     native.cc_library(
         name = "nccl_communicator",
+        visibility = ["//fsdp/tests:__pkg__"],
         srcs = ["nccl_communicator.cc"],
         hdrs = ["nccl_communicator.h"],
         # Registers the NCCL backend with CreateCommGroups at static-initialisation time.
