@@ -1,7 +1,7 @@
 // KvStore: the small key-value interface that communicators bootstrap through (Gloo pair
 // addresses, NCCL unique ids). Implementations: FileKvStore (a shared directory), TcpKvStore
 // (rank 0 serves, like torchrun's MASTER_ADDR/MASTER_PORT store), and the coordinator's
-// rendezvous RPC (worker/, later). Keys are opaque strings; values are bytes.
+// rendezvous RPC (trainer/rendezvous_kv_store.h). Keys are opaque strings; values are bytes.
 //
 // Thread safety: implementations are safe to call from several threads.
 #ifndef SHARDLINE_FSDP_KV_STORE_H_
