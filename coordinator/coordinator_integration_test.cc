@@ -702,10 +702,12 @@ TEST_F(CoordinatorIntegrationTest, PrometheusMetricsCountJobsWorkersAndRpcs) {
 }
 
 TEST_F(CoordinatorIntegrationTest, SigtermEndsOpenStreamsAndExitsCleanly) {
+  // Submitted before any worker is alive (so not refused as never placeable): it never fits the
+  // one slot registered next, and stays PENDING.
+  auto job = user_->SubmitJob(TestJobSpec("pending", 4));
+  ASSERT_TRUE(job.ok()) << job.status();
   auto reg = worker_->RegisterWorker(TestWorkerRequest("node-a", 1));
   ASSERT_TRUE(reg.ok());
-  auto job = user_->SubmitJob(TestJobSpec("pending", 4));  // never fits: stays PENDING
-  ASSERT_TRUE(job.ok());
   absl::Status watch_status, stream_status;
   int watched = 0;
   std::thread watcher([&] {

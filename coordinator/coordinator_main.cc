@@ -99,6 +99,10 @@ ABSL_FLAG(int64_t, finished_job_ttl_s, 7 * 24 * 3600,
 ABSL_FLAG(int32_t, max_finished_jobs, 1000,
           "finished jobs kept; the oldest finished beyond it are forgotten (0: no bound)");
 ABSL_FLAG(int32_t, max_list_page_size, 1000, "largest page_size a ListJobs request may ask for");
+ABSL_FLAG(int32_t, max_world_size, 0,
+          "SubmitJob refuses a job needing more ranks than this (elastic.min_world_size when "
+          "set); 0: the slots of its kind on the workers alive now (once any is alive); -1: no "
+          "bound. Set N for a cluster that grows (autoscaling)");
 ABSL_FLAG(int32_t, max_checkpoints_per_job, 100,
           "checkpoint records kept per job (at least 2): the oldest committed beyond it, and "
           "uncommitted ones a later commit overtook, are forgotten; never the newest committed");
@@ -191,6 +195,7 @@ void SetLimits(shardline::coordinator::ServerOptions& o) {
   o.finished_job_ttl = absl::Seconds(absl::GetFlag(FLAGS_finished_job_ttl_s));
   o.max_finished_jobs = absl::GetFlag(FLAGS_max_finished_jobs);
   o.max_checkpoints_per_job = absl::GetFlag(FLAGS_max_checkpoints_per_job);
+  o.max_world_size = absl::GetFlag(FLAGS_max_world_size);
   o.quotas.max_pending_jobs_per_user = absl::GetFlag(FLAGS_max_pending_jobs_per_user);
   o.quotas.max_running_ranks_per_user = absl::GetFlag(FLAGS_max_running_ranks_per_user);
   o.quotas.max_spec_bytes_per_job = absl::GetFlag(FLAGS_max_spec_bytes_per_job);

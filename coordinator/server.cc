@@ -99,6 +99,7 @@ CoreOptions CoreOptionsFrom(const ServerOptions& options, const Clock* clock) {
   core.max_finished_jobs = options.max_finished_jobs;
   core.quotas = options.quotas;
   core.max_checkpoints_per_job = options.max_checkpoints_per_job;
+  core.max_world_size = options.max_world_size;
   return core;
 }
 

@@ -90,6 +90,7 @@ struct ServerOptions {
   absl::Duration finished_job_ttl = absl::Hours(24 * 7);  // --finished_job_ttl_s
   int max_finished_jobs = 1000;                           // --max_finished_jobs
   int max_checkpoints_per_job = 100;                      // --max_checkpoints_per_job
+  int max_world_size = 0;                                 // --max_world_size (placeable.h)
   UserQuotas quotas;  // --max_pending_jobs_per_user ... --max_reason_bytes (user_quota.h)
   // Passed to the core (spec::Validate in the binary).
   std::function<absl::Status(const JobSpec&)> validate_spec;

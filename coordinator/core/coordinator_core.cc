@@ -12,6 +12,7 @@
 #include "coordinator/checkpoints/manifest_fetch.h"
 #include "coordinator/core/job_state_machine.h"
 #include "coordinator/core/rank_reports.h"
+#include "coordinator/placement/placeable.h"
 #include "coordinator/placement/scheduler.h"
 #include "spec/validate.h"
 
@@ -402,6 +403,7 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(const JobSpec& spec,
     absl::MutexLock lock(&mu_);
     if (feed_.shut_down()) return absl::UnavailableError("coordinator is shutting down");
     RETURN_IF_ERROR(writer_->CheckWritable());
+    RETURN_IF_ERROR(CheckPlaceable(spec, registry_.List(), options_.max_world_size));
     RETURN_IF_ERROR(CheckSubmitQuota(options_.quotas, owner, UsageLocked(owner), spec));
     rec = jobs_.NewJob(spec, clock_->Now());
     if (rec.ok()) {

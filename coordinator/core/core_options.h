@@ -59,6 +59,10 @@ struct CoreOptions {
   // Checkpoint records one job keeps (the oldest committed beyond it go first; never the newest
   // committed one): CheckpointRegistry::ApplyRetention and BoundRecords. At least 2.
   int max_checkpoints_per_job = 100;
+  // SubmitJob refuses a job that could never be placed (placement/placeable.h): 0 bounds it by
+  // the alive workers' slots, N > 0 by N ranks, -1 (the default here: tests of the core submit
+  // before they register workers) not at all. The server's default is 0.
+  int max_world_size = -1;
   // Per-user bounds (user_quota.h): pending jobs, running ranks, spec bytes, reason bytes.
   UserQuotas quotas;
   // Full job spec validation (spec::Validate); the core always applies

@@ -49,7 +49,10 @@ class PythonClientTest(unittest.TestCase):
         cls.cluster = harness.Cluster(workers=2, slots=2, grace_period_s=3,
                                       coordinator_flags=["--token=" + TOKEN,
                                                          # Every list below takes several pages.
-                                                         "--max_list_page_size=3"])
+                                                         "--max_list_page_size=3",
+                                                         # A cluster that will grow: a 64-rank
+                                                         # job is taken, and waits.
+                                                         "--max_world_size=64"])
         cls.client = shardline.Client(address=cls.cluster.address, timeout=30,
                                       shardctl=harness.BINARIES.shardctl)
 
