@@ -8,9 +8,10 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-OURS=(proto common spec data fsdp models checkpoint hf coordinator trainer worker cli)
+OURS=(launch proto common spec data fsdp models checkpoint hf coordinator trainer worker cli)
 # package -> the packages (or single targets, written //pkg:target) it may depend on.
 declare -A ALLOWED=(
+  [launch]=""
   [proto]=""
   [common]="proto"
   [spec]="proto common //fsdp:layout"
@@ -19,13 +20,13 @@ declare -A ALLOWED=(
   [models]="proto common spec data fsdp"
   [checkpoint]="proto common spec data fsdp"
   [hf]="proto common spec //fsdp:layout //models:model_config checkpoint"
-  [coordinator]="proto common spec //fsdp:layout checkpoint //trainer:exit_codes"
-  [trainer]="proto common spec data fsdp models checkpoint hf coordinator"
-  [worker]="proto common spec //fsdp:layout coordinator"
+  [coordinator]="proto common spec //fsdp:layout checkpoint launch"
+  [trainer]="launch proto common spec data fsdp models checkpoint hf coordinator"
+  [worker]="launch proto common spec //fsdp:layout coordinator"
   [cli]="proto common spec //fsdp:layout checkpoint hf coordinator"
 )
 # Layers that must never link LibTorch or CUDA.
-TORCH_FREE=(proto spec hf coordinator worker cli)
+TORCH_FREE=(launch proto spec hf coordinator worker cli)
 
 failed=0
 errlog="$(mktemp)"
