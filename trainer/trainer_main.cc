@@ -575,7 +575,9 @@ int Main(int argc, char** argv) {
     if (c.cuda && IsCommError(summary.status())) EndAfterCommFailure(b.groups, code);
     return code;
   }
-  if (b.fsdp != nullptr) SL_LOG(INFO) << b.fsdp->MemorySummary();
+  if (b.fsdp != nullptr) {
+    SL_LOG(INFO) << b.fsdp->MemorySummary();
+  }
   const bool leader = *ft != nullptr ? (*ft)->leader() : env->rank == 0;
   absl::Status finished = FinishAndReport(ckpt.get(), *summary, leader);
   if (!finished.ok()) return Fail(launch::kExitInternal, "checkpoint", finished);
