@@ -97,12 +97,13 @@ absl::Status ReadPlace(const GetEnv& getenv, RankEnv* e) {
     return absl::InvalidArgumentError(absl::StrCat(
         "environment RANK=", e->rank, " is not in [0, WORLD_SIZE=", e->world_size, ")"));
   }
+  const bool has_local_rank = Get(getenv, kLocalRankEnv).has_value();
   e->local_rank = e->rank;
   if (absl::Status s = GetNonNegative(getenv, kLocalRankEnv, &e->local_rank); !s.ok()) return s;
   absl::StatusOr<std::optional<int>> local_world = GetInt<int>(getenv, kLocalWorldSizeEnv);
   if (!local_world.ok()) return local_world.status();
   e->local_world_size = local_world->value_or(0);
-  if (local_world->has_value() && e->local_rank >= e->local_world_size) {
+  if (has_local_rank && local_world->has_value() && e->local_rank >= e->local_world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("environment LOCAL_RANK=", e->local_rank,
                      " is not in [0, LOCAL_WORLD_SIZE=", e->local_world_size, ")"));

@@ -161,6 +161,11 @@ TEST(ReadRankEnv, LocalRankDefaultsToRankAndEmptyMeansUnset) {
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_EQ(e->local_rank, 2);
   EXPECT_EQ(e->resume_step, std::nullopt);
+  // LOCAL_RANK is checked against LOCAL_WORLD_SIZE only when the launcher set it.
+  e = ReadRankEnv(FakeEnv({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_WORLD_SIZE", "1"}}));
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->local_rank, 2);
+  EXPECT_EQ(e->local_world_size, 1);
 }
 
 // Each malformed value is refused with INVALID_ARGUMENT naming the variable and the value.
