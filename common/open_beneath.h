@@ -10,9 +10,9 @@
 //
 // The roots are the worker's --read_roots and --checkpoint_roots (a read may be of either kind:
 // checkpoint.resume_from reads under the checkpoint roots); the worker passes them to the trainer
-// as SHARDLINE_OPEN_ROOTS and the trainer sets them once at start, before it opens any file, so
-// every reader in data/, checkpoint/ and models/ obeys them without a parameter threaded through.
-// No roots (a local cluster, a trainer run by hand): a plain open, as before.
+// as SHARDLINE_OPEN_ROOTS (launch/rank_env.h) and the trainer sets them once at start, before it
+// opens any file, so every reader in data/, checkpoint/ and models/ obeys them without a parameter
+// threaded through. No roots (a local cluster, a trainer run by hand): a plain open, as before.
 //
 // On a kernel without openat2 (before 5.6) the path is resolved with realpath, checked against
 // the resolved roots and opened with O_NOFOLLOW: the window between the two is not closed there.
@@ -28,9 +28,6 @@
 #include "absl/strings/string_view.h"
 
 namespace shardline {
-
-// The environment variable the worker passes the roots in: absolute folders joined by ','.
-inline constexpr char kOpenRootsEnv[] = "SHARDLINE_OPEN_ROOTS";
 
 // Whether `path` is `root` or lies below it, by the text (both absolute and normalized; "/"
 // holds every path). The one definition of "inside a root" for the path policy's checks

@@ -75,6 +75,7 @@ absl::StatusOr<JobSpec> LoadJobSpecText(absl::string_view text, absl::string_vie
   for (const std::string& assignment : options.overrides) {
     RETURN_IF_ERROR(ApplyAssignment(assignment, &spec, &written));
   }
+  if (options.after_overrides) options.after_overrides(&spec);
   ASSIGN_OR_RETURN(const std::string base, BaseDir(options));
   RETURN_IF_ERROR(MakeAbsolute(base, "data.path", spec.mutable_data()->mutable_path()));
   RETURN_IF_ERROR(MakeAbsolute(base, "model.torchscript_path",

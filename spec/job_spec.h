@@ -16,6 +16,7 @@
 #ifndef SHARDLINE_SPEC_JOB_SPEC_H_
 #define SHARDLINE_SPEC_JOB_SPEC_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ namespace shardline::spec {
 struct LoadOptions {
   // `path=value` assignments applied in order after parsing, e.g. "fsdp.hybrid_shard_degree=3".
   std::vector<std::string> overrides;
+  // Called once the overrides are applied, before paths are resolved, defaults filled and the
+  // spec validated: the caller's last word on a field (the trainer puts its launch's world size
+  // here, trainer/config.cc). Null: nothing.
+  std::function<void(JobSpec*)> after_overrides;
   // Base for relative paths; LoadJobSpecFile sets it to the spec file's directory. Empty: the
   // current directory (when relative_to_cwd).
   std::string base_dir;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "spec/model_presets.h"
 #include "spec/validate.h"
 
@@ -55,6 +56,31 @@ TEST(LoadJobSpec, ExplicitZeroKeepsMeaningfulZeroDefaultsOff) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->optimizer().grad_clip(), 0);
   EXPECT_EQ(spec->optimizer().weight_decay(), 0);
+}
+
+// The trainer's hook for its launch's world size: after the --set overrides (so it beats a
+// --set world_size), before the defaults that depend on it and validation.
+TEST(LoadJobSpec, AfterOverridesHookRunsBeforeDefaultsAndValidation) {
+  LoadOptions opts;
+  opts.overrides = {"world_size=8"};
+  int seen = 0;
+  opts.after_overrides = [&seen](JobSpec* spec) {
+    seen = spec->world_size();
+    spec->set_world_size(2);
+  };
+  // Without a written global batch size the default is micro_batch_size * world_size.
+  auto spec = LoadJobSpecText(absl::StrReplaceAll(kBase, {{"global_batch_size: 32, ", ""}}),
+                              "job.yaml", opts);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(seen, 8);
+  EXPECT_EQ(spec->world_size(), 2);
+  EXPECT_EQ(spec->train().global_batch_size(), 8);  // 4 * 2, not 4 * 8
+  // Validation sees the hook's value, not the spec's 4 (which degree 2 divides).
+  opts.overrides.clear();
+  opts.after_overrides = [](JobSpec* spec) { spec->set_world_size(3); };
+  auto bad = LoadJobSpecText(kBase, "job.yaml", opts);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("world_size 3"), std::string::npos) << bad.status();
 }
 
 TEST(LoadJobSpec, OverridesApplyBeforeValidation) {

@@ -11,17 +11,18 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # Our layer packages. A package's scope is everything under it (//pkg/...) except the packages
 # listed here that lie beneath it: coordinator's sub-packages have rows of their own.
-OURS=(proto common spec data fsdp models checkpoint hf client
+OURS=(launch proto common spec data fsdp models checkpoint hf client
   coordinator/state coordinator/observability coordinator/rendezvous coordinator/checkpoints
   coordinator/placement coordinator/auth coordinator/core coordinator/http coordinator/dashboard
   coordinator trainer worker cli)
 # The coordinator's parts, as allowed sets (deps() is transitive: a row names every package its
 # targets reach, not only the direct ones).
 C_STATE="proto common coordinator/state"
-C_CORE="$C_STATE spec //fsdp:layout //checkpoint:manifest //trainer:exit_codes coordinator/observability
+C_CORE="$C_STATE spec //fsdp:layout //checkpoint:manifest launch coordinator/observability
   coordinator/rendezvous coordinator/checkpoints coordinator/placement coordinator/core"
 # package -> the packages (or single targets, written //pkg:target) it may depend on.
 declare -A ALLOWED=(
+  [launch]=""
   [proto]=""
   [common]="proto"
   [spec]="proto common //fsdp:layout"
@@ -42,12 +43,12 @@ declare -A ALLOWED=(
   [coordinator/http]="$C_CORE coordinator/auth"
   [coordinator/dashboard]="$C_CORE coordinator/auth coordinator/http"
   [coordinator]="$C_CORE coordinator/auth coordinator/http coordinator/dashboard"
-  [trainer]="proto common spec data fsdp models checkpoint hf client"
-  [worker]="proto common spec //fsdp:layout client"
+  [trainer]="launch proto common spec data fsdp models checkpoint hf client"
+  [worker]="launch proto common spec //fsdp:layout client"
   [cli]="proto common spec //fsdp:layout checkpoint hf client"
 )
 # Layers that must never link LibTorch or CUDA.
-TORCH_FREE=(proto spec hf client coordinator/state coordinator/observability coordinator/rendezvous
+TORCH_FREE=(launch proto spec hf client coordinator/state coordinator/observability coordinator/rendezvous
   coordinator/checkpoints coordinator/placement coordinator/auth coordinator/core coordinator/http
   coordinator/dashboard coordinator worker cli)
 

@@ -1,8 +1,5 @@
 #include "trainer/checkpoint_startup.h"
 
-#include <cstdlib>
-
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "trainer/checkpoint_dir_probe.h"
@@ -17,7 +14,7 @@ bool WantsCheckpoints(const TrainerConfig& c) {
 
 // Under the coordinator each job gets its own directory <dir>/<job id>, shared by the job's
 // attempts (a restarted attempt resumes from the latest checkpoint there).
-std::string JobCheckpointDir(const TrainerConfig& c, const RankEnv& env) {
+std::string JobCheckpointDir(const TrainerConfig& c, const launch::RankEnv& env) {
   return c.checkpoint_dir.empty() || env.job_id.empty()
              ? c.checkpoint_dir
              : absl::StrCat(c.checkpoint_dir, "/", env.job_id);
@@ -25,8 +22,9 @@ std::string JobCheckpointDir(const TrainerConfig& c, const RankEnv& env) {
 
 // With checkpoints on and more than one rank: every rank must see the directory rank 0 writes
 // to, or the job would learn it only at its first restart (trainer/checkpoint_dir_probe.h).
-absl::Status CheckCheckpointDir(const TrainerConfig& c, const RankEnv& env, at::Device device,
-                                fsdp::KvStore* store, fsdp::Communicator* world) {
+absl::Status CheckCheckpointDir(const TrainerConfig& c, const launch::RankEnv& env,
+                                at::Device device, fsdp::KvStore* store,
+                                fsdp::Communicator* world) {
   if (c.checkpoint_dir.empty() || world == nullptr || world->size() < 2) return absl::OkStatus();
   // A replacement rank's peers checked the directory at the attempt's start.
   if (c.replica_fault_tolerance && env.rank_generation > 0) return absl::OkStatus();
@@ -38,11 +36,36 @@ absl::Status CheckCheckpointDir(const TrainerConfig& c, const RankEnv& env, at::
   return CheckCheckpointDirShared(o, store, world, device);
 }
 
+namespace {
+
+// Which of the job's own checkpoints may be resumed. Run by hand: the spec's
+// checkpoint.resume_step. Under the coordinator the step travels one way, its registry's
+// SHARDLINE_RESUME_STEP (the coordinator already folded the spec's resume_step into it for a
+// first attempt with nothing committed); the spec's own value then only tells the two kinds of
+// step apart, since a step the spec asked for must exist and the registry's may fall back.
+void SetResumeStep(const TrainerConfig& c, const launch::RankEnv& env, CheckpointPolicy& policy) {
+  policy.resume_step = c.resume_step;
+  if (!env.resume_step.has_value()) return;
+  if (*env.resume_step > 0) {
+    policy.resume_step = *env.resume_step;
+    // The coordinator's registry step (not the spec's own resume_step, which the coordinator
+    // passes on for a first attempt): when it is missing on disk, resume from the newest
+    // committed checkpoint there instead, and say so.
+    policy.fallback_if_missing = *env.resume_step != c.resume_step;
+  } else {
+    // The registry holds no committed checkpoint of this job: one found in its directory was
+    // not recorded as written by it (another user could have planted it there, with this job's
+    // id in its manifest, before the job started), so none is loaded (#31 item 3).
+    policy.resume_own = false;
+  }
+}
+
+}  // namespace
+
 // The spec's checkpoint policy over the engine of `fsdp` (null with --backend local, which has
 // no checkpoints). Under the coordinator each save is reported to it.
-absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const TrainerConfig& c,
-                                                                          const RankEnv& env,
-                                                                          FsdpBackend* fsdp) {
+absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(
+    const TrainerConfig& c, const launch::RankEnv& env, FsdpBackend* fsdp) {
   if (fsdp == nullptr) {
     return absl::InvalidArgumentError(
         "checkpoint.dir / init_from_safetensors / model.hf_dir need the FSDP backend (--backend "
@@ -54,19 +77,7 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const 
   policy.keep_last = c.checkpoint_keep_last;
   policy.async_save = c.checkpoint_async;
   policy.save_final = c.checkpoint_save_final;
-  policy.resume_step = c.resume_step;
-  if (env.has_resume_step && env.resume_step > 0) {
-    policy.resume_step = env.resume_step;
-    // The coordinator's registry step (not the spec's own resume_step, which the coordinator
-    // passes on for a first attempt): when it is missing on disk, resume from the newest
-    // committed checkpoint there instead, and say so.
-    policy.fallback_if_missing = env.resume_step != c.resume_step;
-  } else if (env.has_resume_step) {
-    // The registry holds no committed checkpoint of this job: one found in its directory was
-    // not recorded as written by it (another user could have planted it there, with this job's
-    // id in its manifest, before the job started), so none is loaded (#31 item 3).
-    policy.resume_own = false;
-  }
+  SetResumeStep(c, env, policy);
   policy.resume_from_job = env.resume_from_job;
   policy.init_from_safetensors = c.init_from_safetensors;
   policy.resume_from = c.resume_from;

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "fsdp/communicator.h"
 #include "fsdp/kv_store.h"
+#include "launch/rank_env.h"
 #include "trainer/checkpointing.h"
 #include "trainer/config.h"
 #include "trainer/fsdp_backend.h"
@@ -29,20 +30,19 @@ bool WantsCheckpoints(const TrainerConfig& c);
 
 // checkpoint.dir, or under the coordinator <checkpoint.dir>/<job id>, shared by the job's
 // attempts (a restarted attempt resumes from the latest checkpoint there).
-std::string JobCheckpointDir(const TrainerConfig& c, const RankEnv& env);
+std::string JobCheckpointDir(const TrainerConfig& c, const launch::RankEnv& env);
 
 // With checkpoints on and more than one rank: every rank must see the directory rank 0 writes
 // to, or the job would learn it only at its first restart (trainer/checkpoint_dir_probe.h).
 // Errors: INVALID_ARGUMENT when some rank cannot see it; the probe's otherwise.
-absl::Status CheckCheckpointDir(const TrainerConfig& c, const RankEnv& env, at::Device device,
-                                fsdp::KvStore* store, fsdp::Communicator* world);
+absl::Status CheckCheckpointDir(const TrainerConfig& c, const launch::RankEnv& env,
+                                at::Device device, fsdp::KvStore* store, fsdp::Communicator* world);
 
 // The spec's checkpoint policy over the engine of `fsdp` (null with --backend local, which has
 // no checkpoints: INVALID_ARGUMENT). Under the coordinator each save is reported to it, and
 // SHARDLINE_RESUME_STEP (the coordinator's registry step) overrides the spec's resume_step.
-absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(const TrainerConfig& c,
-                                                                          const RankEnv& env,
-                                                                          FsdpBackend* fsdp);
+absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(
+    const TrainerConfig& c, const launch::RankEnv& env, FsdpBackend* fsdp);
 
 // Where training starts: a restored checkpoint's step and data cursor, or the beginning; then
 // saves after every step as the policy says. A replacement rank of a replica-group

@@ -30,9 +30,11 @@ namespace {
 constexpr char kTestPauseEnv[] = "SHARDLINE_TEST_PAUSE_IN_SAVE";
 
 // The test pause of the header comment, from the environment; an empty function when unset or
-// for another attempt.
+// for another attempt or rank. Read here, not through the launch contract (launch/rank_env.h):
+// a test-only hook, set on a worker daemon by a test and inherited by its trainers, which the
+// daemon never writes. The attempt and rank it is compared with are the launch's, as given.
 absl::StatusOr<std::function<void(int)>> TestPauseFromEnv(
-    std::shared_ptr<std::atomic<int64_t>> saving_step) {
+    std::shared_ptr<std::atomic<int64_t>> saving_step, int32_t my_attempt, int my_rank) {
   const char* value = std::getenv(kTestPauseEnv);
   if (value == nullptr || *value == '\0') return std::function<void(int)>();
   const std::vector<std::string> parts = absl::StrSplit(value, ':');
@@ -44,14 +46,7 @@ absl::StatusOr<std::function<void(int)>> TestPauseFromEnv(
     return absl::InvalidArgumentError(absl::StrCat(
         kTestPauseEnv, "=", value, ": expected STEP:SHARD:SECONDS[:ATTEMPT[:RANK]] (tests only)"));
   }
-  // Whether this process's environment variable `name` holds `want`.
-  auto env_is = [](const char* name, int64_t want) {
-    const char* current = std::getenv(name);
-    int64_t mine = 0;
-    return current != nullptr && absl::SimpleAtoi(current, &mine) && mine == want;
-  };
-  if ((attempt > 0 && !env_is("SHARDLINE_ATTEMPT", attempt)) ||
-      (rank >= 0 && !env_is("RANK", rank))) {
+  if ((attempt > 0 && attempt != my_attempt) || (rank >= 0 && rank != my_rank)) {
     return std::function<void(int)>();
   }
   return std::function<void(int)>([=](int shard_index) {
@@ -81,7 +76,8 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> TrainerCheckpointing::Crea
     o.commit_timeout = policy.commit_timeout;
     o.on_saved = policy.on_saved;
     o.report_commit = policy.report_commit;
-    ASSIGN_OR_RETURN(o.test_after_data_file, TestPauseFromEnv(saving_step));
+    ASSIGN_OR_RETURN(o.test_after_data_file,
+                     TestPauseFromEnv(saving_step, policy.attempt, engine->rank()));
     ASSIGN_OR_RETURN(ckpt, checkpoint::Checkpointer::Create(o, engine, optimizer, world));
   }
   return std::unique_ptr<TrainerCheckpointing>(new TrainerCheckpointing(

@@ -23,7 +23,7 @@
 // Tests only: SHARDLINE_TEST_PAUSE_IN_SAVE=STEP:SHARD:SECONDS[:ATTEMPT[:RANK]] makes the writer of
 // shard SHARD sleep SECONDS in the save of step STEP, before it writes its data file (the other
 // writers' files are written meanwhile and rank 0 waits to commit), and only in job attempt
-// ATTEMPT ($SHARDLINE_ATTEMPT) and global rank RANK ($RANK) when given
+// ATTEMPT (the policy's attempt) and global rank RANK (the engine's rank) when given
 // (STEP:SHARD:SECONDS[:ATTEMPT[:RANK]]; another rank writing that shard of the step again, after
 // a replica-group failure, does not pause). It prints "test pause in save: step S shard K" to
 // stderr first, so a failure test can kill the rank in the middle of a save at a known point

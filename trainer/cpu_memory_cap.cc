@@ -1,7 +1,6 @@
 #include "trainer/cpu_memory_cap.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -10,9 +9,8 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "launch/env_names.h"
 
 namespace shardline::trainer {
 namespace {
@@ -35,8 +33,8 @@ class CappedCpuAllocator : public c10::Allocator {
     if (was + bytes > cap_) {
       in_use_.fetch_sub(bytes);
       TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU memory cap of ", MiB(cap_), " (",
-                       kCpuMemoryCapEnv, ") exceeded: allocating ", MiB(bytes), " with ", MiB(was),
-                       " in use");
+                       launch::kCpuMemoryCapMibEnv, ") exceeded: allocating ", MiB(bytes), " with ",
+                       MiB(was), " in use");
     }
     int64_t peak = peak_.load();
     while (was + bytes > peak && !peak_.compare_exchange_weak(peak, was + bytes)) {
@@ -94,8 +92,8 @@ class CappedCpuAllocator : public c10::Allocator {
 
 absl::Status InstallCpuMemoryCap(int64_t cap_bytes) {
   if (cap_bytes <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: the cap must be positive, got %d bytes", kCpuMemoryCapEnv, cap_bytes));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: the cap must be positive, got %d bytes",
+                                                      launch::kCpuMemoryCapMibEnv, cap_bytes));
   }
   if (g_capped.load() != nullptr) {
     return absl::FailedPreconditionError("the CPU memory cap is installed already");
@@ -105,17 +103,6 @@ absl::Status InstallCpuMemoryCap(int64_t cap_bytes) {
   g_capped.store(capped);  // Before any allocation through it can be released.
   c10::SetCPUAllocator(capped, /*priority=*/100);
   return absl::OkStatus();
-}
-
-absl::Status InstallCpuMemoryCapFromEnv() {
-  const char* v = std::getenv(kCpuMemoryCapEnv);
-  if (v == nullptr || *v == '\0') return absl::OkStatus();
-  double mib = 0;
-  if (!absl::SimpleAtod(v, &mib) || !(mib > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kCpuMemoryCapEnv, ": \"", v, "\" is not a positive number of MiB"));
-  }
-  return InstallCpuMemoryCap(static_cast<int64_t>(mib * 1048576.0));
 }
 
 int64_t CpuMemoryInUse() {

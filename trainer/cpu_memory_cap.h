@@ -3,7 +3,9 @@
 // It lets a test show what sharded initialization buys on one machine: a model larger than the
 // cap trains at W = 4 FULL_SHARD and fails at W = 1 (trainer/sharded_init_memory_test.sh).
 //
-//   SHARDLINE_CPU_MEMORY_CAP_MIB=40 trainer --spec ...   (trainer_main.cc reads the variable)
+//   SHARDLINE_CPU_MEMORY_CAP_MIB=40 trainer --spec ...   (read with the launch environment,
+//                                                          launch/rank_env.h; trainer_main.cc
+//                                                          installs it)
 //
 // It counts tensors' host memory only (c10::GetCPUAllocator: parameters, shards, gradients,
 // optimizer state, activations, host staging buffers); memory LibTorch or Gloo take from malloc
@@ -21,17 +23,10 @@
 
 namespace shardline::trainer {
 
-inline constexpr char kCpuMemoryCapEnv[] = "SHARDLINE_CPU_MEMORY_CAP_MIB";
-
 // Installs the cap (process-wide, for the rest of the process; memory allocated before is not
-// counted). Errors: INVALID_ARGUMENT for cap_bytes <= 0; FAILED_PRECONDITION when installed
-// already.
+// counted): call first thing in main, before any tensor exists. Errors: INVALID_ARGUMENT for
+// cap_bytes <= 0; FAILED_PRECONDITION when installed already.
 absl::Status InstallCpuMemoryCap(int64_t cap_bytes);
-
-// Installs the cap SHARDLINE_CPU_MEMORY_CAP_MIB names, if set and not empty (call first thing in
-// main, before any tensor exists). Errors: INVALID_ARGUMENT naming the variable for a value that
-// is not a positive number of MiB; InstallCpuMemoryCap's.
-absl::Status InstallCpuMemoryCapFromEnv();
 
 // Bytes in use through the capped allocator, and the most ever in use (0 without a cap).
 int64_t CpuMemoryInUse();

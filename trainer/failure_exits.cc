@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "common/logging.h"
-#include "trainer/exit_codes.h"
+#include "launch/exit_codes.h"
 
 namespace shardline::trainer {
 
@@ -22,16 +22,16 @@ bool IsCommError(const absl::Status& s) {
 int FailFlags(const absl::Status& s) {
   if (s.code() == absl::StatusCode::kCancelled) {  // --help
     std::cout << s.message();
-    return kExitOk;
+    return launch::kExitOk;
   }
   std::cerr << "trainer: " << s.message();
-  return kExitBadSpec;
+  return launch::kExitBadSpec;
 }
 
 // A model too large for this rank's memory (its shards and optimizer state, or the whole model
 // with --backend local) is the spec's, like a bad size: a retry would fail the same way.
 int FailModel(const absl::Status& s) {
-  return Fail(kExitBadSpec,
+  return Fail(launch::kExitBadSpec,
               s.code() == absl::StatusCode::kResourceExhausted ? "out of memory" : "model", s);
 }
 
@@ -40,37 +40,37 @@ int FailModel(const absl::Status& s) {
 // spec's.
 int FailEngine(const absl::Status& s) {
   if (s.code() == absl::StatusCode::kResourceExhausted) return FailModel(s);
-  return Fail(IsCommError(s) ? kExitCommFailure : kExitBadSpec, "fsdp", s);
+  return Fail(IsCommError(s) ? launch::kExitCommFailure : launch::kExitBadSpec, "fsdp", s);
 }
 
-// Some rank cannot see the checkpoint directory: not retried (exit_codes.h). A lost peer or store
-// is a communication failure; rank 0 unable to write there is a checkpoint (data) error.
+// Some rank cannot see the checkpoint directory: not retried (launch/exit_codes.h). A lost peer or
+// store is a communication failure; rank 0 unable to write there is a checkpoint (data) error.
 int FailCheckpointDir(const absl::Status& s) {
   if (s.code() == absl::StatusCode::kInvalidArgument) {
-    return Fail(kExitCheckpointDirNotShared, "checkpoint", s);
+    return Fail(launch::kExitCheckpointDirNotShared, "checkpoint", s);
   }
-  return Fail(IsCommError(s) ? kExitCommFailure : kExitDataError, "checkpoint", s);
+  return Fail(IsCommError(s) ? launch::kExitCommFailure : launch::kExitDataError, "checkpoint", s);
 }
 
 // A lost peer while loading is a communication failure; a missing, corrupt or mismatched
 // checkpoint (FAILED_PRECONDITION among them) is a data error.
 int FailRestore(const absl::Status& s) {
   const bool comm = IsCommError(s) && s.code() != absl::StatusCode::kFailedPrecondition;
-  return Fail(comm ? kExitCommFailure : kExitDataError, "checkpoint", s);
+  return Fail(comm ? launch::kExitCommFailure : launch::kExitDataError, "checkpoint", s);
 }
 
 int FailTraining(const absl::Status& s, int stop_signal) {
   if (s.code() == absl::StatusCode::kCancelled) {
-    return Fail(kExitSignalBase + stop_signal, "stopped", s);
+    return Fail(launch::kExitSignalBase + stop_signal, "stopped", s);
   }
-  if (s.code() == absl::StatusCode::kAborted) return Fail(kExitDiverged, "training", s);
-  if (IsCommError(s)) return Fail(kExitCommFailure, "training", s);
+  if (s.code() == absl::StatusCode::kAborted) return Fail(launch::kExitDiverged, "training", s);
+  if (IsCommError(s)) return Fail(launch::kExitCommFailure, "training", s);
   // A bad token id (INVALID_ARGUMENT) or a data file truncated under the run (DATA_LOSS, from
   // data::ReadBatch) is a data error.
   if (s.code() == absl::StatusCode::kInvalidArgument || s.code() == absl::StatusCode::kDataLoss) {
-    return Fail(kExitDataError, "data", s);
+    return Fail(launch::kExitDataError, "data", s);
   }
-  return Fail(kExitInternal, "training", s);
+  return Fail(launch::kExitInternal, "training", s);
 }
 
 }  // namespace shardline::trainer

@@ -1,4 +1,4 @@
-// How the trainer's failures become its exit code (trainer/exit_codes.h says what each code
+// How the trainer's failures become its exit code (launch/exit_codes.h says what each code
 // means to the worker daemon and the coordinator: which are retried) and one log line
 // "PHASE: message [CODE; exit N]". One function per phase of trainer_main.cc, each deciding from
 // the status code whether the failure is the spec's, the data's, a lost peer's or a bug.

@@ -43,7 +43,7 @@ namespace {
 constexpr char kSpec[] = "examples/tiny_gpt_shakespeare.yaml";
 
 TrainerConfig Config(int world_size, const std::vector<std::string>& sets) {
-  RankEnv env;
+  launch::RankEnv env;
   env.world_size = world_size;
   auto c = LoadTrainerConfig(kSpec, sets, env);
   EXPECT_TRUE(c.ok()) << c.status();
@@ -125,7 +125,7 @@ std::unique_ptr<OneRank> MakeOneRank() {
   auto model = models::CreateModel(c.model);
   EXPECT_TRUE(model.ok()) << model.status();
   r->model = std::move(*model);
-  r->store = *CreateBootstrapStore(RankEnv(), absl::Seconds(10));
+  r->store = *CreateBootstrapStore(launch::RankEnv(), absl::Seconds(10));
   auto groups = fsdp::CreateCommGroups(fsdp::ParallelLayout(), 0, r->store.get(), {});
   EXPECT_TRUE(groups.ok()) << groups.status();
   r->groups = std::move(*groups);

@@ -92,7 +92,7 @@ SHARDLINE_CPU_MEMORY_CAP_MIB=lots "$TRAINER" --spec "$SPEC" "${SETS[@]}" \
   --set fsdp.sharding_strategy=NO_SHARD --set fsdp.hybrid_shard_degree=0 \
   >"$OUT/out.bad" 2>"$OUT/log.bad" || code=$?
 [[ $code -eq 2 ]] || fail "a malformed cap exited $code, want 2"
-grep -qF 'SHARDLINE_CPU_MEMORY_CAP_MIB: "lots" is not a positive number of MiB' "$OUT/log.bad" ||
+grep -qF 'environment SHARDLINE_CPU_MEMORY_CAP_MIB="lots" is not a positive number of MiB' "$OUT/log.bad" ||
   fail "the malformed cap's error: $(tail -1 "$OUT/log.bad")"
 
 if [[ $failures -gt 0 ]]; then

@@ -42,7 +42,7 @@ class InMemoryKvStore : public fsdp::KvStore {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<fsdp::KvStore>> CreateBootstrapStore(const RankEnv& env,
+absl::StatusOr<std::unique_ptr<fsdp::KvStore>> CreateBootstrapStore(const launch::RankEnv& env,
                                                                     absl::Duration timeout) {
   if (!env.coordinator.empty() && !env.rdzv_namespace.empty()) {
     // TLS as the worker daemon says (SHARDLINE_TLS_CA, SHARDLINE_INSECURE).

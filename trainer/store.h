@@ -14,13 +14,13 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "fsdp/kv_store.h"
-#include "trainer/config.h"
+#include "launch/rank_env.h"
 
 namespace shardline::trainer {
 
 // Errors: UNAVAILABLE when rank 0 cannot bind MASTER_PORT (the message names the address);
 // INVALID_ARGUMENT for a bad coordinator address.
-absl::StatusOr<std::unique_ptr<fsdp::KvStore>> CreateBootstrapStore(const RankEnv& env,
+absl::StatusOr<std::unique_ptr<fsdp::KvStore>> CreateBootstrapStore(const launch::RankEnv& env,
                                                                     absl::Duration timeout);
 
 }  // namespace shardline::trainer

@@ -27,7 +27,7 @@ std::vector<std::string> OneProcess(std::vector<std::string> more) {
 }
 
 TrainerConfig Config(const std::vector<std::string>& sets) {
-  RankEnv env;
+  launch::RankEnv env;
   auto c = LoadTrainerConfig(kSpec, sets, env);
   EXPECT_TRUE(c.ok()) << c.status();
   return *c;
@@ -58,7 +58,7 @@ std::unique_ptr<Run> MakeRun(const TrainerConfig& config, bool fsdp) {
   EXPECT_TRUE(model.ok()) << model.status();
   run->model = std::move(*model);
   if (fsdp) {
-    RankEnv env;
+    launch::RankEnv env;
     run->store = *CreateBootstrapStore(env, absl::Seconds(10));
     auto groups = fsdp::CreateCommGroups(fsdp::ParallelLayout(), 0, run->store.get(), {});
     EXPECT_TRUE(groups.ok()) << groups.status();

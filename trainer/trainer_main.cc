@@ -2,12 +2,15 @@
 //
 //   trainer --spec FILE [--set path=value ...] [--metrics_out FILE] [--backend fsdp|local]
 //
-// Environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (see config.h);
+// Environment: the launch contract, read once through launch::RankEnv (launch/rank_env.h;
+// trainer/launch_env.h adds the standalone store's checks): RANK, WORLD_SIZE, LOCAL_RANK,
+// MASTER_ADDR, MASTER_PORT as torchrun sets them; the worker daemon's SHARDLINE_* variables;
 // SHARDLINE_PEAK_FLOPS (FLOP/s of one rank's device, for the MFU estimate; default 1e11 on
 // CPU, 989e12 on CUDA, the dense bf16 peak of an H100/H200); SHARDLINE_RESUME_STEP (from the
 // worker daemon: when > 0, resume from that checkpoint step instead of checkpoint.resume_step;
 // when it is not committed on disk, from the newest committed one: TrainerCheckpointing::Restore).
-// Exit codes: exit_codes.h. The spec's paths are relative to the spec file. Logs go to
+// A malformed value of any of them exits 2 naming the variable and value.
+// Exit codes: launch/exit_codes.h. The spec's paths are relative to the spec file. Logs go to
 // stderr; the sample to stdout.
 //
 // fault_tolerance REPLICA_GROUPS (trainer/replica_fault_tolerance.h): every step is voted on
@@ -15,6 +18,9 @@
 // which resumes no checkpoint: it joins the running job and is healed from a live replica group.
 // A rank whose group was lost exits 7 (kExitLeftReplicaGroup).
 //
+// The two test-only hooks below are read here with getenv, not through the launch contract: tests
+// set them on a worker daemon (whose trainers inherit them) or on a trainer; the daemon never
+// writes them.
 // Tests only: SHARDLINE_TEST_PAUSE_IN_SAMPLE=RANK:SECONDS makes rank RANK sleep SECONDS when it
 // reaches the final sample, before its first sampling forward, so that its peers wait for it
 // inside their sampling collectives. It prints "test pause in sample: rank R" to stderr first,
@@ -59,7 +65,10 @@
 #include "common/status_macros.h"
 #include "common/torch_status.h"
 #include "data/token_dataset.h"
+#include "data/vocab.h"
 #include "fsdp/comm_groups.h"
+#include "launch/exit_codes.h"
+#include "launch/rank_env.h"
 #include "models/model_factory.h"
 #include "trainer/checkpoint_startup.h"
 #include "trainer/checkpointing.h"
@@ -68,13 +77,14 @@
 #include "trainer/coordinator_step_voter.h"
 #include "trainer/cpu_memory_cap.h"
 #include "trainer/device_select.h"
-#include "trainer/exit_codes.h"
 #include "trainer/failure_exits.h"
 #include "trainer/fsdp_backend.h"
+#include "trainer/launch_env.h"
 #include "trainer/local_backend.h"
 #include "trainer/metrics.h"
 #include "trainer/replica_fault_tolerance.h"
 #include "trainer/store.h"
+#include "trainer/tensorboard_writer.h"
 #include "trainer/train_loop.h"
 
 namespace shardline::trainer {
@@ -144,8 +154,23 @@ absl::StatusOr<Args> ParseFlags(int argc, char** argv) {
   return a;
 }
 
+// The launch environment (trainer/launch_env.h), and what it sets up for the whole process before
+// anything else runs: the roots every input file is opened beneath, the CPU memory cap, the
+// log prefix.
+absl::StatusOr<launch::RankEnv> SetUpEnvironment() {
+  absl::StatusOr<launch::RankEnv> env = ReadLaunchEnv();
+  if (!env.ok()) return env.status();
+  SetOpenRoots(env->open_roots);
+  if (env->cpu_memory_cap_mib.has_value()) {
+    RETURN_IF_ERROR(
+        InstallCpuMemoryCap(static_cast<int64_t>(*env->cpu_memory_cap_mib * 1048576.0)));
+  }
+  SetLogPrefix(absl::StrCat("rank ", env->rank));
+  return env;
+}
+
 // The job spec with the --set overrides, resolved for this rank; rank 0 logs it.
-absl::StatusOr<TrainerConfig> LoadConfig(const Args& args, const RankEnv& env) {
+absl::StatusOr<TrainerConfig> LoadConfig(const Args& args, const launch::RankEnv& env) {
   absl::StatusOr<TrainerConfig> c = LoadTrainerConfig(args.spec, args.sets, env);
   if (c.ok() && env.rank == 0) {
     SL_LOG(INFO) << "job " << c->job_name << ": " << c->layout.DebugString() << ", "
@@ -156,17 +181,13 @@ absl::StatusOr<TrainerConfig> LoadConfig(const Args& args, const RankEnv& env) {
   return c;
 }
 
-// The loop's hooks from the environment: the MFU peak and the test pause (header comment).
-absl::StatusOr<TrainLoopOptions> LoopOptionsFromEnv(const TrainerConfig& c, const RankEnv& env) {
+// The loop's options from the launch: rank, W, the MFU peak; and the test pause (header comment).
+absl::StatusOr<TrainLoopOptions> LoopOptions(const TrainerConfig& c, const launch::RankEnv& env) {
   TrainLoopOptions loop;
   loop.rank = env.rank;
   loop.world_size = env.world_size;
   loop.should_stop = [] { return g_stop_signal.load() != 0; };
-  loop.peak_flops_per_rank = c.cuda ? 989e12 : 1e11;
-  if (const char* peak = std::getenv("SHARDLINE_PEAK_FLOPS")) {
-    double v = 0;
-    if (absl::SimpleAtod(peak, &v) && v > 0) loop.peak_flops_per_rank = v;
-  }
+  loop.peak_flops_per_rank = env.peak_flops.value_or(c.cuda ? 989e12 : 1e11);
   if (const char* pause = std::getenv(kTestPauseInSampleEnv); pause != nullptr && *pause != '\0') {
     const std::vector<std::string> parts = absl::StrSplit(pause, ':');
     int rank = 0, seconds = 0;
@@ -208,7 +229,7 @@ void ConfigureProcess(const TrainerConfig& c) {
   }
 }
 
-absl::StatusOr<at::Device> SelectDevice(const TrainerConfig& c, const RankEnv& env) {
+absl::StatusOr<at::Device> SelectDevice(const TrainerConfig& c, const launch::RankEnv& env) {
   if (!c.cuda) return at::Device(at::kCPU);
   if (!at::hasCUDA()) {
     return absl::InvalidArgumentError(
@@ -216,11 +237,9 @@ absl::StatusOr<at::Device> SelectDevice(const TrainerConfig& c, const RankEnv& e
         "CUDA_VISIBLE_DEVICES empty); use device.kind CPU");
   }
   // LOCAL_RANK picks the GPU among those visible; the daemon exposes exactly one per rank.
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   absl::StatusOr<int> index =
       LocalRankDevice(env.local_rank, static_cast<int>(at::getNumGPUs()),
-                      visible == nullptr ? std::nullopt : std::optional<std::string>(visible),
-                      /*daemon_launch=*/!env.coordinator.empty());
+                      env.device.cuda_visible_devices, /*daemon_launch=*/!env.coordinator.empty());
   if (!index.ok()) return index.status();
   // The current device before anything is allocated: the caching allocator of the current
   // device serves every allocation made without a device guard (and NCCL, cuBLAS and the
@@ -238,6 +257,14 @@ absl::StatusOr<std::unique_ptr<data::TokenDataset>> OpenDataset(const TrainerCon
   o.paths = c.data_paths;
   o.val_path = c.val_path;
   return data::TokenDataset::Open(o);
+}
+
+// data.vocab_path: loaded (and the prompt encoded once) now, not after training. Null without it.
+absl::StatusOr<std::unique_ptr<data::TokenVocab>> LoadVocab(const TrainerConfig& c) {
+  if (c.vocab_path.empty()) return std::unique_ptr<data::TokenVocab>();
+  ASSIGN_OR_RETURN(std::unique_ptr<data::TokenVocab> vocab, data::TokenVocab::Load(c.vocab_path));
+  if (!c.sample_prompt.empty()) RETURN_IF_ERROR(vocab->Encode(c.sample_prompt).status());
+  return vocab;
 }
 
 absl::Status MoveModelToDevice(models::LanguageModel& model, at::Device device, int rank) {
@@ -263,8 +290,27 @@ absl::StatusOr<std::unique_ptr<MetricsWriter>> OpenMetrics(const std::string& pa
   return MetricsWriter::Open(path);
 }
 
+// Rank 0's TensorBoard event files (train.tensorboard_dir; under the coordinator one run per job,
+// <dir>/<job id>, as checkpoints). Null on other ranks and without the setting; a rank of a
+// replica-group fault-tolerant job is told the run's directory, to write it if it comes to lead.
+absl::StatusOr<std::unique_ptr<TensorBoardWriter>> OpenTensorBoard(const TrainerConfig& c,
+                                                                   const launch::RankEnv& env,
+                                                                   TrainLoopOptions& loop) {
+  const std::string run = c.tensorboard_dir.empty() || env.job_id.empty()
+                              ? c.tensorboard_dir
+                              : absl::StrCat(c.tensorboard_dir, "/", env.job_id);
+  if (run.empty() || env.rank != 0) {
+    if (c.replica_fault_tolerance) loop.tensorboard_dir = run;
+    return std::unique_ptr<TensorBoardWriter>();
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<TensorBoardWriter> tb, TensorBoardWriter::Open(run));
+  loop.tensorboard = tb.get();
+  return tb;
+}
+
 // The attempt's communicator options: Gloo on CPU, NCCL on CUDA, under the attempt's key prefix.
-fsdp::CommOptions CommOptionsFor(const TrainerConfig& c, const RankEnv& env, at::Device device) {
+fsdp::CommOptions CommOptionsFor(const TrainerConfig& c, const launch::RankEnv& env,
+                                 at::Device device) {
   fsdp::CommOptions comm;
   comm.backend = c.cuda ? fsdp::CommBackend::kNccl : fsdp::CommBackend::kGloo;
   comm.address = env.advertise_address;
@@ -286,8 +332,9 @@ fsdp::CommOptions CommOptionsFor(const TrainerConfig& c, const RankEnv& env, at:
 // The communicators of c.layout (world, shard group, replicate group), bootstrapped through
 // `store`. A replacement rank of a replica-group fault-tolerant job gets placeholders (no
 // sockets): it builds the live membership's communicators when it joins.
-absl::StatusOr<fsdp::CommGroups> CreateCommunicators(const TrainerConfig& c, const RankEnv& env,
-                                                     at::Device device, fsdp::KvStore* store) {
+absl::StatusOr<fsdp::CommGroups> CreateCommunicators(const TrainerConfig& c,
+                                                     const launch::RankEnv& env, at::Device device,
+                                                     fsdp::KvStore* store) {
   if (c.replica_fault_tolerance && env.rank_generation > 0) {
     return ReplicaFaultTolerance::PlaceholderGroups(c.layout, env.rank, device.type());
   }
@@ -297,7 +344,7 @@ absl::StatusOr<fsdp::CommGroups> CreateCommunicators(const TrainerConfig& c, con
 // fault_tolerance REPLICA_GROUPS: the step gate over the coordinator's votes, owning the
 // communicators from now on (a replacement rank must JoinRunningJob next). Null otherwise.
 absl::StatusOr<std::unique_ptr<ReplicaFaultTolerance>> StartFaultTolerance(
-    const TrainerConfig& c, const RankEnv& env, at::Device device, fsdp::KvStore* store,
+    const TrainerConfig& c, const launch::RankEnv& env, at::Device device, fsdp::KvStore* store,
     fsdp::CommGroups& groups, FsdpBackend* fsdp, TrainerCheckpointing* ckpt,
     std::unique_ptr<StepVoter>& voter, TrainLoopOptions& loop) {
   if (!c.replica_fault_tolerance) return std::unique_ptr<ReplicaFaultTolerance>();
@@ -333,7 +380,8 @@ absl::StatusOr<std::unique_ptr<ReplicaFaultTolerance>> StartFaultTolerance(
 
 // A replacement rank: admitted by the coordinator, healed from a live replica group; training
 // continues after the step the live groups last committed.
-absl::Status JoinRunningJob(const RankEnv& env, ReplicaFaultTolerance& ft, TrainLoopOptions& loop) {
+absl::Status JoinRunningJob(const launch::RankEnv& env, ReplicaFaultTolerance& ft,
+                            TrainLoopOptions& loop) {
   SL_LOG(INFO) << "replacement rank (generation " << env.rank_generation
                << "): joining the running job";
   absl::StatusOr<JoinPoint> at = ft.Join();
@@ -345,7 +393,8 @@ absl::Status JoinRunningJob(const RankEnv& env, ReplicaFaultTolerance& ft, Train
 
 // The FSDP engine and its sharded optimizer around `model`.
 absl::StatusOr<std::unique_ptr<FsdpBackend>> BuildEngine(models::LanguageModel& model,
-                                                         const TrainerConfig& c, const RankEnv& env,
+                                                         const TrainerConfig& c,
+                                                         const launch::RankEnv& env,
                                                          const fsdp::CommGroups& groups,
                                                          at::Device device) {
   // In TorchCall: the optimizer state's allocations may run out of memory (a thrown c10 error).
@@ -357,6 +406,41 @@ absl::StatusOr<std::unique_ptr<FsdpBackend>> BuildEngine(models::LanguageModel& 
   });
   if (!built.ok()) return built;
   return backend;
+}
+
+// The training backend and what it runs over, declared in the order they must outlive each
+// other: the FSDP engine over communicators bootstrapped through the store (the sharded optimizer
+// and checkpoints live there), or with --backend local the single-process reference.
+struct Backend {
+  std::unique_ptr<fsdp::KvStore> store;
+  fsdp::CommGroups groups;
+  std::unique_ptr<FsdpBackend> fsdp;  // null with --backend local
+  std::unique_ptr<LocalBackend> local;
+  TrainingBackend* backend = nullptr;  // one of the two
+};
+
+// Builds `b`; returns the exit code of the step that failed, kExitOk when built.
+int BuildBackend(const Args& args, const TrainerConfig& c, const launch::RankEnv& env,
+                 at::Device device, models::LanguageModel& model, Backend& b) {
+  if (args.backend == "local") {
+    absl::StatusOr<std::unique_ptr<LocalBackend>> local = LocalBackend::Create(model.module(), c);
+    if (!local.ok()) return Fail(launch::kExitBadSpec, "backend", local.status());
+    b.local = *std::move(local);
+    b.backend = b.local.get();
+    return launch::kExitOk;
+  }
+  absl::StatusOr<std::unique_ptr<fsdp::KvStore>> store =
+      CreateBootstrapStore(env, absl::Seconds(c.collective_timeout_s));
+  if (!store.ok()) return Fail(launch::kExitCommFailure, "rendezvous", store.status());
+  b.store = *std::move(store);
+  absl::StatusOr<fsdp::CommGroups> groups = CreateCommunicators(c, env, device, b.store.get());
+  if (!groups.ok()) return Fail(launch::kExitCommFailure, "communicators", groups.status());
+  b.groups = *std::move(groups);
+  absl::StatusOr<std::unique_ptr<FsdpBackend>> fsdp = BuildEngine(model, c, env, b.groups, device);
+  if (!fsdp.ok()) return FailEngine(fsdp.status());
+  b.fsdp = *std::move(fsdp);
+  b.backend = b.fsdp.get();
+  return launch::kExitOk;
 }
 
 void LogBackend(const TrainingBackend& backend, int rank) {
@@ -415,36 +499,23 @@ int Main(int argc, char** argv) {
   // 1. Flags, environment and job spec.
   absl::StatusOr<Args> args = ParseFlags(argc, argv);
   if (!args.ok()) return FailFlags(args.status());
-  absl::StatusOr<RankEnv> env = ReadRankEnv();
-  if (!env.ok()) return Fail(kExitBadSpec, "environment", env.status());
-  // Before any input file is opened: every reader opens beneath the worker's roots.
-  SetOpenRoots(env->open_roots);
-  if (absl::Status cap = InstallCpuMemoryCapFromEnv(); !cap.ok()) {
-    return Fail(kExitBadSpec, "environment", cap);
-  }
-  SetLogPrefix(absl::StrCat("rank ", env->rank));
+  absl::StatusOr<launch::RankEnv> env = SetUpEnvironment();
+  if (!env.ok()) return Fail(launch::kExitBadSpec, "environment", env.status());
   absl::StatusOr<TrainerConfig> config = LoadConfig(*args, *env);
-  if (!config.ok()) return Fail(kExitBadSpec, "job spec " + args->spec, config.status());
+  if (!config.ok()) return Fail(launch::kExitBadSpec, "job spec " + args->spec, config.status());
   const TrainerConfig& c = *config;
-  absl::StatusOr<TrainLoopOptions> loop = LoopOptionsFromEnv(c, *env);
-  if (!loop.ok()) return Fail(kExitBadSpec, "environment", loop.status());
+  absl::StatusOr<TrainLoopOptions> loop = LoopOptions(c, *env);
+  if (!loop.ok()) return Fail(launch::kExitBadSpec, "environment", loop.status());
   ConfigureProcess(c);
 
-  // 2. This rank's device, data, model and metrics file.
+  // 2. This rank's device, data, model and metrics files.
   absl::StatusOr<at::Device> device = SelectDevice(c, *env);
-  if (!device.ok()) return Fail(kExitBadSpec, "device", device.status());
+  if (!device.ok()) return Fail(launch::kExitBadSpec, "device", device.status());
   absl::StatusOr<std::unique_ptr<data::TokenDataset>> dataset = OpenDataset(c);
-  if (!dataset.ok()) return Fail(kExitDataError, "data", dataset.status());
-  // data.vocab_path: loaded (and the prompt encoded once) now, not after training.
-  std::unique_ptr<data::TokenVocab> vocab;
-  if (!c.vocab_path.empty()) {
-    absl::StatusOr<std::unique_ptr<data::TokenVocab>> v = data::TokenVocab::Load(c.vocab_path);
-    absl::Status usable = v.status();
-    if (usable.ok() && !c.sample_prompt.empty()) usable = (*v)->Encode(c.sample_prompt).status();
-    if (!usable.ok()) return Fail(kExitDataError, "data", usable);
-    vocab = *std::move(v);
-    loop->vocab = vocab.get();
-  }
+  if (!dataset.ok()) return Fail(launch::kExitDataError, "data", dataset.status());
+  absl::StatusOr<std::unique_ptr<data::TokenVocab>> vocab = LoadVocab(c);
+  if (!vocab.ok()) return Fail(launch::kExitDataError, "data", vocab.status());
+  loop->vocab = vocab->get();
   // Sharded initialization for the FSDP engine: the GPT and Llama parameters get no memory here;
   // the engine builds only this rank's shards (models/init.h). The local backend needs them all.
   absl::StatusOr<std::unique_ptr<models::LanguageModel>> model =
@@ -452,66 +523,32 @@ int Main(int argc, char** argv) {
                                                             : models::InitMode::kDeferred);
   if (!model.ok()) return FailModel(model.status());
   absl::Status moved = MoveModelToDevice(**model, *device, env->rank);
-  if (!moved.ok()) return Fail(kExitInternal, "model", moved);
+  if (!moved.ok()) return Fail(launch::kExitInternal, "model", moved);
   absl::StatusOr<std::unique_ptr<MetricsWriter>> metrics = OpenMetrics(args->metrics_out);
-  if (!metrics.ok()) return Fail(kExitBadSpec, "metrics", metrics.status());
+  if (!metrics.ok()) return Fail(launch::kExitBadSpec, "metrics", metrics.status());
   loop->metrics = metrics->get();
-  std::unique_ptr<TensorBoardWriter> tensorboard;
-  // Under the coordinator one run per job: <dir>/<job id>, as checkpoints.
-  const std::string tensorboard_run = c.tensorboard_dir.empty() || env->job_id.empty()
-                                          ? c.tensorboard_dir
-                                          : absl::StrCat(c.tensorboard_dir, "/", env->job_id);
-  if (!tensorboard_run.empty() && env->rank == 0) {
-    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> tb =
-        TensorBoardWriter::Open(tensorboard_run);
-    if (!tb.ok()) return Fail(kExitBadSpec, "tensorboard", tb.status());
-    tensorboard = *std::move(tb);
-    loop->tensorboard = tensorboard.get();
-  } else if (c.replica_fault_tolerance) {
-    loop->tensorboard_dir = tensorboard_run;  // Written if this rank comes to lead.
-  }
+  absl::StatusOr<std::unique_ptr<TensorBoardWriter>> tensorboard = OpenTensorBoard(c, *env, *loop);
+  if (!tensorboard.ok()) return Fail(launch::kExitBadSpec, "tensorboard", tensorboard.status());
 
-  // 3. The backend: the FSDP engine at any W over communicators bootstrapped through the store
-  //    (the sharded optimizer and checkpoints live there), or with --backend local the
-  //    single-process reference (no checkpoints). Declared in the order they must outlive
-  //    each other.
-  std::unique_ptr<fsdp::KvStore> store;
-  fsdp::CommGroups groups;
-  std::unique_ptr<FsdpBackend> fsdp_backend;
-  std::unique_ptr<LocalBackend> local_backend;
-  TrainingBackend* backend = nullptr;
-  if (args->backend == "local") {
-    absl::StatusOr<std::unique_ptr<LocalBackend>> b = LocalBackend::Create((*model)->module(), c);
-    if (!b.ok()) return Fail(kExitBadSpec, "backend", b.status());
-    local_backend = *std::move(b);
-    backend = local_backend.get();
-  } else {
-    absl::StatusOr<std::unique_ptr<fsdp::KvStore>> s =
-        CreateBootstrapStore(*env, absl::Seconds(c.collective_timeout_s));
-    if (!s.ok()) return Fail(kExitCommFailure, "rendezvous", s.status());
-    store = *std::move(s);
-    absl::StatusOr<fsdp::CommGroups> g = CreateCommunicators(c, *env, *device, store.get());
-    if (!g.ok()) return Fail(kExitCommFailure, "communicators", g.status());
-    groups = *std::move(g);
-    absl::StatusOr<std::unique_ptr<FsdpBackend>> b = BuildEngine(**model, c, *env, groups, *device);
-    if (!b.ok()) return FailEngine(b.status());
-    fsdp_backend = *std::move(b);
-    backend = fsdp_backend.get();
+  // 3. The backend (no checkpoints with --backend local).
+  Backend b;
+  if (int code = BuildBackend(*args, c, *env, *device, **model, b); code != launch::kExitOk) {
+    return code;
   }
-  LogBackend(*backend, env->rank);
+  LogBackend(*b.backend, env->rank);
 
   // 4. Checkpoints: at every attempt's start, that checkpoint.dir is one directory on every
   //    rank's worker; then resume (or initialize from safetensors or model.hf_dir), then save
   //    per the spec's policy.
   std::unique_ptr<TrainerCheckpointing> ckpt;
-  if (fsdp_backend != nullptr) {
-    absl::Status shared = CheckCheckpointDir(c, *env, *device, store.get(), groups.world.get());
+  if (b.fsdp != nullptr) {
+    absl::Status shared = CheckCheckpointDir(c, *env, *device, b.store.get(), b.groups.world.get());
     if (!shared.ok()) return FailCheckpointDir(shared);
   }
   if (WantsCheckpoints(c)) {
     absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> created =
-        CreateCheckpointing(c, *env, fsdp_backend.get());
-    if (!created.ok()) return Fail(kExitBadSpec, "checkpoint", created.status());
+        CreateCheckpointing(c, *env, b.fsdp.get());
+    if (!created.ok()) return Fail(launch::kExitBadSpec, "checkpoint", created.status());
     ckpt = *std::move(created);
   }
   const bool joining = c.replica_fault_tolerance && env->rank_generation > 0;
@@ -522,32 +559,32 @@ int Main(int argc, char** argv) {
   //    healed here). Then train, finish the last save and report.
   std::unique_ptr<StepVoter> voter;
   absl::StatusOr<std::unique_ptr<ReplicaFaultTolerance>> ft = StartFaultTolerance(
-      c, *env, *device, store.get(), groups, fsdp_backend.get(), ckpt.get(), voter, *loop);
-  if (!ft.ok()) return Fail(kExitBadSpec, "fault_tolerance", ft.status());
+      c, *env, *device, b.store.get(), b.groups, b.fsdp.get(), ckpt.get(), voter, *loop);
+  if (!ft.ok()) return Fail(launch::kExitBadSpec, "fault_tolerance", ft.status());
   if (joining) {
     absl::Status joined = JoinRunningJob(*env, **ft, *loop);
-    if ((*ft)->left()) return Fail(kExitLeftReplicaGroup, "fault tolerance", joined);
+    if ((*ft)->left()) return Fail(launch::kExitLeftReplicaGroup, "fault tolerance", joined);
     if (!joined.ok()) return FailTraining(joined, g_stop_signal.load());
   }
-  absl::StatusOr<TrainSummary> summary = RunTraining(c, **model, *backend, **dataset, *loop);
+  absl::StatusOr<TrainSummary> summary = RunTraining(c, **model, *b.backend, **dataset, *loop);
   if (*ft != nullptr && (*ft)->left()) {
-    return Fail(kExitLeftReplicaGroup, "fault tolerance", summary.status());
+    return Fail(launch::kExitLeftReplicaGroup, "fault tolerance", summary.status());
   }
   if (!summary.ok()) {
     const int code = FailTraining(summary.status(), g_stop_signal.load());
-    if (c.cuda && IsCommError(summary.status())) EndAfterCommFailure(groups, code);
+    if (c.cuda && IsCommError(summary.status())) EndAfterCommFailure(b.groups, code);
     return code;
   }
-  if (fsdp_backend != nullptr) {
-    SL_LOG(INFO) << fsdp_backend->MemorySummary();
+  if (b.fsdp != nullptr) {
+    SL_LOG(INFO) << b.fsdp->MemorySummary();
   }
   const bool leader = *ft != nullptr ? (*ft)->leader() : env->rank == 0;
   absl::Status finished = FinishAndReport(ckpt.get(), *summary, leader);
-  if (!finished.ok()) return Fail(kExitInternal, "checkpoint", finished);
+  if (!finished.ok()) return Fail(launch::kExitInternal, "checkpoint", finished);
   if (CpuMemoryPeak() > 0) {
     SL_LOG(INFO) << "CPU memory cap: peak " << CpuMemoryPeak() / 1048576.0 << " MiB of tensors";
   }
-  return kExitOk;
+  return launch::kExitOk;
 }
 
 }  // namespace

@@ -38,23 +38,23 @@ absl::StatusOr<std::optional<std::vector<std::string>>> ParseVisibleDevices(
   return std::optional<std::vector<std::string>>(entries);
 }
 
-absl::StatusOr<std::map<std::string, std::string>> RankDeviceEnv(
+absl::StatusOr<launch::DeviceEnv> RankDeviceEnv(
     const std::optional<std::vector<std::string>>& inherited, int slot_index,
     const std::string& interface, const std::optional<std::string>& inherited_ifname,
     const std::optional<std::string>& inherited_order) {
-  std::map<std::string, std::string> env;
+  launch::DeviceEnv env;
   if (inherited.has_value()) {
     if (slot_index < 0 || slot_index >= static_cast<int>(inherited->size())) {
       return absl::OutOfRangeError(absl::StrCat("slot ", slot_index,
                                                 " is not one of this worker's ", inherited->size(),
                                                 " GPU(s) from CUDA_VISIBLE_DEVICES"));
     }
-    env["CUDA_VISIBLE_DEVICES"] = (*inherited)[slot_index];
+    env.cuda_visible_devices = (*inherited)[slot_index];
   } else {
-    env["CUDA_VISIBLE_DEVICES"] = std::to_string(slot_index);
-    if (!inherited_order.has_value()) env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
+    env.cuda_visible_devices = std::to_string(slot_index);
+    if (!inherited_order.has_value()) env.cuda_device_order = "PCI_BUS_ID";
   }
-  if (!interface.empty() && !inherited_ifname.has_value()) env["NCCL_SOCKET_IFNAME"] = interface;
+  if (!interface.empty() && !inherited_ifname.has_value()) env.nccl_socket_ifname = interface;
   return env;
 }
 

@@ -14,13 +14,13 @@
 #ifndef SHARDLINE_WORKER_VISIBLE_DEVICES_H_
 #define SHARDLINE_WORKER_VISIBLE_DEVICES_H_
 
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "launch/rank_env.h"
 
 namespace shardline::worker {
 
@@ -41,7 +41,7 @@ absl::StatusOr<std::optional<std::vector<std::string>>> ParseVisibleDevices(
 // first by default, so on a node with mixed GPUs slot i would be another model than the one
 // registered under its name. Errors: OUT_OF_RANGE when slot_index is not one of the inherited
 // entries (the coordinator assigned a slot this daemon never offered).
-absl::StatusOr<std::map<std::string, std::string>> RankDeviceEnv(
+absl::StatusOr<launch::DeviceEnv> RankDeviceEnv(
     const std::optional<std::vector<std::string>>& inherited, int slot_index,
     const std::string& interface, const std::optional<std::string>& inherited_ifname,
     const std::optional<std::string>& inherited_order);

@@ -1,5 +1,7 @@
 #include "worker/visible_devices.h"
 
+#include <map>
+
 #include "gtest/gtest.h"
 
 namespace shardline::worker {
@@ -7,6 +9,15 @@ namespace {
 
 using Entries = std::vector<std::string>;
 using Env = std::map<std::string, std::string>;
+
+// The variables a DeviceEnv sets, by name.
+Env AsEnv(const launch::DeviceEnv& d) {
+  Env env;
+  if (d.cuda_visible_devices.has_value()) env["CUDA_VISIBLE_DEVICES"] = *d.cuda_visible_devices;
+  if (d.cuda_device_order.has_value()) env["CUDA_DEVICE_ORDER"] = *d.cuda_device_order;
+  if (d.nccl_socket_ifname.has_value()) env["NCCL_SOCKET_IFNAME"] = *d.nccl_socket_ifname;
+  return env;
+}
 
 TEST(ParseVisibleDevices, UnsetMeansNoInheritedList) {
   absl::StatusOr<std::optional<Entries>> v = ParseVisibleDevices(std::nullopt);
@@ -59,56 +70,62 @@ TEST(ParseVisibleDevices, BadEntriesAreInvalidArgumentNamingTheVariable) {
 TEST(RankDeviceEnv, InheritedListHandsEachSlotItsEntry) {
   const std::optional<Entries> inherited = Entries{"4", "5", "6", "7"};
   for (int slot = 0; slot < 4; ++slot) {
-    absl::StatusOr<Env> env = RankDeviceEnv(inherited, slot, "", std::nullopt, std::nullopt);
+    absl::StatusOr<launch::DeviceEnv> env =
+        RankDeviceEnv(inherited, slot, "", std::nullopt, std::nullopt);
     ASSERT_TRUE(env.ok()) << env.status();
-    EXPECT_EQ(*env, (Env{{"CUDA_VISIBLE_DEVICES", std::to_string(4 + slot)}}));
+    EXPECT_EQ(AsEnv(*env), (Env{{"CUDA_VISIBLE_DEVICES", std::to_string(4 + slot)}}));
   }
 }
 
 TEST(RankDeviceEnv, UuidEntryIsHandedOnVerbatim) {
   const std::optional<Entries> inherited = Entries{"GPU-aaaa", "GPU-bbbb"};
-  absl::StatusOr<Env> env = RankDeviceEnv(inherited, 1, "", std::nullopt, std::nullopt);
+  absl::StatusOr<launch::DeviceEnv> env =
+      RankDeviceEnv(inherited, 1, "", std::nullopt, std::nullopt);
   ASSERT_TRUE(env.ok()) << env.status();
-  EXPECT_EQ(env->at("CUDA_VISIBLE_DEVICES"), "GPU-bbbb");
+  EXPECT_EQ(AsEnv(*env).at("CUDA_VISIBLE_DEVICES"), "GPU-bbbb");
 }
 
 TEST(RankDeviceEnv, WithoutInheritedListTheSlotIndexIsTheDeviceInPciBusOrder) {
-  absl::StatusOr<Env> env = RankDeviceEnv(std::nullopt, 3, "", std::nullopt, std::nullopt);
+  absl::StatusOr<launch::DeviceEnv> env =
+      RankDeviceEnv(std::nullopt, 3, "", std::nullopt, std::nullopt);
   ASSERT_TRUE(env.ok()) << env.status();
-  EXPECT_EQ(*env, (Env{{"CUDA_VISIBLE_DEVICES", "3"}, {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"}}));
+  EXPECT_EQ(AsEnv(*env), (Env{{"CUDA_VISIBLE_DEVICES", "3"}, {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"}}));
   // The user's own order is inherited by the rank: the daemon adds nothing.
   env = RankDeviceEnv(std::nullopt, 3, "", std::nullopt, std::string("FASTEST_FIRST"));
   ASSERT_TRUE(env.ok()) << env.status();
-  EXPECT_EQ(*env, (Env{{"CUDA_VISIBLE_DEVICES", "3"}}));
+  EXPECT_EQ(AsEnv(*env), (Env{{"CUDA_VISIBLE_DEVICES", "3"}}));
 }
 
 TEST(RankDeviceEnv, InheritedListKeepsTheDaemonsDeviceOrder) {
   // The inherited indices mean what they meant for the daemon (whose environment, order
   // included, the rank inherits): no CUDA_DEVICE_ORDER is added.
-  absl::StatusOr<Env> env = RankDeviceEnv(Entries{"4", "5"}, 1, "", std::nullopt, std::nullopt);
+  absl::StatusOr<launch::DeviceEnv> env =
+      RankDeviceEnv(Entries{"4", "5"}, 1, "", std::nullopt, std::nullopt);
   ASSERT_TRUE(env.ok()) << env.status();
-  EXPECT_EQ(*env, (Env{{"CUDA_VISIBLE_DEVICES", "5"}}));
+  EXPECT_EQ(AsEnv(*env), (Env{{"CUDA_VISIBLE_DEVICES", "5"}}));
 }
 
 TEST(RankDeviceEnv, SlotOutsideTheInheritedListIsOutOfRange) {
-  absl::StatusOr<Env> env = RankDeviceEnv(Entries{"4", "5"}, 2, "", std::nullopt, std::nullopt);
+  absl::StatusOr<launch::DeviceEnv> env =
+      RankDeviceEnv(Entries{"4", "5"}, 2, "", std::nullopt, std::nullopt);
   EXPECT_EQ(env.status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(env.status().message(),
             "slot 2 is not one of this worker's 2 GPU(s) from CUDA_VISIBLE_DEVICES");
 }
 
 TEST(RankDeviceEnv, SocketInterfaceFollowsTheWorkerUnlessTheUserSetOne) {
-  absl::StatusOr<Env> env = RankDeviceEnv(std::nullopt, 0, "eth1", std::nullopt, std::nullopt);
+  absl::StatusOr<launch::DeviceEnv> env =
+      RankDeviceEnv(std::nullopt, 0, "eth1", std::nullopt, std::nullopt);
   ASSERT_TRUE(env.ok()) << env.status();
-  EXPECT_EQ(env->at("NCCL_SOCKET_IFNAME"), "eth1");
+  EXPECT_EQ(AsEnv(*env).at("NCCL_SOCKET_IFNAME"), "eth1");
   // The user's own value is inherited by the rank: the daemon adds nothing.
   env = RankDeviceEnv(std::nullopt, 0, "eth1", std::string("ib0"), std::nullopt);
   ASSERT_TRUE(env.ok()) << env.status();
-  EXPECT_EQ(env->count("NCCL_SOCKET_IFNAME"), 0u);
+  EXPECT_EQ(AsEnv(*env).count("NCCL_SOCKET_IFNAME"), 0u);
   // No interface holds --address: NCCL picks its own.
   env = RankDeviceEnv(std::nullopt, 0, "", std::nullopt, std::nullopt);
   ASSERT_TRUE(env.ok()) << env.status();
-  EXPECT_EQ(env->count("NCCL_SOCKET_IFNAME"), 0u);
+  EXPECT_EQ(AsEnv(*env).count("NCCL_SOCKET_IFNAME"), 0u);
 }
 
 TEST(GpuSlotNames, DriverListWithoutInheritedList) {

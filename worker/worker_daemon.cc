@@ -11,14 +11,16 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/logging.h"
 #include "common/network_interface.h"
-#include "common/open_beneath.h"
 #include "common/status_macros.h"
+#include "launch/env_names.h"
+#include "launch/exit_codes.h"
+#include "launch/rank_env.h"
 #include "spec/job_spec.h"
 #include "worker/rank_files.h"
+#include "worker/trainer_env.h"
 
 namespace shardline::worker {
 namespace {
@@ -36,8 +38,6 @@ constexpr size_t kMaxUnsentPerRank = 4096;
 // Log bytes per rank and per ShipLogs call (gRPC refuses messages over 4 MiB by default).
 constexpr size_t kShipBytesPerRank = 256 << 10;
 constexpr size_t kShipBytesPerCall = 2 << 20;
-// How often StopLoop polls a SIGKILLed rank until it is reaped.
-constexpr absl::Duration kReapPoll = absl::Milliseconds(20);
 
 // A client of the coordinator as this daemon talks to it (join token, TLS and this node's
 // client certificate, per-call deadline).
@@ -72,10 +72,19 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerO
   auto daemon = std::unique_ptr<WorkerDaemon>(new WorkerDaemon(options, std::move(client)));
   // The GPUs this daemon was given (an allocation's, a container's), if any; ranks get entries
   // of this list, never indices of GPUs outside it.
-  ASSIGN_OR_RETURN(daemon->visible_devices_, ParseVisibleDevices(GetEnv("CUDA_VISIBLE_DEVICES")));
+  ASSIGN_OR_RETURN(daemon->visible_devices_,
+                   ParseVisibleDevices(GetEnv(launch::kCudaVisibleDevicesEnv)));
+  TrainerEnvNode& node = daemon->trainer_env_node_;
+  node.coordinator_address = options.coordinator_address;
+  node.advertise_address = options.advertise_address;
+  node.node_name = options.node_name;
+  node.path_policy = options.path_policy;
+  node.visible_devices = daemon->visible_devices_;
+  node.inherited_nccl_ifname = GetEnv(launch::kNcclSocketIfnameEnv);
+  node.inherited_device_order = GetEnv(launch::kCudaDeviceOrderEnv);
   if (absl::StatusOr<std::string> ifname = InterfaceForAddress(options.advertise_address);
       ifname.ok()) {
-    daemon->nccl_ifname_ = *ifname;
+    node.nccl_ifname = *ifname;
   } else if (!options.advertise_address.empty()) {
     SL_LOG(INFO) << "NCCL picks its own network interface: " << ifname.status().message();
   }
@@ -183,21 +192,7 @@ absl::Status WorkerDaemon::Run() {
   }
   heartbeat.join();
   supervisor.join();
-  // Stop every rank still running, all at once: SIGTERM now, SIGKILL (StopLoop) after the grace
-  // period. (They used to be stopped one after another, up to a grace period each.)
-  {
-    absl::MutexLock lock(&mu_);
-    StopWhereLocked([](const RankKey&) { return true; }, options_.grace_period);
-    auto running = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      for (auto& [key, rank] : ranks_) {
-        if (rank.process != nullptr && !rank.process->Poll().has_value()) return true;
-      }
-      return false;
-    };
-    while (running()) stop_cv_.WaitWithTimeout(&mu_, kReapPoll);
-    stop_loop_done_ = true;
-    stop_cv_.SignalAll();
-  }
+  StopAllAndEndStopLoop();
   stopper.join();
   absl::MutexLock lock(&mu_);
   ranks_.clear();
@@ -312,8 +307,8 @@ void WorkerDaemon::StartOrReportLocked(const Assignment& a) {
   r.status.set_rank(a.rank());
   r.status.set_generation(a.generation());
   r.status.set_state(RankStatus::EXITED);
-  // 2 as the trainer's "bad job spec" when this node's path policy refused the spec.
-  r.status.set_exit_code(absl::IsPermissionDenied(s) ? 2 : 127);
+  // The trainer's "bad job spec" when this node's path policy refused the spec.
+  r.status.set_exit_code(absl::IsPermissionDenied(s) ? launch::kExitBadSpec : 127);
   r.status.set_log_tail(std::string(s.message()));
   r.exited_at = absl::Now();
 }
@@ -378,50 +373,16 @@ absl::Status WorkerDaemon::StartRankLocked(const Assignment& a) {
   po.log_path = files.log;
   po.log_max_file_bytes = options_.rank_log_max_file_bytes;
   po.working_dir = dir;
-  po.env = {
-      {"RANK", std::to_string(a.rank())},
-      {"WORLD_SIZE", std::to_string(a.world_size())},
-      {"LOCAL_RANK", std::to_string(a.local_rank())},
-      {"LOCAL_WORLD_SIZE", std::to_string(a.local_world_size())},
-      {"MASTER_ADDR", a.master_addr()},
-      {"SHARDLINE_COORDINATOR", options_.coordinator_address},
-      // The attempt credential: the trainers' only token (never the join token); it reports
-      // for this job attempt and reads its rendezvous namespace, and ends with the attempt.
-      {"SHARDLINE_JOB_ID", a.job_id()},
-      {"SHARDLINE_ATTEMPT", std::to_string(a.attempt())},
-      {"SHARDLINE_RDZV_NAMESPACE", a.rendezvous_namespace()},
-      {"SHARDLINE_RDZV_SECRET", a.rendezvous_secret()},
-      {"SHARDLINE_RESUME_STEP", std::to_string(a.resume_step())},
-      {"SHARDLINE_RESUME_FROM_JOB", a.resume_from_job_id()},
-      // 0 for a rank's first process; a replacement (>= 1) joins the running job instead of
-      // starting or resuming from a checkpoint.
-      {"SHARDLINE_RANK_GENERATION", std::to_string(a.generation())},
-      {"SHARDLINE_ADVERTISE_ADDRESS", options_.advertise_address},
-      {"SHARDLINE_NODE_NAME", options_.node_name},
-  };
+  // The trainer's launch environment (launch/rank_env.h), written by its one writer.
+  ASSIGN_OR_RETURN(const launch::RankEnv env, TrainerEnvFor(a, trainer_env_node_));
+  ASSIGN_OR_RETURN(po.env, launch::WriteRankEnv(env));
   // Trainers connect with the CA only: their calls (rendezvous, reports) are not worker calls,
   // so they need no client certificate, and the node's key stays with the daemon.
   po.env.merge(client::ClientTlsEnv({options_.tls.ca, "", "", options_.tls.insecure}));
   // The daemon's own secrets stay with it (its environment may hold them: worker_main reads
-  // $SHARDLINE_JOIN_TOKEN, and a shell may export a user's $SHARDLINE_TOKEN).
-  po.drop_env = {"SHARDLINE_JOIN_TOKEN", "SHARDLINE_TOKEN", kOpenRootsEnv};
-  // With both kinds of roots set, the trainer opens its input files beneath them at the open
-  // (common/open_beneath.h), closing the window between the check above and its own open.
-  // (A kind left unrestricted would make those reads refused: then only the check holds.)
-  const spec::PathPolicy& policy = options_.path_policy;
-  if (!policy.read_roots.empty() && !policy.checkpoint_roots.empty()) {
-    std::vector<std::string> roots = policy.read_roots;
-    roots.insert(roots.end(), policy.checkpoint_roots.begin(), policy.checkpoint_roots.end());
-    po.env[kOpenRootsEnv] = absl::StrJoin(roots, ",");
-  }
-  if (a.spec().device().kind() == DeviceSpec::CUDA) {
-    // One GPU per rank: its slot's entry of the inherited list (an index or a UUID), and NCCL's
-    // sockets on the interface of --address unless the user chose one.
-    ASSIGN_OR_RETURN(auto device_env,
-                     RankDeviceEnv(visible_devices_, a.slot_index(), nccl_ifname_,
-                                   GetEnv("NCCL_SOCKET_IFNAME"), GetEnv("CUDA_DEVICE_ORDER")));
-    for (auto& [key, value] : device_env) po.env[key] = value;
-  }
+  // $SHARDLINE_JOIN_TOKEN, and a shell may export a user's $SHARDLINE_TOKEN); so do its roots,
+  // which the trainer gets only as this node's path policy says (trainer_env.h).
+  po.drop_env = {launch::kJoinTokenEnv, launch::kUserTokenEnv, launch::kOpenRootsEnv};
   ASSIGN_OR_RETURN(std::unique_ptr<RankProcess> process, RankProcess::Start(po));
   SL_LOG(INFO) << "started rank " << a.rank() << "/" << a.world_size() << " of " << a.job_id()
                << " attempt " << a.attempt() << " (pid " << process->pid() << ", generation "
@@ -436,48 +397,6 @@ absl::Status WorkerDaemon::StartRankLocked(const Assignment& a) {
   r.status.set_generation(a.generation());
   r.status.set_state(RankStatus::RUNNING);
   return absl::OkStatus();
-}
-
-void WorkerDaemon::StopWhereLocked(const std::function<bool(const RankKey&)>& which,
-                                   absl::Duration grace) {
-  const absl::Time kill_at = absl::Now() + grace;
-  for (auto& [key, rank] : ranks_) {
-    if (!which(key) || rank.process == nullptr || rank.process->Poll().has_value()) continue;
-    if (rank.kill_at == absl::InfiniteFuture()) rank.process->Terminate();  // the first STOP
-    rank.kill_at = std::min(rank.kill_at, kill_at);
-  }
-  deferred_starts_.erase(
-      std::remove_if(deferred_starts_.begin(), deferred_starts_.end(),
-                     [&](const Assignment& a) {
-                       return which(RankKey{a.job_id(), a.attempt(), a.rank(), a.generation()});
-                     }),
-      deferred_starts_.end());
-  stop_cv_.SignalAll();
-}
-
-void WorkerDaemon::StopLoop() {
-  absl::MutexLock lock(&mu_);
-  while (!stop_loop_done_) {
-    const absl::Time now = absl::Now();
-    absl::Time wake = absl::InfiniteFuture();
-    for (auto& [key, r] : ranks_) {
-      if (r.process == nullptr || r.kill_at == absl::InfiniteFuture()) continue;
-      if (r.process->Poll().has_value()) continue;  // ended (and reaped)
-      if (r.kill_at > now) {
-        wake = std::min(wake, r.kill_at);
-        continue;
-      }
-      if (!r.killed) {
-        SL_LOG(WARNING) << "rank " << r.assignment.rank() << " of " << r.assignment.job_id()
-                        << " attempt " << r.assignment.attempt()
-                        << " still runs at the end of its grace period: SIGKILL";
-        r.process->Kill();
-        r.killed = true;
-      }
-      wake = std::min(wake, now + kReapPoll);  // reap it soon
-    }
-    stop_cv_.WaitWithDeadline(&mu_, wake);
-  }
 }
 
 void WorkerDaemon::SuperviseLoop() {

@@ -4,9 +4,10 @@
 // progress, and stops them on request.
 //
 // Life of an assignment:
-//   START  -> write the spec to <work_dir>/jobs/<job>/attempt-<a>/spec.json, start
-//             `trainer --spec ... --metrics_out ...` with RANK, WORLD_SIZE, LOCAL_RANK, ... and
-//             the attempt credential (SHARDLINE_RDZV_SECRET; never the join token), and log
+//   START  -> write the spec to <work_dir>/jobs/<job>/attempt-<a>/spec-rank-<r>.yaml, start
+//             `trainer --spec ... --metrics_out ...` with its launch environment
+//             (worker/trainer_env.h, written by launch::WriteRankEnv: RANK, WORLD_SIZE, ..., the
+//             attempt credential SHARDLINE_RDZV_SECRET; never the join token), and log
 //             to rank-<r>.log there (rotated to rank-<r>.log.1, rank_log.h); report it RUNNING
 //             in heartbeats; ship its log lines to the coordinator (ShipLogs) as they come;
 //   exit   -> ship its last lines, then report EXITED with the exit code and, on failure, the
@@ -15,8 +16,9 @@
 //             (by the stop thread, StopLoop) to each one still running when the grace period
 //             has passed. Handling a STOP never waits for a rank, so the stream reads on: a
 //             STOP is acted on when it arrives, not after an earlier STOP's grace period. Every
-//             rank of a stopped attempt is gone (and reaped) within the grace period plus
-//             kReapPoll plus scheduling delays of the STOP's arrival.
+//             rank of a stopped attempt is gone (and reaped) within the grace period plus the
+//             stop thread's reap poll (20 ms, worker_daemon_stop.cc) plus scheduling delays of
+//             the STOP's arrival.
 //   STOP_RANK -> the same for one rank of the attempt, if the generation it runs is at most the
 //             assignment's (fault_tolerance REPLICA_GROUPS stops the rest of a lost group).
 // Generations (Assignment.generation): a rank's first process is generation 0. A START whose
@@ -56,6 +58,7 @@
 #include "spec/path_policy.h"
 #include "worker/metrics_tail.h"
 #include "worker/rank_process.h"
+#include "worker/trainer_env.h"
 #include "worker/visible_devices.h"
 
 namespace shardline::worker {
@@ -132,8 +135,12 @@ class WorkerDaemon {
   // Deferred STARTs that `which` selects are dropped.
   void StopWhereLocked(const std::function<bool(const RankKey&)>& which, absl::Duration grace)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends the SIGKILLs that are due, reaps the killed; sleeps until the next deadline.
+  // The stop thread (worker_daemon_stop.cc): sends the SIGKILLs that are due, reaps the
+  // killed; sleeps until the next deadline. Ends after StopAllAndEndStopLoop.
   void StopLoop();
+  // Run's end: stops every rank (StopWhereLocked with the daemon's grace period), waits until
+  // all are reaped, then ends StopLoop.
+  void StopAllAndEndStopLoop();
   // Whether an older generation than `a`'s of a's rank still runs here.
   bool OlderGenerationRunsLocked(const Assignment& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the deferred STARTs whose older generations have ended.
@@ -146,9 +153,10 @@ class WorkerDaemon {
   const WorkerOptions options_;
   // CUDA_VISIBLE_DEVICES as inherited at start (worker/visible_devices.h); nullopt: unset.
   std::optional<std::vector<std::string>> visible_devices_;
-  // The interface holding options_.advertise_address: ranks' NCCL_SOCKET_IFNAME unless the
-  // daemon's environment sets one. Empty when none holds it (NCCL then picks its own).
-  std::string nccl_ifname_;
+  // What of this node goes into every trainer's environment (set by Create; among it the
+  // interface holding options_.advertise_address, the ranks' NCCL_SOCKET_IFNAME unless the
+  // daemon's environment sets one).
+  TrainerEnvNode trainer_env_node_;
   std::unique_ptr<client::CoordinatorClient> client_;
   std::atomic<bool> shutdown_{false};
   // Set when a rank's exit was published: the heartbeat loop sends at once instead of at its

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/secret_file.h"
+#include "launch/env_names.h"
 #include "worker/worker_daemon.h"
 
 ABSL_FLAG(std::string, coordinator, "",
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "worker: give --join_token or --join_token_file, not both\n");
     return 2;
   }
-  o.join_token = Default(absl::GetFlag(FLAGS_join_token), "SHARDLINE_JOIN_TOKEN");
+  o.join_token = Default(absl::GetFlag(FLAGS_join_token), shardline::launch::kJoinTokenEnv);
   // The file is read (and its mode checked) on the node it deploys to, not under --check_flags.
   if (!absl::GetFlag(FLAGS_join_token_file).empty() && !absl::GetFlag(FLAGS_check_flags)) {
     auto token =

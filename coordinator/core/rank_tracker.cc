@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/logging.h"
-#include "trainer/exit_codes.h"
+#include "launch/exit_codes.h"
 
 namespace shardline::coordinator {
 namespace {
@@ -128,7 +128,7 @@ RankTracker::Observation RankTracker::Observe(const std::string& worker_id, cons
                    std::abs(rs.exit_code()));
   const std::string last = LastLine(rs.log_tail());
   if (!last.empty()) absl::StrAppend(&reason, ": ", last);
-  if (rs.exit_code() == trainer::kExitCheckpointDirNotShared) {
+  if (rs.exit_code() == launch::kExitCheckpointDirNotShared) {
     seen.failed = RankFailure{rs.job_id(), "CHECKPOINT_DIR_NOT_SHARED", std::move(reason),
                               /*restartable=*/false};
     return seen;

@@ -1,5 +1,7 @@
-// Exit codes of `trainer` (trainer/trainer_main.cc). The worker daemon reports them to the
-// coordinator; a person reads the matching message on stderr.
+// Exit codes of `trainer` (trainer/trainer_main.cc): part of the launch contract, so whoever
+// starts a trainer reads them without depending on it. The worker daemon reports them to the
+// coordinator (which does not restart a job after kExitCheckpointDirNotShared); a person reads
+// the matching message on stderr. Header only, torch-free and proto-free.
 //
 //   0    training finished
 //   1    internal error (a bug or an unexpected LibTorch failure)
@@ -18,10 +20,10 @@
 //        the coordinator treats any exit of a rank of a lost group as part of the loss
 //   128+N  stopped by signal N between steps (143 for SIGTERM, 130 for SIGINT); a SIGKILL
 //        shows as the signal itself to the parent
-#ifndef SHARDLINE_TRAINER_EXIT_CODES_H_
-#define SHARDLINE_TRAINER_EXIT_CODES_H_
+#ifndef SHARDLINE_LAUNCH_EXIT_CODES_H_
+#define SHARDLINE_LAUNCH_EXIT_CODES_H_
 
-namespace shardline::trainer {
+namespace shardline::launch {
 
 enum TrainerExitCode : int {
   kExitOk = 0,
@@ -35,6 +37,6 @@ enum TrainerExitCode : int {
   kExitSignalBase = 128,
 };
 
-}  // namespace shardline::trainer
+}  // namespace shardline::launch
 
-#endif  // SHARDLINE_TRAINER_EXIT_CODES_H_
+#endif  // SHARDLINE_LAUNCH_EXIT_CODES_H_
