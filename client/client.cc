@@ -1,6 +1,7 @@
 #include "client/client.h"
 
 #include <chrono>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
@@ -165,11 +166,13 @@ absl::StatusOr<std::vector<std::string>> CoordinatorClient::RendezvousGet(
 }
 
 absl::Status CoordinatorClient::ReportProgress(const ProgressReport& report,
-                                               const std::string& attempt_credential) {
+                                               const std::string& attempt_credential,
+                                               ReportProgressResponse* response) {
   ReportProgressResponse resp;
   auto ctx = Context(options_.timeout, attempt_credential);
   grpc::Status st = stub_->ReportProgress(ctx.get(), report, &resp);
   if (!st.ok()) return FromGrpcStatus(st, "ReportProgress");
+  if (response != nullptr) *response = std::move(resp);
   return absl::OkStatus();
 }
 

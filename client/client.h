@@ -82,8 +82,10 @@ class CoordinatorClient {
 
   // ---- reports. `attempt_credential`, when set, is sent as the bearer token instead of
   // Options::token (a daemon relaying its trainers' progress uses the attempt's credential).
+  // ReportProgress's answer (the job's durable step) goes to `response` when given.
   absl::Status ReportProgress(const ProgressReport& report,
-                              const std::string& attempt_credential = "");
+                              const std::string& attempt_credential = "",
+                              ReportProgressResponse* response = nullptr);
   absl::Status ReportCheckpoint(const CheckpointReport& report,
                                 const std::string& attempt_credential = "");
   // A rank's vote on a step of a replica-group fault-tolerant job (docs/failures.md, "Replica-

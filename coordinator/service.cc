@@ -264,11 +264,11 @@ grpc::ServerUnaryReactor* CoordinatorService::RendezvousGet(grpc::CallbackServer
 }
 
 grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext* ctx, const ProgressReport* req,
-                                                ReportProgressResponse*) {
+                                                ReportProgressResponse* resp) {
   AttemptIdentity caller;
   SL_RETURN_IF_DENIED(AuthorizeAttempt(ctx, "ReportProgress", &caller));
   SL_RETURN_IF_DENIED(CheckReportFor(caller, req->job_id(), req->attempt()));
-  return ToGrpcStatus(core_->ReportProgress(*req));
+  return ToGrpcStatus(core_->ReportProgress(*req, resp));
 }
 
 grpc::Status CoordinatorService::ReportCheckpoint(grpc::ServerContext* ctx,

@@ -3,10 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <deque>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <limits>
 #include <thread>
 
@@ -33,8 +31,6 @@ constexpr char kVersion[] = "shardline-worker 0.1";
 constexpr absl::Duration kKeepExited = absl::Minutes(2);
 // How long an exited rank's EXITED waits for its last log lines to reach the coordinator.
 constexpr absl::Duration kLogDrainWait = absl::Seconds(5);
-// Progress reports kept per rank while the coordinator cannot take them (about 1 MiB a rank).
-constexpr size_t kMaxUnsentPerRank = 4096;
 // Log bytes per rank and per ShipLogs call (gRPC refuses messages over 4 MiB by default).
 constexpr size_t kShipBytesPerRank = 256 << 10;
 constexpr size_t kShipBytesPerCall = 2 << 20;
@@ -185,6 +181,7 @@ absl::Status WorkerDaemon::Run() {
     // state knows this worker and must hear from it within its heartbeat timeout, or it fails
     // the worker's ranks. Only a `reregister` answer drops the id.
     SL_LOG(WARNING) << "coordinator connection lost (" << s << "); retrying in " << backoff;
+    relay_.CoordinatorLost();  // it may restart without the progress it had not made durable
     for (absl::Time until = absl::Now() + backoff; absl::Now() < until && !shutdown_.load();) {
       absl::SleepFor(absl::Milliseconds(20));
     }
@@ -400,22 +397,10 @@ absl::Status WorkerDaemon::StartRankLocked(const Assignment& a) {
 }
 
 void WorkerDaemon::SuperviseLoop() {
-  struct Relay {
-    RankKey key;
-    ProgressReport report;
-    std::string credential;  // the attempt's
-  };
-  // Reports the coordinator could not take (it was down or stopped), oldest first per rank:
-  // sent again, in order, before the rank's fresh ones, so the job's series keeps every logged
-  // step. (Only the latest was kept, and the chaos soak (#30) found the steps of every
-  // coordinator outage missing from `shardctl metrics` for good.) At most kMaxUnsentPerRank a
-  // rank: beyond it the oldest go.
-  std::map<RankKey, std::deque<Relay>> unsent;
   while (!shutdown_.load()) {
     // Exits are detected first and published only after the metrics written before them are
     // relayed: a heartbeat saying "exited" may end the job, after which the coordinator refuses
     // progress for it, so the last step (and the sample) must reach it first.
-    std::vector<Relay> reports;
     std::vector<std::pair<RankKey, int>> exits;
     {
       absl::MutexLock lock(&mu_);
@@ -426,19 +411,16 @@ void WorkerDaemon::SuperviseLoop() {
             exits.emplace_back(it->first, *code);
           }
         }
-        if (auto u = unsent.find(it->first); u != unsent.end()) {
-          std::move(u->second.begin(), u->second.end(), std::back_inserter(reports));
-          unsent.erase(u);
-        }
         std::vector<ProgressReport> fresh =
             r.metrics != nullptr ? r.metrics->Poll() : std::vector<ProgressReport>();
         for (ProgressReport& p : fresh) {
           p.set_job_id(r.assignment.job_id());
           p.set_attempt(r.assignment.attempt());
           p.set_rank(r.assignment.rank());
-          reports.push_back({it->first, std::move(p), r.assignment.rendezvous_secret()});
+          relay_.Add({it->first, std::move(p), r.assignment.rendezvous_secret()});
         }
         if (absl::Now() - r.exited_at > kKeepExited) {
+          relay_.Forget(it->first);
           it = ranks_.erase(it);
         } else {
           ++it;
@@ -447,22 +429,30 @@ void WorkerDaemon::SuperviseLoop() {
       // Replacements whose older generation has ended since.
       StartDeferredLocked();
     }
+    // Unsent reports (the coordinator was down or stopped) go again, in order, before the fresh
+    // ones, and after the coordinator was lost so do those it took but had not made durable
+    // (progress_relay.h; only the latest unsent one was kept, and the chaos soak (#30) found
+    // every outage's steps missing from `shardctl metrics`, then a SIGKILL's unflushed ones).
+    std::vector<ProgressRelay::Report> reports = relay_.Take();
     if (!reports.empty()) SL_LOG(DEBUG) << "relaying " << reports.size() << " progress report(s)";
     bool coordinator_down = false;
     int refused = 0;  // logged once a round: after an outage a whole backlog may be refused
-    for (Relay& relay : reports) {
+    for (ProgressRelay::Report& relay : reports) {
       if (!coordinator_down) {
-        const absl::Status s = client_->ReportProgress(relay.report, relay.credential);
-        if (s.ok()) continue;
+        ReportProgressResponse resp;
+        const absl::Status s = client_->ReportProgress(relay.report, relay.credential, &resp);
+        if (s.ok()) {
+          relay_.Acknowledged(std::move(relay), resp.durable_step());
+          continue;
+        }
         if (!absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s)) {
           if (refused++ == 0) SL_LOG(WARNING) << s;
           continue;
         }
         coordinator_down = true;  // keep this one and the rest, in order, for the next round
+        relay_.CoordinatorLost();
       }
-      std::deque<Relay>& queue = unsent[relay.key];
-      queue.push_back(std::move(relay));
-      if (queue.size() > kMaxUnsentPerRank) queue.pop_front();
+      relay_.Unsent(std::move(relay));
     }
     if (refused > 1) SL_LOG(WARNING) << refused << " progress reports refused this round";
     ShipLogs();
@@ -471,7 +461,7 @@ void WorkerDaemon::SuperviseLoop() {
       for (const auto& [key, code] : exits) {
         auto it = ranks_.find(key);
         // A rank whose last report has not got through yet stays RUNNING until it has.
-        if (it == ranks_.end() || unsent.count(key) > 0) continue;
+        if (it == ranks_.end() || relay_.HasUnsent(key)) continue;
         Rank& r = it->second;
         // So do its last log lines, for a while: `shardctl logs` after the job ended has them.
         if (r.exit_seen == absl::InfiniteFuture()) r.exit_seen = absl::Now();
@@ -569,6 +559,7 @@ void WorkerDaemon::HeartbeatLoop() {
         }
       } else if (!resp.ok()) {
         SL_LOG(WARNING) << resp.status();
+        relay_.CoordinatorLost();
       }
     }
     for (absl::Time until = absl::Now() + interval;

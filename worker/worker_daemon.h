@@ -57,6 +57,7 @@
 #include "proto/coordinator.pb.h"
 #include "spec/path_policy.h"
 #include "worker/metrics_tail.h"
+#include "worker/progress_relay.h"
 #include "worker/rank_process.h"
 #include "worker/trainer_env.h"
 #include "worker/visible_devices.h"
@@ -176,6 +177,8 @@ class WorkerDaemon {
   // Wakes StopLoop (a new SIGKILL deadline, or the end of Run).
   absl::CondVar stop_cv_;
   bool stop_loop_done_ ABSL_GUARDED_BY(mu_) = false;
+  // Progress reports on their way to the coordinator (about 1 MiB a rank at most).
+  ProgressRelay relay_{4096};
   // The assignment stream runs on a client of its own: cancelling a client's streams is final
   // for that client, and a re-registration must end only the current stream.
   std::shared_ptr<client::CoordinatorClient> stream_client_ ABSL_GUARDED_BY(mu_);

@@ -338,7 +338,8 @@ absl::Status CoordinatorCore::RendezvousSet(const RendezvousSetRequest& req) {
 
 // ------------------------------------------------------------------------------- reports
 
-absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
+absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r,
+                                             ReportProgressResponse* response) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(JobRecord * job, jobs_.Find(r.job_id()));
   RETURN_IF_ERROR(CheckReportSource(job->status(), r.attempt(), r.rank()));
@@ -348,8 +349,16 @@ absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r) {
   if (change == ProgressChange::kProgress) {
     training_.Add(r.job_id(), MetricsPointFromReport(r, job->status(), clock_->Now()));
     jobs_.ProgressChanged(*job, clock_->Now());  // written within metrics_flush_interval
+  } else if (change == ProgressChange::kBackfill) {
+    // A step the job has passed, sent again: a point only if the series lacks it.
+    if (training_.Add(r.job_id(), MetricsPointFromReport(r, job->status(), clock_->Now()))) {
+      feed_.JobChanged(r.job_id());
+    }
   } else if (change == ProgressChange::kPeakMemory) {
     feed_.JobChanged(r.job_id());  // watchers hear of it; not persisted
+  }
+  if (response != nullptr) {
+    response->set_durable_step(training_.DurableStep(r.job_id(), writer_->durable_ticket()));
   }
   return absl::OkStatus();
 }

@@ -157,8 +157,11 @@ class CoordinatorCore {
   // attempt that is not the job's running one, INVALID_ARGUMENT for a rank outside the world
   // (and for a negative progress step or memory figure; see CheckpointRegistry::Report for the
   // checkpoint report's own checks). ReportCheckpoint waits until its record is durable:
-  // UNAVAILABLE when the state store cannot be written.
-  absl::Status ReportProgress(const ProgressReport& report);
+  // UNAVAILABLE when the state store cannot be written. An accepted progress report sets
+  // `response`'s durable_step when given (training_metrics.h); a report of a step the job has
+  // passed, from the attempt that set the job's step, only fills its series (rank_reports.h).
+  absl::Status ReportProgress(const ProgressReport& report,
+                              ReportProgressResponse* response = nullptr);
   absl::Status ReportCheckpoint(const CheckpointReport& report);
 
   // fault_tolerance REPLICA_GROUPS, the StepVote RPC in two halves (its waiting is the

@@ -17,7 +17,7 @@ namespace shardline::coordinator {
 void CoordinatorCore::FlushTrainingMetrics(bool all) {
   for (const JobMetricsRecord& r :
        training_.TakeDirty(clock_->Now(), options_.metrics_flush_interval, all)) {
-    writer_->PutJobMetrics(r);
+    training_.Queued(r.job_id(), writer_->PutJobMetrics(r));
   }
 }
 

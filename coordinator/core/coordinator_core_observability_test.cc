@@ -151,6 +151,59 @@ TEST_F(CoreObservabilityTest, TheSeriesIsWrittenInBatchesAndSurvivesARestart) {
   EXPECT_EQ(m->latest().step(), 5);
 }
 
+// Issue #30: a SIGKILL (here: the state directory copied while the core runs) loses the points
+// since the last durable write; the durable step tells the daemons which reports to keep, and
+// their resent reports fill the restored series without a second point for any step.
+TEST_F(CoreObservabilityTest, ReportsAnswerTheDurableStepAndResentReportsFillTheSeries) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/series_durable";
+  const std::string crashed = dir + "_crashed";
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(crashed);
+  Start(dir);
+  const std::string job = RunningJob(1);
+  auto report = [&](int64_t step) -> int64_t {
+    ProgressReport p;
+    p.set_job_id(job);
+    p.set_attempt(1);
+    p.set_rank(0);
+    p.set_step(step);
+    p.set_loss(10.0 - static_cast<double>(step));
+    p.set_val_loss(NAN);
+    ReportProgressResponse resp;
+    absl::Status s = core_->ReportProgress(p, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    return resp.durable_step();
+  };
+  EXPECT_EQ(report(1), 0);
+  core_->Tick();  // the first write is due at once
+  int64_t durable = 0;
+  for (int i = 0; i < 500 && (durable = report(1)) != 1; ++i)
+    absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(durable, 1);
+  for (int64_t step = 2; step <= 4; ++step) EXPECT_EQ(report(step), 1);  // not written yet
+  std::filesystem::copy(dir, crashed);  // what a SIGKILL now would leave
+  Start(crashed);
+  // The daemon sends 2..4 again (and 1, which changes nothing).
+  for (int64_t step = 1; step <= 4; ++step) EXPECT_EQ(report(step), 1);
+  EXPECT_EQ(report(5), 1);
+  GetJobMetricsRequest req;
+  req.set_job_id(job);
+  auto m = core_->GetJobMetrics(req);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->points_size(), 5);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(m->points(i).step(), i + 1);
+    EXPECT_EQ(m->points(i).count(), 1);
+    EXPECT_DOUBLE_EQ(m->points(i).loss(), 9.0 - i);
+  }
+  EXPECT_EQ(core_->GetJob(job)->step(), 5);
+  clock_.Advance(absl::Seconds(5));
+  core_->Tick();
+  for (int i = 0; i < 500 && (durable = report(5)) != 5; ++i)
+    absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(durable, 5);
+}
+
 TEST_F(CoreObservabilityTest, ShipLogsTakesGoodChunksAndNamesTheBadOnes) {
   const std::string job = RunningJob(2);
   ShipLogsRequest req;

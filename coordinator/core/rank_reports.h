@@ -31,6 +31,8 @@ enum class ProgressChange {
   kNone,        // nothing a watcher sees
   kPeakMemory,  // only the rank's peak memory grew (not persisted: other ranks report often)
   kProgress,    // the leader's step, loss, throughput, ETA... (persisted)
+  kBackfill,    // a step the job has passed, of the attempt that set its step: a series point
+                // if the series lacks it (a report sent again); the status does not move back
 };
 
 // The rank whose reports are the job's progress: rank 0, or in a job with replica-group fault
@@ -45,9 +47,12 @@ int32_t ProgressLeader(const JobStatus& status, int32_t shard_degree);
 // lost, reporting a step beyond the job's: every group logs the same committed steps with the
 // same loss, and the leader's own reports may come late (its worker daemon frozen: the chaos
 // soak, #30, found the steps trained meanwhile missing from the job's series for good, since
-// they reached the coordinator after group 0 was lost and rank 2 led). A leader's later report
-// of the same step replaces that point (training_series.h). Errors: INVALID_ARGUMENT
-// for a negative step or memory figure (then nothing changes).
+// they reached the coordinator after group 0 was lost and rank 2 led). The leader's report of a
+// step at or below the job's, from the attempt that set the job's step (`step_attempt`), changes
+// no status field: it is kBackfill (a report sent again after a coordinator restart, whose job
+// step may be restored ahead of its series, or one rank 2 already carried); a later attempt's
+// report sets the step, also backwards (it resumed from an older checkpoint). Errors:
+// INVALID_ARGUMENT for a negative step or memory figure (then nothing changes).
 absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& report, int32_t leader_rank,
                                              JobStatus* status, int32_t shard_degree = 0);
 

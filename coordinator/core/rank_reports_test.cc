@@ -108,12 +108,36 @@ TEST(RankReports, WithReplicaGroupsAnyGroupsFirstRankAheadOfTheJobCarriesTheStep
   EXPECT_EQ(*ApplyProgress(Progress(2, 18, 10), 0, &st, 2), ProgressChange::kNone);
   EXPECT_EQ(*ApplyProgress(Progress(3, 21, 0), 0, &st, 2), ProgressChange::kNone);  // not first
   EXPECT_EQ(st.step(), 20);
-  // The leader's own late report still counts (its series point replaces the one of rank 2).
-  EXPECT_EQ(*ApplyProgress(Progress(0, 15, 10), 0, &st, 2), ProgressChange::kProgress);
+  // The leader's own late report of a step rank 2 carried fills the series only (where it
+  // lacks the step): the job's step does not go back.
+  EXPECT_EQ(*ApplyProgress(Progress(0, 15, 10), 0, &st, 2), ProgressChange::kBackfill);
+  EXPECT_EQ(st.step(), 20);
   // Without replica groups (shard_degree 0: the caller's default) only the leader counts.
   JobStatus plain = Running();
   EXPECT_EQ(*ApplyProgress(Progress(1, 3, 0), 0, &plain), ProgressChange::kNone);
   EXPECT_EQ(plain.step(), 0);
+}
+
+// Issue #30: after a coordinator restart the worker daemons send again every report above the
+// job's durable step; the job's step (restored, or moved on by newer reports) may be past them.
+TEST(RankReports, AStepSentAgainByTheAttemptThatSetTheStepFillsWithoutMovingItBack) {
+  JobStatus st = Running();
+  ASSERT_EQ(*ApplyProgress(Progress(0, 20, 10), 0, &st), ProgressChange::kProgress);
+  EXPECT_EQ(st.step_attempt(), 2);
+  ProgressReport again = Progress(0, 17, 10);
+  again.set_loss(9.5);
+  EXPECT_EQ(*ApplyProgress(again, 0, &st), ProgressChange::kBackfill);
+  EXPECT_EQ(*ApplyProgress(Progress(0, 20, 10), 0, &st), ProgressChange::kBackfill);
+  EXPECT_EQ(st.step(), 20);
+  EXPECT_EQ(st.loss(), 2.5);  // the status keeps the newest step's figures
+  EXPECT_EQ(*ApplyProgress(Progress(1, 17, 0), 0, &st), ProgressChange::kNone);  // not leader
+  // A later attempt resumed from an older checkpoint: its steps move the job's step back.
+  st.set_attempt(3);
+  ProgressReport resumed = Progress(0, 11, 10);
+  resumed.set_attempt(3);
+  EXPECT_EQ(*ApplyProgress(resumed, 0, &st), ProgressChange::kProgress);
+  EXPECT_EQ(st.step(), 11);
+  EXPECT_EQ(st.step_attempt(), 3);
 }
 
 TEST(RankReports, NegativeStepOrMemoryIsInvalidAndChangesNothing) {

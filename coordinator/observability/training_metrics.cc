@@ -28,18 +28,27 @@ MetricsPoint MetricsPointFromReport(const ProgressReport& r, const JobStatus& st
   return p;
 }
 
-void TrainingMetrics::Add(const std::string& job_id, const MetricsPoint& point) {
+bool TrainingMetrics::Add(const std::string& job_id, const MetricsPoint& point) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) it = jobs_.emplace(job_id, Job{TrainingSeries(capacity_)}).first;
-  it->second.series.Add(point);
-  it->second.dirty = true;
+  Job& job = it->second;
+  if (!job.series.Add(point)) return false;
+  job.dirty = true;
+  // A point at or below what is (or is about to be) durable: the stored record lacks it.
+  const int64_t below = point.step() - 1;
+  job.durable_step = std::min(job.durable_step, below);
+  for (Write& w : job.writes) w.step = std::min(w.step, below);
+  return true;
 }
 
 void TrainingMetrics::Restore(const JobMetricsRecord& record) {
   absl::MutexLock lock(&mu_);
-  jobs_.insert_or_assign(record.job_id(),
-                         Job{TrainingSeries::FromRecord(record, capacity_), false, absl::Now()});
+  // Its first change after the restart is written at once (as a new series'), whatever clock
+  // the core runs on.
+  Job job{TrainingSeries::FromRecord(record, capacity_), false, absl::InfinitePast()};
+  job.durable_step = job.series.latest().step();
+  jobs_.insert_or_assign(record.job_id(), std::move(job));
 }
 
 GetJobMetricsResponse TrainingMetrics::Get(const std::string& job_id, int64_t after_step) const {
@@ -81,8 +90,36 @@ std::vector<JobMetricsRecord> TrainingMetrics::TakeDirty(absl::Time now, absl::D
     out.push_back(job.series.ToRecord(id));
     job.dirty = false;
     job.written = now;
+    job.writes.push_back({0, job.series.latest().step()});
   }
   return out;
+}
+
+void TrainingMetrics::Queued(const std::string& job_id, int64_t ticket) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  for (Write& w : it->second.writes) {
+    if (w.ticket == 0) {
+      w.ticket = ticket;
+      return;
+    }
+  }
+}
+
+int64_t TrainingMetrics::DurableStep(const std::string& job_id, int64_t durable_ticket) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return 0;
+  Job& job = it->second;
+  size_t done = 0;
+  while (done < job.writes.size() && job.writes[done].ticket != 0 &&
+         job.writes[done].ticket <= durable_ticket) {
+    job.durable_step = job.writes[done].step;  // the newest durable record is what is on disk
+    ++done;
+  }
+  job.writes.erase(job.writes.begin(), job.writes.begin() + static_cast<long>(done));
+  return std::max<int64_t>(0, job.durable_step);
 }
 
 void TrainingMetrics::Forget(const std::string& job_id) {

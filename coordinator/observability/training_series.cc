@@ -41,24 +41,53 @@ MetricsPoint TrainingSeries::Merge(const MetricsPoint& a, const MetricsPoint& b)
   return m;
 }
 
-void TrainingSeries::Add(const MetricsPoint& point) {
+bool TrainingSeries::Add(const MetricsPoint& point) {
   MetricsPoint p = point;
   p.set_count(1);
   p.set_first_step(p.step());
   const bool has_val = !std::isnan(p.val_loss());
   p.set_val_count(has_val ? 1 : 0);
   if (!has_val) p.set_val_loss(std::numeric_limits<double>::quiet_NaN());
-  if (latest_.count() > 0 && p.step() <= latest_.step()) Truncate(p.step());
+  if (latest_.count() > 0 && p.step() <= latest_.step()) {
+    if (p.attempt() <= latest_.attempt()) {  // sent again: fill a hole, never cut
+      if (Covers(p.step())) return false;
+      Insert(p);
+      return true;
+    }
+    Truncate(p.step());  // a later attempt resumed from an older checkpoint
+  }
   latest_ = p;
   pending_ = pending_.count() == 0 ? p : Merge(pending_, p);
   if (pending_.count() >= stride_) {
     Push(pending_);
     pending_.Clear();
   }
+  return true;
+}
+
+bool TrainingSeries::Covers(int64_t step) const {
+  if (pending_.count() > 0 && pending_.first_step() <= step && step <= pending_.step()) {
+    return true;
+  }
+  auto it = std::lower_bound(points_.begin(), points_.end(), step,
+                             [](const MetricsPoint& q, int64_t s) { return q.step() < s; });
+  return it != points_.end() && it->first_step() <= step;
+}
+
+void TrainingSeries::Insert(const MetricsPoint& p) {
+  // Below the newest step and covered by no point: before the pending point, if any.
+  auto it = std::lower_bound(points_.begin(), points_.end(), p.step(),
+                             [](const MetricsPoint& q, int64_t s) { return q.step() < s; });
+  points_.insert(it, p);
+  HalveIfFull();
 }
 
 void TrainingSeries::Push(const MetricsPoint& p) {
   points_.push_back(p);
+  HalveIfFull();
+}
+
+void TrainingSeries::HalveIfFull() {
   if (static_cast<int>(points_.size()) < capacity_) return;
   std::vector<MetricsPoint> halved;
   halved.reserve(points_.size() / 2 + 1);

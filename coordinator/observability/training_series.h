@@ -11,9 +11,13 @@
 // MFU and step time, the mean validation loss of the steps that evaluated (NaN when none did),
 // the highest peak memory, and the last step and time it covers.
 //
-// A step at or below the newest recorded one (a restarted attempt resuming from an older
-// checkpoint) replaces the history from that step on: points whose last step is >= it go (a
-// merged point straddling it goes whole).
+// A step at or below the newest recorded one from a later attempt than the newest point's (a
+// restarted attempt resuming from an older checkpoint) replaces the history from that step on:
+// points whose last step is >= it go (a merged point straddling it goes whole). From the same
+// attempt it is a report sent again (a worker daemon resending what a restarted coordinator may
+// have lost): a step some point already covers changes nothing, and a step none covers (a hole)
+// is inserted in order as a point of its own (count 1, also when the stride is larger, until a
+// halving merges it), so a resent backlog fills the series' holes and never cuts it.
 //
 // Thread safety: none; the owner (TrainingMetrics) locks.
 #ifndef SHARDLINE_COORDINATOR_OBSERVABILITY_TRAINING_SERIES_H_
@@ -35,8 +39,11 @@ class TrainingSeries {
   explicit TrainingSeries(int capacity = kDefaultCapacity);
 
   // Adds one logged step: its val_loss is NaN when the step did not evaluate (count, first_step
-  // and val_count are set here).
-  void Add(const MetricsPoint& point);
+  // and val_count are set here). Returns false when nothing changed (the same attempt's step is
+  // already covered, see above).
+  bool Add(const MetricsPoint& point);
+  // Whether a point covers `step` (first_step <= step <= step).
+  bool Covers(int64_t step) const;
 
   // The stored points oldest first, the pending partial point last (when it holds any step).
   std::vector<MetricsPoint> Points() const;
@@ -58,6 +65,10 @@ class TrainingSeries {
  private:
   void Truncate(int64_t step);
   void Push(const MetricsPoint& p);
+  // Adds `p` (below the newest step, covered by no point) in step order.
+  void Insert(const MetricsPoint& p);
+  // Merges adjacent pairs once points_ reaches capacity_ (doubling the stride).
+  void HalveIfFull();
 
   int capacity_;
   int64_t stride_ = 1;

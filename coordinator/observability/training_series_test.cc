@@ -1,6 +1,10 @@
 #include "coordinator/observability/training_series.h"
 
+#include "coordinator/observability/training_metrics.h"
+
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -112,10 +116,67 @@ TEST(TrainingSeries, AMillionStepsStayWithinCapacityAndKeepTheirMeans) {
 TEST(TrainingSeries, AnEarlierStepReplacesTheHistoryFromThatStepOn) {
   TrainingSeries s(8);
   for (int i = 1; i <= 6; ++i) s.Add(Step(i, i));
-  s.Add(Step(4, 40));  // a restarted attempt resumed from step 3's checkpoint
+  MetricsPoint restarted = Step(4, 40);  // a restarted attempt resumed from step 3's checkpoint
+  restarted.set_attempt(1);
+  EXPECT_TRUE(s.Add(restarted));
   EXPECT_EQ(Steps(s), (std::vector<int64_t>{1, 2, 3, 4}));
   EXPECT_DOUBLE_EQ(s.Points().back().loss(), 40);
   EXPECT_EQ(s.latest().step(), 4);
+}
+
+// Issue #30: worker daemons send again what a restarted coordinator may have lost.
+TEST(TrainingSeries, AStepOfTheSameAttemptSentAgainChangesNothingOrFillsItsHole) {
+  TrainingSeries s(8);
+  for (int i : {1, 2, 3, 6, 7}) s.Add(Step(i, i));  // 4 and 5 lost
+  EXPECT_FALSE(s.Add(Step(2, 20)));                 // covered: nothing changes, nothing is cut
+  EXPECT_FALSE(s.Add(Step(7, 70)));
+  EXPECT_EQ(Steps(s), (std::vector<int64_t>{1, 2, 3, 6, 7}));
+  EXPECT_DOUBLE_EQ(s.Points()[1].loss(), 2);
+  EXPECT_TRUE(s.Add(Step(5, 5)));
+  EXPECT_TRUE(s.Add(Step(4, 4)));
+  EXPECT_EQ(Steps(s), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(s.latest().step(), 7);
+  EXPECT_EQ(s.reported_steps(), 7);
+  EXPECT_TRUE(s.Add(Step(8, 8)));  // the 8th point: a halving, every pair of equal width
+  EXPECT_EQ(s.stride(), 2);
+  EXPECT_EQ(Steps(s), (std::vector<int64_t>{2, 4, 6, 8}));
+  EXPECT_FALSE(s.Add(Step(3, 30)));  // inside a merged point
+  EXPECT_EQ(s.reported_steps(), 8);
+}
+
+TEST(TrainingMetrics, DurableStepIsTheNewestDurableWritesStepAndDropsBelowAFilledHole) {
+  TrainingMetrics m(64);
+  for (int i = 1; i <= 3; ++i) m.Add("job-a", Step(i, i));
+  EXPECT_EQ(m.DurableStep("job-a", 100), 0);  // nothing written yet
+  EXPECT_EQ(m.DurableStep("job-b", 100), 0);  // unknown
+  std::vector<JobMetricsRecord> dirty = m.TakeDirty(absl::Now(), absl::ZeroDuration());
+  ASSERT_EQ(dirty.size(), 1u);
+  m.Queued("job-a", 7);
+  for (int i : {4, 6}) m.Add("job-a", Step(i, i));  // 5 lost on the way
+  EXPECT_EQ(m.DurableStep("job-a", 6), 0);          // write 7 not durable yet
+  EXPECT_EQ(m.DurableStep("job-a", 7), 3);
+  EXPECT_FALSE(m.Add("job-a", Step(2, 2)));  // sent again: nothing to write
+  ASSERT_EQ(m.TakeDirty(absl::Now(), absl::ZeroDuration()).size(), 1u);  // steps 4 and 6
+  EXPECT_TRUE(m.TakeDirty(absl::Now(), absl::ZeroDuration()).empty());
+  m.Queued("job-a", 9);
+  EXPECT_EQ(m.DurableStep("job-a", 9), 6);
+  // The hole at 5 filled: the stored record lacks it, so only 4 is durable until the next write.
+  EXPECT_TRUE(m.Add("job-a", Step(5, 5)));
+  EXPECT_EQ(m.DurableStep("job-a", 9), 4);
+  ASSERT_EQ(m.TakeDirty(absl::Now(), absl::ZeroDuration()).size(), 1u);
+  // A fill between the take and the queueing lowers that write's step too.
+  EXPECT_TRUE(m.Add("job-a", Step(7, 7)));
+  ASSERT_EQ(m.TakeDirty(absl::Now(), absl::ZeroDuration()).size(), 1u);
+  MetricsPoint restarted = Step(3, 30);
+  restarted.set_attempt(1);
+  EXPECT_TRUE(m.Add("job-a", restarted));  // a later attempt from step 2's checkpoint
+  m.Queued("job-a", 10);
+  m.Queued("job-a", 11);
+  EXPECT_EQ(m.DurableStep("job-a", 11), 2);
+  // A series restored from the store is durable up to its newest step.
+  TrainingMetrics restored(64);
+  restored.Restore(dirty[0]);
+  EXPECT_EQ(restored.DurableStep("job-a", 0), 3);
 }
 
 TEST(TrainingSeries, RoundTripsThroughItsRecordAndShrinksToASmallerCapacity) {

@@ -150,6 +150,11 @@ StateWriter::Ticket StateWriter::last_ticket() const {
   return next_ - 1;
 }
 
+StateWriter::Ticket StateWriter::durable_ticket() const {
+  absl::MutexLock lock(&mu_);
+  return done_;
+}
+
 bool StateWriter::stuck() const {
   absl::MutexLock lock(&mu_);
   return failing_ != 0;

@@ -77,6 +77,8 @@ class StateWriter {
 
   // The newest ticket handed out (0 before any).
   Ticket last_ticket() const;
+  // Every write up to this ticket is durable (or was dropped); never blocks.
+  Ticket durable_ticket() const;
   // True while a failed write waits at the head of the queue: the on-disk state lags memory.
   bool stuck() const;
   // Why the last write failed; empty once a write succeeds again.
