@@ -16,8 +16,8 @@ the coordinator was stopped, and it used to declare both workers dead when it co
 running attempt failed WORKER_LOST). The gap between its ticks now reads as its own blindness
 (coordinator/placement/worker_registry.h): the job goes on in attempt 1, with no WORKER_LOST.
 
-Not covered (docs/failures.md, "Chaos soak"): a SIGKILLed coordinator loses the progress points it had
-acknowledged but not yet written (up to --metrics_flush_ms, coordinator/observability/training_metrics.h).
+A SIGKILLed coordinator, which loses the progress points it had acknowledged but not yet written
+(up to --metrics_flush_ms), is coordinator_kill_progress_scenario_test's.
 """
 import json
 import os
