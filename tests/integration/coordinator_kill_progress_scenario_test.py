@@ -48,6 +48,7 @@ class CoordinatorKillProgressScenarioTest(unittest.TestCase):
         status = self.cluster.wait_for(job, lambda s: int(s.get("step", 0)) >= first + BEFORE_KILL,
                                        timeout=300, what="%d more steps" % BEFORE_KILL)
         acknowledged = int(status["step"])
+        worker = int(status["placement"][0]["node_name"].rsplit("-", 1)[1])  # rank 0's
         self.assertLess(acknowledged, STEPS, "the job ended before the kill: raise STEPS")
         coordinator = self.cluster.procs["coordinator"]
         coordinator.send_signal(signal.SIGKILL)
@@ -69,7 +70,6 @@ class CoordinatorKillProgressScenarioTest(unittest.TestCase):
         self.assertEqual(missing, [], "steps missing from the series (coordinator SIGKILLed "
                                       "at step %d, its series written at step %d)"
                                       % (acknowledged, first))
-        worker = int(status["placement"][0]["node_name"].rsplit("-", 1)[1])
         metrics = os.path.join(self.cluster.worker_dir(worker), "jobs", job, "attempt-1",
                                "metrics-rank-0.jsonl")
         logged = logged_steps(metrics)
