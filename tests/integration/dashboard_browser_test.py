@@ -201,7 +201,9 @@ class DashboardBrowserTest(unittest.TestCase):
                 "--users_file=" + users, "--worker_token_file=" + join,
                 "--dashboard_listen=127.0.0.1:0", "--metrics_flush_ms=500",
                 # Pages of 2 jobs: the job list must follow /api/jobs' pages.
-                "--max_list_page_size=2"])
+                "--max_list_page_size=2",
+                # A cluster that will grow: the 8-rank jobs below are taken, and wait.
+                "--max_world_size=8"])
         for i in range(2):
             cls.cluster.start_worker(i, 2, env={"SHARDLINE_TEST_PAUSE_IN_SAMPLE": "1:%d" % PAUSE_S})
         cls.cluster.wait_for_workers(2)
@@ -363,7 +365,7 @@ fault_tolerance: {{mode: REPLICA_GROUPS, min_replicas: 1}}
         self.assertNotEqual(cells[7], "")  # tokens/s
 
     def test_job_list_follows_the_pages_to_older_jobs(self):
-        # Three newer jobs (too wide to be placed: they wait, then are cancelled) put the
+        # Three newer jobs (wider than the 4 slots: they wait, then are cancelled) put the
         # demo job on the second page of /api/jobs (2 a page, newest first).
         wide = os.path.join(self.tmp, "wide.yaml")
         with open(os.path.join(self.tmp, "job.yaml")) as f:
