@@ -157,6 +157,13 @@ void CoordinatorCore::Tick() {
     TickQuorumsLocked();
     ScheduleLocked();
     CollectFinishedJobsLocked();
+    // A job that just ended gets its series written at once, not a flush interval later: a
+    // coordinator killed meanwhile would lose its last points for good (reports of an ended job
+    // are refused, so no daemon can resend them). A minute covers a tick that came late.
+    for (const std::string& id :
+         jobs_.FinishedSince(absl::ToUnixMillis(clock_->Now() - absl::Minutes(1)))) {
+      training_.Ended(id);
+    }
     jobs_.FlushDeferred(clock_->Now(), options_.metrics_flush_interval, /*all=*/false);
   }
   // Outside mu_: copying a series for its write must not stall heartbeats.

@@ -146,6 +146,16 @@ std::vector<JobStatus> JobTable::List(const std::vector<JobState>& states) const
   return out;
 }
 
+std::vector<std::string> JobTable::FinishedSince(int64_t since_unix_ms) const {
+  std::vector<std::string> ids;
+  for (const auto& [id, job] : jobs_) {
+    if (IsTerminal(job.status().state()) && job.status().finished_unix_ms() >= since_unix_ms) {
+      ids.push_back(id);
+    }
+  }
+  return ids;
+}
+
 std::vector<std::string> JobTable::CollectFinished(absl::Time now, absl::Duration ttl,
                                                    int max_finished) {
   std::vector<const JobRecord*> finished;

@@ -88,6 +88,8 @@ class JobTable {
   // `max_finished` (<= 0: no count bound); never a PENDING or RUNNING job. Returns their ids,
   // oldest first: the caller frees the rest of their state and deletes their stored rows.
   std::vector<std::string> CollectFinished(absl::Time now, absl::Duration ttl, int max_finished);
+  // Ids of the jobs that finished at or after `since_unix_ms`.
+  std::vector<std::string> FinishedSince(int64_t since_unix_ms) const;
   Records& records() { return jobs_; }
   const Records& records() const { return jobs_; }
 

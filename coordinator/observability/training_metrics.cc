@@ -86,13 +86,19 @@ std::vector<JobMetricsRecord> TrainingMetrics::TakeDirty(absl::Time now, absl::D
   absl::MutexLock lock(&mu_);
   for (auto& [id, job] : jobs_) {
     if (!job.dirty) continue;
-    if (!all && now - job.written < interval) continue;
+    if (!all && !job.ended && now - job.written < interval) continue;
     out.push_back(job.series.ToRecord(id));
     job.dirty = false;
     job.written = now;
     job.writes.push_back({0, job.series.latest().step()});
   }
   return out;
+}
+
+void TrainingMetrics::Ended(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it != jobs_.end()) it->second.ended = true;
 }
 
 void TrainingMetrics::Queued(const std::string& job_id, int64_t ticket) {

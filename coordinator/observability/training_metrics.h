@@ -54,6 +54,9 @@ class TrainingMetrics {
 
   // A collected (finished) job: its series is dropped (the store's row goes with the job's).
   void Forget(const std::string& job_id);
+  // A job that ended: its series is written at the next TakeDirty whatever the interval (no
+  // report can come to resend its last points once the job is over).
+  void Ended(const std::string& job_id);
 
   // Records to store: each dirty series whose last write is at least `interval` old (every
   // dirty one when `all`). They are no longer dirty afterwards. The caller queues each one and
@@ -79,6 +82,7 @@ class TrainingMetrics {
     bool dirty = false;
     absl::Time written = absl::InfinitePast();
     int64_t durable_step = 0;
+    bool ended = false;  // the job ended: written at once when dirty
     std::vector<Write> writes;  // oldest first
   };
   const int capacity_;

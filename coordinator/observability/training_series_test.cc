@@ -179,6 +179,23 @@ TEST(TrainingMetrics, DurableStepIsTheNewestDurableWritesStepAndDropsBelowAFille
   EXPECT_EQ(restored.DurableStep("job-a", 0), 3);
 }
 
+TEST(TrainingMetrics, AnEndedJobsSeriesIsWrittenAtOnceWhateverTheInterval) {
+  TrainingMetrics m(64);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  m.Add("job-a", Step(1, 1));
+  m.Add("job-b", Step(1, 1));
+  ASSERT_EQ(m.TakeDirty(t0, absl::Seconds(5)).size(), 2u);  // first writes: never written before
+  m.Add("job-a", Step(2, 2));
+  m.Add("job-b", Step(2, 2));
+  EXPECT_TRUE(m.TakeDirty(t0 + absl::Seconds(1), absl::Seconds(5)).empty());  // both too recent
+  m.Ended("job-a");
+  m.Ended("job-unknown");  // no series: nothing
+  const std::vector<JobMetricsRecord> due = m.TakeDirty(t0 + absl::Seconds(1), absl::Seconds(5));
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0].job_id(), "job-a");
+  EXPECT_TRUE(m.TakeDirty(t0 + absl::Seconds(2), absl::Seconds(5)).empty());  // clean now
+}
+
 TEST(TrainingSeries, RoundTripsThroughItsRecordAndShrinksToASmallerCapacity) {
   TrainingSeries s(8);
   for (int i = 1; i <= 11; ++i) s.Add(Step(i, i));
