@@ -82,7 +82,7 @@ class TrainingMetrics {
     bool dirty = false;
     absl::Time written = absl::InfinitePast();
     int64_t durable_step = 0;
-    bool ended = false;  // the job ended: written at once when dirty
+    bool ended = false;         // the job ended: written at once when dirty
     std::vector<Write> writes;  // oldest first
   };
   const int capacity_;

@@ -416,9 +416,10 @@ class RedTeamTest(unittest.TestCase):
              lambda: S.call("ListJobs", pb.ListJobsRequest(page_size=1000), TOKENS["bob"]),
              "INVALID_ARGUMENT", "page_size 1000 is not in [0, 5] (--max_list_page_size)"),
             ("world larger than the cluster's slots (it would wait forever)",
-             lambda: S.submit_as("bob", spec_text("huge", S.corpus, S.ckpt, 2, world_size=4)),
-             "FAILED_PRECONDITION", "world_size 4 needs 4 CPU slots; the 1 alive worker(s) "
-             "offer 3 in all"),
+             # Rows above register attacker workers, so the alive slots are not fixed here: a
+             # world far above any of them.
+             lambda: S.submit_as("bob", spec_text("huge", S.corpus, S.ckpt, 2, world_size=64)),
+             "FAILED_PRECONDITION", "world_size 64 needs 64 CPU slots; the "),
             ("world larger than the user's running-rank quota",
              lambda: S.submit_as("bob", spec_text("wide", S.corpus, S.ckpt, 2, world_size=3)),
              "RESOURCE_EXHAUSTED", "job of world_size 3 could never start: user bob may run at "
