@@ -178,12 +178,14 @@ class RedTeamTest(unittest.TestCase):
         raise AssertionError("job %s never reached step %d" % (job, step))
 
     def refused(self, fn, code, text):
-        """fn() must raise an RpcError with `code` whose details contain `text`."""
+        """fn() must raise an RpcError with `code` whose details contain `text` (a string, or a
+        tuple of strings that must all be there)."""
         with self.assertRaises(grpc.RpcError) as ctx:
             fn()
         err = ctx.exception
         self.assertEqual(err.code(), getattr(grpc.StatusCode, code), err.details())
-        self.assertIn(text, err.details())
+        for part in (text,) if isinstance(text, str) else text:
+            self.assertIn(part, err.details())
 
     def assert_intact(self):
         """The coordinator serves; alice's finished job and bob's running job are unchanged."""
@@ -417,9 +419,13 @@ class RedTeamTest(unittest.TestCase):
              "INVALID_ARGUMENT", "page_size 1000 is not in [0, 5] (--max_list_page_size)"),
             ("world larger than the cluster's slots (it would wait forever)",
              # Rows above register attacker workers, so the alive slots are not fixed here: a
-             # world far above any of them.
+             # world far above any of them, and the message checked on both sides of the count.
              lambda: S.submit_as("bob", spec_text("huge", S.corpus, S.ckpt, 2, world_size=64)),
-             "FAILED_PRECONDITION", "world_size 64 needs 64 CPU slots; the "),
+             "FAILED_PRECONDITION",
+             ("world_size 64 needs 64 CPU slots; the ",
+              "with that kind), so the job could never be placed. Add workers first, lower "
+              "world_size 64 (or set elastic.min_world_size), or start the coordinator with "
+              "--max_world_size=N for a cluster that will grow")),
             ("world larger than the user's running-rank quota",
              lambda: S.submit_as("bob", spec_text("wide", S.corpus, S.ckpt, 2, world_size=3)),
              "RESOURCE_EXHAUSTED", "job of world_size 3 could never start: user bob may run at "
