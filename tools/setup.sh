@@ -51,6 +51,16 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The unprivileged user trainers run as under worker --trainer_user (worker/trainer_user.h), and
+# that //tests/integration:trainer_user_scenario_test runs them as. Only root can make it (and
+# only root can switch to it: the test skips otherwise).
+TRAINER_USER="shardline-trainer"
+if [[ $(id -u) -eq 0 ]] && ! getent passwd "$TRAINER_USER" >/dev/null; then
+  log "creating the system user $TRAINER_USER (worker --trainer_user)"
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+    --user-group "$TRAINER_USER"
+fi
+
 # The venv: python3 from PATH; python3-venv (Debian) is only needed for Debian's own python.
 venv="$here/.venv"
 if ! "$venv/bin/python" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then

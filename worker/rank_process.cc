@@ -76,11 +76,17 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(const Options& o
   if (pid == 0) {
     // Child. Own process group, so Terminate and Kill reach grandchildren too.
     setpgid(0, 0);
-    // Die with the daemon; and if it already died between fork and here, go now.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
     dup2(log_fd, STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
+    if (options.user.has_value() && DropToTrainerUser(*options.user) != 0) {
+      static const char kMessage[] = "rank process: cannot switch to the trainer user\n";
+      (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+      _exit(125);
+    }
+    // Die with the daemon (set after the switch of user, which clears it); and if the daemon
+    // already died between fork and here, go now.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
     const int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, STDIN_FILENO);
     if (!options.working_dir.empty() && chdir(options.working_dir.c_str()) != 0) _exit(126);

@@ -4,7 +4,8 @@
 // The child runs in its own process group (so a stop reaches anything it started), writes stdout
 // and stderr into a pipe that its RankLog (rank_log.h) reads into the rotated log files and the
 // queue of lines for the coordinator, and gets SIGKILL from the kernel if the daemon dies
-// (PR_SET_PDEATHSIG), so a killed daemon leaves no trainer behind.
+// (PR_SET_PDEATHSIG), so a killed daemon leaves no trainer behind. With Options::user it runs as
+// that user (the kernel clears the death signal on a change of user, so it is set after).
 //
 // Thread safety: not thread-safe; the daemon calls each RankProcess only under its own mutex
 // (worker_daemon.h), so a pid is never signalled after another thread reaped it.
@@ -23,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "worker/rank_log.h"
+#include "worker/trainer_user.h"
 
 namespace shardline::worker {
 
@@ -37,6 +39,8 @@ class RankProcess {
     // The log rotates at this size (log_path.1 keeps the previous part): at most twice this on
     // disk per rank.
     int64_t log_max_file_bytes = int64_t{8} << 20;
+    // Set: the child switches to this user before execve (--trainer_user, trainer_user.h).
+    std::optional<TrainerUser> user;
   };
 
   // Starts the process. Errors: INVALID_ARGUMENT for an empty argv or an executable that does

@@ -1,5 +1,6 @@
 #include "worker/rank_process.h"
 
+#include <pwd.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace shardline::worker {
@@ -94,6 +96,27 @@ TEST(RankProcess, StopReachesGrandchildren) {
   StopAsTheDaemonDoes(**p, absl::Seconds(2));
   absl::SleepFor(absl::Milliseconds(100));
   EXPECT_FALSE(Alive(grandchild));
+}
+
+TEST(RankProcess, RunsAsTheTrainerUserWhenGivenOne) {
+  if (geteuid() != 0 || getpwnam("nobody") == nullptr) GTEST_SKIP() << "needs root and nobody";
+  auto user = ResolveTrainerUser("nobody");
+  ASSERT_TRUE(user.ok()) << user.status();
+  RankProcess::Options o;
+  // Real, effective and saved ids all switched; the groups are the user's alone.
+  o.argv = {"/bin/sh", "-c", "echo ids $(id -ru) $(id -u) $(id -rg) groups $(id -G)"};
+  o.log_path = TempPath("as_user.log");
+  o.working_dir = "/";
+  o.user = *user;
+  auto p = RankProcess::Start(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->WaitFor(absl::Seconds(10)), 0);
+  std::string groups;
+  for (gid_t g : user->groups) groups += (groups.empty() ? "" : " ") + std::to_string(g);
+  const std::string tail = (*p)->LogTail();
+  EXPECT_TRUE(absl::StrContains(tail, absl::StrCat("ids ", user->uid, " ", user->uid, " ",
+                                                   user->gid, " groups ", groups)))
+      << tail;
 }
 
 TEST(RankProcess, MissingExecutableIsInvalidArgumentNamingIt) {

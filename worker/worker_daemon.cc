@@ -64,8 +64,17 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerO
     return absl::InvalidArgumentError(
         absl::StrCat("--work_dir: cannot create ", options.work_dir, ": ", ec.message()));
   }
+  // Before any thread exists (the client starts gRPC's): the check forks.
+  std::optional<TrainerUser> trainer_user;
+  if (!options.trainer_user.empty()) {
+    ASSIGN_OR_RETURN(trainer_user, ResolveTrainerUser(options.trainer_user));
+    RETURN_IF_ERROR(CheckTrainerUser(
+        *trainer_user, {options.trainer_path, options.work_dir,
+                        options.path_policy.checkpoint_roots, options.credential_files}));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<client::CoordinatorClient> client, NewClient(options));
   auto daemon = std::unique_ptr<WorkerDaemon>(new WorkerDaemon(options, std::move(client)));
+  daemon->trainer_user_ = std::move(trainer_user);
   // The GPUs this daemon was given (an allocation's, a container's), if any; ranks get entries
   // of this list, never indices of GPUs outside it.
   ASSIGN_OR_RETURN(daemon->visible_devices_,
@@ -350,26 +359,20 @@ absl::Status WorkerDaemon::StartRankLocked(const Assignment& a) {
   // The coordinator checked the paths against its roots; this node's roots and links decide.
   RETURN_IF_ERROR(
       spec::CheckSpecPaths(a.spec(), options_.path_policy, /*resolve_links=*/true, a.job_id()));
-  const std::string dir =
-      absl::StrCat(options_.work_dir, "/jobs/", a.job_id(), "/attempt-", a.attempt());
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  const std::string job_dir = absl::StrCat(options_.work_dir, "/jobs/", a.job_id());
+  const std::string dir = absl::StrCat(job_dir, "/attempt-", a.attempt());
   const RankFiles files = RankFilesFor(dir, a.rank(), a.generation());
+  RETURN_IF_ERROR(
+      PrepareRankFiles(job_dir, dir, files, spec::JobSpecToYaml(a.spec()), trainer_user_));
   const std::string& spec_path = files.spec;
-  {
-    std::ofstream out(spec_path, std::ios::trunc);
-    out << spec::JobSpecToYaml(a.spec());
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", spec_path));
-  }
   const std::string& metrics_path = files.metrics;
-  unlink(metrics_path.c_str());
 
   RankProcess::Options po;
   po.argv = {options_.trainer_path, "--spec=" + spec_path, "--metrics_out=" + metrics_path};
   po.log_path = files.log;
   po.log_max_file_bytes = options_.rank_log_max_file_bytes;
   po.working_dir = dir;
+  po.user = trainer_user_;
   // The trainer's launch environment (launch/rank_env.h), written by its one writer.
   ASSIGN_OR_RETURN(const launch::RankEnv env, TrainerEnvFor(a, trainer_env_node_));
   ASSIGN_OR_RETURN(po.env, launch::WriteRankEnv(env));

@@ -60,6 +60,7 @@
 #include "worker/progress_relay.h"
 #include "worker/rank_process.h"
 #include "worker/trainer_env.h"
+#include "worker/trainer_user.h"
 #include "worker/visible_devices.h"
 
 namespace shardline::worker {
@@ -75,6 +76,11 @@ struct WorkerOptions {
   int cpu_slots = 0;              // CPU slots offered (used when no GPU is found)
   std::string work_dir;           // per-job directories and rank logs
   std::string trainer_path;       // the trainer binary
+  // Empty: trainers run as the daemon's user. Else the unprivileged user they run as
+  // (trainer_user.h); the daemon must be root, and checks at Create that this user can run the
+  // trainer, reach work_dir and write under the checkpoint roots, and read no credential file.
+  std::string trainer_user;
+  std::vector<std::string> credential_files;  // --join_token_file, --tls_key (empty: none)
   // Where specs may read and write on this node (checked again at each START, with symbolic
   // links resolved; the coordinator's check is lexical). Empty roots: anywhere.
   spec::PathPolicy path_policy;
@@ -90,7 +96,8 @@ struct WorkerOptions {
 class WorkerDaemon {
  public:
   // Errors: INVALID_ARGUMENT for a missing coordinator address, node name, work dir, an
-  // unrunnable trainer path or no slots; the error creating work_dir.
+  // unrunnable trainer path, no slots, or a trainer user that fails its checks (naming the flag,
+  // the path and the fix); the error creating work_dir.
   static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Create(const WorkerOptions& options);
   ~WorkerDaemon();
 
@@ -158,6 +165,7 @@ class WorkerDaemon {
   // interface holding options_.advertise_address, the ranks' NCCL_SOCKET_IFNAME unless the
   // daemon's environment sets one).
   TrainerEnvNode trainer_env_node_;
+  std::optional<TrainerUser> trainer_user_;  // set from WorkerOptions::trainer_user at Create
   std::unique_ptr<client::CoordinatorClient> client_;
   std::atomic<bool> shutdown_{false};
   // Set when a rank's exit was published: the heartbeat loop sends at once instead of at its

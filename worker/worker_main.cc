@@ -2,7 +2,7 @@
 //
 //   worker --coordinator=HOST:PORT --slots=2 --work_dir=/var/lib/shardline/worker \
 //          --trainer=/usr/local/bin/trainer [--node_name=NAME] [--address=IP] \
-//          --join_token_file=/etc/shardline/join.token \
+//          --join_token_file=/etc/shardline/join.token [--trainer_user=shardline-trainer] \
 //          [--tls_ca=ca.pem [--tls_cert=node.pem --tls_key=node.key]] [--insecure]
 //
 // The join token: --join_token_file (mode 0600), else $SHARDLINE_JOIN_TOKEN; --join_token puts
@@ -54,6 +54,9 @@ ABSL_FLAG(std::string, read_roots, "",
           "node (empty: anywhere; see spec/path_policy.h)");
 ABSL_FLAG(std::string, checkpoint_roots, "",
           "comma-separated directories a job's checkpoint.dir must lie under (empty: anywhere)");
+ABSL_FLAG(std::string, trainer_user, "",
+          "Unprivileged Unix user to run trainers as (the daemon must be root): job code then "
+          "cannot read the join token or the node's TLS key. Empty: the daemon's own user.");
 ABSL_FLAG(int, grace_period_s, 10, "Seconds between SIGTERM and SIGKILL when stopping ranks.");
 ABSL_FLAG(int, rank_log_max_mib, 16,
           "Disk a rank's log may use: rank-N.log rotates to rank-N.log.1 at half of this.");
@@ -128,6 +131,8 @@ int main(int argc, char** argv) {
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
   o.trainer_path =
       absl::GetFlag(FLAGS_trainer).empty() ? TrainerBesideSelf() : absl::GetFlag(FLAGS_trainer);
+  o.trainer_user = absl::GetFlag(FLAGS_trainer_user);
+  o.credential_files = {absl::GetFlag(FLAGS_join_token_file), absl::GetFlag(FLAGS_tls_key)};
   o.grace_period = absl::Seconds(absl::GetFlag(FLAGS_grace_period_s));
   o.rank_log_max_file_bytes = std::max<int64_t>(1, absl::GetFlag(FLAGS_rank_log_max_mib)) << 19;
   auto read_roots = shardline::spec::ParseRoots("read_roots", absl::GetFlag(FLAGS_read_roots));

@@ -349,11 +349,12 @@ absl::Status CoordinatorCore::ReportProgress(const ProgressReport& r,
   if (change == ProgressChange::kProgress) {
     training_.Add(r.job_id(), MetricsPointFromReport(r, job->status(), clock_->Now()));
     jobs_.ProgressChanged(*job, clock_->Now());  // written within metrics_flush_interval
-  } else if (change == ProgressChange::kBackfill) {
+  } else if (change == ProgressChange::kBackfill || change == ProgressChange::kSample) {
     // A step the job has passed, sent again: a point only if the series lacks it.
     if (training_.Add(r.job_id(), MetricsPointFromReport(r, job->status(), clock_->Now()))) {
       feed_.JobChanged(r.job_id());
     }
+    if (change == ProgressChange::kSample) jobs_.ProgressChanged(*job, clock_->Now());
   } else if (change == ProgressChange::kPeakMemory) {
     feed_.JobChanged(r.job_id());  // watchers hear of it; not persisted
   }

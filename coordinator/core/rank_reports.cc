@@ -68,7 +68,14 @@ absl::StatusOr<ProgressChange> ApplyProgress(const ProgressReport& r, int32_t le
   if (r.rank() != leader_rank && !AheadOfTheLeader(r, *st, shard_degree)) {
     return memory_grew ? ProgressChange::kPeakMemory : ProgressChange::kNone;
   }
-  if (r.attempt() <= st->step_attempt() && r.step() <= st->step()) return ProgressChange::kBackfill;
+  if (r.attempt() <= st->step_attempt() && r.step() <= st->step()) {
+    if (r.attempt() == st->step_attempt() && r.step() == st->step() && !r.sample().empty() &&
+        r.sample() != st->sample()) {
+      st->set_sample(r.sample());
+      return ProgressChange::kSample;
+    }
+    return ProgressChange::kBackfill;
+  }
   st->set_step_attempt(r.attempt());
   st->set_step(r.step());
   st->set_loss(r.loss());

@@ -33,6 +33,9 @@ enum class ProgressChange {
   kProgress,    // the leader's step, loss, throughput, ETA... (persisted)
   kBackfill,    // a step the job has passed, of the attempt that set its step: a series point
                 // if the series lacks it (a report sent again); the status does not move back
+  kSample,      // as kBackfill, and it brought the job's step's sample, which the status lacked
+                // (another group's first rank carried the step first; only the leader samples):
+                // persisted
 };
 
 // The rank whose reports are the job's progress: rank 0, or in a job with replica-group fault

@@ -118,6 +118,29 @@ TEST(RankReports, WithReplicaGroupsAnyGroupsFirstRankAheadOfTheJobCarriesTheStep
   EXPECT_EQ(plain.step(), 0);
 }
 
+// Found by a fresh-clone run (dashboard_browser_test): group 1's first rank carried the last
+// step before rank 0, whose report of that step holds the final sample (only the leader
+// samples); the sample must still reach the status.
+TEST(RankReports, TheLeadersSampleOfAStepAnotherGroupCarriedFillsTheStatus) {
+  JobStatus st = Running();
+  st.set_world_size(4);  // S = 2
+  st.add_live_replica_groups(0);
+  st.add_live_replica_groups(1);
+  ASSERT_EQ(*ApplyProgress(Progress(0, 99, 10), 0, &st, 2), ProgressChange::kProgress);
+  ASSERT_EQ(*ApplyProgress(Progress(2, 100, 10), 0, &st, 2), ProgressChange::kProgress);
+  ProgressReport last = Progress(0, 100, 10);
+  last.set_sample("To be, or not");
+  EXPECT_EQ(*ApplyProgress(last, 0, &st, 2), ProgressChange::kSample);
+  EXPECT_EQ(st.sample(), "To be, or not");
+  EXPECT_EQ(st.step(), 100);
+  EXPECT_EQ(*ApplyProgress(last, 0, &st, 2), ProgressChange::kBackfill);  // sent again
+  // A sample of an older step (a resent report) does not replace the status's.
+  ProgressReport old = Progress(0, 99, 10);
+  old.set_sample("older");
+  EXPECT_EQ(*ApplyProgress(old, 0, &st, 2), ProgressChange::kBackfill);
+  EXPECT_EQ(st.sample(), "To be, or not");
+}
+
 // Issue #30: after a coordinator restart the worker daemons send again every report above the
 // job's durable step; the job's step (restored, or moved on by newer reports) may be past them.
 TEST(RankReports, AStepSentAgainByTheAttemptThatSetTheStepFillsWithoutMovingItBack) {

@@ -194,6 +194,11 @@ class KubernetesManifestsTest(unittest.TestCase):
         # The worker gets its join token as a file on a Secret volume (checked above).
         worker_args = self.worker.container("worker")["command"]
         self.assertTrue(any(a.startswith("--join_token_file=") for a in worker_args), worker_args)
+        # Trainers (job code) run as the image's unprivileged user, which can write checkpoints
+        # through the pod's fsGroup (deploy/container/Dockerfile makes it with id 10001).
+        self.assertIn("--trainer_user=shardline-trainer", worker_args)
+        self.assertEqual(self.worker.pod["securityContext"]["fsGroup"],
+                         10001)
 
     def test_tls_and_path_roots_everywhere(self):
         # Clients refuse to send a token in clear text off loopback: the coordinator serves TLS

@@ -155,6 +155,11 @@ def main():
             failures.append("%s:%d: a token on the command line (readable in /proc/PID/cmdline; "
                             "use a token file or the environment): %s"
                             % (path, line, " ".join(leaked)))
+        # Root-run worker recipes start trainers as their own user (Slurm's run as the user).
+        if (name == "worker" and "/slurm/" not in path and
+                "--trainer_user=shardline-trainer" not in args):
+            failures.append("%s:%d: a worker run as root without --trainer_user=shardline-trainer"
+                            " (job code could read the node's credentials)" % (path, line))
         args = with_sample_files(args, tmp)
         proc = subprocess.run([binaries[name]] + args + ["--check_flags"],
                               capture_output=True, text=True, timeout=60)

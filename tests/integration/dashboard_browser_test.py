@@ -219,8 +219,17 @@ class DashboardBrowserTest(unittest.TestCase):
         status = cls.cluster.wait_for(cls.job, lambda s: s.get("state") in
                                       ("SUCCEEDED", "FAILED"), timeout=240, what="job end")
         assert status["state"] == "SUCCEEDED", json.dumps(status, indent=1)[-3000:]
-        # Logs and the series reach the coordinator shortly after the end.
-        time.sleep(2)
+        # The sample, the series and the ranks' last log lines reach the coordinator around the
+        # end (each on its own path): the pages are read once all three are there.
+        cls.cluster.wait_for(cls.job, lambda s: s.get("sample"), timeout=60, what="the sample")
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            points = cls.api_as(ALICE, "api/jobs/%s/metrics" % cls.job)["points"]
+            lines = cls.api_as(ALICE, "api/jobs/%s/logs" % cls.job).get("lines", [])
+            if (len(points) == STEPS and any(HOSTILE in ln.get("text", "") for ln in lines)
+                    and any(ln.get("rank") == 1 for ln in lines)):
+                break
+            time.sleep(0.2)
 
     @classmethod
     def tearDownClass(cls):
@@ -280,11 +289,15 @@ fault_tolerance: {{mode: REPLICA_GROUPS, min_replicas: 1}}
     def load(cls, path, token, shot, budget_ms=4000):
         return Dom(cls.browse(path, token, shot, budget_ms))
 
-    def api(self, path, token=ALICE):
-        req = urllib.request.Request(self.base + path,
+    @classmethod
+    def api_as(cls, token, path):
+        req = urllib.request.Request(cls.base + path,
                                      headers={"Authorization": "Bearer " + token})
         with urllib.request.urlopen(req, timeout=30) as r:
             return json.loads(r.read())
+
+    def api(self, path, token=ALICE):
+        return self.api_as(token, path)
 
     def test_job_page_draws_the_series_placement_events_checkpoints_and_logs(self):
         dom = self.load("job?id=" + self.job, ALICE, "job")

@@ -100,11 +100,14 @@ class Cluster:
     # `coordinator_flags`: more flags for the coordinator (e.g. --insecure with a non-loopback
     # `listen`). `in_memory`: no --state_dir (the coordinator's documented default).
     # `worker_flags(i)`: more flags for worker i (TLS files, token file); `shardctl_flags`: more
-    # flags for every shardctl call (--tls_ca, --token_file).
+    # flags for every shardctl call (--tls_ca, --token_file). `parent`: the directory to make
+    # the cluster's under (default $TEST_TMPDIR; one another Unix user can reach, for trainers
+    # run as --trainer_user).
     def __init__(self, workers=2, slots=2, heartbeat_timeout_ms=8000, grace_period_s=5,
                  listen="127.0.0.1:0", coordinator_flags=(), in_memory=False,
-                 worker_flags=None, shardctl_flags=()):
-        self.dir = tempfile.mkdtemp(prefix="shardline_it_", dir=os.environ.get("TEST_TMPDIR"))
+                 worker_flags=None, shardctl_flags=(), parent=None):
+        self.dir = tempfile.mkdtemp(prefix="shardline_it_",
+                                    dir=parent or os.environ.get("TEST_TMPDIR"))
         self.procs = {}
         self.worker_flags = worker_flags or (lambda i: [])
         self.shardctl_flags = list(shardctl_flags)
@@ -148,14 +151,16 @@ class Cluster:
 
     # `address`: the worker's --address (where its trainers bind and peers reach them);
     # `wrap`: a command prefix that runs the daemon, e.g. ["ip", "netns", "exec", "ns1"];
-    # `env`: added to the daemon's environment (its trainers inherit it); `flags`: more flags.
+    # `env`: added to the daemon's environment (its trainers inherit it); `flags`: more flags;
+    # `trainer`: the trainer binary (default: the one the test was given).
     def start_worker(self, i, slots, grace_period_s=5, address=None, wrap=None, env=None,
-                     flags=()):
+                     flags=(), trainer=None):
         os.makedirs(self.worker_dir(i), exist_ok=True)
         log = open(os.path.join(self.worker_dir(i), "worker.log"), "a")
         cmd = [BINARIES.worker, "--coordinator=" + self.address, "--node_name=node-%d" % i,
                "--slots=%d" % slots, "--work_dir=" + self.worker_dir(i),
-               "--trainer=" + BINARIES.trainer, "--grace_period_s=%d" % grace_period_s]
+               "--trainer=" + (trainer or BINARIES.trainer),
+               "--grace_period_s=%d" % grace_period_s]
         if address:
             cmd.append("--address=" + address)
         cmd += self.worker_flags(i) + list(flags)
