@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "common/write_beneath.h"
 
 namespace shardline::checkpoint {
 namespace {
@@ -45,8 +46,9 @@ FsyncDirHook SetFsyncDirHookForTesting(FsyncDirHook h) {
 }
 
 absl::Status FsyncDir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno("open directory", dir);
+  absl::StatusOr<int> opened = OpenDirBeneath(dir);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   const int rc = ::fsync(fd);
   const int err = errno;
   ::close(fd);
@@ -77,9 +79,7 @@ absl::Status MakeDirsDurable(const std::string& dir) {
   for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
     // Another writer may create it at the same time (shard writers of one step): not an error,
     // and the parent is synced all the same, since that writer may not have got there yet.
-    if (::mkdir(it->c_str(), 0755) != 0 && errno != EEXIST) {
-      return Errno("create directory", *it);
-    }
+    if (absl::Status made = MakeDirBeneath(*it, 0755); !made.ok()) return made;
     absl::Status s = FsyncDir(ParentDir(*it));
     if (!s.ok()) return s;
   }
@@ -87,10 +87,7 @@ absl::Status MakeDirsDurable(const std::string& dir) {
 }
 
 absl::Status RenameDurable(const std::string& from, const std::string& to) {
-  if (::rename(from.c_str(), to.c_str()) != 0) {
-    return absl::InternalError(
-        absl::StrCat("rename ", from, " to ", to, ": ", std::strerror(errno)));
-  }
+  if (absl::Status renamed = RenameBeneath(from, to); !renamed.ok()) return renamed;
   const std::string to_dir = ParentDir(to);
   absl::Status s = FsyncDir(to_dir);
   if (!s.ok()) return s;
@@ -102,8 +99,9 @@ absl::Status RenameDurable(const std::string& from, const std::string& to) {
 absl::Status WriteFileAtomic(const std::string& path, absl::string_view data) {
   static thread_local std::mt19937_64 rng(std::random_device{}());
   const std::string tmp = absl::StrFormat("%s.tmp.%016x", path, rng());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("create", tmp);
+  absl::StatusOr<int> opened = OpenForWrite(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   size_t done = 0;
   while (done < data.size()) {
     const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
@@ -111,7 +109,7 @@ absl::Status WriteFileAtomic(const std::string& path, absl::string_view data) {
     if (n <= 0) {
       absl::Status s = Errno("write", tmp);
       ::close(fd);
-      ::unlink(tmp.c_str());
+      (void)UnlinkBeneath(tmp);
       return s;
     }
     done += static_cast<size_t>(n);
@@ -119,12 +117,12 @@ absl::Status WriteFileAtomic(const std::string& path, absl::string_view data) {
   if (::fsync(fd) != 0) {
     absl::Status s = Errno("fsync", tmp);
     ::close(fd);
-    ::unlink(tmp.c_str());
+    (void)UnlinkBeneath(tmp);
     return s;
   }
   ::close(fd);
   absl::Status s = RenameDurable(tmp, path);
-  if (!s.ok()) ::unlink(tmp.c_str());
+  if (!s.ok()) (void)UnlinkBeneath(tmp);
   return s;
 }
 

@@ -8,6 +8,8 @@
 //   RETURN_IF_ERROR(WriteFileAtomic(path, bytes));      // temp, fsync, rename, fsync dir
 //   RETURN_IF_ERROR(RenameDurable(tmp, path));          // rename, fsync the target's dir
 //
+// Every call goes through common/write_beneath.h: with the trainer's write roots set, a name
+// that resolves outside them is refused (PERMISSION_DENIED) instead of followed.
 // Errors: INTERNAL naming the path (or directory) and the errno text.
 // Thread safety: reentrant; the test hook is guarded by a mutex.
 #ifndef SHARDLINE_CHECKPOINT_DURABLE_FILE_H_

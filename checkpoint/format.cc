@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/write_beneath.h"
 
 namespace shardline::checkpoint {
 namespace {
@@ -122,10 +123,9 @@ absl::StatusOr<std::vector<int64_t>> ApplyRetention(const std::string& root, int
     // Manifest first: a crash half-way leaves an uncommitted directory, never a broken
     // committed one.
     const std::string manifest = absl::StrCat(dir, "/", kManifestFile);
-    if (FileExists(manifest) && ::unlink(manifest.c_str()) != 0) return Errno("unlink", manifest);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-    if (ec) return absl::InternalError(absl::StrCat("remove ", dir, ": ", ec.message()));
+    if (absl::Status s = UnlinkBeneath(manifest); !s.ok() && !absl::IsNotFound(s)) return s;
+    // Links inside the step directory are removed, never followed (common/write_beneath.h).
+    if (absl::Status s = RemoveTreeBeneath(dir); !s.ok()) return s;
     deleted.push_back(step);
   }
   if (!deleted.empty()) {

@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/durable_file.h"
 #include "checkpoint/format.h"
+#include "common/write_beneath.h"
 
 namespace shardline::checkpoint {
 namespace {
@@ -66,12 +67,13 @@ class AtomicWriter {
   ~AtomicWriter() {
     if (fd_ >= 0) {
       ::close(fd_);
-      ::unlink(tmp_.c_str());
+      (void)UnlinkBeneath(tmp_);
     }
   }
   absl::Status Open() {
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd_ < 0) return Errno("create");
+    absl::StatusOr<int> fd = OpenForWrite(tmp_, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (!fd.ok()) return fd.status();
+    fd_ = *fd;
     return absl::OkStatus();
   }
   absl::Status Write(const void* data, size_t n) {
@@ -91,7 +93,7 @@ class AtomicWriter {
     fd_ = -1;
     // The rename and a sync of the target's directory: the exported name survives a crash.
     absl::Status s = RenameDurable(tmp_, path_);
-    if (!s.ok()) ::unlink(tmp_.c_str());
+    if (!s.ok()) (void)UnlinkBeneath(tmp_);
     return s;
   }
 

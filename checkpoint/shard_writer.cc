@@ -17,6 +17,7 @@
 #include "checkpoint/crc32c.h"
 #include "checkpoint/durable_file.h"
 #include "checkpoint/manifest_io.h"
+#include "common/write_beneath.h"
 
 namespace shardline::checkpoint {
 namespace {
@@ -50,8 +51,9 @@ absl::StatusOr<ShardWriteResult> WriteShard(const std::string& step_dir, int sha
   result.index_file = ShardIndexFileName(shard_index);
   const std::string path = absl::StrCat(step_dir, "/", result.data_file);
   const std::string tmp = absl::StrCat(path, ".tmp.", save_id);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return Errno("create", tmp);
+  absl::StatusOr<int> opened = OpenForWrite(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
 
   CheckpointManifest index;
   index.set_format_version(kFormatVersion);
@@ -73,7 +75,7 @@ absl::StatusOr<ShardWriteResult> WriteShard(const std::string& step_dir, int sha
     }
     if (!s.ok()) {
       ::close(fd);
-      ::unlink(tmp.c_str());
+      (void)UnlinkBeneath(tmp);
       return s;
     }
     TensorEntry* t = index.add_tensors();
@@ -91,14 +93,14 @@ absl::StatusOr<ShardWriteResult> WriteShard(const std::string& step_dir, int sha
   if (::fsync(fd) != 0) {
     s = Errno("fsync", tmp);
     ::close(fd);
-    ::unlink(tmp.c_str());
+    (void)UnlinkBeneath(tmp);
     return s;
   }
   ::close(fd);
   // The data file's name is durable (step directory fsynced) before its index names it.
   s = RenameDurable(tmp, path);
   if (!s.ok()) {
-    ::unlink(tmp.c_str());
+    (void)UnlinkBeneath(tmp);
     return s;
   }
   DataFile* f = index.add_files();
@@ -189,7 +191,7 @@ absl::Status CommitCheckpoint(const std::string& step_dir, int shard_count,
   absl::Status s = WriteManifestFile(absl::StrCat(step_dir, "/", kManifestFile), manifest);
   if (!s.ok()) return s;
   for (int i = 0; i < shard_count; ++i) {
-    ::unlink(absl::StrCat(step_dir, "/", ShardIndexFileName(i)).c_str());
+    (void)UnlinkBeneath(absl::StrCat(step_dir, "/", ShardIndexFileName(i)));
   }
   // WriteFileAtomic synced the step directory (the manifest's name); the step directory's own
   // entry in the root must be durable too, or a power cut could lose a committed checkpoint

@@ -28,6 +28,7 @@
 #include "checkpoint/shard_writer.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
+#include "common/write_beneath.h"
 
 namespace shardline::checkpoint {
 namespace {
@@ -343,9 +344,8 @@ absl::Status Checkpointer::UncommitForSave(int64_t step) {
     root_checked_ = true;
   }
   const std::string manifest = absl::StrCat(StepDir(options_.root, step), "/", kManifestFile);
-  if (::access(manifest.c_str(), F_OK) != 0) return absl::OkStatus();
-  if (::unlink(manifest.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("unlink ", manifest));
+  if (absl::Status s = UnlinkBeneath(manifest); !s.ok()) {
+    return absl::IsNotFound(s) ? absl::OkStatus() : s;  // not committed: nothing to undo
   }
   return FsyncDir(StepDir(options_.root, step));
 }

@@ -30,15 +30,6 @@ std::vector<std::string>& Roots() ABSL_EXCLUSIVE_LOCKS_REQUIRED(RootsMu()) {
   return *roots;
 }
 
-// The longest root that holds `path` by its text; "" when none does.
-std::string RootOf(absl::string_view path, const std::vector<std::string>& roots) {
-  std::string best;
-  for (const std::string& r : roots) {
-    if (PathIsUnder(path, r) && r.size() > best.size()) best = r;
-  }
-  return best;
-}
-
 absl::Status OpenError(absl::string_view what, const std::string& path, int err) {
   const std::string msg = absl::StrCat(what, " \"", path, "\": ", std::strerror(err));
   return err == ENOENT ? absl::NotFoundError(msg) : absl::PermissionDeniedError(msg);
@@ -111,7 +102,7 @@ absl::StatusOr<int> OpenResolved(const std::string& path, absl::string_view what
   char buf[PATH_MAX];
   if (realpath(path.c_str(), buf) == nullptr) return OpenError(what, path, errno);
   const std::string resolved(buf);
-  const std::string root = RootOf(resolved, ResolvedRoots(roots));
+  const std::string root = LongestRootHolding(resolved, ResolvedRoots(roots));
   if (root.empty()) return Outside(what, path, resolved, roots);
   int fd = OpenAt2Beneath(root, resolved);
   if (fd == -ENOSYS) {
@@ -131,6 +122,14 @@ bool PathIsUnder(absl::string_view path, absl::string_view root) {
          (absl::StartsWith(path, root) && path.size() > root.size() && path[root.size()] == '/');
 }
 
+std::string LongestRootHolding(absl::string_view path, const std::vector<std::string>& roots) {
+  std::string best;
+  for (const std::string& r : roots) {
+    if (PathIsUnder(path, r) && r.size() > best.size()) best = r;
+  }
+  return best;
+}
+
 void SetOpenRoots(std::vector<std::string> roots) {
   absl::MutexLock lock(&RootsMu());
   Roots() = std::move(roots);
@@ -148,7 +147,7 @@ absl::StatusOr<int> OpenForRead(const std::string& path, absl::string_view what)
     if (fd < 0) return OpenError(what, path, errno);
     return KeepIfRegular(fd, what, path);
   }
-  const std::string root = RootOf(path, roots);
+  const std::string root = LongestRootHolding(path, roots);
   if (root.empty()) {
     return absl::PermissionDeniedError(absl::StrCat(what, " \"", path, "\" is outside the roots [",
                                                     absl::StrJoin(roots, ", "), "]"));

@@ -34,6 +34,10 @@ namespace shardline {
 // (spec/path_policy.h) and the opens here.
 bool PathIsUnder(absl::string_view path, absl::string_view root);
 
+// The longest of `roots` that holds `path` by its text; "" when none does (common/write_beneath.h
+// picks its root the same way).
+std::string LongestRootHolding(absl::string_view path, const std::vector<std::string>& roots);
+
 // Sets the roots every later OpenForRead stays beneath (absolute, normalized; empty: none).
 void SetOpenRoots(std::vector<std::string> roots);
 std::vector<std::string> OpenRoots();

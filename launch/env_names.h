@@ -39,6 +39,7 @@ inline constexpr char kRankGenerationEnv[] = "SHARDLINE_RANK_GENERATION";
 inline constexpr char kAdvertiseAddressEnv[] = "SHARDLINE_ADVERTISE_ADDRESS";
 inline constexpr char kNodeNameEnv[] = "SHARDLINE_NODE_NAME";
 inline constexpr char kOpenRootsEnv[] = "SHARDLINE_OPEN_ROOTS";
+inline constexpr char kWriteRootsEnv[] = "SHARDLINE_WRITE_ROOTS";
 
 // A CUDA job's device: set by the daemon per rank (worker/visible_devices.h), read by CUDA and
 // NCCL themselves; the trainer reads CUDA_VISIBLE_DEVICES to pick its device.

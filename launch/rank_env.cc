@@ -124,14 +124,15 @@ absl::Status ReadMaster(const GetEnv& getenv, RankEnv* e) {
   return absl::OkStatus();
 }
 
-absl::Status ReadOpenRoots(const GetEnv& getenv, RankEnv* e) {
+// Roots from `name` ("/a,/b"): absolute folders only.
+absl::Status ReadRoots(const GetEnv& getenv, const char* name, std::vector<std::string>* roots) {
   for (absl::string_view root :
-       absl::StrSplit(GetString(getenv, kOpenRootsEnv), ',', absl::SkipWhitespace())) {
+       absl::StrSplit(GetString(getenv, name), ',', absl::SkipWhitespace())) {
     if (!absl::StartsWith(root, "/")) {
-      return absl::InvalidArgumentError(absl::StrCat("environment ", kOpenRootsEnv, ": root \"",
-                                                     root, "\" is not an absolute path"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment ", name, ": root \"", root, "\" is not an absolute path"));
     }
-    e->open_roots.emplace_back(root);
+    roots->emplace_back(root);
   }
   return absl::OkStatus();
 }
@@ -155,7 +156,8 @@ absl::Status ReadDaemon(const GetEnv& getenv, RankEnv* e) {
   e->device.cuda_visible_devices = Get(getenv, kCudaVisibleDevicesEnv);
   e->device.cuda_device_order = Get(getenv, kCudaDeviceOrderEnv);
   e->device.nccl_socket_ifname = Get(getenv, kNcclSocketIfnameEnv);
-  return ReadOpenRoots(getenv, e);
+  if (absl::Status s = ReadRoots(getenv, kOpenRootsEnv, &e->open_roots); !s.ok()) return s;
+  return ReadRoots(getenv, kWriteRootsEnv, &e->write_roots);
 }
 
 // The standalone store's and the operator's settings.
@@ -186,9 +188,12 @@ std::string DoubleText(double v) {
 }  // namespace
 
 absl::StatusOr<std::map<std::string, std::string>> WriteRankEnv(const RankEnv& env) {
-  for (const std::string& root : env.open_roots) {
-    if (absl::StrContains(root, ',')) {
-      return Refuse(kOpenRootsEnv, root, "holds a ',', which separates the roots");
+  for (const auto& [name, roots] :
+       {std::pair{kOpenRootsEnv, &env.open_roots}, std::pair{kWriteRootsEnv, &env.write_roots}}) {
+    for (const std::string& root : *roots) {
+      if (absl::StrContains(root, ',')) {
+        return Refuse(name, root, "holds a ',', which separates the roots");
+      }
     }
   }
   std::map<std::string, std::string> out = {
@@ -212,6 +217,7 @@ absl::StatusOr<std::map<std::string, std::string>> WriteRankEnv(const RankEnv& e
   };
   if (env.resume_step.has_value()) out[kResumeStepEnv] = std::to_string(*env.resume_step);
   if (!env.open_roots.empty()) out[kOpenRootsEnv] = absl::StrJoin(env.open_roots, ",");
+  if (!env.write_roots.empty()) out[kWriteRootsEnv] = absl::StrJoin(env.write_roots, ",");
   set_if(kCudaVisibleDevicesEnv, env.device.cuda_visible_devices);
   set_if(kCudaDeviceOrderEnv, env.device.cuda_device_order);
   set_if(kNcclSocketIfnameEnv, env.device.nccl_socket_ifname);

@@ -69,6 +69,10 @@ struct RankEnv {
   // SHARDLINE_OPEN_ROOTS (absolute folders, ',' between): the trainer opens its input files
   // beneath them (common/open_beneath.h); empty when unset.
   std::vector<std::string> open_roots;
+  // SHARDLINE_WRITE_ROOTS (absolute folders, ',' between): the trainer creates, writes, renames
+  // and removes checkpoint and TensorBoard files beneath them (common/write_beneath.h); empty
+  // when unset.
+  std::vector<std::string> write_roots;
   DeviceEnv device;
 
   // A standalone launch's TCP bootstrap store (docs/security.md), never the daemon's.

@@ -40,6 +40,7 @@ RankEnv DaemonRank() {
   e.advertise_address = "10.0.0.8";
   e.node_name = "node-b";
   e.open_roots = {"/data", "/ckpt"};
+  e.write_roots = {"/ckpt"};
   e.device = {"GPU-8f2c", "PCI_BUS_ID", "eth1"};
   return e;
 }
@@ -66,6 +67,7 @@ TEST(RankEnv, DaemonRankRoundTripsThroughTheEnvironment) {
   EXPECT_EQ(e->advertise_address, "10.0.0.8");
   EXPECT_EQ(e->node_name, "node-b");
   EXPECT_EQ(e->open_roots, (std::vector<std::string>{"/data", "/ckpt"}));
+  EXPECT_EQ(e->write_roots, (std::vector<std::string>{"/ckpt"}));
   EXPECT_EQ(e->device.cuda_visible_devices, "GPU-8f2c");
   EXPECT_EQ(e->device.cuda_device_order, "PCI_BUS_ID");
   EXPECT_EQ(e->device.nccl_socket_ifname, "eth1");
@@ -208,6 +210,8 @@ TEST(ReadRankEnv, RefusesEachMalformedValueNamingTheVariableAndValue) {
        "environment SHARDLINE_RANK_GENERATION=\"g2\" is not an integer"},
       {with({{"SHARDLINE_OPEN_ROOTS", "/data,ckpt"}}),
        "environment SHARDLINE_OPEN_ROOTS: root \"ckpt\" is not an absolute path"},
+      {with({{"SHARDLINE_WRITE_ROOTS", "ckpt"}}),
+       "environment SHARDLINE_WRITE_ROOTS: root \"ckpt\" is not an absolute path"},
       {with({{"SHARDLINE_STORE_INSECURE", "yes"}}),
        "environment SHARDLINE_STORE_INSECURE=\"yes\" is not 1 or 0"},
       {with({{"TORCHELASTIC_USE_AGENT_STORE", "true"}}),

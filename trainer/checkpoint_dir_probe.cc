@@ -20,6 +20,7 @@
 #include "checkpoint/durable_file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/write_beneath.h"
 
 namespace shardline::trainer {
 namespace {
@@ -129,9 +130,10 @@ absl::Status CheckCheckpointDirShared(const CheckpointDirProbeOptions& o, fsdp::
   flags = flags.to(device);
   RETURN_IF_ERROR(world->AllReduce(flags, fsdp::ReduceOp::kSum));
   flags = flags.to(at::kCPU);
-  if (rank == 0 && ::unlink(path.c_str()) != 0) {
-    SL_LOG(WARNING) << "cannot remove the checkpoint.dir probe " << path << ": "
-                    << std::strerror(errno);
+  if (rank == 0) {
+    if (absl::Status s = UnlinkBeneath(path); !s.ok()) {
+      SL_LOG(WARNING) << "cannot remove the checkpoint.dir probe: " << s.message();
+    }
   }
   std::vector<int> failed;
   for (int r = 0; r < size; ++r) {

@@ -66,6 +66,7 @@ void FillHostDefaults(launch::RankEnv& e) {
   }
   if (e.node_name.empty()) e.node_name = HostName();
   for (std::string& root : e.open_roots) root = spec::NormalizePath(root);
+  for (std::string& root : e.write_roots) root = spec::NormalizePath(root);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "trainer/tensorboard_writer.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "checkpoint/crc32c.h"
+#include "checkpoint/durable_file.h"
+#include "common/write_beneath.h"
 #include "third_party/tensorboard/proto/event.pb.h"
 
 namespace shardline::trainer {
@@ -36,19 +39,24 @@ std::string TfRecord(absl::string_view data) {
 }
 
 absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("train.tensorboard_dir: cannot create ", dir, ": ", ec.message()));
+  // Beneath the checkpoint roots when the worker set them (common/write_beneath.h).
+  if (absl::Status s = checkpoint::MakeDirsDurable(dir); !s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("train.tensorboard_dir: cannot create ", dir, ": ", s.message()));
   }
   char host[256] = "localhost";
   gethostname(host, sizeof(host) - 1);
   const std::string path =
       absl::StrCat(dir, "/events.out.tfevents.", absl::ToUnixSeconds(absl::Now()), ".", host, ".",
                    getpid(), ".shardline");
-  std::FILE* f = std::fopen(path.c_str(), "wbe");
+  absl::StatusOr<int> fd = OpenForWrite(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (!fd.ok()) {
+    return absl::Status(fd.status().code(), absl::StrCat("train.tensorboard_dir: cannot create ",
+                                                         path, ": ", fd.status().message()));
+  }
+  std::FILE* f = fdopen(*fd, "wb");
   if (f == nullptr) {
+    close(*fd);
     return absl::InternalError(
         absl::StrCat("train.tensorboard_dir: cannot create ", path, ": ", std::strerror(errno)));
   }

@@ -64,6 +64,7 @@
 #include "common/open_beneath.h"
 #include "common/status_macros.h"
 #include "common/torch_status.h"
+#include "common/write_beneath.h"
 #include "data/token_dataset.h"
 #include "data/vocab.h"
 #include "fsdp/comm_groups.h"
@@ -155,12 +156,14 @@ absl::StatusOr<Args> ParseFlags(int argc, char** argv) {
 }
 
 // The launch environment (trainer/launch_env.h), and what it sets up for the whole process before
-// anything else runs: the roots every input file is opened beneath, the CPU memory cap, the
+// anything else runs: the roots every input file is opened beneath (and every checkpoint file
+// written beneath), the CPU memory cap, the
 // log prefix.
 absl::StatusOr<launch::RankEnv> SetUpEnvironment() {
   absl::StatusOr<launch::RankEnv> env = ReadLaunchEnv();
   if (!env.ok()) return env.status();
   SetOpenRoots(env->open_roots);
+  SetWriteRoots(env->write_roots);
   if (env->cpu_memory_cap_mib.has_value()) {
     RETURN_IF_ERROR(
         InstallCpuMemoryCap(static_cast<int64_t>(*env->cpu_memory_cap_mib * 1048576.0)));

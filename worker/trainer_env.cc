@@ -31,6 +31,9 @@ absl::StatusOr<launch::RankEnv> TrainerEnvFor(const Assignment& a, const Trainer
     e.open_roots.insert(e.open_roots.end(), policy.checkpoint_roots.begin(),
                         policy.checkpoint_roots.end());
   }
+  // Checkpoints and TensorBoard files are written beneath the checkpoint roots alone, whether or
+  // not reads are bounded.
+  e.write_roots = policy.checkpoint_roots;
   if (a.spec().device().kind() == DeviceSpec::CUDA) {
     // One GPU per rank: its slot's entry of the inherited list (an index or a UUID), and NCCL's
     // sockets on the interface of --address unless the user chose one.

@@ -91,5 +91,17 @@ TEST(TrainerEnvFor, OpenRootsOnlyWithBothKindsOfRoots) {
   EXPECT_EQ(e->open_roots, (std::vector<std::string>{"/data", "/ckpt", "/scratch"}));
 }
 
+TEST(TrainerEnvFor, WriteRootsAreTheCheckpointRootsWhetherOrNotReadsAreBounded) {
+  TrainerEnvNode node = Node();
+  absl::StatusOr<launch::RankEnv> e = TrainerEnvFor(Start(DeviceSpec::CPU), node);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_TRUE(e->write_roots.empty());
+  node.path_policy.checkpoint_roots = {"/ckpt"};
+  e = TrainerEnvFor(Start(DeviceSpec::CPU), node);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->write_roots, (std::vector<std::string>{"/ckpt"}));
+  EXPECT_TRUE(e->open_roots.empty());  // reads stay unbounded without read roots
+}
+
 }  // namespace
 }  // namespace shardline::worker

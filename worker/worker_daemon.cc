@@ -382,7 +382,8 @@ absl::Status WorkerDaemon::StartRankLocked(const Assignment& a) {
   // The daemon's own secrets stay with it (its environment may hold them: worker_main reads
   // $SHARDLINE_JOIN_TOKEN, and a shell may export a user's $SHARDLINE_TOKEN); so do its roots,
   // which the trainer gets only as this node's path policy says (trainer_env.h).
-  po.drop_env = {launch::kJoinTokenEnv, launch::kUserTokenEnv, launch::kOpenRootsEnv};
+  po.drop_env = {launch::kJoinTokenEnv, launch::kUserTokenEnv, launch::kOpenRootsEnv,
+                 launch::kWriteRootsEnv};
   ASSIGN_OR_RETURN(std::unique_ptr<RankProcess> process, RankProcess::Start(po));
   SL_LOG(INFO) << "started rank " << a.rank() << "/" << a.world_size() << " of " << a.job_id()
                << " attempt " << a.attempt() << " (pid " << process->pid() << ", generation "

@@ -4,6 +4,7 @@ the allowed roots), ".." cannot climb out, and a symbolic link under a root that
 it, which the coordinator cannot see, is refused by the worker before any trainer starts. A spec
 inside the roots trains as usual, and the coordinator keeps serving throughout."""
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -114,7 +115,10 @@ class SwappedAfterTheCheckScenarioTest(unittest.TestCase):
         shutil.copy(cluster_test.CORPUS, os.path.join(self.outside, "corpus.txt"))
         wrapper = os.path.join(self.base, "swap_then_train.sh")
         with open(wrapper, "w") as f:
-            f.write('#!/bin/sh\nln -sfn "%s" "%s"\nexec "%s" "$@"\n'
+            # Rank 1's wrapper swaps: the daemon checks rank 1 before it starts rank 1, so the
+            # swap comes after both ranks' checks (rank 0's wrapper, run beside rank 1's
+            # check, would race it).
+            f.write('#!/bin/sh\n[ "$RANK" = 1 ] && ln -sfn "%s" "%s"\nexec "%s" "$@"\n'
                     % (os.path.join(self.outside, "corpus.txt"), self.checked,
                        harness.BINARIES.trainer))
         os.chmod(wrapper, 0o755)
@@ -136,6 +140,49 @@ class SwappedAfterTheCheckScenarioTest(unittest.TestCase):
                       % (self.checked, self.outside, self.data, self.ckpt), message)
         self.assertTrue(os.path.islink(self.checked))  # the swap happened after the check
         self.assertFalse(os.path.exists(os.path.join(self.ckpt, job, "step_2")))
+
+
+class PlantedJobFolderScenarioTest(unittest.TestCase):
+    """Writes (#31 item 1): the worker checks `checkpoint.dir`, but the trainer writes below it,
+    under names it makes later: `<checkpoint.dir>/<job id>/step_N/...`. A job's id is known from
+    submit on, so a user who can write under the checkpoint root can plant a link at that name to
+    a folder outside the roots while the job waits. Here the worker's --trainer is a wrapper that
+    plants it after the check, just before the trainer runs. The trainer writes beneath the
+    checkpoint roots (SHARDLINE_WRITE_ROOTS, openat2 RESOLVE_BENEATH) and refuses; before, its
+    shards and MANIFEST.json landed in the outside folder."""
+
+    def setUp(self):
+        self.base = tempfile.mkdtemp(prefix="plant_", dir=os.environ.get("TEST_TMPDIR"))
+        self.data = os.path.join(self.base, "data")
+        self.ckpt = os.path.join(self.base, "ckpt")
+        self.outside = os.path.join(self.base, "outside")
+        for d in (self.data, self.ckpt, self.outside):
+            os.makedirs(d)
+        self.corpus = shutil.copy(cluster_test.CORPUS, os.path.join(self.data, "corpus.txt"))
+        wrapper = os.path.join(self.base, "plant_then_train.sh")
+        with open(wrapper, "w") as f:
+            f.write('#!/bin/sh\nln -sfn "%s" "%s/$SHARDLINE_JOB_ID"\nexec "%s" "$@"\n'
+                    % (self.outside, self.ckpt, harness.BINARIES.trainer))
+        os.chmod(wrapper, 0o755)
+        roots = ["--read_roots=" + self.data, "--checkpoint_roots=" + self.ckpt]
+        self.cluster = harness.Cluster(workers=0, grace_period_s=3, coordinator_flags=roots)
+        self.cluster.start_worker(0, 2, grace_period_s=3, flags=roots + ["--trainer=" + wrapper])
+        self.cluster.wait_for_workers(1)
+
+    tearDown = cluster_test.ClusterTest.tearDown
+    spec = PathPolicyScenarioTest.spec
+
+    def test_a_link_planted_at_the_jobs_folder_is_refused_at_the_write(self):
+        job = self.cluster.shardctl("submit", self.spec(self.corpus, self.ckpt)).stdout.split()[0]
+        status = self.cluster.wait_for(job, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"),
+                                       timeout=180, what="job end")
+        self.assertEqual(status["state"], "FAILED", status)
+        message = " ".join(e.get("message", "") for e in status["events"])
+        self.assertRegex(message, r'checkpoint path "%s/[^"]+" resolves outside the root %s '
+                                  r'\(a symbolic link or "\.\." leaves it\); refused at the write'
+                         % (re.escape(os.path.join(self.ckpt, job)), re.escape(self.ckpt)))
+        self.assertTrue(os.path.islink(os.path.join(self.ckpt, job)))  # the plant happened
+        self.assertEqual(os.listdir(self.outside), [])  # nothing written through it
 
 
 if __name__ == "__main__":
