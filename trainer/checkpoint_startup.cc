@@ -4,6 +4,7 @@
 #include "absl/time/time.h"
 #include "trainer/checkpoint_dir_probe.h"
 #include "trainer/coordinator_reporter.h"
+#include "trainer/train_loop.h"
 
 namespace shardline::trainer {
 
@@ -65,7 +66,8 @@ void SetResumeStep(const TrainerConfig& c, const launch::RankEnv& env, Checkpoin
 // The spec's checkpoint policy over the engine of `fsdp` (null with --backend local, which has
 // no checkpoints). Under the coordinator each save is reported to it.
 absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(
-    const TrainerConfig& c, const launch::RankEnv& env, FsdpBackend* fsdp) {
+    const TrainerConfig& c, const launch::RankEnv& env, FsdpBackend* fsdp,
+    const std::string& metrics_out) {
   if (fsdp == nullptr) {
     return absl::InvalidArgumentError(
         "checkpoint.dir / init_from_safetensors / model.hf_dir need the FSDP backend (--backend "
@@ -89,7 +91,8 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(
   policy.commit_timeout = absl::Seconds(c.collective_timeout_s);
   if (!env.coordinator.empty() && !env.job_id.empty()) {
     absl::StatusOr<CoordinatorReporter> reporter = MakeCoordinatorReporter(
-        {env.coordinator, env.rdzv_secret, env.job_id, env.attempt, env.rank});
+        {env.coordinator, env.rdzv_secret, env.job_id, env.attempt, env.rank, metrics_out,
+         [c](int64_t step) { return StepIsLogged(c, step); }});
     if (!reporter.ok()) return reporter.status();
     policy.on_saved = reporter->on_saved;
     policy.report_commit = reporter->report_commit;

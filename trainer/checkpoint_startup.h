@@ -41,8 +41,10 @@ absl::Status CheckCheckpointDir(const TrainerConfig& c, const launch::RankEnv& e
 // The spec's checkpoint policy over the engine of `fsdp` (null with --backend local, which has
 // no checkpoints: INVALID_ARGUMENT). Under the coordinator each save is reported to it, and
 // SHARDLINE_RESUME_STEP (the coordinator's registry step) overrides the spec's resume_step.
+// `metrics_out`: this rank's metrics file, whose steps rank 0 reports before each commit.
 absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(
-    const TrainerConfig& c, const launch::RankEnv& env, FsdpBackend* fsdp);
+    const TrainerConfig& c, const launch::RankEnv& env, FsdpBackend* fsdp,
+    const std::string& metrics_out);
 
 // Where training starts: a restored checkpoint's step and data cursor, or the beginning; then
 // saves after every step as the policy says. A replacement rank of a replica-group

@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "common/retry.h"
 #include "proto/coordinator.pb.h"
+#include "trainer/logged_steps.h"
 #include "trainer/report_queue.h"
 
 namespace shardline::trainer {
@@ -45,8 +46,20 @@ absl::StatusOr<CoordinatorReporter> MakeCoordinatorReporter(
     queue->Push(absl::StrCat("checkpoint step ", e.step, " (rank ", options.rank, "'s files)"),
                 [shared, r = std::move(r)] { return shared->ReportCheckpoint(r); });
   };
-  out.report_commit = [shared, options](const checkpoint::SaveEvent& e) {
-    return shared->ReportCheckpoint(ReportOf(options, e));
+  auto logged = std::make_shared<LoggedSteps>(options.metrics_file);
+  out.report_commit = [shared, options, logged](const checkpoint::SaveEvent& e) {
+    if (!options.metrics_file.empty()) {
+      const bool logged_step = options.step_is_logged && options.step_is_logged(e.step);
+      for (ProgressReport& p : logged->UpTo(e.step, logged_step)) {
+        p.set_job_id(options.job_id);
+        p.set_attempt(options.attempt);
+        p.set_rank(options.rank);
+        if (absl::Status s = shared->ReportProgress(p); !s.ok()) return s;
+      }
+    }
+    absl::Status s = shared->ReportCheckpoint(ReportOf(options, e));
+    if (s.ok()) logged->Acknowledge(e.step);
+    return s;
   };
   out.report_fallback = [shared, options](int64_t missing_step, int64_t step,
                                           const std::string& root) {

@@ -26,6 +26,13 @@ struct CoordinatorReporterOptions {
   std::string job_id;
   int attempt = 0;
   int rank = 0;
+  // This rank's --metrics_out: rank 0 sends the steps logged there up to a commit before the
+  // commit itself (logged_steps.h). Empty: none.
+  std::string metrics_file;
+  // Whether a step writes a line there (train_loop.h StepIsLogged): a commit of a logged step
+  // waits (up to 10 s) for the training thread to write that step's line, which it does right
+  // after the save that the commit ends.
+  std::function<bool(int64_t step)> step_is_logged;
 };
 
 struct CoordinatorReporter {
@@ -35,8 +42,10 @@ struct CoordinatorReporter {
   // data file).
   std::function<void(const checkpoint::SaveEvent&)> on_saved;
   // checkpoint::Checkpointer::Options::report_commit: rank 0's commit (MANIFEST.json and every
-  // data file, manifest_committed, expected_files), one attempt. OK: the coordinator stored the
-  // report, so its registry lists the step committed. Errors: the RPC's.
+  // data file, manifest_committed, expected_files), one attempt, after the progress of every
+  // step logged up to it (LoggedSteps) not sent with an earlier commit. OK: the coordinator
+  // took the steps and stored the report, so its registry lists the step committed. Errors: the
+  // first RPC's that failed (the steps are sent again with the next attempt).
   std::function<absl::Status(const checkpoint::SaveEvent&)> report_commit;
   // Rank 0: this attempt resumed from `step` because `missing_step`, the coordinator's resume
   // step, is not a committed checkpoint under `root` (CheckpointReport.fallback_from_step).

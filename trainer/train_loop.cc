@@ -102,7 +102,10 @@ class Loop {
       summary.final_val_loss = *after.val_loss;
     }
     if (after.sample.has_value()) summary.sample = *after.sample;
-    if (!LastStep(step) && !after.val_loss.has_value() && (step + 1) % c_.log_every != 0) {
+    // A step logged only for its evaluation logs nothing when the evaluation gave no loss (it
+    // may not under replica-group fault tolerance).
+    const bool for_eval_only = !LastStep(step) && (step + 1) % c_.log_every != 0;
+    if (!StepIsLogged(c_, step + 1) || (for_eval_only && !after.val_loss.has_value())) {
       return absl::OkStatus();
     }
     StepMetrics m;
@@ -351,6 +354,11 @@ class Loop {
 };
 
 }  // namespace
+
+bool StepIsLogged(const TrainerConfig& c, int64_t step) {
+  return step == c.steps || (c.eval_every > 0 && step % c.eval_every == 0) ||
+         step % c.log_every == 0;
+}
 
 absl::StatusOr<TrainSummary> RunTraining(const TrainerConfig& config, models::LanguageModel& model,
                                          TrainingBackend& backend,

@@ -91,6 +91,12 @@ struct TrainSummary {
   data::DataCursor cursor;  // Where the next step would read.
 };
 
+// Whether step `step` (1-based) writes a metrics line: the last step, an evaluation step, every
+// train.log_every-th step (an evaluation that failed under replica-group fault tolerance logs
+// nothing). The one definition of it: the loop's Emit and rank 0's commit reports
+// (coordinator_reporter.h) use it.
+bool StepIsLogged(const TrainerConfig& config, int64_t step);
+
 // Runs config.steps optimizer steps. `model` must already be on the training device and wrapped
 // by `backend`.
 absl::StatusOr<TrainSummary> RunTraining(const TrainerConfig& config, models::LanguageModel& model,

@@ -550,7 +550,7 @@ int Main(int argc, char** argv) {
   }
   if (WantsCheckpoints(c)) {
     absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> created =
-        CreateCheckpointing(c, *env, b.fsdp.get());
+        CreateCheckpointing(c, *env, b.fsdp.get(), args->metrics_out);
     if (!created.ok()) return Fail(launch::kExitBadSpec, "checkpoint", created.status());
     ckpt = *std::move(created);
   }
