@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "google/protobuf/unknown_field_set.h"
@@ -215,9 +216,14 @@ TEST(CoordinatorServer, ServesInProcessAndShutsDownWithAnOpenWatch) {
   auto job = client->SubmitJob(spec);
   ASSERT_TRUE(job.ok()) << job.status();
   absl::Status watch;
-  std::thread watcher(
-      [&] { watch = client->WatchJob(*job, [](const JobStatus&) { return true; }); });
-  absl::SleepFor(absl::Milliseconds(200));
+  absl::Notification watching;  // the watch's first status arrived: the stream is open
+  std::thread watcher([&] {
+    watch = client->WatchJob(*job, [&](const JobStatus&) {
+      if (!watching.HasBeenNotified()) watching.Notify();
+      return true;
+    });
+  });
+  ASSERT_TRUE(watching.WaitForNotificationWithTimeout(absl::Seconds(60)));
   (*server)->Shutdown();
   watcher.join();
   EXPECT_EQ(watch.code(), absl::StatusCode::kUnavailable) << watch;

@@ -40,7 +40,10 @@ CoordinatorCore::CoordinatorCore(const CoreOptions& options, std::unique_ptr<Sta
       training_(options.metrics_series_capacity),
       logs_(options.logs),
       jobs_(writer_.get(), &feed_, options.max_events_per_job),
-      outbox_(&feed_, options.stop_grace_period_s) {}
+      outbox_(&feed_, options.stop_grace_period_s) {
+  absl::MutexLock lock(&mu_);
+  jobs_.SetBeforeEndWrite([this](const std::string& job_id) { WriteSeriesOfEndedJob(job_id); });
+}
 
 CoordinatorCore::~CoordinatorCore() {
   Shutdown();

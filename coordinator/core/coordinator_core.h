@@ -350,6 +350,8 @@ class CoordinatorCore {
   RankQuota RankQuotaLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues the writes of the training series that are due (every dirty one when `all`).
   void FlushTrainingMetrics(bool all);
+  // JobTable's before-end hook: the ended job's unwritten series, queued before its end.
+  void WriteSeriesOfEndedJob(const std::string& job_id);
 
   const CoreOptions options_;
   const Clock* clock_;
@@ -358,8 +360,11 @@ class CoordinatorCore {
   RendezvousStore rendezvous_;              // own lock
   AttemptCredentials attempt_credentials_;  // own lock
   TrainingMetrics training_;                // own lock; taken after mu_ when both are
-  JobLogs logs_;                            // own lock
-  mutable ManifestCache manifests_;         // own lock; GetCheckpoint's committed manifests
+  // Held while a series is taken and queued (FlushTrainingMetrics, WriteSeriesOfEndedJob);
+  // taken after mu_ when both are.
+  absl::Mutex series_write_mu_;
+  JobLogs logs_;                     // own lock
+  mutable ManifestCache manifests_;  // own lock; GetCheckpoint's committed manifests
 
   mutable absl::Mutex mu_;
   ChangeFeed feed_ ABSL_GUARDED_BY(mu_);

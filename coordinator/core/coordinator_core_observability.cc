@@ -15,9 +15,19 @@
 namespace shardline::coordinator {
 
 void CoordinatorCore::FlushTrainingMetrics(bool all) {
+  // One flush at a time, and none beside an ended job's write: two takes of one series queued
+  // in the other order would store the older one last.
+  absl::MutexLock lock(&series_write_mu_);
   for (const JobMetricsRecord& r :
        training_.TakeDirty(clock_->Now(), options_.metrics_flush_interval, all)) {
     training_.Queued(r.job_id(), writer_->PutJobMetrics(r));
+  }
+}
+
+void CoordinatorCore::WriteSeriesOfEndedJob(const std::string& job_id) {
+  absl::MutexLock lock(&series_write_mu_);
+  if (std::optional<JobMetricsRecord> r = training_.TakeDirtyJob(job_id, clock_->Now())) {
+    training_.Queued(job_id, writer_->PutJobMetrics(*r));
   }
 }
 

@@ -89,6 +89,9 @@ StateWriter::Ticket JobTable::Changed(JobRecord& job) {
   TrimEvents(job);
   feed_->JobChanged(job.status().job_id());
   deferred_.erase(job.status().job_id());  // This write carries the progress too.
+  if (before_end_write_ && IsTerminal(job.status().state())) {
+    before_end_write_(job.status().job_id());
+  }
   return writer_->PutJob(job);
 }
 

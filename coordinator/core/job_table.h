@@ -8,6 +8,7 @@
 #define SHARDLINE_COORDINATOR_CORE_JOB_TABLE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -57,6 +58,13 @@ class JobTable {
   // off the caller's thread) and reports it to the feed. Returns the write's ticket:
   // StateWriter::Wait on it says whether it is durable.
   StateWriter::Ticket Changed(JobRecord& job);
+  // Called by Changed with a job's id just before it queues the record of a job in a terminal
+  // state: the core queues the job's unwritten training series there, so the writer (in order)
+  // makes the series durable no later than the end (no report can resend its last points once
+  // the job has ended; found by the chaos soak, #30).
+  void SetBeforeEndWrite(std::function<void(const std::string& job_id)> hook) {
+    before_end_write_ = std::move(hook);
+  }
   // A change of `job`'s training progress only (latest step, loss, throughput): reported to the
   // feed at once, its write deferred until FlushDeferred finds it `interval` old, or a Changed
   // of the job writes it along. Rank 0 reports progress every log_every steps, every job at
@@ -103,6 +111,7 @@ class JobTable {
   std::set<std::string> new_ids_;  // handed out by NewJob, not yet added
   // Jobs with an unwritten progress change -> when the first one happened.
   std::map<std::string, absl::Time> deferred_;
+  std::function<void(const std::string&)> before_end_write_;
   int64_t next_seq_ = 1;
 };
 

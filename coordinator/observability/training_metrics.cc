@@ -95,6 +95,18 @@ std::vector<JobMetricsRecord> TrainingMetrics::TakeDirty(absl::Time now, absl::D
   return out;
 }
 
+std::optional<JobMetricsRecord> TrainingMetrics::TakeDirtyJob(const std::string& job_id,
+                                                              absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || !it->second.dirty) return std::nullopt;
+  Job& job = it->second;
+  job.dirty = false;
+  job.written = now;
+  job.writes.push_back({0, job.series.latest().step()});
+  return job.series.ToRecord(job_id);
+}
+
 void TrainingMetrics::Ended(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);

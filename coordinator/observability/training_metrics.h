@@ -63,6 +63,10 @@ class TrainingMetrics {
   // then calls Queued with its write's ticket (the state writer's, increasing), in order.
   std::vector<JobMetricsRecord> TakeDirty(absl::Time now, absl::Duration interval,
                                           bool all = false);
+  // The record of one job, when its series is dirty (then no longer dirty), for the write that
+  // goes just before its terminal record (JobTable's before-end hook): a job whose end is
+  // durable has its whole series durable too. The caller queues it and calls Queued, as above.
+  std::optional<JobMetricsRecord> TakeDirtyJob(const std::string& job_id, absl::Time now);
   // The record of `job_id` that TakeDirty handed out first and that has no ticket yet is
   // queued as write `ticket`.
   void Queued(const std::string& job_id, int64_t ticket);

@@ -78,5 +78,42 @@ class CoordinatorKillProgressScenarioTest(unittest.TestCase):
             self.assertAlmostEqual(series[s], loss, delta=1e-9, msg="step %d" % s)
 
 
+class CoordinatorKillAtTheEndScenarioTest(unittest.TestCase):
+    """Found by the chaos soak (#30, seed 30, after the fixes above): a coordinator SIGKILLed
+    just after a job SUCCEEDED lost the series points it had not written yet; the job's end was
+    durable, so no daemon's resent report was taken any more (an ended job takes none) and the
+    job kept the hole (the soak's lacked steps 6-60). The ended job's series used to be written
+    at the next tick; here ticks are 3 s apart (--tick_ms=3000) and the series' periodic writes a
+    minute, and the coordinator is SIGKILLed as soon as shardctl shows the job SUCCEEDED. Now the
+    series is queued to the state writer just before the job's terminal record (JobTable's
+    before-end hook), so an end that survives the kill has its whole series with it."""
+
+    tearDown = cluster_test.ClusterTest.tearDown
+    spec = cluster_test.ClusterTest.spec
+    submit = cluster_test.ClusterTest.submit
+
+    def setUp(self):
+        self.flags = ["--metrics_flush_ms=60000", "--tick_ms=3000"]
+        self.cluster = harness.Cluster(workers=2, slots=2, grace_period_s=3,
+                                       coordinator_flags=self.flags)
+
+    def test_a_sigkill_right_after_the_end_keeps_the_whole_series(self):
+        steps = 30
+        job = self.submit(self.spec(steps=steps), "--set", "checkpoint.every_steps=0",
+                          "--set", "checkpoint.save_final=false")
+        self.cluster.wait_for(job, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"),
+                              timeout=300, what="job end")
+        coordinator = self.cluster.procs["coordinator"]
+        coordinator.send_signal(signal.SIGKILL)
+        coordinator.wait()
+        self.cluster.start_coordinator(self.cluster.address)
+        status = self.cluster.wait_for(job, lambda s: s.get("state") in ("SUCCEEDED", "FAILED"),
+                                       timeout=300, what="job end after the restart")
+        self.assertEqual(status["state"], "SUCCEEDED", json.dumps(status["events"], indent=1))
+        steps_seen = {int(p["step"]) for p in self.cluster.shardctl_json("metrics", job)["points"]}
+        missing = [s for s in range(1, steps + 1) if s not in steps_seen]
+        self.assertEqual(missing, [], "steps missing from the series after a SIGKILL at the end")
+
+
 if __name__ == "__main__":
     harness.run_tests(__name__)
