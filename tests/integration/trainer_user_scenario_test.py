@@ -67,10 +67,10 @@ def stage(binary, bin_dir, lib_dir):
         if os.path.exists(dest):
             continue
         try:
-            os.link(os.path.realpath(lib), dest)
+            os.link(os.path.realpath(lib), dest)  # the same inode: its mode is the venv's
         except OSError:
             shutil.copy(lib, dest)
-        os.chmod(dest, 0o755)
+            os.chmod(dest, 0o755)
     return path, {"LD_LIBRARY_PATH": lib_dir}
 
 
