@@ -32,8 +32,7 @@ absl::Status RestrictDir(const std::string& dir, const std::optional<TrainerUser
 // Creates (or truncates) `path` with `mode`, owned by uid:gid, holding `text`.
 absl::Status WriteOwned(const std::string& path, const std::string& text, mode_t mode, uid_t uid,
                         gid_t gid, bool chown_it) {
-  const int fd =
-      open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
   if (fd < 0) return Failed("write", path);
   bool ok = !chown_it || (fchown(fd, uid, gid) == 0 && fchmod(fd, mode) == 0);
   for (size_t done = 0; ok && done < text.size();) {

@@ -114,8 +114,8 @@ TEST(RankProcess, RunsAsTheTrainerUserWhenGivenOne) {
   std::string groups;
   for (gid_t g : user->groups) groups += (groups.empty() ? "" : " ") + std::to_string(g);
   const std::string tail = (*p)->LogTail();
-  EXPECT_TRUE(absl::StrContains(tail, absl::StrCat("ids ", user->uid, " ", user->uid, " ",
-                                                   user->gid, " groups ", groups)))
+  EXPECT_TRUE(absl::StrContains(
+      tail, absl::StrCat("ids ", user->uid, " ", user->uid, " ", user->gid, " groups ", groups)))
       << tail;
 }
 

@@ -39,9 +39,8 @@ std::string Failure(const TrainerUser& user, const Probe& p, int error) {
       return absl::StrCat(who, " cannot reach ", p.flag, " ", p.path, ": ", strerror(error),
                           "; every directory above it needs search (x) permission for that user");
     case Want::kWrite:
-      return absl::StrCat(who, " cannot write under ", p.flag, " ", p.path, ": ",
-                          strerror(error), "; make the directory that user's (chown ", user.name,
-                          ")");
+      return absl::StrCat(who, " cannot write under ", p.flag, " ", p.path, ": ", strerror(error),
+                          "; make the directory that user's (chown ", user.name, ")");
     case Want::kNoRead:
       return absl::StrCat(who, " can read ", p.flag, " ", p.path,
                           ": trainers run job code, so a credential must not be readable by "
@@ -125,9 +124,15 @@ absl::Status CheckTrainerUser(const TrainerUser& user, const TrainerUserChecks& 
       const char* path = p.path.c_str();
       int ok = 0;
       switch (p.want) {
-        case Want::kExecute: ok = access(path, X_OK | R_OK); break;
-        case Want::kTraverse: ok = access(path, X_OK); break;
-        case Want::kWrite: ok = access(path, W_OK | X_OK); break;
+        case Want::kExecute:
+          ok = access(path, X_OK | R_OK);
+          break;
+        case Want::kTraverse:
+          ok = access(path, X_OK);
+          break;
+        case Want::kWrite:
+          ok = access(path, W_OK | X_OK);
+          break;
         case Want::kNoRead: {
           const int fd = open(path, O_RDONLY | O_NOCTTY | O_NONBLOCK);
           if (fd >= 0) {
@@ -159,8 +164,8 @@ absl::Status CheckTrainerUser(const TrainerUser& user, const TrainerUserChecks& 
   }
   if (r.index < 0) return absl::OkStatus();
   if (r.index == static_cast<int>(probes.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("--trainer_user ", user.name,
-                                                   ": cannot switch to it: ", strerror(r.error)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--trainer_user ", user.name, ": cannot switch to it: ", strerror(r.error)));
   }
   return absl::InvalidArgumentError(Failure(user, probes[r.index], r.error));
 }

@@ -25,8 +25,8 @@ namespace shardline::worker {
 struct TrainerUser {
   std::string name;
   uid_t uid = 0;
-  gid_t gid = 0;                // the user's primary group: the group of the rank files
-  std::vector<gid_t> groups;    // supplementary groups (getgrouplist), set in the child
+  gid_t gid = 0;              // the user's primary group: the group of the rank files
+  std::vector<gid_t> groups;  // supplementary groups (getgrouplist), set in the child
 };
 
 // Looks `name` up in the user database. Errors: INVALID_ARGUMENT naming --trainer_user when the

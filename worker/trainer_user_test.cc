@@ -81,8 +81,7 @@ TEST(TrainerUser, ChecksRunAsTheUserAndNameTheFlagAndPath) {
   s = CheckTrainerUser(*user, {private_bin, dir, {}, {}});
   EXPECT_TRUE(absl::StrContains(s.message(), "cannot run --trainer " + private_bin)) << s;
   s = CheckTrainerUser(*user, {"/bin/true", dir, {dir}, {}});
-  EXPECT_TRUE(absl::StrContains(s.message(), "cannot write under --checkpoint_roots " + dir))
-      << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "cannot write under --checkpoint_roots " + dir)) << s;
 }
 
 }  // namespace
