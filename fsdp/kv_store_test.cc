@@ -1,7 +1,10 @@
 // Behaviour shared by every KvStore implementation, run against each of them, plus the parts
 // specific to one (prefixing, TCP connect failure).
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <functional>
@@ -208,13 +211,22 @@ TEST(PrefixKvStore, PrefixesSeparateNamespaces) {
 }
 
 TEST(TcpKvStore, UnreachableServerIsUnavailableAfterConnectTimeout) {
-  // Bind a server to learn a free port, then shut it down so nothing listens there.
-  int port;
-  {
-    auto server = TcpKvServer::Create({});
-    ASSERT_TRUE(server.ok()) << server.status();
-    port = (*server)->port();
-  }
+  // A port bound but not listening, held for the whole test: connects are refused, and no other
+  // process (tests run in parallel) can take it meanwhile, as one did once with a port learned
+  // from a server that was then shut down.
+  const int held = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(held, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(held, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(held, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{held};
   TcpKvStore::Options options;
   options.port = port;
   options.connect_timeout = absl::Milliseconds(300);
