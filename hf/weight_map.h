@@ -4,10 +4,11 @@
 // Layouts (our tensor <-> the file's tensor):
 //   kSame         identical.
 //   kTransposed   GPT-2's Conv1D stores [in, out]; our Linear is [out, in].
-//   kRotaryHalves q/k projections [heads * D, C]: HF's rotary (rotate_half) pairs channel i with
-//                 i + D/2 of each head; ours (Meta's layout) pairs 2i with 2i + 1. Row 2i + j of
-//                 our head h is row j * D/2 + i of the file's head h (convert_llama_weights_to_hf
-//                 applies the inverse permutation); verified against transformers' logits by
+//   kRotaryHalves q/k projections [heads * D, C] (and their biases [heads * D], the q/k norms
+//                 [D] with heads 1): HF's rotary (rotate_half) pairs channel i with i + D/2 of
+//                 each head; ours (Meta's layout) pairs 2i with 2i + 1. Row 2i + j of our head h
+//                 is row j * D/2 + i of the file's head h (convert_llama_weights_to_hf applies
+//                 the inverse permutation); verified against transformers' logits by
 //                 hf/hf_logits_test.py.
 //
 // Thread safety: pure functions.
@@ -29,8 +30,6 @@ struct TensorMapping {
   std::string hf_name;  // "model.layers.0.self_attn.q_proj.weight"
   Layout layout = Layout::kSame;
   int64_t heads = 0;  // kRotaryHalves: heads in the tensor (n_head for q, n_kv_head for k).
-  // Read instead when hf_name is absent (a tied head that save_pretrained omits); "" for none.
-  std::string fallback;
   // Names the file may give instead of hf_name (GPT-2 files saved without "transformer.").
   std::vector<std::string> other_names;
   // Written on export (false: implied by a tie that transformers restores).

@@ -143,7 +143,7 @@ std::vector<int64_t> OurShape(const TensorMapping& m, const std::vector<int64_t>
 absl::Status CheckShape(const TensorMapping& m, const std::vector<int64_t>& our_shape,
                         const std::string& where) {
   if (m.layout == Layout::kSame) return absl::OkStatus();
-  if (our_shape.size() != 2) {
+  if (our_shape.size() != 2 && !(m.layout == Layout::kRotaryHalves && our_shape.size() == 1)) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": tensor ", m.hf_name, " has ",
                                                    our_shape.size(),
                                                    " dimensions; a projection has 2"));
@@ -170,7 +170,7 @@ std::vector<float> ToOurs(const TensorMapping& m, const std::vector<int64_t>& s,
                           const std::vector<float>& in) {
   if (m.layout == Layout::kSame) return in;
   std::vector<float> out(in.size());
-  const int64_t rows = s[0], cols = s[1];
+  const int64_t rows = s[0], cols = s.size() == 2 ? s[1] : 1;
   if (m.layout == Layout::kTransposed) {  // file [cols, rows] -> ours [rows, cols]
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = in[c * rows + r];
@@ -193,7 +193,7 @@ std::vector<float> FromOurs(const TensorMapping& m, const std::vector<int64_t>& 
                             const std::vector<float>& in) {
   if (m.layout == Layout::kSame) return in;
   std::vector<float> out(in.size());
-  const int64_t rows = s[0], cols = s[1];
+  const int64_t rows = s[0], cols = s.size() == 2 ? s[1] : 1;
   if (m.layout == Layout::kTransposed) {  // ours [rows, cols] -> file [cols, rows]
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
@@ -239,7 +239,6 @@ absl::Status ForEachHfWeight(
     for (size_t i = 0; entry == nullptr && i < m.other_names.size(); ++i) {
       std::tie(entry, reader) = files.Find(m.other_names[i]);
     }
-    if (entry == nullptr && !m.fallback.empty()) std::tie(entry, reader) = files.Find(m.fallback);
     if (entry == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat(hf_dir, ": tensor ", m.hf_name, " (our ", m.ours, ") is missing"));

@@ -18,10 +18,12 @@
 
 namespace shardline::models {
 
-// q, k, v: [B, H, T, D] -> [B, H, T, D]. Position t attends to positions <= t. dropout_p is
-// applied to the attention weights (pass 0 in eval mode).
+// q, k, v: [B, H, T, D] -> [B, H, T, D]. Position t attends to positions <= t, and with
+// sliding_window W > 0 only to those > t - W (W positions, itself included: transformers'
+// sliding-window mask). dropout_p is applied to the attention weights (pass 0 in eval mode).
+// A window at least T long changes nothing and takes the plain causal kernel.
 at::Tensor CausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           double dropout_p, AttentionKernel kernel);
+                           double dropout_p, AttentionKernel kernel, int64_t sliding_window = 0);
 
 }  // namespace shardline::models
 

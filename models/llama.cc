@@ -13,8 +13,8 @@ namespace shardline::models {
 namespace llama {
 namespace {
 
-torch::nn::Linear NoBias(int64_t in, int64_t out) {
-  return Storageless(torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
+torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias = false) {
+  return Storageless(torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias)));
 }
 
 // Rotates channel pairs (2i, 2i+1) of x [B, H, T, D] by angle t * theta^(-2i/D).
@@ -43,36 +43,47 @@ at::Tensor RmsNormImpl::forward(const at::Tensor& x) {
 AttentionImpl::AttentionImpl(const Config& c)
     : n_head_(c.n_head),
       n_kv_head_(c.n_kv_head > 0 ? c.n_kv_head : c.n_head),
+      head_dim_(c.head_dim > 0 ? c.head_dim : c.n_embd / c.n_head),
+      sliding_window_(c.sliding_window),
       dropout_(c.dropout),
       kernel_(c.attention) {
-  const int64_t kv_width = c.n_embd / c.n_head * n_kv_head_;
-  wq_ = register_module("wq", NoBias(c.n_embd, c.n_embd));
-  wk_ = register_module("wk", NoBias(c.n_embd, kv_width));
-  wv_ = register_module("wv", NoBias(c.n_embd, kv_width));
-  wo_ = register_module("wo", NoBias(c.n_embd, c.n_embd));
+  const int64_t q_width = head_dim_ * n_head_, kv_width = head_dim_ * n_kv_head_;
+  wq_ = register_module("wq", MakeLinear(c.n_embd, q_width, c.qkv_bias));
+  wk_ = register_module("wk", MakeLinear(c.n_embd, kv_width, c.qkv_bias));
+  wv_ = register_module("wv", MakeLinear(c.n_embd, kv_width, c.qkv_bias));
+  wo_ = register_module("wo", MakeLinear(q_width, c.n_embd, c.out_bias));
+  if (c.qk_norm) {
+    q_norm_ = register_module("q_norm", RmsNorm(head_dim_, c.norm_eps));
+    k_norm_ = register_module("k_norm", RmsNorm(head_dim_, c.norm_eps));
+  }
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
                                   const at::Tensor& sin) {
-  const int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / n_head_;
-  auto heads = [&](const at::Tensor& y, int64_t n) {
-    return y.view({b, t, n, d}).transpose(1, 2);  // [B, n, T, D]
+  const int64_t b = x.size(0), t = x.size(1), d = head_dim_;
+  // [B, T, n * D] -> [B, n, T, D], each head's channels normed first when qk_norm is set.
+  auto heads = [&](const at::Tensor& y, int64_t n, RmsNorm& norm) {
+    at::Tensor h = y.view({b, t, n, d});
+    if (!norm.is_empty()) h = norm->forward(h);
+    return h.transpose(1, 2);
   };
-  at::Tensor q = ApplyRotary(heads(wq_->forward(x), n_head_), cos, sin);
-  at::Tensor k = ApplyRotary(heads(wk_->forward(x), n_kv_head_), cos, sin);
-  at::Tensor v = heads(wv_->forward(x), n_kv_head_);
+  at::Tensor q = ApplyRotary(heads(wq_->forward(x), n_head_, q_norm_), cos, sin);
+  at::Tensor k = ApplyRotary(heads(wk_->forward(x), n_kv_head_, k_norm_), cos, sin);
+  RmsNorm none{nullptr};
+  at::Tensor v = heads(wv_->forward(x), n_kv_head_, none);
   if (n_kv_head_ != n_head_) {  // Key/value head j serves query heads [j * G, (j + 1) * G).
     k = k.repeat_interleave(n_head_ / n_kv_head_, /*dim=*/1);
     v = v.repeat_interleave(n_head_ / n_kv_head_, /*dim=*/1);
   }
-  at::Tensor y = CausalAttention(q, k, v, is_training() ? dropout_ : 0.0, kernel_);  // [B, H, T, D]
-  return wo_->forward(y.transpose(1, 2).contiguous().view({b, t, c}));
+  at::Tensor y = CausalAttention(q, k, v, is_training() ? dropout_ : 0.0, kernel_,
+                                 sliding_window_);  // [B, H, T, D]
+  return wo_->forward(y.transpose(1, 2).contiguous().view({b, t, n_head_ * d}));
 }
 
 FeedForwardImpl::FeedForwardImpl(const Config& c) {
-  w1_ = register_module("w1", NoBias(c.n_embd, c.ffn_hidden));
-  w2_ = register_module("w2", NoBias(c.ffn_hidden, c.n_embd));
-  w3_ = register_module("w3", NoBias(c.n_embd, c.ffn_hidden));
+  w1_ = register_module("w1", MakeLinear(c.n_embd, c.ffn_hidden));
+  w2_ = register_module("w2", MakeLinear(c.ffn_hidden, c.n_embd));
+  w3_ = register_module("w3", MakeLinear(c.n_embd, c.ffn_hidden));
 }
 
 at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
@@ -99,7 +110,8 @@ LlamaImpl::LlamaImpl(const Config& c) : config_(c) {
   layers_ = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.n_layer; ++i) layers_->push_back(Block(c));
   norm_ = register_module("norm", RmsNorm(c.n_embd, c.norm_eps));
-  output_ = register_module("output", NoBias(c.n_embd, c.vocab_size));
+  // Tied: the head is tok_embeddings' weight, one parameter in the root unit (as GPT's).
+  if (!c.tie_embeddings) output_ = register_module("output", MakeLinear(c.n_embd, c.vocab_size));
 }
 
 at::Tensor LlamaImpl::forward(const at::Tensor& tokens, fsdp::UnitRunner* runner) {
@@ -107,9 +119,9 @@ at::Tensor LlamaImpl::forward(const at::Tensor& tokens, fsdp::UnitRunner* runner
   TORCH_CHECK(t <= config_.block_size, "sequence length ", t, " exceeds block_size ",
               config_.block_size);
   if (!cos_.defined() || cos_.device() != tokens.device()) {
-    const int64_t d = config_.n_embd / config_.n_head;
-    at::Tensor inv =
-        at::pow(config_.rope_theta, -at::arange(0, d, 2, at::kDouble) / static_cast<double>(d));
+    const std::vector<double> freqs =
+        RotaryInverseFrequencies(config_.head_dim, config_.rope_theta, config_.rope_scaling);
+    at::Tensor inv = at::tensor(freqs, at::kDouble);
     at::Tensor angles = at::outer(at::arange(config_.block_size, at::kDouble), inv);
     cos_ = angles.cos().to(tokens.device(), at::kFloat);
     sin_ = angles.sin().to(tokens.device(), at::kFloat);
@@ -122,7 +134,8 @@ at::Tensor LlamaImpl::forward(const at::Tensor& tokens, fsdp::UnitRunner* runner
       return block->forward(h, cos, sin);
     });
   }
-  return output_->forward(norm_->forward(x));
+  at::Tensor h = norm_->forward(x);
+  return output_.is_empty() ? at::linear(h, tok_embeddings_->weight) : output_->forward(h);
 }
 
 }  // namespace llama
@@ -135,15 +148,29 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig
   c.n_kv_head = spec.n_kv_head > 0 ? spec.n_kv_head : spec.n_head;
   c.rope_theta = spec.rope_theta;
   c.norm_eps = spec.norm_eps;
+  c.head_dim =
+      spec.head_dim > 0 ? spec.head_dim : (spec.n_head > 0 ? spec.n_embd / spec.n_head : 0);
+  c.qkv_bias = spec.attention_qkv_bias;
+  c.out_bias = spec.attention_out_bias;
+  c.qk_norm = spec.qk_norm;
+  c.tie_embeddings = spec.tie_embeddings;
+  c.rope_scaling = spec.rope_scaling;
+  c.sliding_window = spec.sliding_window;
+  // Without an explicit head_dim the width must split into heads evenly.
+  const bool heads_split = spec.head_dim > 0 || (c.n_head > 0 && c.n_embd % c.n_head == 0);
   if (c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.vocab_size <= 0 || c.block_size <= 0 ||
-      c.ffn_hidden <= 0 || c.n_embd % c.n_head != 0 || (c.n_embd / c.n_head) % 2 != 0 ||
-      c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0 || !(c.rope_theta > 0) || !(c.norm_eps > 0)) {
+      c.ffn_hidden <= 0 || !heads_split || c.head_dim <= 0 || c.head_dim % 2 != 0 ||
+      c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0 || !(c.rope_theta > 0) || !(c.norm_eps > 0) ||
+      c.sliding_window < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model: LLAMA sizes n_embd ", c.n_embd, ", n_layer ", c.n_layer, ", n_head ", c.n_head,
-        ", n_kv_head ", c.n_kv_head, ", vocab_size ", c.vocab_size, ", block_size ", c.block_size,
-        ", ffn_hidden ", c.ffn_hidden, ", rope_theta ", c.rope_theta, ", norm_eps ", c.norm_eps,
-        " must be positive with an even head size n_embd / n_head and n_kv_head dividing n_head"));
+        ", n_kv_head ", c.n_kv_head, ", head_dim ", c.head_dim, ", vocab_size ", c.vocab_size,
+        ", block_size ", c.block_size, ", ffn_hidden ", c.ffn_hidden, ", rope_theta ", c.rope_theta,
+        ", norm_eps ", c.norm_eps, ", sliding_window ", c.sliding_window,
+        " must be positive (sliding_window 0 for none) with an even head size (n_embd / n_head "
+        "unless head_dim is set) and n_kv_head dividing n_head"));
   }
+  RETURN_IF_ERROR(ValidateRopeScaling(c.rope_scaling));
   return Build<LlamaModel>(
       c, "build the Llama model", spec.init_seed,
       InitRules{static_cast<int>(c.n_layer), {"wo.weight", "w2.weight"}, {"norm."}}, mode);
@@ -151,16 +178,24 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig
 
 double LlamaModel::TrainingFlopsPerToken(int64_t seq_len) const {
   const double c = config_.n_embd, l = config_.n_layer, f = config_.ffn_hidden;
-  const double kv = c / config_.n_head * config_.n_kv_head;
-  return 6 * (l * (2 * c * c + 2 * c * kv + 3 * c * f) + config_.vocab_size * c) +
-         12 * l * c * seq_len;
+  const double q = static_cast<double>(config_.head_dim) * config_.n_head;  // Query width H * D.
+  const double kv = static_cast<double>(config_.head_dim) * config_.n_kv_head;
+  // Matmul FLOPs (forward + backward = 3 x 2 per weight) and the attention scores over T.
+  return 6 * (l * (2 * c * q + 2 * c * kv + 3 * c * f) + config_.vocab_size * c) +
+         12 * l * q * seq_len;
 }
 
 std::string LlamaModel::Describe() const {
   return absl::StrFormat(
-      "Llama %dx%d, %d heads (%d kv), ffn %d, vocab %d, block %d: %.2fM parameters",
-      config_.n_layer, config_.n_embd, config_.n_head, config_.n_kv_head, config_.ffn_hidden,
-      config_.vocab_size, config_.block_size, RegisteredParameterCount() / 1e6);
+      "Llama %dx%d, %d heads of %d (%d kv), ffn %d, vocab %d, block %d%s%s%s%s%s: %.2fM "
+      "parameters",
+      config_.n_layer, config_.n_embd, config_.n_head, config_.head_dim, config_.n_kv_head,
+      config_.ffn_hidden, config_.vocab_size, config_.block_size,
+      config_.qkv_bias ? ", qkv bias" : "", config_.qk_norm ? ", qk norm" : "",
+      config_.tie_embeddings ? ", tied head" : "",
+      config_.rope_scaling.type == RopeScaling::Type::kNone ? "" : ", scaled rope",
+      config_.sliding_window > 0 ? absl::StrCat(", window ", config_.sliding_window) : "",
+      RegisteredParameterCount() / 1e6);
 }
 
 }  // namespace shardline::models

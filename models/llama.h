@@ -1,20 +1,25 @@
 // Llama-style decoder in the LibTorch C++ frontend.
 //
-// Dimension legend: B batch, T sequence (<= block_size), C n_embd, H n_head, D = C / H head size
-// (even: rotary pairs), F ffn_hidden, V vocab_size, L n_layer.
+// Dimension legend: B batch, T sequence (<= block_size), C n_embd, H n_head, D head_dim (C / H
+// unless set; even: rotary pairs), KV n_kv_head, F ffn_hidden, V vocab_size, L n_layer.
 //
 //   x = drop(tok_embeddings[tokens])                                   [B, T, C]
 //   L times, each block one FSDP unit (RunUnit):
-//     x = x + wo(attn(rope(wq(n)), rope(wk(n)), wv(n)))   n = attention_norm(x) (RMSNorm)
-//         grouped-query attention: KV = n_kv_head key/value heads, each shared by H / KV query
-//         heads (KV = H: ordinary multi-head attention)
+//     x = x + wo(attn(rope(qn(wq(n))), rope(kn(wk(n))), wv(n)))   n = attention_norm(x) (RMSNorm)
+//         wq: C -> H * D, wk, wv: C -> KV * D, wo: H * D -> C; grouped-query attention: each of
+//         the KV key/value heads serves H / KV query heads (KV = H: ordinary multi-head)
+//         qn, kn: identity, or with qk_norm an RMSNorm over each head's D channels (Qwen3)
+//         biases on wq/wk/wv (attention_qkv_bias: Qwen2) and wo (attention_out_bias) if set
+//         attn: causal; with sliding_window W, position t sees positions (t - W, t] (Mistral)
 //     x = x + w2(silu(w1(m)) * w3(m))                     m = ffn_norm(x), SwiGLU C -> F -> C
-//   logits = output(norm(x))                                           [B, T, V] (untied head)
+//   logits = output(norm(x))                                           [B, T, V]
+//         output is its own [V, C] parameter, or with tie_embeddings tok_embeddings' weight.
 //
-// Rotary embedding: channel pairs (2i, 2i+1) of each head rotate by t * rope_theta^(-2i/D)
-// (Meta's layout; hf/weight_map.h converts Hugging Face's half-split layout).
-// No biases. Rotary tables (cos/sin, [block_size, D/2]) are plain tensors, not parameters or
-// buffers, so the FSDP engine never shards them; they follow the input's device.
+// Rotary embedding: channel pairs (2i, 2i+1) of each head rotate by t * inv_freq[i]
+// (models/rope.h: rope_theta^(-2i/D), with rope_scaling's long-context scaling), Meta's layout;
+// hf/weight_map.h converts Hugging Face's half-split layout. Rotary tables (cos/sin, [block_size,
+// D/2]) are plain tensors, not parameters or buffers, so the FSDP engine never shards them; they
+// follow the input's device.
 //
 // Thread safety: not thread-safe (see LanguageModel).
 #ifndef SHARDLINE_MODELS_LLAMA_H_
@@ -35,6 +40,7 @@
 #include "models/init.h"
 #include "models/language_model.h"
 #include "models/model_config.h"
+#include "models/rope.h"
 
 namespace shardline::models {
 namespace llama {
@@ -45,6 +51,10 @@ struct Config {
   int64_t n_kv_head = 0;  // 0: n_head.
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
+  int64_t head_dim = 0;  // 0: n_embd / n_head.
+  bool qkv_bias = false, out_bias = false, qk_norm = false, tie_embeddings = false;
+  RopeScaling rope_scaling;
+  int64_t sliding_window = 0;  // 0: none.
   AttentionKernel attention = AttentionKernel::kSdpa;
 };
 
@@ -66,11 +76,13 @@ class AttentionImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
  private:
-  int64_t n_head_, n_kv_head_;
+  int64_t n_head_, n_kv_head_, head_dim_, sliding_window_;
   double dropout_;
   AttentionKernel kernel_;
-  torch::nn::Linear wq_{nullptr}, wo_{nullptr};  // [C, C] each.
+  torch::nn::Linear wq_{nullptr};                // [H * D, C].
   torch::nn::Linear wk_{nullptr}, wv_{nullptr};  // [KV * D, C]: KV = n_kv_head key/value heads.
+  torch::nn::Linear wo_{nullptr};                // [C, H * D].
+  RmsNorm q_norm_{nullptr}, k_norm_{nullptr};    // [D] each, with qk_norm only.
 };
 TORCH_MODULE(Attention);
 
@@ -110,7 +122,7 @@ class LlamaImpl : public torch::nn::Module {
   torch::nn::Dropout drop_{nullptr};
   torch::nn::ModuleList layers_{nullptr};
   RmsNorm norm_{nullptr};
-  torch::nn::Linear output_{nullptr};  // [V, C], untied.
+  torch::nn::Linear output_{nullptr};  // [V, C]; none with tie_embeddings.
   at::Tensor cos_, sin_;               // [block_size, D/2] on the last forward's device.
 };
 TORCH_MODULE(Llama);

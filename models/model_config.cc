@@ -20,6 +20,11 @@ ModelSpec ToSpec(const ModelConfig& c) {
   m.set_block_size(static_cast<int32_t>(c.block_size));
   m.set_ffn_hidden(static_cast<int32_t>(c.ffn_hidden));
   m.set_n_kv_head(static_cast<int32_t>(c.n_kv_head));
+  m.set_head_dim(static_cast<int32_t>(c.head_dim));
+  m.set_attention_qkv_bias(c.attention_qkv_bias);
+  m.set_attention_out_bias(c.attention_out_bias);
+  m.set_qk_norm(c.qk_norm);
+  m.set_tie_embeddings(c.tie_embeddings);
   return m;
 }
 
@@ -54,10 +59,43 @@ absl::StatusOr<ModelConfig> ModelConfigFromSpec(const ModelSpec& input) {
   c.n_kv_head = spec.n_kv_head() > 0 ? spec.n_kv_head() : spec.n_head();
   if (spec.rope_theta() > 0) c.rope_theta = spec.rope_theta();
   if (spec.norm_eps() > 0) c.norm_eps = spec.norm_eps();
+  c.head_dim = spec.head_dim() > 0 ? spec.head_dim()
+               : spec.n_head() > 0 ? spec.n_embd() / spec.n_head()
+                                   : 0;
+  c.attention_qkv_bias = spec.attention_qkv_bias();
+  c.attention_out_bias = spec.attention_out_bias();
+  c.qk_norm = spec.qk_norm();
+  c.tie_embeddings = spec.tie_embeddings();
+  c.sliding_window = spec.sliding_window();
+  c.rope_scaling = RopeScalingFromSpec(spec);
+  if (c.architecture == Architecture::kLlama) RETURN_IF_ERROR(ValidateRopeScaling(c.rope_scaling));
   c.torchscript_path = spec.torchscript_path();
   c.hf_dir = spec.hf_dir();
   c.init_seed = spec.init_seed();
   return c;
+}
+
+RopeScaling RopeScalingFromSpec(const ModelSpec& spec) {
+  const shardline::RopeScaling& rope = spec.rope_scaling();
+  RopeScaling r;
+  switch (rope.type()) {
+    case shardline::RopeScaling::LINEAR:
+      r.type = RopeScaling::Type::kLinear;
+      break;
+    case shardline::RopeScaling::DYNAMIC:
+      r.type = RopeScaling::Type::kDynamic;
+      break;
+    case shardline::RopeScaling::LLAMA3:
+      r.type = RopeScaling::Type::kLlama3;
+      break;
+    default:
+      r.type = RopeScaling::Type::kNone;
+  }
+  r.factor = rope.factor();
+  r.low_freq_factor = rope.low_freq_factor();
+  r.high_freq_factor = rope.high_freq_factor();
+  r.original_max_position_embeddings = rope.original_max_position_embeddings();
+  return r;
 }
 
 absl::StatusOr<ModelConfig> PresetModelConfig(absl::string_view preset, uint64_t init_seed) {

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "models/rope.h"
 
 namespace shardline {
 class ModelSpec;  // proto/job_spec.proto
@@ -38,6 +39,14 @@ struct ModelConfig {
   int64_t n_kv_head = 0;   // Llama only: key/value heads (resolved: n_head when the spec has 0).
   double rope_theta = 10000.0;  // Llama only.
   double norm_eps = 1e-5;       // Llama only: RMSNorm epsilon.
+  // Llama only (the Qwen2/Qwen3/Mistral variants; proto/job_spec.proto says each):
+  int64_t head_dim = 0;  // Resolved: n_embd / n_head when the spec has 0.
+  bool attention_qkv_bias = false;
+  bool attention_out_bias = false;
+  bool qk_norm = false;
+  bool tie_embeddings = false;
+  RopeScaling rope_scaling;
+  int64_t sliding_window = 0;  // 0: none.
   double dropout = 0.0;
   std::string torchscript_path;
   // TorchScript only: the class whose forward calls become FSDP hook points (the job spec's
@@ -50,10 +59,13 @@ struct ModelConfig {
 };
 
 // Resolves the preset (spec/model_presets.h) and copies the fields; Llama's 0 fields become their
-// defaults (n_kv_head: n_head, rope_theta: 10000, norm_eps: 1e-5). A spec with model.hf_dir must
-// have been resolved already (spec loading does: spec/hf_config.h).
+// defaults (n_kv_head: n_head, rope_theta: 10000, norm_eps: 1e-5, head_dim: n_embd / n_head). A
+// spec with model.hf_dir must have been resolved already (spec loading does: spec/hf_config.h).
 // Errors: INVALID_ARGUMENT for an unknown preset or an unspecified architecture.
 absl::StatusOr<ModelConfig> ModelConfigFromSpec(const ModelSpec& spec);
+
+// The rotary scaling of a spec's model.rope_scaling (the proto's fields as models/rope.h's).
+RopeScaling RopeScalingFromSpec(const ModelSpec& spec);
 
 // The config of a named preset ("tiny", "small", "gpt2", "llama-tiny"), for tests and tools.
 absl::StatusOr<ModelConfig> PresetModelConfig(absl::string_view preset, uint64_t init_seed);

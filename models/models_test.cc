@@ -13,9 +13,22 @@
 namespace shardline::models {
 namespace {
 
+// "llama-variants": llama-tiny with every variant field on (Qwen's biases and q/k norm, a
+// head size apart from the width, a tied head, Llama 3.1 rope scaling, Mistral's window).
 ModelConfig Preset(const std::string& name, uint64_t seed = 1) {
-  auto c = PresetModelConfig(name, seed);
+  const bool variants = name == "llama-variants";
+  auto c = PresetModelConfig(variants ? "llama-tiny" : name, seed);
   EXPECT_TRUE(c.ok()) << c.status();
+  if (variants) {
+    c->head_dim = c->n_embd / c->n_head + 2;
+    c->attention_qkv_bias = c->attention_out_bias = c->qk_norm = c->tie_embeddings = true;
+    c->rope_scaling.type = RopeScaling::Type::kLlama3;
+    c->rope_scaling.factor = 8;
+    c->rope_scaling.low_freq_factor = 1;
+    c->rope_scaling.high_freq_factor = 4;
+    c->rope_scaling.original_max_position_embeddings = 16;
+    c->sliding_window = 5;
+  }
   return *c;
 }
 
@@ -129,7 +142,56 @@ TEST_P(BuiltinModelTest, SdpaMatchesExplicitAttentionInLogitsAndGradients) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, BuiltinModelTest, ::testing::Values("tiny", "llama-tiny"));
+INSTANTIATE_TEST_SUITE_P(Presets, BuiltinModelTest,
+                         ::testing::Values("tiny", "llama-tiny", "llama-variants"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n) ch = ch == '-' ? '_' : ch;
+                           return n;
+                         });
+
+TEST(LlamaModel, TiedHeadIsTheEmbeddingOneParameter) {
+  ModelConfig spec = Preset("llama-variants");
+  auto model = Make(spec);
+  auto params = model->module().named_parameters();
+  EXPECT_EQ(params.find("output.weight"), nullptr);
+  ASSERT_NE(params.find("tok_embeddings.weight"), nullptr);
+  ASSERT_NE(params.find("layers.0.attention.q_norm.weight"), nullptr);
+  EXPECT_EQ(params["layers.0.attention.wq.weight"].size(0), spec.n_head * spec.head_dim);
+  EXPECT_EQ(params["layers.0.attention.wo.weight"].size(1), spec.n_head * spec.head_dim);
+  // The head's gradient lands on the embedding.
+  at::Tensor x = Tokens(2, 12);
+  model->Forward(x).sum().backward();
+  at::Tensor g = params["tok_embeddings.weight"].grad();
+  ASSERT_TRUE(g.defined());
+  // Rows of tokens the batch never holds get gradient only through the head.
+  EXPECT_GT(g.index({255}).abs().sum().item<float>(), 0.0f);
+}
+
+TEST(CausalAttention, SlidingWindowSeesOnlyTheLastWPositions) {
+  at::Generator gen = at::detail::createCPUGenerator(6);
+  const int64_t t = 12, w = 4;
+  at::Tensor q = at::randn({1, 2, t, 8}, gen, at::kDouble),
+             k = at::randn({1, 2, t, 8}, gen, at::kDouble),
+             v = at::randn({1, 2, t, 8}, gen, at::kDouble);
+  for (AttentionKernel kernel : {AttentionKernel::kSdpa, AttentionKernel::kExplicit}) {
+    at::Tensor a = CausalAttention(q, k, v, 0.0, kernel, w);
+    // Changing keys and values at positions <= t - 1 - w leaves the last position unchanged;
+    // changing position t - w changes it.
+    at::Tensor k2 = k.clone(), v2 = v.clone();
+    k2.narrow(2, 0, t - w).normal_(0, 1, gen);
+    v2.narrow(2, 0, t - w).normal_(0, 1, gen);
+    at::Tensor b = CausalAttention(q, k2, v2, 0.0, kernel, w);
+    EXPECT_TRUE(at::allclose(a.select(2, t - 1), b.select(2, t - 1), 1e-12, 1e-12));
+    EXPECT_FALSE(at::allclose(a.select(2, t - w), b.select(2, t - w), 1e-6, 1e-6));
+    // A window as long as the sequence is plain causal attention.
+    EXPECT_TRUE(at::allclose(CausalAttention(q, k, v, 0.0, kernel, t),
+                             CausalAttention(q, k, v, 0.0, kernel), 1e-12, 1e-12));
+  }
+  EXPECT_TRUE(at::allclose(CausalAttention(q, k, v, 0.0, AttentionKernel::kSdpa, w),
+                           CausalAttention(q, k, v, 0.0, AttentionKernel::kExplicit, w), 1e-10,
+                           1e-12));
+}
 
 TEST(GptModel, Gpt2PresetHas124MParameters) {
   ModelConfig spec = Preset("gpt2");

@@ -13,6 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/open_beneath.h"
 #include "common/status_macros.h"
+#include "models/model_config.h"
+#include "models/rope.h"
 
 namespace shardline::spec {
 namespace {
@@ -66,6 +68,18 @@ class Config {
     if (v.kind_case() != Value::kStructValue) return Error(key, "is not an object");
     return &v.struct_value();
   }
+  // A list of strings.
+  absl::StatusOr<std::vector<std::string>> StringList(const std::string& key) const {
+    std::vector<std::string> out;
+    if (!Has(key)) return out;
+    const Value& v = s_.fields().at(key);
+    if (v.kind_case() != Value::kListValue) return Error(key, "is not a list");
+    for (const Value& e : v.list_value().values()) {
+      if (e.kind_case() != Value::kStringValue) return Error(key, "is not a list of strings");
+      out.push_back(e.string_value());
+    }
+    return out;
+  }
   const std::string& source() const { return source_; }
 
   absl::StatusOr<int64_t> IntValue(const std::string& key, const Value& v) const {
@@ -81,8 +95,8 @@ class Config {
   std::string source_;
 };
 
-// rope_scaling (4.x) or rope_parameters (5.x): only the default rotary type, with its theta.
-absl::StatusOr<double> RopeTheta(const Config& c) {
+// rope_scaling (4.x) or rope_parameters (5.x): the rotary type and its parameters, and theta.
+absl::Status ReadRope(const Config& c, int64_t positions, ModelSpec* m) {
   ASSIGN_OR_RETURN(double theta, c.DoubleOr("rope_theta", 10000.0));
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     ASSIGN_OR_RETURN(const Struct* rope, c.Object(key));
@@ -92,12 +106,38 @@ absl::StatusOr<double> RopeTheta(const Config& c) {
     if (type.empty()) {
       ASSIGN_OR_RETURN(type, r.StringOr("type", "default"));
     }
-    if (type != "default") {
+    RopeScaling scaling;
+    if (type == "linear") {
+      scaling.set_type(RopeScaling::LINEAR);
+    } else if (type == "dynamic") {
+      scaling.set_type(RopeScaling::DYNAMIC);
+    } else if (type == "llama3") {
+      scaling.set_type(RopeScaling::LLAMA3);
+    } else if (type != "default") {
       return c.Error(absl::StrCat(key, ".rope_type"),
                      absl::StrCat("\"", type,
-                                  "\" is not implemented (Shardline's Llama has only the default "
-                                  "rotary embedding)"));
+                                  "\" is not implemented (Shardline's Llama has default, linear, "
+                                  "dynamic and llama3 rotary embeddings)"));
     }
+    if (scaling.type() != RopeScaling::NONE) {
+      if (!r.Has("factor")) return c.Error(absl::StrCat(key, ".factor"), "is missing");
+      ASSIGN_OR_RETURN(double factor, r.DoubleOr("factor", 1.0));
+      scaling.set_factor(factor);
+    }
+    if (scaling.type() == RopeScaling::LLAMA3) {
+      for (const char* k : {"low_freq_factor", "high_freq_factor"}) {
+        if (!r.Has(k)) return c.Error(absl::StrCat(key, ".", k), "is missing");
+      }
+      ASSIGN_OR_RETURN(double low, r.DoubleOr("low_freq_factor", 0));
+      ASSIGN_OR_RETURN(double high, r.DoubleOr("high_freq_factor", 0));
+      ASSIGN_OR_RETURN(int64_t original, r.IntOr("original_max_position_embeddings", positions));
+      scaling.set_low_freq_factor(low);
+      scaling.set_high_freq_factor(high);
+      scaling.set_original_max_position_embeddings(static_cast<int32_t>(original));
+    }
+    // rope_scaling and rope_parameters both present (a 4.x file re-saved): the later one wins
+    // where it names a type; a "default" rope_parameters does not undo a scaling.
+    if (scaling.type() != RopeScaling::NONE) *m->mutable_rope_scaling() = scaling;
     ASSIGN_OR_RETURN(theta, r.DoubleOr("rope_theta", theta));
     ASSIGN_OR_RETURN(double partial, r.DoubleOr("partial_rotary_factor", 1.0));
     if (partial != 1.0) return c.Error(absl::StrCat(key, ".partial_rotary_factor"), "must be 1");
@@ -105,7 +145,11 @@ absl::StatusOr<double> RopeTheta(const Config& c) {
   ASSIGN_OR_RETURN(double partial, c.DoubleOr("partial_rotary_factor", 1.0));
   if (partial != 1.0) return c.Error("partial_rotary_factor", "must be 1");
   if (!(theta > 0)) return c.Error("rope_theta", "must be positive");
-  return theta;
+  m->set_rope_theta(theta);
+  if (absl::Status s = models::ValidateRopeScaling(models::RopeScalingFromSpec(*m)); !s.ok()) {
+    return c.Error("rope_scaling", s.message());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RequireFalse(const Config& c, const std::string& key, absl::string_view why) {
@@ -114,27 +158,50 @@ absl::Status RequireFalse(const Config& c, const std::string& key, absl::string_
   return absl::OkStatus();
 }
 
-absl::StatusOr<ModelSpec> Llama(const Config& c) {
+// Only full attention in every layer (Qwen's optional sliding layers are not implemented).
+absl::Status RequireFullAttention(const Config& c) {
+  RETURN_IF_ERROR(RequireFalse(
+      c, "use_sliding_window",
+      "Qwen's sliding-window layers are not implemented (Mistral's sliding_window is)"));
+  if (!c.Has("layer_types")) return absl::OkStatus();
+  // layer_types is a list; any entry but "full_attention" is refused.
+  ASSIGN_OR_RETURN(std::vector<std::string> types, c.StringList("layer_types"));
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] != "full_attention") {
+      return c.Error(absl::StrCat("layer_types[", i, "]"),
+                     absl::StrCat("\"", types[i], "\" is not full_attention"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The Llama family: llama, qwen2, qwen3, mistral (model_type), one architecture with the
+// variants' fields (proto/job_spec.proto). Defaults are transformers' for each model_type.
+absl::StatusOr<ModelSpec> LlamaFamily(const Config& c, const std::string& type) {
   ModelSpec m;
   m.set_architecture(ModelSpec::LLAMA);
+  m.set_hf_model_type(type);
   ASSIGN_OR_RETURN(int64_t hidden, c.Int("hidden_size"));
   ASSIGN_OR_RETURN(int64_t layers, c.Int("num_hidden_layers"));
   ASSIGN_OR_RETURN(int64_t heads, c.Int("num_attention_heads"));
   ASSIGN_OR_RETURN(int64_t kv_heads, c.IntOr("num_key_value_heads", heads));
   ASSIGN_OR_RETURN(int64_t ffn, c.Int("intermediate_size"));
   ASSIGN_OR_RETURN(int64_t vocab, c.Int("vocab_size"));
-  ASSIGN_OR_RETURN(int64_t positions, c.IntOr("max_position_embeddings", 2048));
-  if (hidden % heads != 0) {
-    return c.Error("hidden_size",
-                   absl::StrCat(hidden, " is not divisible by num_attention_heads ", heads));
+  const int64_t default_positions = type == "llama" ? 2048 : type == "mistral" ? 4096 * 32 : 32768;
+  ASSIGN_OR_RETURN(int64_t positions, c.IntOr("max_position_embeddings", default_positions));
+  // Qwen3's config class defaults head_dim to 128; the others to hidden_size / heads.
+  int64_t head_dim = 0;
+  if (c.Has("head_dim") || type == "qwen3") {
+    ASSIGN_OR_RETURN(head_dim, c.IntOr("head_dim", 128));
+  } else if (hidden % heads != 0) {
+    return c.Error("hidden_size", absl::StrCat(hidden, " is not divisible by num_attention_heads ",
+                                               heads, " (and head_dim is not given)"));
+  } else {
+    head_dim = hidden / heads;
   }
-  if (c.Has("head_dim")) {
-    ASSIGN_OR_RETURN(int64_t head_dim, c.Int("head_dim"));
-    if (head_dim != hidden / heads) {
-      return c.Error("head_dim",
-                     absl::StrCat(head_dim, " is not hidden_size / num_attention_heads = ",
-                                  hidden / heads, " (our attention needs that)"));
-    }
+  if (head_dim % 2 != 0) {
+    return c.Error("head_dim",
+                   absl::StrCat(head_dim, " is odd; rotary embeddings pair a head's channels"));
   }
   if (heads % kv_heads != 0) {
     return c.Error("num_key_value_heads",
@@ -144,19 +211,37 @@ absl::StatusOr<ModelSpec> Llama(const Config& c) {
   if (act != "silu") {
     return c.Error("hidden_act", absl::StrCat("\"", act, "\" is not silu (our SwiGLU uses silu)"));
   }
-  RETURN_IF_ERROR(RequireFalse(c, "attention_bias", "our Llama projections have no biases"));
-  RETURN_IF_ERROR(RequireFalse(c, "mlp_bias", "our Llama MLP has no biases"));
-  ASSIGN_OR_RETURN(double theta, RopeTheta(c));
+  if (type == "llama") {
+    RETURN_IF_ERROR(RequireFalse(c, "mlp_bias", "our Llama MLP has no biases"));
+  }
+  if (type == "llama" || type == "qwen3") {
+    ASSIGN_OR_RETURN(bool bias, c.BoolOr("attention_bias", false));
+    m.set_attention_qkv_bias(bias);  // transformers biases q, k, v and o alike.
+    m.set_attention_out_bias(bias);
+  }
+  if (type == "qwen2") m.set_attention_qkv_bias(true);  // Qwen2Attention: q/k/v biased, o not.
+  if (type == "qwen3") m.set_qk_norm(true);
+  if (type == "qwen2" || type == "qwen3") RETURN_IF_ERROR(RequireFullAttention(c));
+  if (type == "mistral") {
+    ASSIGN_OR_RETURN(int64_t window, c.IntOr("sliding_window", 0));  // null: none.
+    m.set_sliding_window(static_cast<int32_t>(window));
+  }
+  ASSIGN_OR_RETURN(bool tied, c.BoolOr("tie_word_embeddings", false));
+  m.set_tie_embeddings(tied);
+  RETURN_IF_ERROR(ReadRope(c, positions, &m));
   ASSIGN_OR_RETURN(double eps, c.DoubleOr("rms_norm_eps", 1e-6));
   if (!(eps > 0)) return c.Error("rms_norm_eps", "must be positive");
   m.set_n_embd(static_cast<int32_t>(hidden));
   m.set_n_layer(static_cast<int32_t>(layers));
   m.set_n_head(static_cast<int32_t>(heads));
   m.set_n_kv_head(static_cast<int32_t>(kv_heads));
+  // head_dim is kept only where it differs from the width's split, so a plain Llama's spec
+  // reads as before.
+  if (hidden % heads != 0 || head_dim != hidden / heads)
+    m.set_head_dim(static_cast<int32_t>(head_dim));
   m.set_ffn_hidden(static_cast<int32_t>(ffn));
   m.set_vocab_size(static_cast<int32_t>(vocab));
   m.set_block_size(static_cast<int32_t>(positions));
-  m.set_rope_theta(theta);
   m.set_norm_eps(eps);
   return m;
 }
@@ -252,11 +337,13 @@ absl::StatusOr<ModelSpec> ModelSpecFromHfConfig(absl::string_view json, const st
   }
   Config c(s, source);
   ASSIGN_OR_RETURN(std::string type, c.StringOr("model_type", ""));
-  if (type == "llama") return Llama(c);
+  if (type == "llama" || type == "qwen2" || type == "qwen3" || type == "mistral") {
+    return LlamaFamily(c, type);
+  }
   if (type == "gpt2") return Gpt2(c);
   return c.Error("model_type", absl::StrCat("\"", type,
-                                            "\" is not one of llama, gpt2 (the families "
-                                            "Shardline's models implement)"));
+                                            "\" is not one of llama, qwen2, qwen3, mistral, gpt2 "
+                                            "(the families Shardline's models implement)"));
 }
 
 absl::Status ResolveHfModel(ModelSpec* model) {
@@ -306,27 +393,146 @@ absl::Status ResolveHfModel(ModelSpec* model) {
     }
     model->set_rope_theta(hf.rope_theta());
     model->set_norm_eps(hf.norm_eps());
+    RETURN_IF_ERROR(Agree("head_dim", hf.head_dim(), &ModelSpec::head_dim, &ModelSpec::set_head_dim,
+                          path, model));
+    RETURN_IF_ERROR(Agree("sliding_window", hf.sliding_window(), &ModelSpec::sliding_window,
+                          &ModelSpec::set_sliding_window, path, model));
+    // The variant's switches come from config.json; a spec that sets one must agree.
+    for (auto [field, get, set] :
+         {std::tuple<const char*, bool (ModelSpec::*)() const, void (ModelSpec::*)(bool)>{
+              "attention_qkv_bias", &ModelSpec::attention_qkv_bias,
+              &ModelSpec::set_attention_qkv_bias},
+          {"attention_out_bias", &ModelSpec::attention_out_bias,
+           &ModelSpec::set_attention_out_bias},
+          {"qk_norm", &ModelSpec::qk_norm, &ModelSpec::set_qk_norm},
+          {"tie_embeddings", &ModelSpec::tie_embeddings, &ModelSpec::set_tie_embeddings}}) {
+      if ((model->*get)() && !(hf.*get)()) {
+        return absl::InvalidArgumentError(absl::StrCat("model.", field, ": true does not match ",
+                                                       path,
+                                                       " (leave it unset to take the config's)"));
+      }
+      (model->*set)((hf.*get)());
+    }
+    if (model->rope_scaling().type() != RopeScaling::NONE &&
+        model->rope_scaling().SerializeAsString() != hf.rope_scaling().SerializeAsString()) {
+      return absl::InvalidArgumentError(absl::StrCat("model.rope_scaling: does not match ", path,
+                                                     "'s rope scaling (leave it unset to take "
+                                                     "the config's)"));
+    }
+    *model->mutable_rope_scaling() = hf.rope_scaling();
+    if (!model->hf_model_type().empty() && model->hf_model_type() != hf.hf_model_type()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.hf_model_type: \"", model->hf_model_type(), "\" does not match ",
+                       path, "'s model_type \"", hf.hf_model_type(), "\""));
+    }
+    model->set_hf_model_type(hf.hf_model_type());
   }
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> HfModelType(const ModelSpec& m) {
+  if (m.architecture() == ModelSpec::GPT) return std::string("gpt2");
+  if (m.architecture() != ModelSpec::LLAMA) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.architecture: ", ModelSpec::Architecture_Name(m.architecture()),
+                     " has no Hugging Face family (only GPT and LLAMA)"));
+  }
+  const bool qkv = m.attention_qkv_bias(), out = m.attention_out_bias(), norm = m.qk_norm();
+  const bool window = m.sliding_window() > 0;
+  std::string type = m.hf_model_type();
+  if (type.empty()) {
+    type = norm ? "qwen3" : (qkv && !out) ? "qwen2" : window ? "mistral" : "llama";
+  }
+  // What each family's transformers class can express.
+  std::string why;
+  if (type == "llama") {
+    if (norm) why = "has no q/k norm";
+    if (qkv != out) why = "biases q, k, v and o alike (attention_bias)";
+    if (window) why = "has no sliding window";
+  } else if (type == "qwen2") {
+    if (!qkv || out) why = "biases q, k and v and not o";
+    if (norm) why = "has no q/k norm";
+    if (window) why = "has no sliding window (Shardline does not implement Qwen2's)";
+  } else if (type == "qwen3") {
+    if (!norm) why = "always has the q/k norm";
+    if (qkv != out) why = "biases q, k, v and o alike (attention_bias)";
+    if (window) why = "has no sliding window (Shardline does not implement Qwen3's)";
+  } else if (type == "mistral") {
+    if (qkv || out) why = "has no attention biases";
+    if (norm) why = "has no q/k norm";
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.hf_model_type: \"", type, "\" is not one of llama, qwen2, qwen3, mistral"));
+  }
+  if (!why.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.hf_model_type: \"", type, "\" ", why, "; the model's attention_qkv_bias ", qkv,
+        ", attention_out_bias ", out, ", qk_norm ", norm, ", sliding_window ", m.sliding_window(),
+        " do not fit it"));
+  }
+  return type;
+}
+
 absl::StatusOr<std::string> HfConfigFromModelSpec(const ModelSpec& m) {
   if (m.architecture() == ModelSpec::LLAMA) {
+    ASSIGN_OR_RETURN(std::string type, HfModelType(m));
+    const char* cls = type == "llama"   ? "LlamaForCausalLM"
+                      : type == "qwen2" ? "Qwen2ForCausalLM"
+                      : type == "qwen3" ? "Qwen3ForCausalLM"
+                                        : "MistralForCausalLM";
     const int64_t kv = m.n_kv_head() > 0 ? m.n_kv_head() : m.n_head();
+    const int64_t head_dim = m.head_dim() > 0 ? m.head_dim() : m.n_embd() / m.n_head();
     const double theta = m.rope_theta() > 0 ? m.rope_theta() : 10000.0;
     const double eps = m.norm_eps() > 0 ? m.norm_eps() : 1e-5;
+    // transformers 5 reads rope_parameters (type and theta together); 4.x reads rope_theta and,
+    // for a scaling, rope_scaling. Both are written so either loads the same rotary embedding.
+    const RopeScaling& r = m.rope_scaling();
+    std::string scaling;
+    switch (r.type()) {
+      case RopeScaling::LINEAR:
+        scaling = absl::StrCat("\"rope_type\": \"linear\", \"factor\": ", Num(r.factor()));
+        break;
+      case RopeScaling::DYNAMIC:
+        scaling = absl::StrCat("\"rope_type\": \"dynamic\", \"factor\": ", Num(r.factor()));
+        break;
+      case RopeScaling::LLAMA3:
+        scaling = absl::StrCat(
+            "\"rope_type\": \"llama3\", \"factor\": ", Num(r.factor()),
+            ", \"low_freq_factor\": ", Num(r.low_freq_factor()),
+            ", \"high_freq_factor\": ", Num(r.high_freq_factor()),
+            ", \"original_max_position_embeddings\": ", r.original_max_position_embeddings());
+        break;
+      default:
+        break;
+    }
+    std::string family;  // The keys only some families' configs have.
+    if (type == "llama") {
+      family = absl::StrCat("  \"attention_bias\": ", m.attention_qkv_bias() ? "true" : "false",
+                            ",\n  \"mlp_bias\": false,\n");
+    } else if (type == "qwen2") {
+      family = "  \"use_sliding_window\": false,\n";
+    } else if (type == "qwen3") {
+      family = absl::StrCat("  \"attention_bias\": ", m.attention_qkv_bias() ? "true" : "false",
+                            ",\n  \"use_sliding_window\": false,\n");
+    } else {
+      family =
+          absl::StrCat("  \"sliding_window\": ",
+                       m.sliding_window() > 0 ? absl::StrCat(m.sliding_window()) : "null", ",\n");
+    }
     return absl::StrCat(
-        "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n",
+        "{\n  \"architectures\": [\"", cls, "\"],\n  \"model_type\": \"", type, "\",\n",
         "  \"hidden_size\": ", m.n_embd(), ",\n  \"intermediate_size\": ", m.ffn_hidden(),
         ",\n  \"num_hidden_layers\": ", m.n_layer(), ",\n  \"num_attention_heads\": ", m.n_head(),
-        ",\n  \"num_key_value_heads\": ", kv, ",\n  \"head_dim\": ", m.n_embd() / m.n_head(),
+        ",\n  \"num_key_value_heads\": ", kv, ",\n  \"head_dim\": ", head_dim,
         ",\n  \"vocab_size\": ", m.vocab_size(),
         ",\n  \"max_position_embeddings\": ", m.block_size(), ",\n  \"rms_norm_eps\": ", Num(eps),
-        ",\n  \"rope_theta\": ", Num(theta),
-        ",\n  \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": ", Num(theta),
-        "},\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
-        "  \"attention_dropout\": 0.0,\n  \"tie_word_embeddings\": false,\n"
-        "  \"torch_dtype\": \"float32\"\n}\n");
+        ",\n  \"rope_theta\": ", Num(theta), ",\n",
+        scaling.empty() ? "" : absl::StrCat("  \"rope_scaling\": {", scaling, "},\n"),
+        "  \"rope_parameters\": {", scaling.empty() ? "\"rope_type\": \"default\"" : scaling,
+        ", \"rope_theta\": ", Num(theta), "},\n  \"hidden_act\": \"silu\",\n", family,
+        "  \"attention_dropout\": 0.0,\n",
+        "  \"tie_word_embeddings\": ", m.tie_embeddings() ? "true" : "false",
+        ",\n  \"torch_dtype\": \"float32\"\n}\n");
   }
   if (m.architecture() == ModelSpec::GPT) {
     return absl::StrCat(

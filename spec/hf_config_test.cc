@@ -43,15 +43,33 @@ TEST(HfConfig, LlamaSizesRopeThetaAndKvHeadsAreRead) {
 
 TEST(HfConfig, UnsupportedFeaturesAreRefusedNamingTheKey) {
   const std::pair<std::string, std::string> cases[] = {
+      {Replace(kLlama, R"("rope_type": "default")", R"("rope_type": "yarn", "factor": 4.0)"),
+       "rope_parameters.rope_type \"yarn\" is not implemented"},
       {Replace(kLlama, R"("rope_type": "default")", R"("rope_type": "llama3")"),
-       "rope_parameters.rope_type \"llama3\" is not implemented"},
-      {Replace(kLlama, R"("vocab_size": 97)", R"("vocab_size": 97, "attention_bias": true)"),
-       "attention_bias true is not supported"},
-      {Replace(kLlama, R"("vocab_size": 97)", R"("vocab_size": 97, "head_dim": 16)"),
-       "head_dim 16 is not hidden_size / num_attention_heads = 8"},
+       "rope_parameters.factor is missing"},
+      {Replace(kLlama, R"("rope_type": "default")",
+               R"("rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+                  "high_freq_factor": 1.0)"),
+       "rope_scaling model.rope_scaling: low_freq_factor 4 and high_freq_factor 1 must satisfy"},
+      {Replace(kLlama, R"("rope_type": "default")", R"("rope_type": "linear", "factor": 0.5)"),
+       "factor: 0.5 must be at least 1"},
+      {Replace(kLlama, R"("vocab_size": 97)", R"("vocab_size": 97, "mlp_bias": true)"),
+       "mlp_bias true is not supported"},
+      {Replace(kLlama, R"("vocab_size": 97)", R"("vocab_size": 97, "head_dim": 7)"),
+       "head_dim 7 is odd"},
+      {Replace(kLlama, R"("vocab_size": 97)", R"("vocab_size": 97, "partial_rotary_factor": 0.5)"),
+       "partial_rotary_factor must be 1"},
       {Replace(kLlama, R"("num_key_value_heads": 2)", R"("num_key_value_heads": 3)"),
        "num_key_value_heads 3 does not divide num_attention_heads 4"},
-      {Replace(kLlama, R"("llama")", R"("mistral")"), "model_type \"mistral\" is not one of"},
+      {Replace(Replace(kLlama, R"("llama")", R"("qwen2")"), R"("vocab_size": 97)",
+               R"("vocab_size": 97, "use_sliding_window": true)"),
+       "use_sliding_window true is not supported"},
+      {Replace(Replace(kLlama, R"("llama")", R"("qwen3")"), R"("vocab_size": 97)",
+               R"("vocab_size": 97, "layer_types": ["full_attention", "sliding_attention"])"),
+       "layer_types[1] \"sliding_attention\" is not full_attention"},
+      {Replace(kLlama, R"("vocab_size": 97)", R"("vocab_size": 97, "hidden_act": "gelu")"),
+       "hidden_act \"gelu\" is not silu"},
+      {Replace(kLlama, R"("llama")", R"("gemma")"), "model_type \"gemma\" is not one of"},
       {R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "vocab_size": 97,
           "n_positions": 64, "n_inner": 64})",
        "n_inner 64 is not 4 * n_embd = 128"},
@@ -89,6 +107,83 @@ TEST(HfConfig, ResolveFillsZeroFieldsAndRefusesDisagreement) {
   ModelSpec missing;
   missing.set_hf_dir(dir + "/nope");
   EXPECT_EQ(ResolveHfModel(&missing).code(), absl::StatusCode::kNotFound);
+}
+
+// Each family's variant fields, and their defaults where config.json leaves them out.
+TEST(HfConfig, LlamaFamilyVariantsAreRead) {
+  auto llama3 = ModelSpecFromHfConfig(
+      Replace(Replace(kLlama, R"("rope_type": "default")",
+                      R"("rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 16)"),
+              R"("tie_word_embeddings": false)", R"("tie_word_embeddings": true, "head_dim": 16)"),
+      "config.json");
+  ASSERT_TRUE(llama3.ok()) << llama3.status();
+  EXPECT_EQ(llama3->hf_model_type(), "llama");
+  EXPECT_EQ(llama3->rope_scaling().type(), RopeScaling::LLAMA3);
+  EXPECT_DOUBLE_EQ(llama3->rope_scaling().factor(), 8.0);
+  EXPECT_EQ(llama3->rope_scaling().original_max_position_embeddings(), 16);
+  EXPECT_DOUBLE_EQ(llama3->rope_theta(), 5000.0);
+  EXPECT_EQ(llama3->head_dim(), 16);  // Not 32 / 4.
+  EXPECT_TRUE(llama3->tie_embeddings());
+  EXPECT_FALSE(llama3->attention_qkv_bias());
+
+  auto qwen2 = ModelSpecFromHfConfig(Replace(kLlama, R"("llama")", R"("qwen2")"), "config.json");
+  ASSERT_TRUE(qwen2.ok()) << qwen2.status();
+  EXPECT_TRUE(qwen2->attention_qkv_bias());
+  EXPECT_FALSE(qwen2->attention_out_bias());
+  EXPECT_EQ(qwen2->head_dim(), 0) << "the width's split is left implicit";
+
+  auto qwen3 = ModelSpecFromHfConfig(Replace(kLlama, R"("llama")", R"("qwen3")"), "config.json");
+  ASSERT_TRUE(qwen3.ok()) << qwen3.status();
+  EXPECT_TRUE(qwen3->qk_norm());
+  EXPECT_EQ(qwen3->head_dim(), 128) << "Qwen3Config's default head_dim";
+
+  auto mistral = ModelSpecFromHfConfig(
+      Replace(Replace(kLlama, R"("llama")", R"("mistral")"), R"("vocab_size": 97)",
+              R"("vocab_size": 97, "sliding_window": 8)"),
+      "config.json");
+  ASSERT_TRUE(mistral.ok()) << mistral.status();
+  EXPECT_EQ(mistral->sliding_window(), 8);
+  auto no_window = ModelSpecFromHfConfig(
+      Replace(Replace(kLlama, R"("llama")", R"("mistral")"), R"("vocab_size": 97)",
+              R"("vocab_size": 97, "sliding_window": null)"),
+      "config.json");
+  ASSERT_TRUE(no_window.ok()) << no_window.status();
+  EXPECT_EQ(no_window->sliding_window(), 0);
+
+  // Exported and read back, every variant is the same model of the same family.
+  for (const ModelSpec* m : {&*llama3, &*qwen2, &*qwen3, &*mistral}) {
+    auto json = HfConfigFromModelSpec(*m);
+    ASSERT_TRUE(json.ok()) << json.status();
+    auto back = ModelSpecFromHfConfig(*json, "exported");
+    ASSERT_TRUE(back.ok()) << back.status() << *json;
+    EXPECT_EQ(back->SerializeAsString(), m->SerializeAsString())
+        << back->DebugString() << " vs " << m->DebugString();
+  }
+}
+
+TEST(HfConfig, ExportFamilyIsChosenAndMustFitTheFields) {
+  auto base = ModelSpecFromHfConfig(kLlama, "config.json");
+  ASSERT_TRUE(base.ok()) << base.status();
+  ModelSpec m = *base;
+  m.clear_hf_model_type();
+  EXPECT_EQ(*HfModelType(m), "llama");
+  m.set_attention_qkv_bias(true);
+  EXPECT_EQ(*HfModelType(m), "qwen2");
+  m.set_qk_norm(true);
+  EXPECT_FALSE(HfModelType(m).ok()) << "qwen3 biases q, k, v and o alike";
+  m.set_attention_out_bias(true);
+  EXPECT_EQ(*HfModelType(m), "qwen3");
+  ModelSpec windowed = *base;
+  windowed.clear_hf_model_type();
+  windowed.set_sliding_window(16);
+  EXPECT_EQ(*HfModelType(windowed), "mistral");
+  windowed.set_hf_model_type("llama");
+  absl::StatusOr<std::string> refused = HfModelType(windowed);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("model.hf_model_type: \"llama\" has no sliding window"),
+            std::string::npos)
+      << refused.status();
 }
 
 TEST(HfConfig, GptConfigHasNoEndOfTextIdOutsideASmallVocabulary) {

@@ -70,10 +70,18 @@ int64_t CountParameters(const ModelSpec& m) {
              2 * d;
     case ModelSpec::LLAMA: {
       const int64_t h = m.ffn_hidden();
-      // Key/value width: n_kv_head heads of d / n_head (grouped-query attention).
-      const int64_t kv = m.n_kv_head() > 0 && m.n_head() > 0 ? d / m.n_head() * m.n_kv_head() : d;
-      // tok embeddings + per block (2 RMSNorms, q/o, k/v, w1/w2/w3) + norm + untied head.
-      return v * d + l * (2 * d + 2 * d * d + 2 * d * kv + 3 * d * h) + d + v * d;
+      const int64_t heads = m.n_head() > 0 ? m.n_head() : 1;
+      const int64_t head_dim = m.head_dim() > 0 ? m.head_dim() : d / heads;
+      const int64_t q = head_dim * heads;  // Query width.
+      // Key/value width: n_kv_head heads of head_dim (grouped-query attention).
+      const int64_t kv = head_dim * (m.n_kv_head() > 0 ? m.n_kv_head() : heads);
+      // Per block: 2 RMSNorms, q/o, k/v, w1/w2/w3, and the optional q/k/v and output biases
+      // and q/k norms.
+      const int64_t block = 2 * d + 2 * d * q + 2 * d * kv + 3 * d * h +
+                            (m.attention_qkv_bias() ? q + 2 * kv : 0) +
+                            (m.attention_out_bias() ? d : 0) + (m.qk_norm() ? 2 * head_dim : 0);
+      // tok embeddings + blocks + norm + the head unless tied to the embeddings.
+      return v * d + l * block + d + (m.tie_embeddings() ? 0 : v * d);
     }
     default:
       return 0;

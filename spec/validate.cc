@@ -20,6 +20,8 @@
 #include "fsdp/layout.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/unknown_field_set.h"
+#include "models/model_config.h"
+#include "models/rope.h"
 #include "spec/model_presets.h"
 #include "spec/path_policy.h"
 
@@ -299,6 +301,35 @@ void ValidateLlamaFields(const ModelSpec& m, Problems* p) {
       p->Add("model.", field, ": ", value, " is only used by LLAMA models");
     }
   }
+  for (auto [field, value] : {std::pair<const char*, int32_t>{"head_dim", m.head_dim()},
+                              {"sliding_window", m.sliding_window()}}) {
+    if (value < 0) {
+      p->Add("model.", field, ": ", value, " must be >= 0 (0: none)");
+    } else if (value > 0 && !llama) {
+      p->Add("model.", field, ": ", value, " is only used by LLAMA models");
+    }
+  }
+  if (m.head_dim() % 2 != 0) {
+    p->Add("model.head_dim: ", m.head_dim(), " is odd; rotary embeddings need an even one");
+  }
+  for (auto [field, value] :
+       {std::pair<const char*, bool>{"attention_qkv_bias", m.attention_qkv_bias()},
+        {"attention_out_bias", m.attention_out_bias()},
+        {"qk_norm", m.qk_norm()},
+        {"tie_embeddings", m.tie_embeddings()}}) {
+    if (value && !llama) {
+      p->Add("model.", field, ": true is only used by LLAMA models",
+             m.architecture() == ModelSpec::GPT && std::string(field) == "tie_embeddings"
+                 ? " (GPT's head is always tied)"
+                 : "");
+    }
+  }
+  if (m.rope_scaling().type() != RopeScaling::NONE && !llama) {
+    p->Add("model.rope_scaling: is only used by LLAMA models");
+  } else if (llama) {
+    if (absl::Status s = models::ValidateRopeScaling(models::RopeScalingFromSpec(m)); !s.ok())
+      p->Add(s.message());
+  }
 }
 
 void ValidateModel(const JobSpec& s, Problems* p) {
@@ -321,7 +352,10 @@ void ValidateModel(const JobSpec& s, Problems* p) {
     if (m.n_embd() <= 0) p->Add("model.n_embd: ", m.n_embd(), " must be positive");
     if (m.n_layer() <= 0) p->Add("model.n_layer: ", m.n_layer(), " must be positive");
     if (m.n_head() <= 0) p->Add("model.n_head: ", m.n_head(), " must be positive");
-    if (m.n_embd() > 0 && m.n_head() > 0 && m.n_embd() % m.n_head() != 0) {
+    const bool own_head_dim = m.architecture() == ModelSpec::LLAMA && m.head_dim() > 0;
+    if (own_head_dim) {
+      // The width need not split into heads: q is n_head x head_dim wide.
+    } else if (m.n_embd() > 0 && m.n_head() > 0 && m.n_embd() % m.n_head() != 0) {
       p->Add("model.n_embd: ", m.n_embd(), " is not divisible by model.n_head ", m.n_head());
     } else if (m.architecture() == ModelSpec::LLAMA && m.n_head() > 0 &&
                (m.n_embd() / m.n_head()) % 2 != 0) {
