@@ -12,6 +12,7 @@
 #include "absl/strings/strip.h"
 #include "common/logging.h"
 #include "common/network_interface.h"
+#include "common/secrets.h"
 #include "common/status_macros.h"
 #include "launch/env_names.h"
 #include "launch/exit_codes.h"
@@ -103,7 +104,15 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerO
 }
 
 WorkerDaemon::WorkerDaemon(WorkerOptions options, std::unique_ptr<client::CoordinatorClient> client)
-    : options_(std::move(options)), client_(std::move(client)) {}
+    : options_(std::move(options)), client_(std::move(client)) {
+  // Presented at the first registration: if its answer is lost (a connection left half-open by
+  // a partition), the retry presents it again and the coordinator lets this daemon in at once
+  // (WorkerRegistry's predecessor credential) rather than after the node's heartbeat timeout.
+  // It opens nothing else: the coordinator's own credential replaces it at the answer.
+  absl::MutexLock lock(&mu_);
+  worker_credential_ = RandomSecret();
+  client_->SetWorkerCredential(worker_credential_);
+}
 
 WorkerDaemon::~WorkerDaemon() { Shutdown(); }
 

@@ -41,9 +41,12 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const RegisterWorkerRequest
   if (it != id_by_node_.end()) {
     id = it->second;
     const Worker& live = workers_[id];
+    const std::string digest = presented.has_value() ? Sha256Hex(*presented) : std::string();
+    const bool retry_of_lost_answer =
+        !live.predecessor_sha256.empty() && DigestEquals(live.predecessor_sha256, digest);
     if (presented.has_value() && live.info.state() == WorkerInfo::ALIVE &&
-        !live.credential_sha256.empty() &&
-        !DigestEquals(live.credential_sha256, Sha256Hex(*presented))) {
+        !live.credential_sha256.empty() && !DigestEquals(live.credential_sha256, digest) &&
+        !retry_of_lost_answer) {
       return absl::PermissionDeniedError(
           absl::StrCat("RegisterWorker: node ", req.node_name(), " is registered as worker ", id,
                        " and alive (last heartbeat ",
@@ -68,6 +71,8 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const RegisterWorkerRequest
   w.info.set_state(WorkerInfo::ALIVE);
   w.last_heartbeat = clock_->Now();
   w.credential_sha256 = std::string(credential_sha256);
+  w.predecessor_sha256 =
+      presented.has_value() && !presented->empty() ? Sha256Hex(*presented) : std::string();
   if (!was_alive) w.busy.clear();
   // Reservations of slots that no longer exist are dropped.
   for (auto b = w.busy.begin(); b != w.busy.end();) {
@@ -114,6 +119,9 @@ absl::Status WorkerRegistry::Heartbeat(absl::string_view worker_id) {
         absl::StrCat("worker ", worker_id, " was declared dead; register again"));
   }
   it->second.last_heartbeat = now;
+  // Heartbeats come with the current credential (the service checks it first): the
+  // registration's answer arrived, so what it presented no longer registers the node.
+  it->second.predecessor_sha256.clear();
   return absl::OkStatus();
 }
 

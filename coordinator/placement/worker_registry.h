@@ -113,6 +113,11 @@ class WorkerRegistry {
     absl::Time last_heartbeat;
     std::map<int32_t, std::string> busy;  // slot index -> job id
     std::string credential_sha256;        // of the latest registration's credential
+    // Of the credential the latest registration presented, until the worker's first heartbeat
+    // (which carries the new one): a daemon whose registration answer was lost (a half-open
+    // connection after a partition) retries with what it presented before and is let in.
+    // Empty when none was presented.
+    std::string predecessor_sha256;
   };
   WorkerInfo ToInfo(const Worker& w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

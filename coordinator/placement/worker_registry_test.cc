@@ -159,6 +159,30 @@ TEST(WorkerRegistry, ALiveNodeIsRegisteredAgainOnlyWithItsCurrentCredential) {
   EXPECT_TRUE(reg.Register(Req("b", 1), Sha256Hex("b"), "").ok());
 }
 
+// A registration served but whose answer never reached the daemon (a half-open connection after
+// a partition healed, #30): the daemon retries with the credential it presented, which is let
+// in until the worker's first heartbeat shows the answer arrived.
+TEST(WorkerRegistry, ARetryOfARegistrationWhoseAnswerWasLostIsLetIn) {
+  FakeClock clock;
+  WorkerRegistry reg(&clock, absl::Seconds(10));
+  const std::string a = *reg.Register(Req("a", 2), Sha256Hex("cred-1"), "instance-secret");
+  clock.Advance(absl::Seconds(1));
+  // The answer (cred-1) was lost: the same daemon presents what it presented before.
+  ASSERT_EQ(*reg.Register(Req("a", 2), Sha256Hex("cred-2"), "instance-secret"), a);
+  EXPECT_TRUE(reg.CheckCredential(a, "cred-2").ok());
+  EXPECT_FALSE(reg.CheckCredential(a, "cred-1").ok());
+  // This answer arrived: the daemon heartbeats with cred-2, and the old secret stops working.
+  ASSERT_TRUE(reg.Heartbeat(a).ok());
+  auto late = reg.Register(Req("a", 2), Sha256Hex("cred-3"), "instance-secret");
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kPermissionDenied) << late.status();
+  EXPECT_TRUE(reg.CheckCredential(a, "cred-2").ok());
+  // Presenting none is never a predecessor: anyone with the join token can present none.
+  const std::string b = *reg.Register(Req("b", 1), Sha256Hex("b-1"), "");
+  EXPECT_EQ(reg.Register(Req("b", 1), Sha256Hex("b-2"), "").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(reg.CheckCredential(b, "b-1").ok());
+}
+
 TEST(WorkerRegistry, FreeCapacityExcludesBusyDeadAndOtherKinds) {
   FakeClock clock;
   WorkerRegistry reg(&clock, absl::Seconds(10));

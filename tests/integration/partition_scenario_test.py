@@ -190,13 +190,16 @@ class PartitionScenarioTest(unittest.TestCase):
         # daemon saw first; either way a new registration.
         # The coordinator marks it ALIVE when the Register RPC is served; the daemon logs
         # "registered as" only once the answer is back, so poll the log rather than read it once.
+        # Only the daemon's own line counts ("] registered as w2 with 2 slot(s)"): a refusal's
+        # message ("node node-1 is registered as worker w2") once passed for it (#30).
         log_path = os.path.join(self.cluster.worker_dir(1), "worker.log")
+        registered = re.compile(r"\] registered as w\d+ with")
         deadline = time.time() + 30
         worker_log = open(log_path).read()
-        while worker_log.count("registered as") < 2 and time.time() < deadline:
+        while len(registered.findall(worker_log)) < 2 and time.time() < deadline:
             time.sleep(0.2)
             worker_log = open(log_path).read()
-        self.assertGreaterEqual(worker_log.count("registered as"), 2, worker_log[-3000:])
+        self.assertGreaterEqual(len(registered.findall(worker_log)), 2, worker_log[-3000:])
         # Its trainers of the failed attempt do not outlive it (they are stopped, or ended on
         # their own collective timeout).
         deadline = time.time() + 60
