@@ -1,9 +1,14 @@
-"""Hugging Face interop against transformers itself (issue 15 item 2).
+"""Hugging Face interop against transformers itself (issue 15 item 2, issue 32 item 1).
 
-1. Import: tiny random transformers models (Llama with grouped-query attention, an untied head
-   and rope_theta 5e5; Llama with a tied head, saved as a sharded index; GPT-2 with its tied
-   head) are read by our hf_logits tool (our model, weights through hf/weights.h); its next-token
-   logits match transformers' within 1e-4.
+1. Import: tiny random transformers models of every family we read (Llama with grouped-query
+   attention, an untied head and rope_theta 5e5; Llama with a tied head, saved as a sharded
+   index; Llama 3.1 with llama3 rope scaling, head_dim apart from the width, a tied head, in
+   bfloat16; Llama with linear and dynamic rope scaling; Qwen2 with q/k/v biases, tied, sharded;
+   Qwen2 untied in bfloat16; Qwen3 with q/k norm, head_dim and attention biases; Mistral with a
+   sliding window shorter than the sequence, and without one; GPT-2 with its tied head) are read
+   by our hf_logits tool (our model, weights through hf/weights.h); its logits at every position
+   match transformers' within 1e-4. Each variant is shown to matter: the same weights under the
+   plain Llama config give logits far from transformers' (so a variant ignored would fail).
 2. Round trip: the trainer fine-tunes each imported model for 2 steps from model.hf_dir and saves
    a checkpoint; hf_export writes it as a transformers folder; from_pretrained of that folder
    gives the same next-token logits as our model with the checkpoint's weights (1e-4), and they
@@ -122,6 +127,20 @@ device:
     check(r.returncode == 0, f"{name}: hf_export (exit {r.returncode}) {r.stderr.strip()}")
     if r.returncode != 0:
         return
+    import json
+    from safetensors import safe_open
+    with open(os.path.join(model_dir, "config.json")) as f:
+        source = json.load(f)
+    with open(os.path.join(out_dir, "config.json")) as f:
+        exported = json.load(f)
+    check(exported["model_type"] == source["model_type"],
+          f"{name}: exported as model_type {exported['model_type']} "
+          f"(the source's {source['model_type']})")
+    with safe_open(os.path.join(out_dir, "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    tied = bool(source.get("tie_word_embeddings", name == "gpt2"))
+    check(exported.get("tie_word_embeddings") == tied and ("lm_head.weight" in names) != tied,
+          f"{name}: the head is exported {'tied (no lm_head.weight)' if tied else 'untied'}")
     theirs = hf_logits(out_dir, tokens)
     ours = our_logits(b, model_dir, tokens, vocab, step_dir)
     compare(f"{name}: checkpoint -> export -> from_pretrained", ours, theirs)
@@ -132,38 +151,105 @@ device:
           f"{name}: same next token after the round trip")
 
 
+def plain_llama_logits(model_dir, tokens, tmp):
+    """transformers' logits for the folder's weights read as a plain Llama: the same tensors
+    without rope scaling, window, biases and q/k norms (which a plain Llama has no names for)."""
+    import json
+    import shutil
+    plain = os.path.join(tmp, os.path.basename(model_dir) + "_as_plain_llama")
+    shutil.copytree(model_dir, plain)
+    with open(os.path.join(plain, "config.json")) as f:
+        config = json.load(f)
+    config.update(model_type="llama", architectures=["LlamaForCausalLM"], attention_bias=False,
+                  rope_parameters={"rope_type": "default",
+                                   "rope_theta": (config.get("rope_parameters") or {}).get(
+                                       "rope_theta", 10000.0)})
+    config.pop("rope_scaling", None)
+    with open(os.path.join(plain, "config.json"), "w") as f:
+        json.dump(config, f)
+    return hf_logits(plain, tokens)
+
+
+def cases():
+    C = transformers
+    llama3_rope = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+                   "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 16}
+    # name: (model, save dtype, max_shard_size or None, is a variant of the plain Llama)
+    return {
+        "llama_gqa": (C.LlamaForCausalLM(C.LlamaConfig(
+            vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=64,
+            rope_theta=500000.0, rms_norm_eps=1e-6, tie_word_embeddings=False)),
+            torch.float32, None, False),
+        "llama_tied": (C.LlamaForCausalLM(C.LlamaConfig(
+            vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=32,
+            tie_word_embeddings=True)), torch.float32, "40KB", False),
+        "llama31": (C.LlamaForCausalLM(C.LlamaConfig(
+            vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            max_position_embeddings=64, rope_parameters=llama3_rope,
+            tie_word_embeddings=True)), torch.bfloat16, None, True),
+        "llama_linear": (C.LlamaForCausalLM(C.LlamaConfig(
+            vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, max_position_embeddings=64,
+            rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0})),
+            torch.float32, None, True),
+        "llama_dynamic": (C.LlamaForCausalLM(C.LlamaConfig(
+            vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, max_position_embeddings=64,
+            rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0})),
+            torch.float32, None, False),  # within max_position_embeddings it is the default
+        "qwen2_tied": (C.Qwen2ForCausalLM(C.Qwen2Config(
+            vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
+            num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64,
+            tie_word_embeddings=True)), torch.float32, "30KB", True),
+        "qwen2": (C.Qwen2ForCausalLM(C.Qwen2Config(
+            vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
+            num_attention_heads=6, num_key_value_heads=3, max_position_embeddings=64,
+            tie_word_embeddings=False)), torch.bfloat16, None, True),
+        "qwen3": (C.Qwen3ForCausalLM(C.Qwen3Config(
+            vocab_size=97, hidden_size=40, intermediate_size=72, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            max_position_embeddings=64, attention_bias=True)), torch.float32, None, True),
+        "mistral": (C.MistralForCausalLM(C.MistralConfig(
+            vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+            sliding_window=8)), torch.float32, None, True),
+        "mistral_no_window": (C.MistralForCausalLM(C.MistralConfig(
+            vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+            sliding_window=None)), torch.bfloat16, None, False),
+        "gpt2": (C.GPT2LMHeadModel(C.GPT2Config(
+            vocab_size=97, n_embd=32, n_layer=2, n_head=4, n_positions=32,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)), torch.float32, None, False),
+    }
+
+
 def main():
     b = bins()
     torch.manual_seed(0)
     tokens = [int(t) for t in np.random.default_rng(0).integers(0, 97, size=24)]
-    cases = {
-        "llama_gqa": transformers.LlamaForCausalLM(transformers.LlamaConfig(
-            vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-            num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=64,
-            rope_theta=500000.0, rms_norm_eps=1e-6, tie_word_embeddings=False)),
-        "llama_tied": transformers.LlamaForCausalLM(transformers.LlamaConfig(
-            vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=32,
-            tie_word_embeddings=True)),
-        "gpt2": transformers.GPT2LMHeadModel(transformers.GPT2Config(
-            vocab_size=97, n_embd=32, n_layer=2, n_head=4, n_positions=32,
-            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
-    }
     with tempfile.TemporaryDirectory() as tmp:
-        for i, (name, model) in enumerate(cases.items()):
+        for i, (name, (model, dtype, shard, variant)) in enumerate(cases().items()):
             randomize(model, seed=i + 1)
-            if name == "llama_tied":
+            if model.config.tie_word_embeddings:
                 model.tie_weights()
             model_dir = os.path.join(tmp, name)
-            # The tied Llama as several shards behind model.safetensors.index.json.
-            kwargs = {"max_shard_size": "40KB"} if name == "llama_tied" else {}
-            model.save_pretrained(model_dir, **kwargs)
-            if name == "llama_tied":
+            kwargs = {"max_shard_size": shard} if shard else {}
+            model.to(dtype).save_pretrained(model_dir, **kwargs)
+            if shard:
                 check(os.path.exists(os.path.join(model_dir, "model.safetensors.index.json")),
-                      "llama_tied: saved as a sharded index")
+                      f"{name}: saved as a sharded index")
             theirs = hf_logits(model_dir, tokens)
             ours = our_logits(b, model_dir, tokens, 97)
-            compare(f"{name}: imported", ours, theirs)
+            compare(f"{name} ({str(dtype).split('.')[-1]}): imported", ours, theirs)
+            if variant:
+                plain = plain_llama_logits(model_dir, tokens, tmp)
+                check(float(np.abs(plain - theirs).max()) > 1e-2,
+                      f"{name}: the variant matters (the plain Llama reading differs by "
+                      f"{float(np.abs(plain - theirs).max()):.2e})")
             train_and_export(b, tmp, name, model_dir, 97, tokens)
     if FAILURES:
         print(f"{len(FAILURES)} failure(s)")
