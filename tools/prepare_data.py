@@ -22,9 +22,11 @@ Writes to DIR:
                         "val_file": ..., "train_tokens": n, "val_tokens": n, "spec": {...}}
                        where "spec" holds the data/model fields to put in a job spec.
 
-The bytes of an id are exact for byte-level BPE (GPT-2 style) tokenizers. For others they are
-derived from the token's string (sentencepiece's "\u2581" is a space, "<0xNN>" a byte), which
-loses the leading-space rules a real decoder applies: samples may differ from `decode` in spaces.
+The bytes of an id are exact for byte-level BPE tokenizers (GPT-2, Llama 3, Qwen2/3). For
+others they are derived from the token's string (sentencepiece's "\u2581" is a space, a
+byte-fallback "<0xNN>" is that byte: Llama 2, Mistral), which loses the leading-space rules a
+real decoder applies: samples may differ from `decode` in spaces. Added tokens are their text;
+special ones are empty. Tested by tools/prepare_data_test.py.
 """
 import argparse
 import json
@@ -48,10 +50,14 @@ def bytes_to_unicode():
     return dict(zip(bs, (chr(c) for c in cs)))
 
 
-def piece_bytes(piece, byte_level, special):
-    """The bytes a token stands for."""
+def piece_bytes(piece, byte_level, special, added=False):
+    """The bytes a token stands for. Added tokens (tokenizer.json's added_tokens: a family's
+    <|im_start|>, <think>) hold their text as is, not in the byte-level alphabet; special ones
+    decode to nothing, as `decode(skip_special_tokens=True)` does."""
     if special:
         return b""
+    if added:
+        return piece.encode("utf-8")
     if byte_level:
         inverse = {c: b for b, c in bytes_to_unicode().items()}
         if all(ch in inverse for ch in piece):
@@ -68,7 +74,9 @@ class HfTokenizer:
         spec = json.loads(tok.to_str())
         pre = json.dumps(spec.get("pre_tokenizer")) + json.dumps(spec.get("decoder"))
         self.byte_level = "ByteLevel" in pre
-        self.special = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
+        added = tok.get_added_tokens_decoder()
+        self.special = {t.content for t in added.values() if t.special}
+        self.added = {t.content for t in added.values()}
 
     def encode(self, text):
         return self.tok.encode(text, add_special_tokens=False).ids
@@ -78,7 +86,8 @@ class HfTokenizer:
         for i in range(self.vocab_size):
             piece = self.tok.id_to_token(i)
             out.append(b"" if piece is None else
-                       piece_bytes(piece, self.byte_level, piece in self.special))
+                       piece_bytes(piece, self.byte_level, piece in self.special,
+                                   piece in self.added))
         return out
 
 
