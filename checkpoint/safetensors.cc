@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -135,6 +136,38 @@ absl::Status WriteSafetensors(const std::string& path,
   return w.Commit();
 }
 
+absl::Status WriteSafetensorsFromCheckpoint(const CheckpointReader& reader,
+                                            const std::vector<CheckpointExportEntry>& entries,
+                                            const std::map<std::string, std::string>& metadata,
+                                            const std::string& out_path) {
+  std::vector<HeaderEntry> header;
+  for (const CheckpointExportEntry& e : entries) {
+    int64_t n = 1;
+    for (int64_t d : e.shape) n *= d;
+    header.push_back({e.name, "F32", e.shape, n * 4});
+  }
+  AtomicWriter w(out_path);
+  absl::Status s = w.Open();
+  if (!s.ok()) return s;
+  s = WriteHeader(w, BuildHeader(header, metadata));
+  if (!s.ok()) return s;
+  std::vector<float> buf;
+  for (const CheckpointExportEntry& e : entries) {
+    int64_t n = 1;
+    for (int64_t d : e.shape) n *= d;
+    buf.resize(static_cast<size_t>(n));
+    if (e.stored.empty()) {
+      std::fill(buf.begin(), buf.end(), e.value);
+    } else {
+      s = reader.ReadElements(e.stored, 0, n, buf.data());
+      if (!s.ok()) return s;
+    }
+    s = w.Write(buf.data(), buf.size() * sizeof(float));
+    if (!s.ok()) return s;
+  }
+  return w.Commit();
+}
+
 namespace {
 
 absl::Status Export(absl::StatusOr<std::unique_ptr<CheckpointReader>> reader,
@@ -152,30 +185,13 @@ absl::Status Export(absl::StatusOr<std::unique_ptr<CheckpointReader>> reader,
     auto it = out.find(canonical);
     if (it != out.end()) out[alias] = it->second;
   }
-  std::vector<HeaderEntry> entries;
-  for (const auto& [name, t] : out) {
-    int64_t n = 1;
-    for (int64_t d : t->shape) n *= d;
-    entries.push_back({name, "F32", t->shape, n * 4});
-  }
-  AtomicWriter w(out_path);
-  s = w.Open();
-  if (!s.ok()) return s;
-  s = WriteHeader(w, BuildHeader(entries, {{"format", "pt"},
-                                           {"step", absl::StrCat(meta.step)},
-                                           {"model_fingerprint", meta.model_fingerprint}}));
-  if (!s.ok()) return s;
-  std::vector<float> buf;
-  for (const auto& [name, t] : out) {
-    int64_t n = 1;
-    for (int64_t d : t->shape) n *= d;
-    buf.resize(static_cast<size_t>(n));
-    s = (*reader)->ReadElements(t->name, 0, n, buf.data());
-    if (!s.ok()) return s;
-    s = w.Write(buf.data(), buf.size() * sizeof(float));
-    if (!s.ok()) return s;
-  }
-  return w.Commit();
+  std::vector<CheckpointExportEntry> entries;
+  for (const auto& [name, t] : out) entries.push_back({name, t->name, t->shape});
+  return WriteSafetensorsFromCheckpoint(**reader, entries,
+                                        {{"format", "pt"},
+                                         {"step", absl::StrCat(meta.step)},
+                                         {"model_fingerprint", meta.model_fingerprint}},
+                                        out_path);
 }
 
 }  // namespace

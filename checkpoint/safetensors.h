@@ -42,6 +42,27 @@ absl::Status ExportSafetensors(const std::string& checkpoint_root, int64_t step,
 // The same from one step directory (e.g. the path the coordinator's GetCheckpoint returns).
 absl::Status ExportSafetensorsFromStepDir(const std::string& step_dir, const std::string& out_path);
 
+class CheckpointReader;  // checkpoint/checkpoint_reader.h
+
+// One float32 tensor of a file written from a checkpoint: its name in the file, its shape, and
+// the checkpoint tensor (parameter or "<param>#<state>") holding all its values, or, with
+// `stored` empty, every element `value` (a scalar such as an optimizer's step count).
+struct CheckpointExportEntry {
+  std::string name;
+  std::string stored;
+  std::vector<int64_t> shape;
+  float value = 0;
+};
+
+// Streams `entries` from `reader` into a safetensors file at out_path (atomically), one tensor
+// in memory at a time, in the order given, with `metadata` as __metadata__. The reader's files
+// should have been verified (VerifyFiles). Errors: as CheckpointReader::ReadElements; INTERNAL
+// for I/O.
+absl::Status WriteSafetensorsFromCheckpoint(const CheckpointReader& reader,
+                                            const std::vector<CheckpointExportEntry>& entries,
+                                            const std::map<std::string, std::string>& metadata,
+                                            const std::string& out_path);
+
 // Errors: INTERNAL for I/O.
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<SafetensorsTensor>& tensors,

@@ -69,6 +69,9 @@ struct TrainingProgress {
   int64_t data_position = 0;
   std::string rng_state;       // Filled by Save from LibTorch's CPU generator when empty.
   int64_t optimizer_step = 0;  // Filled by Load from the manifest.
+  // The data cursor is not known (a checkpoint written by PyTorch): the training loop places it
+  // where its sampler is after `step` steps (data::DistributedSampler::CursorAfterSteps).
+  bool cursor_from_step = false;
 };
 
 class Checkpointer {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "checkpoint/dcp_export.h"
 #include "checkpoint/safetensors.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
@@ -64,12 +65,16 @@ int CmdExport(Session& session, const Args& args) {
   const ShardctlOptions& opts = session.options();
   if (args.size() < 3 || opts.out.empty()) {
     return session.UsageError(
-        "usage: shardctl export JOB --out=FILE.safetensors [--step=N] [--format=safetensors|hf]");
+        "usage: shardctl export JOB --out=FILE.safetensors [--step=N] "
+        "[--format=safetensors|hf|dcp] [--with_optimizer]");
   }
   const std::string& format = opts.format;
-  if (format != "safetensors" && format != "hf") {
+  if (format != "safetensors" && format != "hf" && format != "dcp") {
     return session.UsageError(
-        absl::StrCat("export: --format=", format, " is not safetensors or hf"));
+        absl::StrCat("export: --format=", format, " is not safetensors, hf or dcp"));
+  }
+  if (opts.with_optimizer && format != "dcp") {
+    return session.UsageError("export: --with_optimizer is only for --format=dcp");
   }
   auto client = session.Connect();
   if (!client.ok()) return session.Fail(client.status());
@@ -86,6 +91,8 @@ int CmdExport(Session& session, const Args& args) {
     ModelSpec model = job->spec().model();
     s = spec::ResolveHfModel(&model);
     if (s.ok()) s = hf::ExportHfFromStepDir(chosen->path(), model, opts.out);
+  } else if (format == "dcp") {
+    s = checkpoint::ExportDcpFromStepDir(chosen->path(), opts.out, opts.with_optimizer);
   } else {
     s = checkpoint::ExportSafetensors(root, chosen->step(), opts.out);
   }

@@ -46,6 +46,7 @@ struct ShardctlOptions {
   int64_t step = -1;
   std::string out;
   std::string format = "safetensors";
+  bool with_optimizer = false;  // export --format=dcp
 };
 
 }  // namespace shardline::cli

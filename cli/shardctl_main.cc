@@ -13,6 +13,7 @@
 //   shardctl cancel JOB
 //   shardctl export JOB --out=FILE.safetensors [--step=N]
 //   shardctl export JOB --format=hf --out=DIR [--step=N]   (a transformers folder: hf/export.h)
+//   shardctl export JOB --format=dcp --out=DIR [--with_optimizer] [--step=N]   (PyTorch DCP)
 //
 // Without TLS a token is never sent to a non-loopback coordinator unless --insecure (or
 // insecure=true in the config file).
@@ -64,10 +65,14 @@ ABSL_FLAG(int64_t, step, -1,
 ABSL_FLAG(std::string, continue_job, "",
           "submit: continue this job's committed checkpoint (--step, or its newest) in the new "
           "job: sets checkpoint.resume_from to its path.");
-ABSL_FLAG(std::string, out, "", "export: output .safetensors file (--format=hf: folder).");
+ABSL_FLAG(std::string, out, "",
+          "export: output .safetensors file (--format=hf and dcp: a folder).");
 ABSL_FLAG(std::string, format, "safetensors",
-          "export: safetensors (Shardline's names, one file) or hf (a Hugging Face transformers "
-          "folder: config.json + model.safetensors, GPT and LLAMA models).");
+          "export: safetensors (Shardline's names, one file), hf (a Hugging Face transformers "
+          "folder: config.json + model.safetensors, GPT and Llama-family models) or dcp (a "
+          "PyTorch torch.distributed.checkpoint folder: checkpoint/dcp_export.h).");
+ABSL_FLAG(bool, with_optimizer, false,
+          "export --format=dcp: the optimizer state too (get_optimizer_state_dict's layout).");
 ABSL_FLAG(int, timeout_s, 10, "Deadline of each call to the coordinator, seconds.");
 ABSL_FLAG(bool, check_flags, false, "Parse the flags and exit (used by deploy tests).");
 
@@ -90,7 +95,9 @@ Commands:
   cancel JOB                     stop every rank of the job
   checkpoints JOB                committed checkpoints of the job
   export JOB --out=F [--step=N]  the model of a committed checkpoint as one .safetensors file
-                                 (--format=hf --out=DIR: a folder transformers loads)
+                                 (--format=hf --out=DIR: a folder transformers loads;
+                                 --format=dcp --out=DIR [--with_optimizer]: a folder
+                                 torch.distributed.checkpoint.load reads)
   workers                        registered workers and their slots
   whoami                         the user (and admin or not) the coordinator takes the token for
   help                           this text (--help: with every flag)
@@ -130,6 +137,7 @@ ShardctlOptions OptionsFromFlags(std::vector<std::string> sets) {
   o.continue_job = absl::GetFlag(FLAGS_continue_job);
   o.out = absl::GetFlag(FLAGS_out);
   o.format = absl::GetFlag(FLAGS_format);
+  o.with_optimizer = absl::GetFlag(FLAGS_with_optimizer);
   return o;
 }
 

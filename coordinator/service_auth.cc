@@ -174,7 +174,18 @@ grpc::Status CoordinatorService::CheckCheckpointSources(const User& user,
   const std::string& init = spec.checkpoint().init_from_safetensors();
   if (!init.empty()) {
     const CoordinatorCore::CheckpointOwner who = core_->OwnerOfCheckpointPath(init, false);
-    if (absl::Status s = CheckInitFrom(user, init, {who.job_id, who.owner}); !s.ok()) {
+    if (absl::Status s =
+            CheckInitFrom(user, "checkpoint.init_from_safetensors", init, {who.job_id, who.owner});
+        !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  }
+  const std::string& dcp = spec.checkpoint().init_from_dcp();
+  if (!dcp.empty()) {
+    const CoordinatorCore::CheckpointOwner who = core_->OwnerOfCheckpointPath(dcp, false);
+    if (absl::Status s =
+            CheckInitFrom(user, "checkpoint.init_from_dcp", dcp, {who.job_id, who.owner});
+        !s.ok()) {
       return ToGrpcStatus(s);
     }
   }

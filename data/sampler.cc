@@ -53,6 +53,11 @@ DistributedSampler::DistributedSampler(const Options& options)
       accumulation_steps_(options.global_batch_size /
                           (options.micro_batch_size * options.world_size)) {}
 
+DataCursor DistributedSampler::CursorAfterSteps(int64_t steps) const {
+  const int64_t per_epoch = steps_per_epoch();
+  return {steps / per_epoch, (steps % per_epoch) * options_.global_batch_size};
+}
+
 std::vector<int64_t> DistributedSampler::EpochOrder(int64_t epoch) const {
   std::vector<int64_t> order(options_.num_samples);
   std::iota(order.begin(), order.end(), 0);

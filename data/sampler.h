@@ -56,6 +56,10 @@ class DistributedSampler {
   // multiple of G or past the epoch's last full batch.
   absl::Status Restore(const DataCursor& cursor);
 
+  // Where the cursor is after `steps` steps from (0, 0): epoch steps / S, position
+  // (steps mod S) x G, with S = steps_per_epoch().
+  DataCursor CursorAfterSteps(int64_t steps) const;
+
   // The order of `epoch`: a permutation of [0, N), the same on every rank and every run.
   std::vector<int64_t> EpochOrder(int64_t epoch) const;
 

@@ -98,6 +98,15 @@ TEST(DistributedSampler, ResumeFromCursorSeesTheSameBatches) {
   }
 }
 
+// A run started from a checkpoint that carries no cursor (PyTorch DCP) places it by the step.
+TEST(DistributedSampler, CursorAfterStepsIsWhereNextLeavesIt) {
+  auto s = MakeSampler(70, 8, 2, 2, 1);
+  for (int64_t steps = 0; steps < 30; ++steps) {
+    EXPECT_EQ(s.CursorAfterSteps(steps), s.cursor()) << steps;
+    s.Next();
+  }
+}
+
 TEST(DistributedSampler, ResumeAtAnotherWorldSizeKeepsGlobalBatches) {
   // Saved at W=4, resumed at W=2: the union over ranks of each step is unchanged.
   auto reference = GlobalBatches(64, 8, 1, 1, 12);

@@ -120,7 +120,7 @@ at::Tensor LlamaImpl::forward(const at::Tensor& tokens, fsdp::UnitRunner* runner
               config_.block_size);
   if (!cos_.defined() || cos_.device() != tokens.device()) {
     const std::vector<double> freqs =
-        RotaryInverseFrequencies(config_.head_dim, config_.rope_theta, config_.rope_scaling);
+        spec::RotaryInverseFrequencies(config_.head_dim, config_.rope_theta, config_.rope_scaling);
     at::Tensor inv = at::tensor(freqs, at::kDouble);
     at::Tensor angles = at::outer(at::arange(config_.block_size, at::kDouble), inv);
     cos_ = angles.cos().to(tokens.device(), at::kFloat);
@@ -170,7 +170,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig
         " must be positive (sliding_window 0 for none) with an even head size (n_embd / n_head "
         "unless head_dim is set) and n_kv_head dividing n_head"));
   }
-  RETURN_IF_ERROR(ValidateRopeScaling(c.rope_scaling));
+  RETURN_IF_ERROR(spec::ValidateRopeScaling(c.rope_scaling));
   return Build<LlamaModel>(
       c, "build the Llama model", spec.init_seed,
       InitRules{static_cast<int>(c.n_layer), {"wo.weight", "w2.weight"}, {"norm."}}, mode);
@@ -193,7 +193,7 @@ std::string LlamaModel::Describe() const {
       config_.ffn_hidden, config_.vocab_size, config_.block_size,
       config_.qkv_bias ? ", qkv bias" : "", config_.qk_norm ? ", qk norm" : "",
       config_.tie_embeddings ? ", tied head" : "",
-      config_.rope_scaling.type == RopeScaling::Type::kNone ? "" : ", scaled rope",
+      config_.rope_scaling.type == spec::RotaryScaling::Type::kNone ? "" : ", scaled rope",
       config_.sliding_window > 0 ? absl::StrCat(", window ", config_.sliding_window) : "",
       RegisteredParameterCount() / 1e6);
 }

@@ -16,7 +16,7 @@
 //         output is its own [V, C] parameter, or with tie_embeddings tok_embeddings' weight.
 //
 // Rotary embedding: channel pairs (2i, 2i+1) of each head rotate by t * inv_freq[i]
-// (models/rope.h: rope_theta^(-2i/D), with rope_scaling's long-context scaling), Meta's layout;
+// (spec/rope.h: rope_theta^(-2i/D), with rope_scaling's long-context scaling), Meta's layout;
 // hf/weight_map.h converts Hugging Face's half-split layout. Rotary tables (cos/sin, [block_size,
 // D/2]) are plain tensors, not parameters or buffers, so the FSDP engine never shards them; they
 // follow the input's device.
@@ -40,7 +40,7 @@
 #include "models/init.h"
 #include "models/language_model.h"
 #include "models/model_config.h"
-#include "models/rope.h"
+#include "spec/rope.h"
 
 namespace shardline::models {
 namespace llama {
@@ -53,7 +53,7 @@ struct Config {
   double norm_eps = 1e-5;
   int64_t head_dim = 0;  // 0: n_embd / n_head.
   bool qkv_bias = false, out_bias = false, qk_norm = false, tie_embeddings = false;
-  RopeScaling rope_scaling;
+  spec::RotaryScaling rope_scaling;
   int64_t sliding_window = 0;  // 0: none.
   AttentionKernel attention = AttentionKernel::kSdpa;
 };

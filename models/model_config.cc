@@ -67,35 +67,13 @@ absl::StatusOr<ModelConfig> ModelConfigFromSpec(const ModelSpec& input) {
   c.qk_norm = spec.qk_norm();
   c.tie_embeddings = spec.tie_embeddings();
   c.sliding_window = spec.sliding_window();
-  c.rope_scaling = RopeScalingFromSpec(spec);
-  if (c.architecture == Architecture::kLlama) RETURN_IF_ERROR(ValidateRopeScaling(c.rope_scaling));
+  c.rope_scaling = spec::RopeScalingFromSpec(spec);
+  if (c.architecture == Architecture::kLlama)
+    RETURN_IF_ERROR(spec::ValidateRopeScaling(c.rope_scaling));
   c.torchscript_path = spec.torchscript_path();
   c.hf_dir = spec.hf_dir();
   c.init_seed = spec.init_seed();
   return c;
-}
-
-RopeScaling RopeScalingFromSpec(const ModelSpec& spec) {
-  const shardline::RopeScaling& rope = spec.rope_scaling();
-  RopeScaling r;
-  switch (rope.type()) {
-    case shardline::RopeScaling::LINEAR:
-      r.type = RopeScaling::Type::kLinear;
-      break;
-    case shardline::RopeScaling::DYNAMIC:
-      r.type = RopeScaling::Type::kDynamic;
-      break;
-    case shardline::RopeScaling::LLAMA3:
-      r.type = RopeScaling::Type::kLlama3;
-      break;
-    default:
-      r.type = RopeScaling::Type::kNone;
-  }
-  r.factor = rope.factor();
-  r.low_freq_factor = rope.low_freq_factor();
-  r.high_freq_factor = rope.high_freq_factor();
-  r.original_max_position_embeddings = rope.original_max_position_embeddings();
-  return r;
 }
 
 absl::StatusOr<ModelConfig> PresetModelConfig(absl::string_view preset, uint64_t init_seed) {

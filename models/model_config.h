@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "models/rope.h"
+#include "spec/rope.h"
 
 namespace shardline {
 class ModelSpec;  // proto/job_spec.proto
@@ -45,7 +45,7 @@ struct ModelConfig {
   bool attention_out_bias = false;
   bool qk_norm = false;
   bool tie_embeddings = false;
-  RopeScaling rope_scaling;
+  spec::RotaryScaling rope_scaling;
   int64_t sliding_window = 0;  // 0: none.
   double dropout = 0.0;
   std::string torchscript_path;
@@ -63,9 +63,6 @@ struct ModelConfig {
 // spec with model.hf_dir must have been resolved already (spec loading does: spec/hf_config.h).
 // Errors: INVALID_ARGUMENT for an unknown preset or an unspecified architecture.
 absl::StatusOr<ModelConfig> ModelConfigFromSpec(const ModelSpec& spec);
-
-// The rotary scaling of a spec's model.rope_scaling (the proto's fields as models/rope.h's).
-RopeScaling RopeScalingFromSpec(const ModelSpec& spec);
 
 // The config of a named preset ("tiny", "small", "gpt2", "llama-tiny"), for tests and tools.
 absl::StatusOr<ModelConfig> PresetModelConfig(absl::string_view preset, uint64_t init_seed);

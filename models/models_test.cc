@@ -22,7 +22,7 @@ ModelConfig Preset(const std::string& name, uint64_t seed = 1) {
   if (variants) {
     c->head_dim = c->n_embd / c->n_head + 2;
     c->attention_qkv_bias = c->attention_out_bias = c->qk_norm = c->tie_embeddings = true;
-    c->rope_scaling.type = RopeScaling::Type::kLlama3;
+    c->rope_scaling.type = spec::RotaryScaling::Type::kLlama3;
     c->rope_scaling.factor = 8;
     c->rope_scaling.low_freq_factor = 1;
     c->rope_scaling.high_freq_factor = 4;

@@ -13,8 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/open_beneath.h"
 #include "common/status_macros.h"
-#include "models/model_config.h"
-#include "models/rope.h"
+#include "spec/rope.h"
 
 namespace shardline::spec {
 namespace {
@@ -146,7 +145,7 @@ absl::Status ReadRope(const Config& c, int64_t positions, ModelSpec* m) {
   if (partial != 1.0) return c.Error("partial_rotary_factor", "must be 1");
   if (!(theta > 0)) return c.Error("rope_theta", "must be positive");
   m->set_rope_theta(theta);
-  if (absl::Status s = models::ValidateRopeScaling(models::RopeScalingFromSpec(*m)); !s.ok()) {
+  if (absl::Status s = ValidateRopeScaling(RopeScalingFromSpec(*m)); !s.ok()) {
     return c.Error("rope_scaling", s.message());
   }
   return absl::OkStatus();

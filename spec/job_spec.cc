@@ -83,6 +83,8 @@ absl::StatusOr<JobSpec> LoadJobSpecText(absl::string_view text, absl::string_vie
   RETURN_IF_ERROR(MakeAbsolute(base, "checkpoint.dir", spec.mutable_checkpoint()->mutable_dir()));
   RETURN_IF_ERROR(MakeAbsolute(base, "checkpoint.init_from_safetensors",
                                spec.mutable_checkpoint()->mutable_init_from_safetensors()));
+  RETURN_IF_ERROR(MakeAbsolute(base, "checkpoint.init_from_dcp",
+                               spec.mutable_checkpoint()->mutable_init_from_dcp()));
   RETURN_IF_ERROR(MakeAbsolute(base, "checkpoint.resume_from",
                                spec.mutable_checkpoint()->mutable_resume_from()));
   RETURN_IF_ERROR(

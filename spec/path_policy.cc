@@ -184,6 +184,7 @@ std::vector<SpecPath> SpecPaths(const JobSpec& spec) {
   add("model.hf_dir", spec.model().hf_dir(), SpecPath::Access::kReadDir);
   add("checkpoint.init_from_safetensors", spec.checkpoint().init_from_safetensors(),
       SpecPath::Access::kRead);
+  add("checkpoint.init_from_dcp", spec.checkpoint().init_from_dcp(), SpecPath::Access::kReadDir);
   add("checkpoint.resume_from", spec.checkpoint().resume_from(), SpecPath::Access::kCheckpointRead);
   add("checkpoint.dir", spec.checkpoint().dir(), SpecPath::Access::kCheckpoint);
   // Written like checkpoints: the same roots bound it.

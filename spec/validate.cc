@@ -20,10 +20,11 @@
 #include "fsdp/layout.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/unknown_field_set.h"
-#include "models/model_config.h"
-#include "models/rope.h"
+#include "spec/checkpoint_sources.h"
 #include "spec/model_presets.h"
 #include "spec/path_policy.h"
+#include "spec/rope.h"
+#include "spec/shown.h"
 
 namespace shardline::spec {
 namespace {
@@ -45,14 +46,6 @@ class Problems {
  private:
   std::vector<std::string> list_;
 };
-
-// A user-written value as a message shows it: long ones are cut, so a megabyte-long field does
-// not come back as a megabyte-long error.
-std::string Shown(const std::string& value) {
-  constexpr size_t kMax = 512;
-  if (value.size() <= kMax) return value;
-  return absl::StrCat(value.substr(0, kMax), "... (", value.size(), " bytes)");
-}
 
 bool ValidName(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;
@@ -215,56 +208,6 @@ void CheckReadableFile(const std::string& path_field, const std::string& path, P
   }
 }
 
-// checkpoint.init_from_safetensors must be a safetensors file, or the job fails only once its
-// trainers start: an 8-byte little-endian header length that fits the file, then a JSON object.
-void CheckSafetensorsHeader(const std::string& path, Problems* p) {
-  struct stat st;
-  if (path.empty() || stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;  // reported
-  std::ifstream in(path, std::ios::binary);
-  unsigned char head[9] = {};
-  in.read(reinterpret_cast<char*>(head), sizeof(head));
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | head[i];
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (!in || n < 2 || n > size - 8 || head[8] != '{') {
-    p->Add("checkpoint.init_from_safetensors: \"", Shown(path),
-           "\" is not a safetensors file (it does not start with a header length and a JSON "
-           "header)");
-  }
-}
-
-// checkpoint.resume_from: a committed step directory (step_<N> with its MANIFEST.json) or a
-// directory holding one, or the job would fail only once its trainers start.
-void CheckResumeFrom(const std::string& path, Problems* p) {
-  struct stat st;
-  if (path.empty() || stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;  // reported
-  std::string dir = path;
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  const std::string base = dir.substr(dir.find_last_of('/') + 1);
-  auto is_step = [](const std::string& name) {
-    return name.size() > 5 && absl::StartsWith(name, "step_") &&
-           std::all_of(name.begin() + 5, name.end(),
-                       [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); });
-  };
-  auto committed = [](const std::string& step_dir) {
-    return access((step_dir + "/MANIFEST.json").c_str(), R_OK) == 0;
-  };
-  if (is_step(base)) {
-    if (!committed(dir)) {
-      p->Add("checkpoint.resume_from: \"", Shown(path),
-             "\" is not a committed checkpoint (no MANIFEST.json in it)");
-    }
-    return;
-  }
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (is_step(name) && committed(entry.path().string())) return;
-  }
-  p->Add("checkpoint.resume_from: \"", Shown(path),
-         "\" holds no committed checkpoint (no step_<N>/MANIFEST.json)");
-}
-
 // The checkpoint root need not exist yet (the trainer creates it), but its nearest existing
 // ancestor must be a directory this process may write, or the first save fails mid-job.
 void CheckWritableDir(const std::string& path_field, const std::string& path, Problems* p) {
@@ -327,8 +270,7 @@ void ValidateLlamaFields(const ModelSpec& m, Problems* p) {
   if (m.rope_scaling().type() != RopeScaling::NONE && !llama) {
     p->Add("model.rope_scaling: is only used by LLAMA models");
   } else if (llama) {
-    if (absl::Status s = models::ValidateRopeScaling(models::RopeScalingFromSpec(m)); !s.ok())
-      p->Add(s.message());
+    if (absl::Status s = ValidateRopeScaling(RopeScalingFromSpec(m)); !s.ok()) p->Add(s.message());
   }
 }
 
@@ -514,9 +456,16 @@ void ValidateRest(const JobSpec& s, Problems* p) {
   if (c.resume_step() < -1) {
     p->Add("checkpoint.resume_step: ", c.resume_step(), " must be -1 (latest), 0 or a step");
   }
-  if (!c.resume_from().empty() && !c.init_from_safetensors().empty()) {
-    p->Add("checkpoint.resume_from: set with checkpoint.init_from_safetensors (",
-           c.init_from_safetensors(), "); a job starts from one of them");
+  const std::pair<const char*, const std::string*> starts[] = {
+      {"init_from_safetensors", &c.init_from_safetensors()},
+      {"resume_from", &c.resume_from()},
+      {"init_from_dcp", &c.init_from_dcp()}};
+  for (int j = 1; j < 3; ++j) {
+    for (int i = 0; i < j; ++i) {
+      if (starts[i].second->empty() || starts[j].second->empty()) continue;
+      p->Add("checkpoint.", starts[j].first, ": set with checkpoint.", starts[i].first, " (",
+             *starts[i].second, "); a job starts from one of them");
+    }
   }
   if (!c.resume_from().empty() && c.resume_step() == 0) {
     p->Add("checkpoint.resume_from: set with checkpoint.resume_step 0 (start from scratch)");
@@ -567,8 +516,7 @@ absl::Status Validate(const JobSpec& spec, const ValidateOptions& options) {
         CheckWritableDir(f.field, f.path, &p);
       }
     }
-    CheckSafetensorsHeader(spec.checkpoint().init_from_safetensors(), &p);
-    CheckResumeFrom(spec.checkpoint().resume_from(), &p);
+    for (const std::string& problem : CheckpointSourceProblems(spec.checkpoint())) p.Add(problem);
   }
   return p.ToStatus();
 }

@@ -10,7 +10,7 @@ namespace shardline::trainer {
 
 bool WantsCheckpoints(const TrainerConfig& c) {
   return !c.checkpoint_dir.empty() || !c.init_from_safetensors.empty() || !c.model.hf_dir.empty() ||
-         !c.resume_from.empty();
+         !c.resume_from.empty() || !c.init_from_dcp.empty();
 }
 
 // Under the coordinator each job gets its own directory <dir>/<job id>, shared by the job's
@@ -70,7 +70,8 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(
     const std::string& metrics_out) {
   if (fsdp == nullptr) {
     return absl::InvalidArgumentError(
-        "checkpoint.dir / init_from_safetensors / model.hf_dir need the FSDP backend (--backend "
+        "checkpoint.dir / init_from_safetensors / init_from_dcp / model.hf_dir need the FSDP "
+        "backend (--backend "
         "fsdp or auto)");
   }
   CheckpointPolicy policy;
@@ -82,6 +83,7 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(
   SetResumeStep(c, env, policy);
   policy.resume_from_job = env.resume_from_job;
   policy.init_from_safetensors = c.init_from_safetensors;
+  policy.init_from_dcp = c.init_from_dcp;
   policy.resume_from = c.resume_from;
   policy.init_from_hf = c.model.hf_dir;
   policy.total_steps = c.steps;
@@ -110,6 +112,7 @@ absl::Status RestoreCheckpoint(TrainerCheckpointing* ckpt, TrainLoopOptions& loo
     if (!start.ok()) return start.status();
     loop.start_step = start->step;
     loop.start_cursor = {start->data_epoch, start->data_position};
+    loop.start_cursor_from_step = start->cursor_from_step;
   }
   loop.after_step = [ckpt](int64_t done, const data::DataCursor& next) {
     return ckpt->AfterStep(done, next.epoch, next.position);

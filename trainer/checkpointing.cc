@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "checkpoint/dcp_load.h"
 #include "checkpoint/format.h"
 #include "checkpoint/manifest_io.h"
 #include "common/logging.h"
@@ -162,6 +163,7 @@ absl::StatusOr<checkpoint::TrainingProgress> TrainerCheckpointing::Restore() {
   // Nothing of this job's own to resume: continue another job's checkpoint when asked (a
   // restarted attempt with a committed checkpoint of its own resumed that above instead).
   if (!policy_.resume_from.empty() && policy_.resume_step != 0) return ContinueFrom();
+  if (!policy_.init_from_dcp.empty()) return StartFromDcp();
   if (!policy_.init_from_safetensors.empty()) {
     RETURN_IF_ERROR(checkpoint::LoadSafetensorsIntoEngine(policy_.init_from_safetensors, engine_));
     if (engine_->rank() == 0) {
@@ -210,6 +212,29 @@ absl::StatusOr<checkpoint::TrainingProgress> TrainerCheckpointing::ContinueFrom(
     SL_LOG(INFO) << "continued from " << checkpoint::StepDir(root, p->step) << " (step " << p->step
                  << ", data epoch " << p->data_epoch << " position " << p->data_position << ")";
   }
+  return p;
+}
+
+absl::StatusOr<checkpoint::TrainingProgress> TrainerCheckpointing::StartFromDcp() {
+  absl::StatusOr<checkpoint::DcpLoadResult> loaded = checkpoint::LoadDcpIntoEngine(
+      policy_.init_from_dcp, policy_.optimizer_kind, engine_, optimizer_);
+  if (!loaded.ok()) return loaded.status();
+  if (loaded->step >= policy_.total_steps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint.init_from_dcp ", policy_.init_from_dcp, ": its step ", loaded->step,
+        " is not below train.steps ", policy_.total_steps, "; nothing is left to train"));
+  }
+  if (engine_->rank() == 0) {
+    SL_LOG(INFO) << "started from the PyTorch DCP checkpoint " << policy_.init_from_dcp << " ("
+                 << loaded->tensors << " tensors"
+                 << (loaded->optimizer_state
+                         ? absl::StrCat(", optimizer state, step ", loaded->step)
+                         : std::string(", weights only: optimizer fresh, step 0"))
+                 << ")";
+  }
+  checkpoint::TrainingProgress p;
+  p.step = loaded->step;
+  p.cursor_from_step = true;  // The sampler's position after that many steps (train_loop.cc).
   return p;
 }
 

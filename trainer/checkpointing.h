@@ -56,6 +56,9 @@ struct CheckpointPolicy {
   bool save_final = false;
   int64_t resume_step = -1;
   std::string init_from_safetensors;
+  // checkpoint.init_from_dcp: a PyTorch DCP directory (checkpoint/dcp_load.h) to start from when
+  // this run has none of its own to resume.
+  std::string init_from_dcp;
   // checkpoint.resume_from: another job's checkpoint (a step directory, or a job's directory for
   // its newest committed step) to continue from when this run has none of its own to resume.
   std::string resume_from;
@@ -137,6 +140,8 @@ class TrainerCheckpointing {
   // field and path: Checkpointer::Load's, and INVALID_ARGUMENT when its step is not below
   // train.steps (nothing would be left to train).
   absl::StatusOr<checkpoint::TrainingProgress> ContinueFrom();
+  // checkpoint.init_from_dcp.
+  absl::StatusOr<checkpoint::TrainingProgress> StartFromDcp();
   // OK when the manifest of `step` (-1: the newest committed) under `root` names the job the
   // coordinator approved (policy_.resume_from_job); PERMISSION_DENIED naming both otherwise.
   absl::Status CheckContinuedJob(const std::string& root, int64_t step) const;

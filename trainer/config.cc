@@ -91,6 +91,7 @@ absl::StatusOr<TrainerConfig> LoadTrainerConfig(const std::string& spec_path,
   c.resume_step = ck.resume_step();
   c.resume_from = ck.resume_from();
   c.init_from_safetensors = ck.init_from_safetensors();
+  c.init_from_dcp = ck.init_from_dcp();
   return c;
 }
 

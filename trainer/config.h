@@ -92,6 +92,7 @@ struct TrainerConfig {
   int64_t resume_step = -1;  // -1 latest (if any), 0 fresh, N that step.
   std::string resume_from;   // checkpoint.resume_from: another job's step or checkpoint directory.
   std::string init_from_safetensors;
+  std::string init_from_dcp;  // checkpoint.init_from_dcp: a PyTorch DCP directory.
 };
 
 // Loads the spec at `spec_path`, applies `overrides` ("path=value"), sets world_size to the

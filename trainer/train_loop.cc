@@ -40,7 +40,8 @@ class Loop {
 
   absl::StatusOr<TrainSummary> Run() {
     device_ = model_.module().parameters().front().device();
-    RETURN_IF_ERROR(sampler_.Restore(o_.start_cursor));
+    RETURN_IF_ERROR(sampler_.Restore(
+        o_.start_cursor_from_step ? sampler_.CursorAfterSteps(o_.start_step) : o_.start_cursor));
     at::manual_seed(c_.seed + 1000003ULL * o_.rank);  // Dropout: per rank, reproducible.
     flops_per_token_ = model_.TrainingFlopsPerToken(c_.seq_len);
     tokens_per_step_ = static_cast<int64_t>(c_.global_batch_size) * c_.seq_len;

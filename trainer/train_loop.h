@@ -58,6 +58,8 @@ struct TrainLoopOptions {
   double peak_flops_per_rank = 1e11;
   // Where training starts (a restored checkpoint's cursor and step).
   data::DataCursor start_cursor;
+  // start_cursor is unknown: start where the sampler is after start_step steps.
+  bool start_cursor_from_step = false;
   int64_t start_step = 0;
   // Optional; runs after every optimizer step with the steps completed and the cursor of the
   // next global batch (checkpointing, trainer/checkpointing.h). An error ends

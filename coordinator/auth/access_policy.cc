@@ -41,13 +41,12 @@ absl::Status CheckResumeFrom(const User& user, absl::string_view path,
       OwnerName(source.owner), "; only its owner or an admin may continue it"));
 }
 
-absl::Status CheckInitFrom(const User& user, absl::string_view path,
+absl::Status CheckInitFrom(const User& user, absl::string_view field, absl::string_view path,
                            const CheckpointSource& source) {
   if (source.job_id.empty() || MayAct(user, source.owner)) return absl::OkStatus();
-  return absl::PermissionDeniedError(
-      absl::StrCat("checkpoint.init_from_safetensors: ", path,
-                   " is in the checkpoint directory of job ", source.job_id, ", owned by ",
-                   OwnerName(source.owner), "; only its owner or an admin may start from it"));
+  return absl::PermissionDeniedError(absl::StrCat(
+      field, ": ", path, " is in the checkpoint directory of job ", source.job_id, ", owned by ",
+      OwnerName(source.owner), "; only its owner or an admin may start from it"));
 }
 
 }  // namespace shardline::coordinator

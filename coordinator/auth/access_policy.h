@@ -41,9 +41,10 @@ struct CheckpointSource {
 absl::Status CheckResumeFrom(const User& user, absl::string_view path,
                              const CheckpointSource& source);
 
-// checkpoint.init_from_safetensors: a file outside every job's checkpoint directory is anyone's
-// to start from; one inside a job's directory only its owner's (or an admin's).
-absl::Status CheckInitFrom(const User& user, absl::string_view path,
+// checkpoint.init_from_safetensors and init_from_dcp (`field`): a path outside every job's
+// checkpoint directory is anyone's to start from; one inside a job's directory only its owner's
+// (or an admin's).
+absl::Status CheckInitFrom(const User& user, absl::string_view field, absl::string_view path,
                            const CheckpointSource& source);
 
 }  // namespace shardline::coordinator

@@ -50,12 +50,19 @@ TEST(AccessPolicy, ResumeFromNeedsAKnownCheckpointOfAJobTheUserMayActOn) {
 }
 
 TEST(AccessPolicy, InitFromIsAnyonesOutsideJobDirectoriesAndTheOwnersInside) {
-  EXPECT_TRUE(CheckInitFrom(kBob, "/models/m.safetensors", {}).ok());
-  EXPECT_TRUE(CheckInitFrom(kAlice, "/c/j1/export.safetensors", {"j1", "alice"}).ok());
-  EXPECT_TRUE(CheckInitFrom(kRoot, "/c/j1/export.safetensors", {"j1", "alice"}).ok());
-  const absl::Status s = CheckInitFrom(kBob, "/c/j1/export.safetensors", {"j1", "alice"});
+  EXPECT_TRUE(
+      CheckInitFrom(kBob, "checkpoint.init_from_safetensors", "/models/m.safetensors", {}).ok());
+  EXPECT_TRUE(CheckInitFrom(kAlice, "checkpoint.init_from_safetensors", "/c/j1/export.safetensors",
+                            {"j1", "alice"})
+                  .ok());
+  EXPECT_TRUE(CheckInitFrom(kRoot, "checkpoint.init_from_safetensors", "/c/j1/export.safetensors",
+                            {"j1", "alice"})
+                  .ok());
+  const absl::Status s =
+      CheckInitFrom(kBob, "checkpoint.init_from_dcp", "/c/j1/dcp", {"j1", "alice"});
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_NE(s.message().find("checkpoint.init_from_safetensors: /c/j1/export.safetensors"),
+  EXPECT_NE(s.message().find(
+                "checkpoint.init_from_dcp: /c/j1/dcp is in the checkpoint directory of job j1"),
             absl::string_view::npos);
 }
 

@@ -82,6 +82,21 @@ class HfFinetuneExampleTest(unittest.TestCase):
         with safe_open(os.path.join(exported, "model.safetensors"), "pt") as f:
             self.assertNotIn("lm_head.weight", set(f.keys()))
 
+        # The same checkpoint for PyTorch's torch.distributed.checkpoint (checkpoint/dcp_test.py
+        # loads such a folder with torch itself), model and AdamW state.
+        dcp = os.path.join(work, "dcp")
+        self.cluster.shardctl("export", job, "--format=dcp", "--with_optimizer", "--out=" + dcp)
+        with safe_open(os.path.join(dcp, "model-00001-of-00001.safetensors"), "pt") as f:
+            keys = set(f.keys())
+            self.assertIn("DCP_SHARDING_INFO", f.metadata())
+        self.assertIn("tok_embeddings.weight", keys)
+        self.assertIn("optimizer.state.tok_embeddings.weight.exp_avg", keys)
+        self.assertIn("optimizer.state.tok_embeddings.weight.step", keys)
+        refused = self.cluster.shardctl("export", job, "--format=hf", "--with_optimizer",
+                                        "--out=" + os.path.join(work, "x"), check=False)
+        self.assertNotEqual(refused.returncode, 0)
+        self.assertIn("--with_optimizer is only for --format=dcp", refused.stderr)
+
         out = self.run_tool(os.path.join(EXAMPLE, "check_export.py"), os.path.join(work, "model"),
                             exported, os.path.join(work, "data", "val.bin"))
         self.assertIn("exported: LlamaForCausalLM, rope llama3, head tied: True", out)

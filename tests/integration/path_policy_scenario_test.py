@@ -147,7 +147,7 @@ class PlantedJobFolderScenarioTest(unittest.TestCase):
     under names it makes later: `<checkpoint.dir>/<job id>/step_N/...`. A job's id is known from
     submit on, so a user who can write under the checkpoint root can plant a link at that name to
     a folder outside the roots while the job waits. Here the worker's --trainer is a wrapper that
-    plants it after the check, just before the trainer runs. The trainer writes beneath the
+    plants it after the worker's checks of every rank, just before the trainers run. The trainer writes beneath the
     checkpoint roots (SHARDLINE_WRITE_ROOTS, openat2 RESOLVE_BENEATH) and refuses; before, its
     shards and MANIFEST.json landed in the outside folder."""
 
@@ -159,10 +159,24 @@ class PlantedJobFolderScenarioTest(unittest.TestCase):
         for d in (self.data, self.ckpt, self.outside):
             os.makedirs(d)
         self.corpus = shutil.copy(cluster_test.CORPUS, os.path.join(self.data, "corpus.txt"))
+        # The plant waits until every rank's wrapper runs: the worker checks each rank's
+        # checkpoint folder just before starting it, so a plant by the first rank started could
+        # meet the check of a later one (a fresh-clone run: refused there, exit 2, not at the
+        # write this test is about). Bounded: after 60 s the plant happens anyway.
         wrapper = os.path.join(self.base, "plant_then_train.sh")
+        started = os.path.join(self.base, "started")
+        os.makedirs(started)
         with open(wrapper, "w") as f:
-            f.write('#!/bin/sh\nln -sfn "%s" "%s/$SHARDLINE_JOB_ID"\nexec "%s" "$@"\n'
-                    % (self.outside, self.ckpt, harness.BINARIES.trainer))
+            f.write('#!/bin/sh\n'
+                    'touch "%(started)s/$RANK"\n'
+                    'i=0\n'
+                    'while [ "$(ls "%(started)s" | wc -l)" -lt "$WORLD_SIZE" ] && [ $i -lt 1200 ]; do\n'
+                    '  sleep 0.05; i=$((i + 1))\n'
+                    'done\n'
+                    'ln -sfn "%(outside)s" "%(ckpt)s/$SHARDLINE_JOB_ID"\n'
+                    'exec "%(trainer)s" "$@"\n'
+                    % {"started": started, "outside": self.outside, "ckpt": self.ckpt,
+                       "trainer": harness.BINARIES.trainer})
         os.chmod(wrapper, 0o755)
         roots = ["--read_roots=" + self.data, "--checkpoint_roots=" + self.ckpt]
         self.cluster = harness.Cluster(workers=0, grace_period_s=3, coordinator_flags=roots)

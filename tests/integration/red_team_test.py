@@ -379,6 +379,11 @@ class RedTeamTest(unittest.TestCase):
                  "init_from_safetensors", "%s/%s/w.safetensors" % (S.ckpt, S.done))),
              "PERMISSION_DENIED", "is in the checkpoint directory of job %s, owned by alice"
              % S.done),
+            ("a folder in another user's checkpoint directory as init_from_dcp",
+             lambda: S.submit_as("bob", S.starting_from(
+                 "init_from_dcp", "%s/%s/dcp" % (S.ckpt, S.done))),
+             "PERMISSION_DENIED", "checkpoint.init_from_dcp: %s/%s/dcp is in the checkpoint "
+             "directory of job %s, owned by alice" % (S.ckpt, S.done, S.done)),
             # Found live: a 1 MiB value read 2,000 times in one 10 KB request built a 2,000 MiB
             # response (the coordinator peaked at 4 GiB).
             ("rendezvous get naming one key 2,000 times",

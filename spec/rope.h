@@ -13,18 +13,23 @@
 // kDynamic (NTK) changes the base only for sequences longer than max_position_embeddings, which
 // Shardline never runs (block_size is at most that): within it the frequencies are kNone's.
 //
-// Torch-free, so spec checks and the models share it. Thread safety: pure functions.
-#ifndef SHARDLINE_MODELS_ROPE_H_
-#define SHARDLINE_MODELS_ROPE_H_
+// Torch-free and without generated headers in this one, so spec checks and the LibTorch
+// models (models/llama.h) share it. Thread safety: pure functions.
+#ifndef SHARDLINE_SPEC_ROPE_H_
+#define SHARDLINE_SPEC_ROPE_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
 
-namespace shardline::models {
+namespace shardline {
+class ModelSpec;  // proto/job_spec.proto
+}  // namespace shardline
 
-struct RopeScaling {
+namespace shardline::spec {
+
+struct RotaryScaling {
   enum class Type { kNone, kLinear, kDynamic, kLlama3 };
   Type type = Type::kNone;
   double factor = 1.0;
@@ -36,11 +41,15 @@ struct RopeScaling {
 // Checks the parameters the type uses: factor >= 1 (kLinear, kDynamic, kLlama3); for kLlama3
 // 0 < low_freq_factor < high_freq_factor and original_max_position_embeddings > 0.
 // Errors: INVALID_ARGUMENT naming model.rope_scaling.<field>.
-absl::Status ValidateRopeScaling(const RopeScaling& s);
+absl::Status ValidateRopeScaling(const RotaryScaling& s);
+
+// The rotary scaling of a spec's model.rope_scaling (the proto's fields as this struct's).
+RotaryScaling RopeScalingFromSpec(const ModelSpec& spec);
 
 // The D / 2 inverse frequencies of a head of even size head_dim. `s` must be valid.
-std::vector<double> RotaryInverseFrequencies(int64_t head_dim, double theta, const RopeScaling& s);
+std::vector<double> RotaryInverseFrequencies(int64_t head_dim, double theta,
+                                             const RotaryScaling& s);
 
-}  // namespace shardline::models
+}  // namespace shardline::spec
 
-#endif  // SHARDLINE_MODELS_ROPE_H_
+#endif  // SHARDLINE_SPEC_ROPE_H_
