@@ -102,10 +102,15 @@ std::string OfBound(int64_t used, int64_t max) {
 
 // The user's quota usage (docs/security.md, "Resource bounds").
 void PrintUsage(const UserUsage& u) {
-  std::cout << "pending    " << OfBound(u.pending_jobs(), u.max_pending_jobs())
-            << " jobs (--max_pending_jobs_per_user)\n"
-            << "running    " << OfBound(u.running_ranks(), u.max_running_ranks())
-            << " ranks (--max_running_ranks_per_user)\n"
+  // An older coordinator sends no source: its bounds are the flags.
+  const std::string pending =
+      u.pending_jobs_source().empty() ? "--max_pending_jobs_per_user" : u.pending_jobs_source();
+  const std::string running =
+      u.running_ranks_source().empty() ? "--max_running_ranks_per_user" : u.running_ranks_source();
+  std::cout << "pending    " << OfBound(u.pending_jobs(), u.max_pending_jobs()) << " jobs ("
+            << pending << ")\n"
+            << "running    " << OfBound(u.running_ranks(), u.max_running_ranks()) << " ranks ("
+            << running << ")\n"
             << "specs      " << OfBound(u.spec_bytes(), u.max_spec_bytes())
             << " bytes (--max_spec_bytes_per_user; one job at most "
             << (u.max_spec_bytes_per_job() > 0 ? absl::StrCat(u.max_spec_bytes_per_job())

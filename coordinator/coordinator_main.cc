@@ -44,8 +44,9 @@ ABSL_FLAG(std::string, token, "",
 ABSL_FLAG(std::string, token_file, "",
           "file holding the token of the admin user \"admin\" (mode 0600)");
 ABSL_FLAG(std::string, users_file, "",
-          "named users, one a line: <name> <token> [admin] (# comments); mode 0600 or "
-          "stricter; reloaded when it changes (a bad edit keeps the old users)");
+          "named users, one a line: <name> <token> [admin] [max_running_ranks=N] "
+          "[max_pending_jobs=N] (# comments; the two bounds replace the flags' for that user); "
+          "mode 0600 or stricter; reloaded when it changes (a bad edit keeps the old users)");
 ABSL_FLAG(std::string, worker_token, "",
           "join token worker daemons must send (trainers get per-attempt credentials instead); "
           "required off loopback and with --users_file, and must differ from every user token; "
@@ -107,10 +108,12 @@ ABSL_FLAG(int32_t, max_checkpoints_per_job, 100,
           "checkpoint records kept per job (at least 2): the oldest committed beyond it, and "
           "uncommitted ones a later commit overtook, are forgotten; never the newest committed");
 ABSL_FLAG(int32_t, max_pending_jobs_per_user, 1000,
-          "PENDING jobs one user may have; a submit past it is refused (0: no bound)");
+          "PENDING jobs one user may have; a submit past it is refused (0: no bound; a user's "
+          "max_pending_jobs in --users_file replaces it for that user)");
 ABSL_FLAG(int32_t, max_running_ranks_per_user, 0,
           "ranks one user's RUNNING jobs may hold at once; a job past it waits, and one with a "
-          "larger world_size is refused at submit (0: no bound)");
+          "larger world_size is refused at submit (0: no bound; a user's max_running_ranks in "
+          "--users_file replaces it for that user)");
 ABSL_FLAG(int64_t, max_spec_bytes_per_job, 1 << 20,
           "serialized bytes of one job spec; a larger one is refused (0: no bound)");
 ABSL_FLAG(int64_t, max_spec_bytes_per_user, int64_t{64} << 20,

@@ -113,6 +113,15 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ServerOptions& 
   return grpc::SslServerCredentials(ssl);
 }
 
+// The users file's own bounds as the core applies them (the auth package knows no quotas).
+UserQuotaOverrides QuotaOverrides(const UserTable& users) {
+  UserQuotaOverrides out;
+  for (const auto& [name, limits] : users.Limits()) {
+    out[name] = {limits.max_running_ranks, limits.max_pending_jobs};
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
@@ -131,6 +140,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Create(
   if (!c.ok()) return c.status();
   s->core_ = std::move(*c);
   s->users_ = std::shared_ptr<UserTable>(std::move(*users));
+  s->core_->SetUserQuotas(QuotaOverrides(*s->users_));
   ServiceOptions so;
   so.users = s->users_;
   so.user_token = options.user_token;
@@ -212,6 +222,7 @@ void CoordinatorServer::TickLoop() {
                     << " user(s): " << r.status();
     } else if (*r) {
       SL_LOG(INFO) << "users file reloaded: " << users_->size() << " user(s)";
+      core_->SetUserQuotas(QuotaOverrides(*users_));
     }
   }
 }

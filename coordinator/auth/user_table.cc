@@ -7,10 +7,12 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/secret_file.h"
 #include "common/secrets.h"
+#include "common/status_macros.h"
 
 namespace shardline::coordinator {
 namespace {
@@ -28,6 +30,35 @@ bool ValidName(absl::string_view name) {
 
 }  // namespace
 
+// One optional field after the token: "admin", "max_running_ranks=N" or "max_pending_jobs=N",
+// each at most once.
+absl::Status ParseOption(absl::string_view field, const std::string& where, UserEntry* e) {
+  if (field == "admin" && !e->admin) {
+    e->admin = true;
+    return absl::OkStatus();
+  }
+  const size_t eq = field.find('=');
+  const absl::string_view key = field.substr(0, eq);
+  std::optional<int>* slot = key == "max_running_ranks"  ? &e->limits.max_running_ranks
+                             : key == "max_pending_jobs" ? &e->limits.max_pending_jobs
+                                                         : nullptr;
+  int value = 0;
+  if (eq == absl::string_view::npos || slot == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "field \"", field,
+                     "\" is not \"admin\", \"max_running_ranks=N\" or \"max_pending_jobs=N\""));
+  }
+  if (slot->has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, key, " is given twice"));
+  }
+  if (!absl::SimpleAtoi(field.substr(eq + 1), &value) || value < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, key, "=\"", field.substr(eq + 1),
+                                                   "\" must be a whole number >= 0 (0: none)"));
+  }
+  *slot = value;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<UserEntry>> ParseUsers(absl::string_view text,
                                                   absl::string_view source) {
   std::vector<UserEntry> out;
@@ -40,21 +71,19 @@ absl::StatusOr<std::vector<UserEntry>> ParseUsers(absl::string_view text,
         absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
     if (fields.empty()) continue;
     const std::string where = absl::StrCat(source, ":", line_no, ": ");
-    if (fields.size() < 2 || fields.size() > 3) {
+    if (fields.size() < 2) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, "expected \"<name> <token> [admin]\", got ", fields.size(), " field(s)"));
+          where,
+          "expected \"<name> <token> [admin] [max_running_ranks=N] [max_pending_jobs=N]\", got ",
+          fields.size(), " field(s)"));
     }
-    UserEntry e{std::string(fields[0]), std::string(fields[1]), false};
+    UserEntry e{std::string(fields[0]), std::string(fields[1]), false, {}};
     if (!ValidName(e.name)) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, "user name \"", e.name, "\" must be [A-Za-z0-9_.@-]+"));
     }
-    if (fields.size() == 3) {
-      if (fields[2] != "admin") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, "third field must be \"admin\" or absent, got \"", fields[2], "\""));
-      }
-      e.admin = true;
+    for (size_t f = 2; f < fields.size(); ++f) {
+      RETURN_IF_ERROR(ParseOption(fields[f], where, &e));
     }
     if (!names.insert(e.name).second) {
       return absl::InvalidArgumentError(absl::StrCat(where, "user ", e.name, " is listed twice"));
@@ -74,15 +103,18 @@ absl::StatusOr<std::unique_ptr<UserTable>> UserTable::Create(const std::string& 
   t->users_file_ = users_file;
   t->legacy_token_ = legacy_token;
   FileStamp stamp;
-  absl::StatusOr<Table> table = t->Read(&stamp);
+  std::map<std::string, UserLimits> limits;
+  absl::StatusOr<Table> table = t->Read(&stamp, &limits);
   if (!table.ok()) return table.status();
   absl::MutexLock lock(&t->mu_);
   t->by_digest_ = *std::move(table);
+  t->limits_ = std::move(limits);
   t->stamp_ = stamp;
   return t;
 }
 
-absl::StatusOr<UserTable::Table> UserTable::Read(FileStamp* stamp) const {
+absl::StatusOr<UserTable::Table> UserTable::Read(FileStamp* stamp,
+                                                 std::map<std::string, UserLimits>* limits) const {
   Table table;
   if (!legacy_token_.empty()) table[Sha256Hex(legacy_token_)] = User{kLegacyAdmin, true};
   if (users_file_.empty()) return table;
@@ -109,6 +141,9 @@ absl::StatusOr<UserTable::Table> UserTable::Read(FileStamp* stamp) const {
       return absl::InvalidArgumentError(
           absl::StrCat(users_file_, ": user \"", kLegacyAdmin,
                        "\" is the --token/--token_file user; rename it or drop --token"));
+    }
+    if (e.limits.max_running_ranks.has_value() || e.limits.max_pending_jobs.has_value()) {
+      (*limits)[e.name] = e.limits;
     }
     auto [it, added] = table.emplace(Sha256Hex(e.token), User{e.name, e.admin});
     if (!added) {
@@ -152,13 +187,20 @@ absl::StatusOr<bool> UserTable::ReloadIfChanged() {
     if (now == stamp_) return false;
   }
   FileStamp read_stamp;
-  absl::StatusOr<Table> table = Read(&read_stamp);
+  std::map<std::string, UserLimits> limits;
+  absl::StatusOr<Table> table = Read(&read_stamp, &limits);
   absl::MutexLock lock(&mu_);
   // Remember the refused version too: the same bad file is reported once, not every poll.
   stamp_ = table.ok() ? read_stamp : now;
   if (!table.ok()) return table.status();
   by_digest_ = *std::move(table);
+  limits_ = std::move(limits);
   return true;
+}
+
+std::map<std::string, UserLimits> UserTable::Limits() const {
+  absl::MutexLock lock(&mu_);
+  return limits_;
 }
 
 }  // namespace shardline::coordinator

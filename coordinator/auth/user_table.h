@@ -1,7 +1,10 @@
 // UserTable: the coordinator's named users, from --users_file and/or the single --token.
 //
-// File format: one user a line, `<name> <token> [admin]`, fields separated by blanks; `#` starts a
-// comment; blank lines are skipped. Names are [A-Za-z0-9_.@-]+; names and tokens are unique.
+// File format: one user a line, `<name> <token> [admin] [max_running_ranks=N]
+// [max_pending_jobs=N]`, fields separated by blanks; `#` starts a comment; blank lines are
+// skipped. Names are [A-Za-z0-9_.@-]+; names and tokens are unique. The two bounds are the
+// user's own quotas (coordinator/placement/user_quota.h: N >= 0, 0 for none), in place of the
+// coordinator's --max_running_ranks_per_user / --max_pending_jobs_per_user for that user.
 // The file must not be readable or writable by group or others (it holds tokens): a mode with
 // any of 077 set is refused, naming the file and its mode.
 //
@@ -18,6 +21,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,10 +40,17 @@ struct User {
   bool admin = false;
 };
 
+// A user's own quotas from the file; unset: the coordinator's flags.
+struct UserLimits {
+  std::optional<int> max_running_ranks;
+  std::optional<int> max_pending_jobs;
+};
+
 struct UserEntry {
   std::string name;
   std::string token;
   bool admin = false;
+  UserLimits limits;
 };
 
 // Parses the users file format above; `source` names the file in errors ("users.txt:3: ...").
@@ -65,6 +76,8 @@ class UserTable {
   std::optional<User> Find(absl::string_view token) const;
   bool empty() const;
   size_t size() const;
+  // The users with a bound of their own, by name (as of the last successful read).
+  std::map<std::string, UserLimits> Limits() const;
 
   // Re-reads the users file if it changed. Returns true when the new table is in place, false
   // when nothing changed (or there is no file); an error (old table kept) when the changed file
@@ -81,14 +94,15 @@ class UserTable {
     }
   };
   using Table = absl::flat_hash_map<std::string, User>;  // token digest -> user
-  // Reads and checks the file into a table (with the legacy token). `stamp` receives the file's
-  // stamp as read.
-  absl::StatusOr<Table> Read(FileStamp* stamp) const;
+  // Reads and checks the file into a table (with the legacy token) and the users' limits.
+  // `stamp` receives the file's stamp as read.
+  absl::StatusOr<Table> Read(FileStamp* stamp, std::map<std::string, UserLimits>* limits) const;
 
   std::string users_file_;
   std::string legacy_token_;
   mutable absl::Mutex mu_;
   Table by_digest_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, UserLimits> limits_ ABSL_GUARDED_BY(mu_);
   FileStamp stamp_ ABSL_GUARDED_BY(mu_);
 };
 

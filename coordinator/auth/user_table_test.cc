@@ -34,14 +34,40 @@ TEST(ParseUsers, ReadsNamesTokensAdminsAndComments) {
   EXPECT_TRUE((*users)[1].admin);
 }
 
+TEST(ParseUsers, ReadsEachUsersOwnQuotas) {
+  auto users = ParseUsers(
+      "alice tok-a max_running_ranks=8\nbob tok-b max_pending_jobs=2 admin max_running_ranks=0\n"
+      "carol tok-c\n",
+      "u.txt");
+  ASSERT_TRUE(users.ok()) << users.status();
+  ASSERT_EQ(users->size(), 3u);
+  EXPECT_EQ((*users)[0].limits.max_running_ranks, 8);
+  EXPECT_FALSE((*users)[0].limits.max_pending_jobs.has_value());
+  EXPECT_TRUE((*users)[1].admin);
+  EXPECT_EQ((*users)[1].limits.max_pending_jobs, 2);
+  EXPECT_EQ((*users)[1].limits.max_running_ranks, 0);
+  EXPECT_FALSE((*users)[2].limits.max_running_ranks.has_value());
+}
+
 TEST(ParseUsers, RefusesBadLinesNamingThem) {
   struct Case {
     const char* text;
     const char* message;
   } cases[] = {
-      {"alice\n", "u.txt:1: expected \"<name> <token> [admin]\", got 1 field(s)"},
-      {"alice t admin extra\n", "u.txt:1: expected"},
-      {"\nalice t root\n", "u.txt:2: third field must be \"admin\" or absent, got \"root\""},
+      {"alice\n",
+       "u.txt:1: expected \"<name> <token> [admin] [max_running_ranks=N] [max_pending_jobs=N]\", "
+       "got 1 field(s)"},
+      {"alice t admin extra\n",
+       "u.txt:1: field \"extra\" is not \"admin\", \"max_running_ranks=N\" or "
+       "\"max_pending_jobs=N\""},
+      {"\nalice t root\n", "u.txt:2: field \"root\" is not \"admin\""},
+      {"alice t admin admin\n", "u.txt:1: field \"admin\" is not"},
+      {"alice t max_running_ranks=-1\n",
+       "u.txt:1: max_running_ranks=\"-1\" must be a whole number >= 0 (0: none)"},
+      {"alice t max_pending_jobs=x\n", "u.txt:1: max_pending_jobs=\"x\" must be a whole number"},
+      {"alice t max_pending_jobs=1 max_pending_jobs=2\n",
+       "u.txt:1: max_pending_jobs is given twice"},
+      {"alice t max_gpus=2\n", "u.txt:1: field \"max_gpus=2\" is not"},
       {"al/ice t\n", "user name \"al/ice\" must be [A-Za-z0-9_.@-]+"},
       {"alice t\nalice u\n", "u.txt:2: user alice is listed twice"},
       {"alice t\nbob t\n", "u.txt:2: the token of user bob is already another user's"},
@@ -107,10 +133,14 @@ TEST(UserTable, ReloadTakesAGoodEditAndKeepsTheOldTableOnABadOne) {
   EXPECT_NE(r.status().message().find("reload.txt:1:"), std::string::npos) << r.status();
   EXPECT_TRUE((*t)->Find("tok-b").has_value());  // the old table stays
   EXPECT_FALSE(*(*t)->ReloadIfChanged());        // reported once
-  Write("reload.txt", "carol tok-c\n", 0600);
+  Write("reload.txt", "carol tok-c max_running_ranks=3\n", 0600);
   EXPECT_TRUE(*(*t)->ReloadIfChanged());
   EXPECT_FALSE((*t)->Find("tok-b").has_value());
   EXPECT_EQ((*t)->Find("tok-c")->name, "carol");
+  // The limits come with the table they were read with.
+  const auto limits = (*t)->Limits();
+  ASSERT_EQ(limits.size(), 1u);
+  EXPECT_EQ(limits.at("carol").max_running_ranks, 3);
 }
 
 }  // namespace

@@ -417,7 +417,8 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(const JobSpec& spec,
     if (feed_.shut_down()) return absl::UnavailableError("coordinator is shutting down");
     RETURN_IF_ERROR(writer_->CheckWritable());
     RETURN_IF_ERROR(CheckPlaceable(spec, registry_.List(), options_.max_world_size));
-    RETURN_IF_ERROR(CheckSubmitQuota(options_.quotas, owner, UsageLocked(owner), spec));
+    RETURN_IF_ERROR(CheckSubmitQuota(QuotasFor(options_.quotas, user_quotas_, owner), owner,
+                                     UsageLocked(owner), spec));
     rec = jobs_.NewJob(spec, clock_->Now());
     if (rec.ok()) {
       submitting_[owner].pending_jobs++;
@@ -461,29 +462,6 @@ CoordinatorCore::CheckpointOwner CoordinatorCore::OwnerOfCheckpointPath(const st
   absl::StatusOr<const JobRecord*> job = jobs_.Find(who.job_id);
   if (job.ok()) who.owner = (*job)->status().owner();
   return who;
-}
-
-UserUsageCount CoordinatorCore::UsageLocked(const std::string& user) const {
-  UserUsageCount usage;
-  if (auto it = submitting_.find(user); it != submitting_.end()) usage = it->second;
-  for (const auto& [id, job] : jobs_.records()) CountUsage(job, user, &usage);
-  return usage;
-}
-
-RankQuota CoordinatorCore::RankQuotaLocked() const {
-  RankQuota q;
-  q.max_per_user = options_.quotas.max_running_ranks_per_user;
-  if (q.max_per_user <= 0) return q;
-  for (const auto& [id, job] : jobs_.records()) {
-    if (job.status().state() == RUNNING)
-      q.running[job.status().owner()] += job.status().placement_size();
-  }
-  return q;
-}
-
-UserUsage CoordinatorCore::UsageOf(const std::string& user) const {
-  absl::MutexLock lock(&mu_);
-  return UsageReport(options_.quotas, UsageLocked(user));
 }
 
 absl::StatusOr<JobStatus> CoordinatorCore::GetJob(const std::string& job_id) const {

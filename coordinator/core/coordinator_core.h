@@ -250,6 +250,10 @@ class CoordinatorCore {
 
   // What `user`'s jobs hold and the per-user bounds (WhoAmIResponse.usage).
   UserUsage UsageOf(const std::string& user) const;
+  // Users' own bounds from the users file (replacing the previous set; the server calls it at
+  // start and after each reload). Later submits and scheduling rounds apply them; running jobs
+  // are not stopped by a lowered bound.
+  void SetUserQuotas(UserQuotaOverrides overrides);
 
   // ---- checkpoints
   absl::StatusOr<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& job_id) const;
@@ -354,6 +358,7 @@ class CoordinatorCore {
   void WriteSeriesOfEndedJob(const std::string& job_id);
 
   const CoreOptions options_;
+  UserQuotaOverrides user_quotas_ ABSL_GUARDED_BY(mu_);
   const Clock* clock_;
   std::unique_ptr<StateWriter> writer_;     // owns the store (none: in memory only)
   WorkerRegistry registry_;                 // own lock

@@ -88,6 +88,44 @@ TEST_F(QuotaTest, JobOverTheRunningRankBoundWaitsThenStartsWhenTheOwnersOtherJob
   EXPECT_THAT(never.status().message(), HasSubstr("could never start: user bob may run at most 2"));
 }
 
+// The users file's own bounds (SetUserQuotas) replace the flags' for that user: at submit, in
+// scheduling and in WhoAmI's usage, each refusal naming the users file.
+TEST_F(QuotaTest, AUsersOwnBoundsFromTheUsersFileReplaceTheFlags) {
+  UserQuotas q;
+  q.max_running_ranks_per_user = 4;
+  q.max_pending_jobs_per_user = 10;
+  Start(q);
+  UserQuotaOverrides own;
+  own["bob"].max_running_ranks = 1;
+  own["bob"].max_pending_jobs = 1;
+  core_->SetUserQuotas(own);
+  ASSERT_TRUE(core_->RegisterWorker(TestWorkerRequest("n0", 4)).ok());
+  auto wide = core_->SubmitJob(Spec("wide", 2), "bob");
+  EXPECT_EQ(wide.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(wide.status().message(),
+            "job of world_size 2 could never start: user bob may run at most 1 ranks at once "
+            "(max_running_ranks of user bob in the users file)");
+  EXPECT_EQ(Get(Submit("alices", 2, "alice")).state(), RUNNING);  // alice keeps the flag's 4
+  EXPECT_EQ(Get(Submit("b1", 1, "bob")).state(), RUNNING);
+  const std::string waits = Submit("b2", 1, "bob");
+  EXPECT_EQ(Get(waits).message(),
+            "waiting: user bob runs 1 ranks; this job's 1 would make it more than 1 "
+            "(max_running_ranks of user bob in the users file)");
+  auto third = core_->SubmitJob(Spec("b3", 1), "bob");
+  EXPECT_EQ(third.status().message(),
+            "user bob has 1 pending jobs; at most 1 (max_pending_jobs of user bob in the users "
+            "file)");
+  const UserUsage bob = core_->UsageOf("bob");
+  EXPECT_EQ(bob.max_running_ranks(), 1);
+  EXPECT_EQ(bob.max_pending_jobs(), 1);
+  EXPECT_EQ(core_->UsageOf("alice").max_running_ranks(), 4);
+  // A reloaded file without bob's line gives him the flags' bounds again.
+  core_->SetUserQuotas({});
+  core_->Tick();
+  EXPECT_EQ(Get(waits).state(), RUNNING) << Get(waits).message();
+  EXPECT_EQ(core_->UsageOf("bob").max_running_ranks(), 4);
+}
+
 TEST_F(QuotaTest, CancelReasonOverTheBoundIsRefusedAndTheJobKeepsGoing) {
   UserQuotas q;
   q.max_reason_bytes = 16;

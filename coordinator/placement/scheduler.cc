@@ -1,6 +1,7 @@
 #include "coordinator/placement/scheduler.h"
 
 #include <algorithm>
+#include <deque>
 #include <set>
 #include <utility>
 
@@ -33,6 +34,84 @@ Slot::Kind SlotKindFor(const JobSpec& spec) {
   return spec.device().kind() == DeviceSpec::CUDA ? Slot::CUDA : Slot::CPU;
 }
 
+namespace {
+
+// One scheduling round: the free slots left, the kinds blocked so far, the owners' running ranks
+// and the decisions made.
+struct Round {
+  std::map<Slot::Kind, std::vector<NodeCapacity>> free;
+  int64_t now_unix_ms = 0;
+  RankQuota quota;
+  std::set<Slot::Kind> blocked;
+  std::vector<Decision> out;
+
+  void Consider(const QueuedJob& job);
+};
+
+void Round::Consider(const QueuedJob& job) {
+  if (job.restart_not_before_unix_ms > now_unix_ms) return;  // in restart backoff
+  const JobSpec& spec = *job.spec;
+  Decision d;
+  d.job_id = job.job_id;
+  d.kind = SlotKindFor(spec);
+  if (blocked.count(d.kind)) return;
+  std::vector<NodeCapacity>& caps = free[d.kind];
+  int32_t slots = 0;
+  for (const NodeCapacity& c : caps) slots += static_cast<int32_t>(c.free_slots.size());
+  // The first attempt runs at the full world size; a restart may shrink (elastic).
+  int32_t w = job.attempt == 0 ? (slots >= spec.world_size() ? spec.world_size() : 0)
+                               : ElasticWorldSize(spec, slots);
+  if (w == 0) {
+    blocked.insert(d.kind);
+    d.action = Decision::kWait;
+    d.message = absl::StrCat("waiting for ", spec.world_size(), " ", Slot::Kind_Name(d.kind),
+                             " slots (", slots, " free on ", caps.size(), " live workers)");
+    out.push_back(std::move(d));
+    return;
+  }
+  int& running = quota.running[job.owner];
+  const int max = quota.MaxFor(job.owner);
+  if (max > 0 && running + w > max) {
+    // Over the owner's bound: a restart shrinks to what is left of it when it can; otherwise
+    // the job waits and, unlike a job waiting for slots, does not block its kind.
+    const int32_t room = std::max(0, max - running);
+    const int32_t shrunk = job.attempt == 0 ? 0 : ElasticWorldSize(spec, std::min(room, w));
+    if (shrunk == 0) {
+      d.action = Decision::kWait;
+      d.quota = true;
+      d.message = RunningRanksWaitMessage(job.owner, running, w, max, quota.SourceFor(job.owner));
+      out.push_back(std::move(d));
+      return;
+    }
+    w = shrunk;
+  }
+  auto layout = LayoutFor(spec, w);
+  absl::StatusOr<Plan> plan = layout.ok() ? PlanPlacement(*layout, caps) : layout.status();
+  if (!plan.ok()) {
+    blocked.insert(d.kind);
+    d.action = Decision::kUnplaced;
+    d.error = plan.status();
+  } else {
+    TakeSlots(*plan, &caps);
+    running += plan->world_size;
+    d.action = Decision::kStart;
+    d.plan = std::move(*plan);
+  }
+  out.push_back(std::move(d));
+}
+
+}  // namespace
+
+int RankQuota::MaxFor(const std::string& user) const {
+  auto it = own.find(user);
+  return it != own.end() ? it->second.first : max_per_user;
+}
+
+std::string RankQuota::SourceFor(const std::string& user) const {
+  auto it = own.find(user);
+  return it != own.end() ? it->second.second : "--max_running_ranks_per_user";
+}
+
 std::vector<Decision> Schedule(std::vector<QueuedJob> queue,
                                std::map<Slot::Kind, std::vector<NodeCapacity>> free,
                                int64_t now_unix_ms, RankQuota quota) {
@@ -40,59 +119,32 @@ std::vector<Decision> Schedule(std::vector<QueuedJob> queue,
     const int32_t pa = a.spec->priority(), pb = b.spec->priority();
     return pa != pb ? pa > pb : a.seq < b.seq;
   });
-  std::vector<Decision> out;
-  std::set<Slot::Kind> blocked;
-  for (const QueuedJob& job : queue) {
-    if (job.restart_not_before_unix_ms > now_unix_ms) continue;  // in restart backoff
-    const JobSpec& spec = *job.spec;
-    Decision d;
-    d.job_id = job.job_id;
-    d.kind = SlotKindFor(spec);
-    if (blocked.count(d.kind)) continue;
-    std::vector<NodeCapacity>& caps = free[d.kind];
-    int32_t slots = 0;
-    for (const NodeCapacity& c : caps) slots += static_cast<int32_t>(c.free_slots.size());
-    // The first attempt runs at the full world size; a restart may shrink (elastic).
-    int32_t w = job.attempt == 0 ? (slots >= spec.world_size() ? spec.world_size() : 0)
-                                 : ElasticWorldSize(spec, slots);
-    if (w == 0) {
-      blocked.insert(d.kind);
-      d.action = Decision::kWait;
-      d.message = absl::StrCat("waiting for ", spec.world_size(), " ", Slot::Kind_Name(d.kind),
-                               " slots (", slots, " free on ", caps.size(), " live workers)");
-      out.push_back(std::move(d));
-      continue;
-    }
-    int& running = quota.running[job.owner];
-    if (quota.max_per_user > 0 && running + w > quota.max_per_user) {
-      // Over the owner's bound: a restart shrinks to what is left of it when it can; otherwise
-      // the job waits and, unlike a job waiting for slots, does not block its kind.
-      const int32_t room = std::max(0, quota.max_per_user - running);
-      const int32_t shrunk = job.attempt == 0 ? 0 : ElasticWorldSize(spec, std::min(room, w));
-      if (shrunk == 0) {
-        d.action = Decision::kWait;
-        d.quota = true;
-        d.message = RunningRanksWaitMessage(job.owner, running, w, quota.max_per_user);
-        out.push_back(std::move(d));
-        continue;
+  Round round{std::move(free), now_unix_ms, std::move(quota), {}, {}};
+  // Higher priority first. Within one priority, fair between users: the next job is the oldest
+  // of the owner who runs the fewest ranks now (counting this round's starts), so one user's
+  // queue of jobs does not hold the slots from another's first one; ties by submission order.
+  for (size_t i = 0; i < queue.size();) {
+    size_t end = i;
+    while (end < queue.size() && queue[end].spec->priority() == queue[i].spec->priority()) ++end;
+    std::map<std::string, std::deque<const QueuedJob*>> by_owner;
+    for (size_t k = i; k < end; ++k) by_owner[queue[k].owner].push_back(&queue[k]);
+    while (!by_owner.empty()) {
+      auto best = by_owner.begin();
+      for (auto it = by_owner.begin(); it != by_owner.end(); ++it) {
+        const int run = round.quota.running[it->first], best_run = round.quota.running[best->first];
+        if (run < best_run ||
+            (run == best_run && it->second.front()->seq < best->second.front()->seq)) {
+          best = it;
+        }
       }
-      w = shrunk;
+      const QueuedJob* job = best->second.front();
+      best->second.pop_front();
+      if (best->second.empty()) by_owner.erase(best);
+      round.Consider(*job);
     }
-    auto layout = LayoutFor(spec, w);
-    absl::StatusOr<Plan> plan = layout.ok() ? PlanPlacement(*layout, caps) : layout.status();
-    if (!plan.ok()) {
-      blocked.insert(d.kind);
-      d.action = Decision::kUnplaced;
-      d.error = plan.status();
-    } else {
-      TakeSlots(*plan, &caps);
-      running += plan->world_size;
-      d.action = Decision::kStart;
-      d.plan = std::move(*plan);
-    }
-    out.push_back(std::move(d));
+    i = end;
   }
-  return out;
+  return std::move(round.out);
 }
 
 void RecordPlacement(const Plan& plan, JobStatus* status) {

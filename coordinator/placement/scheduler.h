@@ -44,7 +44,11 @@ struct QueuedJob {
 // behind one user's quota); a restart may shrink (elastic) to fit it.
 struct RankQuota {
   int max_per_user = 0;
-  std::map<std::string, int> running;  // by user
+  std::map<std::string, int> running;  // by user (every user's, bound or not: fair ordering)
+  // Users with their own bound (the users file's max_running_ranks): bound and its source.
+  std::map<std::string, std::pair<int, std::string>> own;
+  int MaxFor(const std::string& user) const;
+  std::string SourceFor(const std::string& user) const;
 };
 
 // What to do with one queued job, in the order they must be applied.

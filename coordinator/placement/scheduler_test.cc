@@ -126,16 +126,30 @@ TEST(Scheduler, JobOverItsOwnersRankQuotaWaitsWithoutBlockingOtherUsers) {
   const std::vector<Decision> d =
       Schedule({bobs, alices, bobs_next}, {{Slot::CPU, Nodes({4})}}, 0, quota);
   ASSERT_EQ(d.size(), 3u);
-  EXPECT_EQ(d[0].job_id, "bob2");
-  EXPECT_EQ(d[0].action, Decision::kWait);
-  EXPECT_TRUE(d[0].quota);
-  EXPECT_EQ(d[0].message,
+  // Fair order: alice runs nothing, bob 1 rank, so alice's job comes first.
+  EXPECT_EQ(d[0].job_id, "alice2");
+  EXPECT_EQ(d[0].action, Decision::kStart);
+  EXPECT_EQ(d[1].job_id, "bob2");
+  EXPECT_EQ(d[1].action, Decision::kWait);
+  EXPECT_TRUE(d[1].quota);
+  EXPECT_EQ(d[1].message,
             "waiting: user bob runs 1 ranks; this job's 2 would make it more than 2 "
             "(--max_running_ranks_per_user)");
-  EXPECT_EQ(d[1].job_id, "alice2");  // not blocked behind bob's quota
-  EXPECT_EQ(d[1].action, Decision::kStart);
   EXPECT_EQ(d[2].action, Decision::kWait);
   EXPECT_TRUE(d[2].quota);
+  // Bob's quota wait does not block the kind: with alice's job ahead of it or behind it.
+  quota.running["alice"] = 5;  // more than bob: bob's jobs are considered first
+  quota.max_per_user = 0;      // no bound for alice; bob's own is 2
+  quota.own["bob"] = {2, "--max_running_ranks_per_user"};
+  const std::vector<Decision> behind =
+      Schedule({bobs, alices, bobs_next}, {{Slot::CPU, Nodes({4})}}, 0, quota);
+  ASSERT_EQ(behind.size(), 3u);
+  EXPECT_EQ(behind[0].job_id, "bob2");
+  EXPECT_TRUE(behind[0].quota);
+  EXPECT_EQ(behind[1].job_id, "bob3");  // bob still runs fewer than alice
+  EXPECT_TRUE(behind[1].quota);
+  EXPECT_EQ(behind[2].job_id, "alice2");
+  EXPECT_EQ(behind[2].action, Decision::kStart);
   // Ranks a round starts count for the owner's later jobs in the same round.
   RankQuota fresh;
   fresh.max_per_user = 2;
@@ -146,6 +160,58 @@ TEST(Scheduler, JobOverItsOwnersRankQuotaWaitsWithoutBlockingOtherUsers) {
   EXPECT_EQ(e[1].message,
             "waiting: user bob runs 2 ranks; this job's 2 would make it more than 2 "
             "(--max_running_ranks_per_user)");
+}
+
+// Within one priority the next job is the oldest of the user running the fewest ranks, so a
+// user with many queued jobs does not hold the slots from another user's first one; priority
+// still comes first.
+TEST(Scheduler, UsersOfOnePriorityAreServedFairlyByTheirRunningRanks) {
+  const JobSpec one = Spec(1);
+  JobSpec urgent = Spec(1);
+  urgent.set_priority(5);
+  QueuedJob a1 = Queued("a1", &one, 1), a2 = Queued("a2", &one, 2), a3 = Queued("a3", &one, 3);
+  QueuedJob b1 = Queued("b1", &one, 4), c1 = Queued("c1", &urgent, 5);
+  a1.owner = a2.owner = a3.owner = "alice";
+  b1.owner = "bob";
+  c1.owner = "carol";
+  RankQuota running;
+  running.running["alice"] = 2;
+  // Two free slots: carol's higher priority first, then bob (0 running) before alice (2).
+  std::vector<Decision> d = Schedule({a1, a2, a3, b1, c1}, {{Slot::CPU, Nodes({2})}}, 0, running);
+  ASSERT_GE(d.size(), 3u);
+  EXPECT_EQ(d[0].job_id, "c1");
+  EXPECT_EQ(d[0].action, Decision::kStart);
+  EXPECT_EQ(d[1].job_id, "b1");
+  EXPECT_EQ(d[1].action, Decision::kStart);
+  EXPECT_EQ(d[2].job_id, "a1");  // the oldest of alice's, and it waits: no slot left
+  EXPECT_EQ(d[2].action, Decision::kWait);
+  // Equal running ranks: submission order, alternating as each start counts.
+  RankQuota none;
+  d = Schedule({a1, a2, b1}, {{Slot::CPU, Nodes({3})}}, 0, none);
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0].job_id, "a1");
+  EXPECT_EQ(d[1].job_id, "b1");  // alice now runs 1, bob 0
+  EXPECT_EQ(d[2].job_id, "a2");
+}
+
+// A user's own bound (the users file) replaces the flag's for that user only, and the wait
+// names where it came from.
+TEST(Scheduler, AUsersOwnRankBoundReplacesTheFlagsForThatUser) {
+  const JobSpec two = Spec(2);
+  QueuedJob bobs = Queued("bob2", &two, 1), alices = Queued("alice2", &two, 2);
+  bobs.owner = "bob";
+  alices.owner = "alice";
+  RankQuota quota;
+  quota.max_per_user = 8;
+  quota.own["bob"] = {1, "max_running_ranks of user bob in the users file"};
+  const std::vector<Decision> d = Schedule({bobs, alices}, {{Slot::CPU, Nodes({4})}}, 0, quota);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].job_id, "bob2");
+  EXPECT_EQ(d[0].action, Decision::kWait);
+  EXPECT_EQ(d[0].message,
+            "waiting: user bob runs 0 ranks; this job's 2 would make it more than 1 "
+            "(max_running_ranks of user bob in the users file)");
+  EXPECT_EQ(d[1].action, Decision::kStart);  // alice's bound is the flag's 8
 }
 
 TEST(Scheduler, SpecWithoutAValidLayoutIsUnplacedAndBlocksItsKind) {

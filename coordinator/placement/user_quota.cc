@@ -24,7 +24,7 @@ absl::Status CheckSubmitQuota(const UserQuotas& q, const std::string& user,
   if (q.max_pending_jobs_per_user > 0 && usage.pending_jobs >= q.max_pending_jobs_per_user) {
     return absl::ResourceExhaustedError(
         absl::StrCat("user ", user, " has ", usage.pending_jobs, " pending jobs; at most ",
-                     q.max_pending_jobs_per_user, " (--max_pending_jobs_per_user)"));
+                     q.max_pending_jobs_per_user, " (", q.pending_jobs_source, ")"));
   }
   const int64_t bytes = static_cast<int64_t>(spec.ByteSizeLong());
   if (q.max_spec_bytes_per_job > 0 && bytes > q.max_spec_bytes_per_job) {
@@ -43,8 +43,8 @@ absl::Status CheckSubmitQuota(const UserQuotas& q, const std::string& user,
   if (q.max_running_ranks_per_user > 0 && spec.world_size() > q.max_running_ranks_per_user) {
     return absl::ResourceExhaustedError(
         absl::StrCat("job of world_size ", spec.world_size(), " could never start: user ", user,
-                     " may run at most ", q.max_running_ranks_per_user,
-                     " ranks at once (--max_running_ranks_per_user)"));
+                     " may run at most ", q.max_running_ranks_per_user, " ranks at once (",
+                     q.running_ranks_source, ")"));
   }
   return absl::OkStatus();
 }
@@ -68,12 +68,31 @@ UserUsage UsageReport(const UserQuotas& q, const UserUsageCount& usage) {
   u.set_max_spec_bytes(std::max<int64_t>(0, q.max_spec_bytes_per_user));
   u.set_max_spec_bytes_per_job(std::max<int64_t>(0, q.max_spec_bytes_per_job));
   u.set_max_reason_bytes(std::max(0, q.max_reason_bytes));
+  u.set_pending_jobs_source(q.pending_jobs_source);
+  u.set_running_ranks_source(q.running_ranks_source);
   return u;
 }
 
-std::string RunningRanksWaitMessage(const std::string& user, int running, int ranks, int max) {
+std::string RunningRanksWaitMessage(const std::string& user, int running, int ranks, int max,
+                                    const std::string& source) {
   return absl::StrCat("waiting: user ", user, " runs ", running, " ranks; this job's ", ranks,
-                      " would make it more than ", max, " (--max_running_ranks_per_user)");
+                      " would make it more than ", max, " (", source, ")");
+}
+
+UserQuotas QuotasFor(const UserQuotas& defaults, const UserQuotaOverrides& overrides,
+                     const std::string& user) {
+  UserQuotas q = defaults;
+  auto it = overrides.find(user);
+  if (it == overrides.end()) return q;
+  if (it->second.max_running_ranks.has_value()) {
+    q.max_running_ranks_per_user = *it->second.max_running_ranks;
+    q.running_ranks_source = absl::StrCat("max_running_ranks of user ", user, " in the users file");
+  }
+  if (it->second.max_pending_jobs.has_value()) {
+    q.max_pending_jobs_per_user = *it->second.max_pending_jobs;
+    q.pending_jobs_source = absl::StrCat("max_pending_jobs of user ", user, " in the users file");
+  }
+  return q;
 }
 
 }  // namespace shardline::coordinator

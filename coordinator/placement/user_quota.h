@@ -12,6 +12,8 @@
 #define SHARDLINE_COORDINATOR_PLACEMENT_USER_QUOTA_H_
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -29,7 +31,23 @@ struct UserQuotas {
   int64_t max_spec_bytes_per_job = int64_t{1} << 20;    // --max_spec_bytes_per_job
   int64_t max_spec_bytes_per_user = int64_t{64} << 20;  // --max_spec_bytes_per_user
   int max_reason_bytes = 4096;                          // --max_reason_bytes
+  // Where the two per-user bounds came from, as refusals name it: the flag, or the user's line
+  // of the users file (QuotasFor).
+  std::string pending_jobs_source = "--max_pending_jobs_per_user";
+  std::string running_ranks_source = "--max_running_ranks_per_user";
 };
+
+// One user's own bounds from the users file (`max_running_ranks=N`, `max_pending_jobs=N` on the
+// user's line; coordinator/auth/user_table.h); unset: the flag's value.
+struct UserQuotaOverride {
+  std::optional<int> max_running_ranks;
+  std::optional<int> max_pending_jobs;
+};
+using UserQuotaOverrides = std::map<std::string, UserQuotaOverride>;
+
+// `defaults` (the flags) with `user`'s overrides applied, their sources named.
+UserQuotas QuotasFor(const UserQuotas& defaults, const UserQuotaOverrides& overrides,
+                     const std::string& user);
 
 // What `user`'s jobs hold now (WhoAmIResponse.usage without the bounds).
 struct UserUsageCount {
@@ -57,8 +75,9 @@ absl::Status CheckReasonBytes(const UserQuotas& quotas, absl::string_view field,
 UserUsage UsageReport(const UserQuotas& quotas, const UserUsageCount& usage);
 
 // The status message of a job that waits because starting it with `ranks` ranks would take
-// `user` (running `running` ranks) past `max` (--max_running_ranks_per_user).
-std::string RunningRanksWaitMessage(const std::string& user, int running, int ranks, int max);
+// `user` (running `running` ranks) past `max` (from `source`: the flag or the users file).
+std::string RunningRanksWaitMessage(const std::string& user, int running, int ranks, int max,
+                                    const std::string& source);
 
 }  // namespace shardline::coordinator
 
