@@ -114,7 +114,9 @@ TEST(DcpReaderTest, ATruncatedOrCorruptedDataFileIsDataLossNamingIt) {
     flipped[i] ^= 0x5A;
     Spit(dir + "/__1_0.distcp", flipped);
     absl::StatusOr<std::vector<float>> v = r->ReadFloat32("model.0.weight");
-    if (v.ok()) EXPECT_EQ(v->size(), 35u);
+    if (v.ok()) {
+      EXPECT_EQ(v->size(), 35u);
+    }
     flipped[i] ^= 0x5A;
   }
 }

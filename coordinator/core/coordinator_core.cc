@@ -397,7 +397,10 @@ absl::Status CoordinatorCore::ReportCheckpointLocked(const CheckpointReport& r) 
                                          options_.max_checkpoints_per_job));
   writer_->PutCheckpoint(change.record);
   for (const auto& [job_id, step] : change.retired) writer_->DeleteCheckpoint(job_id, step);
-  if (change.committed) jobs_.Changed(*job);
+  if (change.committed) {
+    jobs_.Changed(*job);
+    MaybeGrowLocked(*job, r.step());
+  }
   return absl::OkStatus();
 }
 

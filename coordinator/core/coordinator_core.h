@@ -304,6 +304,11 @@ class CoordinatorCore {
   // With send_stop, the slot of every rank its live worker has reported is held in draining_
   // (draining_slots.h) instead of freed.
   void EndAttemptLocked(JobRecord& job, bool send_stop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Grow-back (coordinator_core_elastic.cc): `job` (RUNNING) just committed `step`; when it is
+  // elastic, runs below its spec's world and the free slots (and its owner's quota) now hold a
+  // larger valid world, its attempt ends (STOP) and it goes back to PENDING (GROWING event) to
+  // restart from that checkpoint at the larger world.
+  void MaybeGrowLocked(JobRecord& job, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `worker` (on `node`) was declared dead: forgets its draining ranks and notes WORKER_LOST on
   // each of their jobs that is not finished (it may restart smaller without them).
   void NoteDrainingRanksLostLocked(const std::string& worker, const std::string& node)

@@ -441,6 +441,54 @@ TEST_F(CoreTest, LostWorkerFailsAttemptAndElasticRestartShrinksTheWorld) {
   EXPECT_EQ(core_->ListWorkers()[1].state(), WorkerInfo::DEAD);
 }
 
+// Grow-back (issue 33 item 3): the job shrank when b was lost; once b registers again, the
+// job's next committed checkpoint ends the small attempt (GROWING, no restart counted) and the
+// next attempt runs at the spec's world from that checkpoint.
+TEST_F(CoreTest, ShrunkElasticJobGrowsBackAtItsNextCheckpointWhenSlotsReturn) {
+  const std::string a = Register("a", 2);
+  Register("b", 2);
+  JobSpec spec = Spec("g", 4, /*max_restarts=*/1);
+  spec.mutable_elastic()->set_min_world_size(2);
+  auto job = core_->SubmitJob(spec);
+  ASSERT_EQ(core_->GetJob(*job)->state(), RUNNING);
+  Commit(*job, 1, 10, 4);
+  for (int i = 0; i < 6; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Beat(a);  // b stays silent: lost
+    core_->Tick();
+  }
+  ASSERT_EQ(core_->GetJob(*job)->attempt(), 2);
+  ASSERT_EQ(core_->GetJob(*job)->world_size(), 2);
+  // No slots have come back: a commit changes nothing.
+  Commit(*job, 2, 20, 2);
+  EXPECT_EQ(core_->GetJob(*job)->state(), RUNNING);
+  EXPECT_FALSE(HasEvent(*core_->GetJob(*job), "GROWING"));
+
+  Register("b", 2);                                  // the node returns
+  EXPECT_EQ(core_->GetJob(*job)->state(), RUNNING);  // nothing happens before the next commit
+  Commit(*job, 2, 30, 2);
+  auto st = core_->GetJob(*job);
+  ASSERT_TRUE(HasEvent(*st, "GROWING"));
+  EXPECT_EQ(st->events(st->events_size() - 1).message(),
+            "slots for 4 ranks are free: growing from 2 to 4 ranks (spec world_size 4) from "
+            "checkpoint step 30");
+  for (int r = 0; r < 2; ++r) Exit(a, *job, 2, r, 143);  // the stopped ranks exit
+  core_->Tick();
+  st = core_->GetJob(*job);
+  ASSERT_EQ(st->state(), RUNNING) << st->message();
+  EXPECT_EQ(st->attempt(), 3);
+  EXPECT_EQ(st->world_size(), 4);
+  EXPECT_NE(st->events(st->events_size() - 1).message().find("resuming from checkpoint step 30"),
+            std::string::npos);
+  int restarting = 0;
+  for (const JobEvent& e : st->events()) restarting += e.kind() == "RESTARTING";
+  EXPECT_EQ(restarting, 1);  // the loss of b only: growing is not a restart
+  // At full width a commit does not grow again; the restart budget (1) is still there.
+  Commit(*job, 3, 40, 4);
+  EXPECT_EQ(core_->GetJob(*job)->attempt(), 3);
+  EXPECT_EQ(core_->GetJob(*job)->state(), RUNNING);
+}
+
 TEST_F(CoreTest, RankMissingFromItsWorkersHeartbeatIsLost) {
   const std::string a = Register("a", 2);
   auto job = core_->SubmitJob(Spec("l", 2, /*max_restarts=*/1));

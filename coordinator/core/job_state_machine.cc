@@ -114,6 +114,18 @@ absl::StatusOr<bool> JobStateMachine::FailAttempt(absl::string_view kind, absl::
   return false;
 }
 
+absl::Status JobStateMachine::Grow(absl::string_view reason) {
+  JobStatus* st = rec_->mutable_status();
+  if (st->state() != RUNNING) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", st->job_id(), ": illegal transition ",
+                                                      JobState_Name(st->state()), " -> grow"));
+  }
+  rec_->set_restart_not_before_unix_ms(absl::ToUnixMillis(now_));
+  st->clear_placement();
+  st->set_message(std::string(reason));
+  return Move(PENDING, "GROWING", reason);
+}
+
 absl::Status JobStateMachine::Fail(absl::string_view reason) {
   JobState from = rec_->status().state();
   if (!IsLegalTransition(from, FAILED)) return Move(FAILED, "", "");

@@ -4,6 +4,7 @@
 //      |                    |  \--attempt fails, restarts left--> PENDING (attempt kept, backoff)
 //      |                    |  \--attempt fails, none left------> FAILED
 //      |                    |  \--attempt fails, not restartable-> FAILED (restarts left or not)
+//      |                    |  \--elastic job grows back--------> PENDING (no restart counted)
 //      +--cancel / fail--> CANCELLED / FAILED <--cancel--+
 //
 // Terminal states (SUCCEEDED, FAILED, CANCELLED) never change again. Every transition appends a
@@ -48,6 +49,10 @@ class JobStateMachine {
   // Returns true when the job will restart.
   absl::StatusOr<bool> FailAttempt(absl::string_view kind, absl::string_view reason,
                                    bool restartable = true);
+
+  // RUNNING -> PENDING for an elastic job that runs below its spec's world and can grow back
+  // (coordinator_core_elastic.cc): event GROWING with `reason`, no restart counted, no backoff.
+  absl::Status Grow(absl::string_view reason);
 
   // PENDING or RUNNING -> FAILED (e.g. a job that can never be placed), event FAILED.
   absl::Status Fail(absl::string_view reason);
