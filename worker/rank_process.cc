@@ -76,6 +76,15 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(const Options& o
   if (pid == 0) {
     // Child. Own process group, so Terminate and Kill reach grandchildren too.
     setpgid(0, 0);
+    // The daemon blocks SIGTERM and SIGINT in every thread (its sigwait thread takes them:
+    // worker_main.cc), and a signal mask survives fork and execve: unblocked here, or a trainer
+    // never sees the SIGTERM of a STOP and can only be SIGKILLed after the grace period (found
+    // by //tests/integration:elastic_grow_scenario_test: a stopped attempt trained on, and
+    // saved, for the whole grace period). Dispositions stay as inherited (an ignored SIGPIPE
+    // keeps a trainer's write to a dead peer an error, not a kill).
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     dup2(log_fd, STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
     if (options.user.has_value() && DropToTrainerUser(*options.user) != 0) {

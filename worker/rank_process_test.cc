@@ -1,5 +1,6 @@
 #include "worker/rank_process.h"
 
+#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -77,6 +79,30 @@ TEST(RankProcess, StopKillsAndReapsAStoppedProcess) {
   // Reaped: the pid no longer exists at all (a zombie would still answer kill(pid, 0)).
   EXPECT_FALSE(Alive(pid));
   EXPECT_EQ(errno, ESRCH);
+}
+
+// The daemon blocks SIGTERM in all its threads (worker_main.cc: a sigwait thread takes it); a
+// rank started from such a thread must still get the SIGTERM of a stop, at once, not only the
+// SIGKILL after the grace period.
+TEST(RankProcess, SigtermReachesARankStartedFromAThreadThatBlocksIt) {
+  sigset_t term, old;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &term, &old), 0);
+  RankProcess::Options o;
+  // sleep itself, not a shell: shells unblock signals when they set traps.
+  o.argv = {"/bin/sleep", "60"};
+  o.log_path = TempPath("term_masked.log");
+  auto p = RankProcess::Start(o);
+  ASSERT_EQ(pthread_sigmask(SIG_SETMASK, &old, nullptr), 0);
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::SleepFor(absl::Milliseconds(100));
+  // A grace period far above sleep's reaction time: only the SIGTERM can end it in time.
+  (*p)->Terminate();
+  const std::optional<int> code = (*p)->WaitFor(absl::Seconds(5));
+  if (!code.has_value()) (*p)->Kill();
+  ASSERT_TRUE(code.has_value()) << "the rank ignored SIGTERM (blocked by the inherited mask)";
+  EXPECT_EQ(*code, -SIGTERM);
 }
 
 TEST(RankProcess, StopReachesGrandchildren) {
