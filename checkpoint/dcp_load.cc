@@ -49,13 +49,15 @@ std::string SomeNames(const DcpReader& r) {
   return absl::StrJoin(names, ", ");
 }
 
-// Copies elements [slice.start, slice.end) of tensor `key` into the slice.
+// Copies elements [slice.start, slice.end) of tensor `key` into the slice (reading only the
+// chunks that overlap them).
 absl::Status CopyInto(const DcpReader& r, const std::string& key, const fsdp::ShardSlice& slice) {
   if (slice.end == slice.start) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::vector<float> full, r.ReadFloat32(key));
+  // Only this rank's range: the chunks it does not overlap are not read.
+  ASSIGN_OR_RETURN(std::vector<float> part, r.ReadFloat32Range(key, slice.start, slice.end));
   return TorchCall("copy a DCP tensor into its shard", [&] {
     at::NoGradGuard no_grad;
-    at::Tensor src = at::from_blob(full.data() + slice.start, {slice.end - slice.start},
+    at::Tensor src = at::from_blob(part.data(), {slice.end - slice.start},
                                    at::TensorOptions().dtype(at::kFloat));
     slice.local.copy_(src);
   });

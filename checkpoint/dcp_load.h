@@ -1,7 +1,7 @@
 // Starts a run from a PyTorch DCP checkpoint directory (checkpoint.init_from_dcp): what
 // torch.distributed.checkpoint.save wrote from FSDP2, torchtitan or a plain model, read by
 // DcpReader (dcp_reader.h) with no Python, at any torch world size and into any of our world
-// sizes and strategies (each rank copies its own range of every tensor).
+// sizes and strategies (each rank reads only the chunks its own range of a tensor overlaps).
 //
 // Names: a parameter is found under its name, "model.<name>" (dcp.save({"model": sd, ...})),
 // or an alias of a tied parameter the same ways; every parameter must be there, with the

@@ -238,15 +238,37 @@ absl::StatusOr<std::vector<float>> DcpReader::ReadFloat32(const std::string& fqn
   if (it == tensors_.end()) {
     return absl::NotFoundError(absl::StrCat(dir_, ": no tensor \"", fqn, "\" in its .metadata"));
   }
+  return ReadFloat32Range(fqn, 0, it->second.numel());
+}
+
+absl::StatusOr<std::vector<float>> DcpReader::ReadFloat32Range(const std::string& fqn,
+                                                               int64_t start, int64_t end) const {
+  auto it = tensors_.find(fqn);
+  if (it == tensors_.end()) {
+    return absl::NotFoundError(absl::StrCat(dir_, ": no tensor \"", fqn, "\" in its .metadata"));
+  }
   const DcpTensor& t = it->second;
+  if (start < 0 || end < start || end > t.numel()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(fqn, ": range [", start, ", ", end, ") outside its ", t.numel(), " elements"));
+  }
   const int rank = static_cast<int>(t.shape.size());
   // Row-major strides of the whole tensor.
   std::vector<int64_t> full_stride(rank, 1);
   for (int d = rank - 2; d >= 0; --d) full_stride[d] = full_stride[d + 1] * t.shape[d + 1];
-  std::vector<float> out(t.numel());
-  std::vector<uint8_t> covered(t.numel(), 0);
+  std::vector<float> out(end - start);
+  std::vector<uint8_t> covered(end - start, 0);
   std::string bytes;
   for (const DcpChunk& c : t.chunks) {
+    // The chunk's first and last element in the whole tensor: a chunk wholly outside the range
+    // is not read at all (each rank reads the chunks its shard overlaps).
+    int64_t first = 0, last = 0, count = 1;
+    for (int d = 0; d < rank; ++d) {
+      first += c.offsets[d] * full_stride[d];
+      last += (c.offsets[d] + c.sizes[d] - 1) * full_stride[d];
+      count *= c.sizes[d];
+    }
+    if (count == 0 || last < start || first >= end) continue;
     const std::string file = absl::StrCat(dir_, "/", c.file);
     const std::string what = absl::StrCat(file, " at ", c.offset, " (", fqn, ")");
     RETURN_IF_ERROR(ReadRange(file, c.offset, c.length, &bytes));
@@ -255,8 +277,6 @@ absl::StatusOr<std::vector<float>> DcpReader::ReadFloat32(const std::string& fqn
       return Bad(what, absl::StrCat("holds a tensor of size [", absl::StrJoin(saved.shape, ", "),
                                     "], not the chunk's [", absl::StrJoin(c.sizes, ", "), "]"));
     }
-    int64_t count = 1;
-    for (int64_t s : c.sizes) count *= s;
     // Walk the chunk's elements in row-major order with an index counter.
     std::vector<int64_t> idx(rank, 0);
     for (int64_t e = 0; e < count; ++e) {
@@ -265,21 +285,23 @@ absl::StatusOr<std::vector<float>> DcpReader::ReadFloat32(const std::string& fqn
         src += idx[d] * saved.strides[d];
         dst += (c.offsets[d] + idx[d]) * full_stride[d];
       }
-      if (covered[dst]) {
-        return Bad(what, absl::StrCat("overlaps another chunk at element ", dst));
+      if (dst >= start && dst < end) {
+        if (covered[dst - start]) {
+          return Bad(what, absl::StrCat("overlaps another chunk at element ", dst));
+        }
+        covered[dst - start] = 1;
+        out[dst - start] = TorchElementAsFloat(saved, src);
       }
-      covered[dst] = 1;
-      out[dst] = TorchElementAsFloat(saved, src);
       for (int d = rank - 1; d >= 0; --d) {
         if (++idx[d] < c.sizes[d]) break;
         idx[d] = 0;
       }
     }
   }
-  for (int64_t e = 0; e < t.numel(); ++e) {
+  for (int64_t e = 0; e < end - start; ++e) {
     if (!covered[e]) {
-      return Bad(absl::StrCat(dir_, ": ", fqn),
-                 absl::StrCat("its chunks leave element ", e, " of ", t.numel(), " unwritten"));
+      return Bad(absl::StrCat(dir_, ": ", fqn), absl::StrCat("its chunks leave element ", start + e,
+                                                             " of ", t.numel(), " unwritten"));
     }
   }
   return out;

@@ -19,7 +19,7 @@
 // (BytesStorageMetadata: pickled Python objects such as param_groups' learning rates and
 // torchtitan's train_state) are listed by name and never read. Items with storage transforms
 // (transform_descriptors, e.g. compression) are refused by name. Limits: .metadata at most
-// kMaxMetadataBytes; tensors are read whole into memory, one at a time.
+// kMaxMetadataBytes; a tensor (or the range of it asked for) is held in memory one at a time.
 //
 // Errors: NOT_FOUND for a missing DIR/.metadata or data file; DATA_LOSS naming the file, the
 // fqn and what is wrong; INVALID_ARGUMENT for a well-formed checkpoint that holds what this
@@ -72,6 +72,11 @@ class DcpReader {
   // The whole tensor `fqn` in row-major order, widened to float32. Errors: NOT_FOUND for an
   // unknown fqn; as above.
   absl::StatusOr<std::vector<float>> ReadFloat32(const std::string& fqn) const;
+  // Elements [start, end) of the row-major flattening only: the chunks that hold none of them
+  // are not read (a rank loading its shard reads the chunks its range overlaps). Errors: as
+  // ReadFloat32; INVALID_ARGUMENT for a range outside the tensor.
+  absl::StatusOr<std::vector<float>> ReadFloat32Range(const std::string& fqn, int64_t start,
+                                                      int64_t end) const;
 
  private:
   std::string dir_;

@@ -82,6 +82,29 @@ TEST(DcpReaderTest, ReadsEveryTensorOfARealFsdp2CheckpointAsTorchGatheredIt) {
   EXPECT_EQ(r->ReadFloat32("no.such").status().code(), absl::StatusCode::kNotFound);
 }
 
+// A rank's range of a tensor: only the chunks it overlaps are read, so a range inside rank 0's
+// rows reads nothing of __1_0.distcp (here: even with that file gone).
+TEST(DcpReaderTest, ARangeReadsOnlyTheChunksItOverlaps) {
+  const std::string dir =
+      CopyFixture(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  absl::StatusOr<DcpReader> r = DcpReader::Open(dir);
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<std::vector<float>> whole = r->ReadFloat32("model.0.weight");  // 7 x 5
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  // Rows 0-3 are rank 0's chunk, rows 4-6 rank 1's: elements [3, 23) span both.
+  absl::StatusOr<std::vector<float>> mid = r->ReadFloat32Range("model.0.weight", 3, 23);
+  ASSERT_TRUE(mid.ok()) << mid.status();
+  EXPECT_EQ(*mid, std::vector<float>(whole->begin() + 3, whole->begin() + 23));
+  fs::remove(dir + "/__1_0.distcp");
+  absl::StatusOr<std::vector<float>> head = r->ReadFloat32Range("model.0.weight", 2, 19);
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(*head, std::vector<float>(whole->begin() + 2, whole->begin() + 19));
+  EXPECT_EQ(r->ReadFloat32Range("model.0.weight", 19, 21).status().code(),
+            absl::StatusCode::kNotFound);  // row 4 is in the removed file
+  EXPECT_EQ(r->ReadFloat32Range("model.0.weight", 30, 36).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(DcpReaderTest, RefusesAChunkFileOutsideTheDirectory) {
   const std::string dir =
       CopyFixture(::testing::UnitTest::GetInstance()->current_test_info()->name());
