@@ -24,13 +24,16 @@ std::vector<std::string> StateKinds(const std::string& optimizer_kind) {
   return {"exp_avg", "exp_avg_sq"};
 }
 
-// The checkpoint's key for one of `names` (a parameter's name and aliases) under the prefixes
-// a DCP save may give it, or nullopt.
+// The checkpoint's key for one of `names` (a parameter's name and aliases) under `prefix`, or,
+// with no prefix, under the ones a DCP save may give a parameter ("" and "model."); nullopt
+// when none is there.
 std::optional<std::string> Find(const DcpReader& r, const std::vector<std::string>& names,
                                 const std::string& prefix, const std::string& suffix) {
-  for (const char* root : {"", "model."}) {
+  const std::vector<std::string> roots =
+      prefix.empty() ? std::vector<std::string>{"", "model."} : std::vector<std::string>{prefix};
+  for (const std::string& root : roots) {
     for (const std::string& n : names) {
-      std::string key = absl::StrCat(prefix.empty() ? root : "", prefix, n, suffix);
+      std::string key = absl::StrCat(root, n, suffix);
       if (r.tensors().count(key) != 0) return key;
     }
   }

@@ -69,6 +69,14 @@ class Parser {
     return Add(std::move(n));
   }
   void Push(int node) { stack_.push_back(node); }
+  // Pushes a new container-like node (tuple, list, dict, object, persistent id) of `items`.
+  absl::Status PushItems(PickleKind kind, std::vector<int> items) {
+    PickleNode n;
+    n.kind = kind;
+    n.items = std::move(items);
+    Push(Add(std::move(n)));
+    return absl::OkStatus();
+  }
   absl::StatusOr<int> Pop() {
     if (stack_.size() <= (marks_.empty() ? 0 : marks_.back())) {
       return Error("stack underflow");
@@ -132,11 +140,7 @@ class Parser {
     return absl::OkStatus();
   }
   absl::Status Tuple(std::vector<int> items) {
-    PickleNode n;
-    n.kind = PickleKind::kTuple;
-    n.items = std::move(items);
-    Push(Add(std::move(n)));
-    return absl::OkStatus();
+    return PushItems(PickleKind::kTuple, std::move(items));
   }
   absl::Status TupleN(int count) {
     std::vector<int> items(count);
@@ -159,11 +163,7 @@ class Parser {
   }
   absl::Status Object(int callable, int args) {
     if ((*nodes_)[args].kind != PickleKind::kTuple) return Error("arguments are not a tuple");
-    PickleNode n;
-    n.kind = PickleKind::kObject;
-    n.items = {callable, args};
-    Push(Add(std::move(n)));
-    return absl::OkStatus();
+    return PushItems(PickleKind::kObject, {callable, args});
   }
   absl::Status Global(absl::string_view module, absl::string_view name) {
     PickleNode n;
@@ -308,11 +308,7 @@ std::optional<absl::Status> Parser::StepContainer() {
       absl::StatusOr<std::vector<int>> v = PopMark();
       if (!v.ok()) return v.status();
       if (op_ == 'd' && v->size() % 2 != 0) return Error("odd key/value count");
-      PickleNode n;
-      n.kind = op_ == 'd' ? PickleKind::kDict : PickleKind::kList;
-      n.items = *std::move(v);
-      Push(Add(std::move(n)));
-      return absl::OkStatus();
+      return PushItems(op_ == 'd' ? PickleKind::kDict : PickleKind::kList, *std::move(v));
     }
     case 'a': {
       absl::StatusOr<int> v = Pop();
@@ -428,21 +424,12 @@ std::optional<absl::Status> Parser::StepMemo() {
       PickleNode id;
       id.kind = PickleKind::kString;
       id.text = std::string(b);
-      const int id_index = Add(std::move(id));
-      PickleNode n;
-      n.kind = PickleKind::kPersistentId;
-      n.items = {id_index};
-      Push(Add(std::move(n)));
-      return absl::OkStatus();
+      return PushItems(PickleKind::kPersistentId, {Add(std::move(id))});
     }
     case 'Q': {
       absl::StatusOr<int> id = Pop();
       if (!id.ok()) return id.status();
-      PickleNode n;
-      n.kind = PickleKind::kPersistentId;
-      n.items = {*id};
-      Push(Add(std::move(n)));
-      return absl::OkStatus();
+      return PushItems(PickleKind::kPersistentId, {*id});
     }
     default:
       return std::nullopt;

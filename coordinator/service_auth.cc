@@ -171,21 +171,14 @@ grpc::Status CoordinatorService::CheckCheckpointSources(const User& user,
       return ToGrpcStatus(s);
     }
   }
-  const std::string& init = spec.checkpoint().init_from_safetensors();
-  if (!init.empty()) {
-    const CoordinatorCore::CheckpointOwner who = core_->OwnerOfCheckpointPath(init, false);
-    if (absl::Status s =
-            CheckInitFrom(user, "checkpoint.init_from_safetensors", init, {who.job_id, who.owner});
-        !s.ok()) {
-      return ToGrpcStatus(s);
-    }
-  }
-  const std::string& dcp = spec.checkpoint().init_from_dcp();
-  if (!dcp.empty()) {
-    const CoordinatorCore::CheckpointOwner who = core_->OwnerOfCheckpointPath(dcp, false);
-    if (absl::Status s =
-            CheckInitFrom(user, "checkpoint.init_from_dcp", dcp, {who.job_id, who.owner});
-        !s.ok()) {
+  // The weights a job starts from, one rule for both fields (access_policy.h CheckInitFrom).
+  const std::pair<const char*, const std::string*> inits[] = {
+      {"checkpoint.init_from_safetensors", &spec.checkpoint().init_from_safetensors()},
+      {"checkpoint.init_from_dcp", &spec.checkpoint().init_from_dcp()}};
+  for (const auto& [field, path] : inits) {
+    if (path->empty()) continue;
+    const CoordinatorCore::CheckpointOwner who = core_->OwnerOfCheckpointPath(*path, false);
+    if (absl::Status s = CheckInitFrom(user, field, *path, {who.job_id, who.owner}); !s.ok()) {
       return ToGrpcStatus(s);
     }
   }

@@ -109,7 +109,7 @@ int RankQuota::MaxFor(const std::string& user) const {
 
 std::string RankQuota::SourceFor(const std::string& user) const {
   auto it = own.find(user);
-  return it != own.end() ? it->second.second : "--max_running_ranks_per_user";
+  return it != own.end() ? it->second.second : UserQuotas().running_ranks_source;
 }
 
 std::vector<Decision> Schedule(std::vector<QueuedJob> queue,
