@@ -19,7 +19,6 @@ Arguments: trainer=PATH.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "integration"))
+from trainer_ranks import free_port, run_ranks  # noqa: E402
 from torch_llama import Llama  # noqa: E402
 
 FAILURES = []
@@ -42,12 +44,6 @@ def check(cond, what):
     print(("ok   " if cond else "FAIL ") + what, flush=True)
     if not cond:
         FAILURES.append(what)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def batch(tokens_path):
@@ -107,40 +103,6 @@ def run_torch(tmp, tokens, out_dir, with_optimizer):
         return json.load(f)
 
 
-def run_shardline(trainer, spec, world, prefix):
-    """Runs `world` ranks as torchrun would; returns (rank 0's losses by step, its log)."""
-    port = free_port()
-    procs = []
-    for r in range(world):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
-                   SHARDLINE_STORE_SECRET=f"dcp-import-{port}")
-        log = open(f"{prefix}.log.{r}", "w")
-        procs.append((subprocess.Popen(
-            [trainer, "--spec", spec, "--metrics_out", f"{prefix}.{r}.jsonl"],
-            stdout=subprocess.DEVNULL, stderr=log, env=env), log))
-    codes = []
-    for p, log in procs:
-        try:
-            codes.append(p.wait(timeout=300))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            codes.append(-9)
-        log.close()
-    with open(f"{prefix}.log.0") as f:
-        log0 = f.read()
-    if any(codes):
-        print(f"ranks exited {codes}; rank 0:\n{log0[-3000:]}")
-        return None, log0
-    losses = {}
-    with open(f"{prefix}.0.jsonl") as f:
-        for line in f:
-            rec = json.loads(line)
-            if "loss" in rec and "step" in rec:
-                losses[rec["step"]] = rec["loss"]
-    return losses, log0
-
-
 def write_spec(path, tokens, val, dcp_dir, strategy, hybrid):
     c = CONFIG
     with open(path, "w") as f:
@@ -183,7 +145,8 @@ def main():
         for strategy, hybrid in (("FULL_SHARD", 0), ("HYBRID_SHARD", 2)):
             spec = os.path.join(tmp, f"spec_{strategy}.yaml")
             write_spec(spec, tokens, val, dcp_dir, strategy, hybrid)
-            losses, log = run_shardline(trainer, spec, 4, os.path.join(tmp, f"sl_{strategy}"))
+            losses, log = run_ranks(trainer, spec, 4, os.path.join(tmp, f"sl_{strategy}"),
+                                    "dcp-import")
             got = [losses.get(s) for s in range(K + 1, STEPS + 1)] if losses else None
             want = ref[K:] if ref else None
             check(got is not None and want is not None and all(
@@ -200,7 +163,7 @@ def main():
         ref_w = run_torch(tmp, tokens, weights, False)
         spec = os.path.join(tmp, "spec_weights.yaml")
         write_spec(spec, tokens, val, weights, "FULL_SHARD", 0)
-        losses, log = run_shardline(trainer, spec, 4, os.path.join(tmp, "sl_weights"))
+        losses, log = run_ranks(trainer, spec, 4, os.path.join(tmp, "sl_weights"), "dcp-import")
         check(ref_w is not None and losses is not None and min(losses) == 1 and
               close(losses[1], ref_w[K]),
               f"weights only: Shardline starts at step 1 with a fresh optimizer; its first loss "
@@ -220,7 +183,7 @@ def main():
                 f.write(data)
         spec = os.path.join(tmp, "spec_hostile.yaml")
         write_spec(spec, tokens, val, hostile, "FULL_SHARD", 0)
-        losses, log = run_shardline(trainer, spec, 4, os.path.join(tmp, "sl_hostile"))
+        losses, log = run_ranks(trainer, spec, 4, os.path.join(tmp, "sl_hostile"), "dcp-import")
         check(losses is None and "\"../x.distcp.\" is not a plain file name" in log,
               "a chunk file named ../x is refused, naming it")
     if FAILURES:

@@ -17,7 +17,6 @@ Arguments: trainer=PATH checkpoint_export=PATH hf_export=PATH.
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "integration"))
+from trainer_ranks import free_port, run_ranks  # noqa: E402
 from torch_llama import Llama  # noqa: E402
 
 FAILURES = []
@@ -106,22 +108,8 @@ def torch_rank(rank, world, port, out_dir, result):
 
 
 def run_trainer(b, spec, tmp, world):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = []
-    for r in range(world):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
-                   SHARDLINE_STORE_SECRET=f"dcp-{port}")
-        log = open(os.path.join(tmp, f"trainer.log.{r}"), "w")
-        procs.append(subprocess.Popen([b["trainer"], "--spec", spec], stdout=subprocess.DEVNULL,
-                                      stderr=log, env=env))
-    codes = [p.wait(timeout=300) for p in procs]
-    if any(codes):
-        for r in range(world):
-            print(open(os.path.join(tmp, f"trainer.log.{r}")).read()[-2000:])
-    return not any(codes)
+    losses, _ = run_ranks(b["trainer"], spec, world, os.path.join(tmp, "trainer"), "dcp")
+    return losses is not None
 
 
 def main():
@@ -191,9 +179,7 @@ device: {{kind: CPU, cpu_threads: 1}}
                             f"same checkpoint: max difference {diff:.2e}")
 
         # 2. torch W = 2, FSDP2.
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         w2 = os.path.join(tmp, "w2.npz")
         env = dict(os.environ, OMP_NUM_THREADS="1")
         procs = [subprocess.Popen([sys.executable, __file__, "--torch-rank", str(r), "2",

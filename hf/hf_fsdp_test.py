@@ -9,17 +9,18 @@ is one parameter in the root unit: the FSDP memory line names no separate head.
 
 Arguments: trainer=PATH (Bazel location).
 """
-import json
 import os
 import re
-import socket
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 import torch
 import transformers
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "integration"))
+from trainer_ranks import run_ranks  # noqa: E402
 
 FAILURES = []
 STEPS = 4
@@ -42,12 +43,6 @@ def randomize(model, seed):
             else:
                 p.copy_(torch.randn(p.shape, generator=g) * (1.0 / p.shape[-1] ** 0.5))
     return model
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def models():
@@ -110,40 +105,9 @@ device:
 
 
 def run(trainer, spec, world, out_prefix):
-    """Runs `world` ranks as torchrun would; returns rank 0's losses and its log."""
-    port = free_port()
-    procs = []
-    for r in range(world):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
-                   SHARDLINE_STORE_SECRET=f"hf-fsdp-{port}")
-        log = open(f"{out_prefix}.log.{r}", "w")
-        procs.append((subprocess.Popen(
-            [trainer, "--spec", spec, "--metrics_out", f"{out_prefix}.{r}.jsonl"],
-            stdout=subprocess.DEVNULL, stderr=log, env=env), log))
-    codes = []
-    for p, log in procs:
-        try:
-            codes.append(p.wait(timeout=300))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            codes.append(-9)
-        log.close()
-    with open(f"{out_prefix}.log.0") as f:
-        log0 = f.read()
-    if any(codes):
-        for r, c in enumerate(codes):
-            if c:
-                with open(f"{out_prefix}.log.{r}") as f:
-                    print(f"rank {r} exited {c}:\n" + f.read()[-2000:])
-        return None, log0
-    losses = []
-    with open(f"{out_prefix}.0.jsonl") as f:
-        for line in f:
-            rec = json.loads(line)
-            if "loss" in rec and "step" in rec:
-                losses.append(rec["loss"])
-    return losses, log0
+    """Runs `world` ranks as torchrun would; returns rank 0's losses in step order and its log."""
+    losses, log0 = run_ranks(trainer, spec, world, out_prefix, "hf-fsdp")
+    return (None if losses is None else [losses[s] for s in sorted(losses)]), log0
 
 
 def main():
