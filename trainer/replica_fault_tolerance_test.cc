@@ -35,6 +35,7 @@
 #include "trainer/local_backend.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/store.h"
+#include "trainer/tensorboard_reader.h"
 #include "trainer/train_loop.h"
 
 namespace shardline::trainer {
@@ -89,11 +90,14 @@ class ScriptedGate : public StepGate {
     return absl::OkStatus();
   }
   bool MarkBroken(const absl::Status&) override { return false; }
-  bool leader() const override { return true; }
+  // With not_leader_until_abort: this rank leads only from abort_step's ABORT on (the lowest
+  // live group was lost there).
+  bool leader() const override { return !not_leader_until_abort || aborted; }
   bool left() const override { return left_; }
 
   int64_t abort_step = -1, leave_step = -1, abort_after_step = -1;
   bool aborted = false, aborted_after = false;
+  bool not_leader_until_abort = false;
   // Steps whose TRAIN vote announced an after-step vote; the after-step votes cast.
   std::vector<int64_t> announced, after_votes;
   std::vector<int64_t> begun, committed;
@@ -112,11 +116,13 @@ struct OneRank {
   std::unique_ptr<FsdpBackend> backend;
 };
 
-std::unique_ptr<OneRank> MakeOneRank() {
+std::unique_ptr<OneRank> MakeOneRank(std::vector<std::string> more = {}) {
   auto r = std::make_unique<OneRank>();
-  r->config = Config(1, {"fsdp.sharding_strategy=NO_SHARD", "fsdp.hybrid_shard_degree=0",
-                         "train.sample_tokens=0", "train.log_every=1000", "train.steps=4",
-                         "train.eval_every=0", "train.deterministic=true"});
+  std::vector<std::string> sets = {"fsdp.sharding_strategy=NO_SHARD", "fsdp.hybrid_shard_degree=0",
+                                   "train.sample_tokens=0", "train.log_every=1000", "train.steps=4",
+                                   "train.eval_every=0", "train.deterministic=true"};
+  sets.insert(sets.end(), more.begin(), more.end());
+  r->config = Config(1, sets);
   const TrainerConfig& c = r->config;
   auto ds = data::TokenDataset::Open(
       {c.data_path, c.data_format, c.val_fraction, c.seq_len, c.model.vocab_size});
@@ -190,6 +196,43 @@ TEST(TrainLoopWithAGate, AnAbortedAfterStepVoteDoesTheWorkAgainAndLogsItOnce) {
   EXPECT_EQ(got->val_losses, want->val_losses);  // the same committed model evaluated again
   EXPECT_EQ(got->final_val_loss, want->final_val_loss);
   EXPECT_EQ(gate.committed, (std::vector<int64_t>{1, 2, 3, 4}));
+}
+
+// The old leader may be lost between a step's commit and its log line (its group's loss is
+// found only at the next vote): the rank that leads from then on logs that step again, so the
+// job's TensorBoard series has every logged step (a cold suite run missed step 16, #30).
+TEST(TrainLoopWithAGate, ANewLeaderLogsTheLastLoggedStepTheOldLeaderMayHaveLost) {
+  std::unique_ptr<OneRank> r = MakeOneRank({"train.log_every=1"});
+  ScriptedGate gate(r->backend->engine());
+  gate.abort_step = 3;
+  gate.not_leader_until_abort = true;
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/tb-takeover";
+  std::filesystem::remove_all(dir);
+  TrainLoopOptions o;
+  o.gate = &gate;
+  o.tensorboard_dir = dir;
+  std::vector<int64_t> logged;
+  o.on_log = [&](const StepMetrics& m) { logged.push_back(m.step); };
+  auto got = RunTraining(r->config, *r->model, *r->backend, *r->dataset, o);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(logged, (std::vector<int64_t>{1, 2, 3, 4}));  // Its own metrics: each step once.
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  auto events = ReadTensorBoardEvents(files[0]);
+  ASSERT_TRUE(events.ok()) << events.status();
+  std::vector<int64_t> steps;
+  std::vector<float> losses;
+  for (const tensorboard::Event& e : *events) {
+    if (e.has_summary()) {
+      steps.push_back(e.step());
+      losses.push_back(e.summary().value(0).simple_value());
+    }
+  }
+  // Step 2, committed while the old leader led, then what this rank led.
+  EXPECT_EQ(steps, (std::vector<int64_t>{2, 3, 4}));
+  ASSERT_EQ(losses.size(), 3u);
+  EXPECT_FLOAT_EQ(losses[0], static_cast<float>(got->train_losses[1]));
 }
 
 TEST(TrainLoopWithAGate, LeaveEndsTrainingUnavailableNamingTheStep) {

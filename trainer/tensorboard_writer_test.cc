@@ -4,10 +4,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "checkpoint/crc32c.h"
 #include "gtest/gtest.h"
+#include "trainer/tensorboard_reader.h"
 #include "third_party/tensorboard/proto/event.pb.h"
 
 namespace shardline::trainer {
@@ -19,26 +19,10 @@ uint64_t LittleEndian(const std::string& s, size_t at, int bytes) {
   return v;
 }
 
-// The records of a TFRecord file, their checksums verified.
 std::vector<tensorboard::Event> ReadEvents(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string s = ss.str();
-  std::vector<tensorboard::Event> events;
-  size_t at = 0;
-  while (at < s.size()) {
-    EXPECT_GE(s.size() - at, 16u);
-    const uint64_t n = LittleEndian(s, at, 8);
-    EXPECT_EQ(LittleEndian(s, at + 8, 4), MaskedCrc32c(s.substr(at, 8)));
-    const std::string data = s.substr(at + 12, n);
-    EXPECT_EQ(LittleEndian(s, at + 12 + n, 4), MaskedCrc32c(data));
-    tensorboard::Event e;
-    EXPECT_TRUE(e.ParseFromString(data));
-    events.push_back(e);
-    at += 12 + n + 4;
-  }
-  return events;
+  absl::StatusOr<std::vector<tensorboard::Event>> events = ReadTensorBoardEvents(path);
+  EXPECT_TRUE(events.ok()) << events.status();
+  return events.ok() ? *events : std::vector<tensorboard::Event>{};
 }
 
 TEST(TensorBoardWriter, MaskedCrcIsTheTfRecordMask) {
@@ -72,6 +56,26 @@ TEST(TensorBoardWriter, WritesTheVersionThenOneEventPerStepWithItsScalars) {
   EXPECT_EQ(events[2].summary().value(1).tag(), "val_loss");
 }
 
+TEST(TensorBoardReader, AFlippedByteIsDataLossNamingTheFileAndOffset) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/tb/flipped";
+  std::filesystem::remove_all(dir);
+  auto w = TensorBoardWriter::Open(dir);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE((*w)->WriteScalars(1, 1700000000.5, {{"loss", 2.5}}).ok());
+  const std::string path = (*w)->path();
+  w->reset();
+  {
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(-6, std::ios::end);  // Inside the second record's data.
+    f.put('\x7f');
+  }
+  auto events = ReadTensorBoardEvents(path);
+  ASSERT_EQ(events.status().code(), absl::StatusCode::kDataLoss) << events.status();
+  EXPECT_NE(events.status().message().find(path + " at byte "), std::string::npos);
+  EXPECT_NE(events.status().message().find("checksum"), std::string::npos);
+  EXPECT_EQ(ReadTensorBoardEvents(dir + "/none").status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST(TensorBoardWriter, AnUncreatableDirectoryIsInternalNamingIt) {
   auto w = TensorBoardWriter::Open("/proc/no/such/dir");
   ASSERT_FALSE(w.ok());
@@ -81,3 +85,4 @@ TEST(TensorBoardWriter, AnUncreatableDirectoryIsInternalNamingIt) {
 
 }  // namespace
 }  // namespace shardline::trainer
+

@@ -46,6 +46,7 @@ class Loop {
     flops_per_token_ = model_.TrainingFlopsPerToken(c_.seq_len);
     tokens_per_step_ = static_cast<int64_t>(c_.global_batch_size) * c_.seq_len;
     TrainSummary summary;
+    leading_ = Leader();
     model_.module().train();
     for (int64_t step = o_.start_step; step < c_.steps; ++step) {
       if (o_.should_stop && o_.should_stop()) {
@@ -92,6 +93,7 @@ class Loop {
           "; lower optimizer.lr, raise optimizer.warmup_steps or set optimizer.grad_clip"));
     }
     summary.train_losses.push_back(loss);
+    RETURN_IF_ERROR(TakeOverLogging());  // Before the step's own work: it may log nothing.
     AfterStepResults after;
     if (o_.gate != nullptr && HasAfterStepWork(step)) {
       ASSIGN_OR_RETURN(after, VotedAfterStepWork(step));
@@ -308,37 +310,57 @@ class Loop {
     return absl::StrJoin(ids, " ");
   }
 
+  // A rank that has just become the leader (the lowest live replica group was lost) logs the
+  // last logged step again: the old leader may have been lost between that step's commit and
+  // its log line, and no later vote waited for it (found by a cold suite run, #30: the loss
+  // series in TensorBoard missed a step). Earlier logged steps were logged: the old leader
+  // logs a step before it votes on the next one. So a handover logs at most one step twice,
+  // with the same values (the committed loss; the grad norm of identical gradients).
+  absl::Status TakeOverLogging() {
+    const bool leader = Leader();
+    const bool took_over = leader && !leading_;
+    leading_ = leader;
+    if (!took_over || !last_logged_.has_value()) return absl::OkStatus();
+    SL_LOG(INFO) << "leading the job now: step " << last_logged_->step
+                 << " logged again (the previous leader may have been lost before logging it)";
+    return LeaderOutputs(*last_logged_);
+  }
+
   absl::Status Emit(const StepMetrics& m) {
-    if (Leader()) {
-      std::string line = absl::StrFormat(
-          "step %d/%d loss %.4f lr %.3g grad_norm %.3f %.3fs %.0f tok/s mfu %.2f%% rss %.0fMiB",
-          m.step, c_.steps, m.loss, m.lr, m.grad_norm, m.step_time_s, m.tokens_per_s, 100 * m.mfu,
-          m.rss_bytes / 1048576.0);
-      if (m.val_loss.has_value()) absl::StrAppendFormat(&line, " val_loss %.4f", *m.val_loss);
-      SL_LOG(INFO) << line;
-    }
+    RETURN_IF_ERROR(TakeOverLogging());
+    last_logged_ = m;
+    if (Leader()) RETURN_IF_ERROR(LeaderOutputs(m));
     if (o_.on_log) o_.on_log(m);
-    TensorBoardWriter* tensorboard = Leader() ? o_.tensorboard : nullptr;
-    if (Leader() && tensorboard == nullptr && !o_.tensorboard_dir.empty()) {
+    if (o_.metrics != nullptr) return o_.metrics->Write(m);
+    return absl::OkStatus();
+  }
+
+  // The leader's outputs of a logged step: its line and its TensorBoard scalars.
+  absl::Status LeaderOutputs(const StepMetrics& m) {
+    std::string line = absl::StrFormat(
+        "step %d/%d loss %.4f lr %.3g grad_norm %.3f %.3fs %.0f tok/s mfu %.2f%% rss %.0fMiB",
+        m.step, c_.steps, m.loss, m.lr, m.grad_norm, m.step_time_s, m.tokens_per_s, 100 * m.mfu,
+        m.rss_bytes / 1048576.0);
+    if (m.val_loss.has_value()) absl::StrAppendFormat(&line, " val_loss %.4f", *m.val_loss);
+    SL_LOG(INFO) << line;
+    TensorBoardWriter* tensorboard = o_.tensorboard;
+    if (tensorboard == nullptr && !o_.tensorboard_dir.empty()) {
       if (own_tensorboard_ == nullptr) {
         ASSIGN_OR_RETURN(own_tensorboard_, TensorBoardWriter::Open(o_.tensorboard_dir));
         SL_LOG(INFO) << "leading the job: TensorBoard events go to " << own_tensorboard_->path();
       }
       tensorboard = own_tensorboard_.get();
     }
-    if (tensorboard != nullptr) {
-      std::vector<std::pair<std::string, double>> scalars = {{"loss", m.loss},
-                                                             {"lr", m.lr},
-                                                             {"grad_norm", m.grad_norm},
-                                                             {"tokens_per_s", m.tokens_per_s}};
-      if (m.val_loss.has_value()) scalars.emplace_back("val_loss", *m.val_loss);
-      const double now =
-          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-              .count();
-      RETURN_IF_ERROR(tensorboard->WriteScalars(m.step, now, scalars));
-    }
-    if (o_.metrics != nullptr) return o_.metrics->Write(m);
-    return absl::OkStatus();
+    if (tensorboard == nullptr) return absl::OkStatus();
+    std::vector<std::pair<std::string, double>> scalars = {{"loss", m.loss},
+                                                           {"lr", m.lr},
+                                                           {"grad_norm", m.grad_norm},
+                                                           {"tokens_per_s", m.tokens_per_s}};
+    if (m.val_loss.has_value()) scalars.emplace_back("val_loss", *m.val_loss);
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    return tensorboard->WriteScalars(m.step, now, scalars);
   }
 
   const TrainerConfig& c_;
@@ -352,6 +374,10 @@ class Loop {
   int64_t tokens_per_step_ = 0;
   // Opened when this rank leads without o_.tensorboard (TrainLoopOptions::tensorboard_dir).
   std::unique_ptr<TensorBoardWriter> own_tensorboard_;
+  // Whether this rank led at the last check (TakeOverLogging); the last step it logged (every
+  // rank computes a logged step's metrics).
+  bool leading_ = false;
+  std::optional<StepMetrics> last_logged_;
 };
 
 }  // namespace
