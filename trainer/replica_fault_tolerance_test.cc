@@ -118,9 +118,13 @@ struct OneRank {
 
 std::unique_ptr<OneRank> MakeOneRank(std::vector<std::string> more = {}) {
   auto r = std::make_unique<OneRank>();
-  std::vector<std::string> sets = {"fsdp.sharding_strategy=NO_SHARD", "fsdp.hybrid_shard_degree=0",
-                                   "train.sample_tokens=0", "train.log_every=1000", "train.steps=4",
-                                   "train.eval_every=0", "train.deterministic=true"};
+  std::vector<std::string> sets = {"fsdp.sharding_strategy=NO_SHARD",
+                                   "fsdp.hybrid_shard_degree=0",
+                                   "train.sample_tokens=0",
+                                   "train.log_every=1000",
+                                   "train.steps=4",
+                                   "train.eval_every=0",
+                                   "train.deterministic=true"};
   sets.insert(sets.end(), more.begin(), more.end());
   r->config = Config(1, sets);
   const TrainerConfig& c = r->config;

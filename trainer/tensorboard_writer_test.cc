@@ -7,8 +7,8 @@
 
 #include "checkpoint/crc32c.h"
 #include "gtest/gtest.h"
-#include "trainer/tensorboard_reader.h"
 #include "third_party/tensorboard/proto/event.pb.h"
+#include "trainer/tensorboard_reader.h"
 
 namespace shardline::trainer {
 namespace {
@@ -85,4 +85,3 @@ TEST(TensorBoardWriter, AnUncreatableDirectoryIsInternalNamingIt) {
 
 }  // namespace
 }  // namespace shardline::trainer
-

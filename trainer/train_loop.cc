@@ -358,8 +358,7 @@ class Loop {
                                                            {"tokens_per_s", m.tokens_per_s}};
     if (m.val_loss.has_value()) scalars.emplace_back("val_loss", *m.val_loss);
     const double now =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-            .count();
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     return tensorboard->WriteScalars(m.step, now, scalars);
   }
 
