@@ -39,6 +39,9 @@ ABSL_FLAG(int32_t, rank_start_timeout_ms, 120000,
 ABSL_FLAG(int32_t, stop_grace_s, 10,
           "seconds between SIGTERM and SIGKILL when ranks stop; a cancelled job's ranks are gone "
           "within this plus 2 s");
+ABSL_FLAG(int32_t, preempt_timeout_s, 300,
+          "a job preempted for a higher-priority one that commits no checkpoint this long after it "
+          "was asked is stopped anyway and resumes from its last committed checkpoint");
 ABSL_FLAG(std::string, token, "",
           "bearer token of the admin user \"admin\" (prefer --token_file or --users_file)");
 ABSL_FLAG(std::string, token_file, "",
@@ -258,6 +261,7 @@ absl::StatusOr<shardline::coordinator::ServerOptions> OptionsFromFlags() {
   o.tick = absl::Milliseconds(absl::GetFlag(FLAGS_tick_ms));
   o.stop_grace_period_s = absl::GetFlag(FLAGS_stop_grace_s);
   o.rank_start_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rank_start_timeout_ms));
+  o.preempt_timeout = absl::Seconds(std::max(1, absl::GetFlag(FLAGS_preempt_timeout_s)));
   o.users_file = absl::GetFlag(FLAGS_users_file);
   o.insecure = absl::GetFlag(FLAGS_insecure);
   o.metrics_flush_interval = absl::Milliseconds(std::max(0, absl::GetFlag(FLAGS_metrics_flush_ms)));

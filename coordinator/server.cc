@@ -88,6 +88,7 @@ CoreOptions CoreOptionsFrom(const ServerOptions& options, const Clock* clock) {
   core.blind_gap = options.heartbeat_timeout / 2;  // ticks come every options.tick
   core.stop_grace_period_s = options.stop_grace_period_s;
   core.rank_start_timeout = options.rank_start_timeout;
+  core.preempt_timeout = options.preempt_timeout;
   core.validate_spec = options.validate_spec;
   core.metrics_flush_interval = options.metrics_flush_interval;
   core.metrics_series_capacity = options.metrics_series_capacity;

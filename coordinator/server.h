@@ -52,6 +52,8 @@ struct ServerOptions {
   absl::Duration tick = absl::Milliseconds(200);
   absl::Duration rank_start_timeout = absl::Minutes(2);
   int32_t stop_grace_period_s = 10;
+  // CoreOptions::preempt_timeout (--preempt_timeout_s).
+  absl::Duration preempt_timeout = absl::Minutes(5);
   // The legacy single user token (admin user "admin") and/or a users file (user_table.h).
   std::string user_token;
   std::string users_file;

@@ -105,6 +105,7 @@ absl::Status FillDefaults(JobSpec* s, const FieldPaths* w) {
   if (ft->mode() == FaultToleranceSpec::MODE_UNSPECIFIED) ft->set_mode(FaultToleranceSpec::NONE);
   if (ft->min_replicas() == 0) ft->set_min_replicas(1);
   if (ft->vote_timeout_s() == 0) ft->set_vote_timeout_s(10);
+  if (Unwritten(w, "scheduling.preemptible")) s->mutable_scheduling()->set_preemptible(true);
   return absl::OkStatus();
 }
 

@@ -32,6 +32,7 @@
 //   device.kind: CPU
 //   fault_tolerance.mode: NONE           fault_tolerance.min_replicas: 1
 //   fault_tolerance.vote_timeout_s: 10   (*fault_tolerance.digest_every_steps stays 0)
+//   *scheduling.preemptible: true
 //
 // Thread safety: pure functions.
 #ifndef SHARDLINE_SPEC_DEFAULTS_H_

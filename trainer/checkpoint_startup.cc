@@ -4,6 +4,7 @@
 #include "absl/time/time.h"
 #include "trainer/checkpoint_dir_probe.h"
 #include "trainer/coordinator_reporter.h"
+#include "trainer/preemption.h"
 #include "trainer/train_loop.h"
 
 namespace shardline::trainer {
@@ -94,7 +95,8 @@ absl::StatusOr<std::unique_ptr<TrainerCheckpointing>> CreateCheckpointing(
   if (!env.coordinator.empty() && !env.job_id.empty()) {
     absl::StatusOr<CoordinatorReporter> reporter = MakeCoordinatorReporter(
         {env.coordinator, env.rdzv_secret, env.job_id, env.attempt, env.rank, metrics_out,
-         [c](int64_t step) { return StepIsLogged(c, step); }});
+         [c](int64_t step) { return StepIsLogged(c, step); },
+         [](int64_t step) { return step == PreemptionStep(); }});
     if (!reporter.ok()) return reporter.status();
     policy.on_saved = reporter->on_saved;
     policy.report_commit = reporter->report_commit;

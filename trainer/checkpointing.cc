@@ -303,7 +303,7 @@ bool TrainerCheckpointing::SavesAfter(int64_t steps_done) const {
   if (ckpt_ == nullptr) return false;
   const bool periodic = policy_.every_steps > 0 && steps_done % policy_.every_steps == 0;
   const bool final = policy_.save_final && steps_done == policy_.total_steps;
-  return periodic || final || steps_done == resave_step_;
+  return periodic || final || steps_done == resave_step_ || steps_done == preempt_step_;
 }
 
 absl::Status TrainerCheckpointing::AfterStep(int64_t steps_done, int64_t epoch, int64_t position) {
@@ -317,7 +317,8 @@ absl::Status TrainerCheckpointing::AfterStep(int64_t steps_done, int64_t epoch, 
   // before the trainer exits), and with replica-group fault tolerance the vote on the work after
   // the step then covers the whole save, so a failure in it is redone by the live groups.
   const bool last = steps_done == policy_.total_steps;
-  const bool async = policy_.async_save && !last && steps_done != resave_step_;
+  const bool async =
+      policy_.async_save && !last && steps_done != resave_step_ && steps_done != preempt_step_;
   RETURN_IF_ERROR(ckpt_->Save(p, async));
   if (async) {
     async_save_ = std::make_pair(steps_done, writer_group_);

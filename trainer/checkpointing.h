@@ -115,6 +115,9 @@ class TrainerCheckpointing {
   // (SavesAfter(vote_step) is true from now on). Every live rank gets the same ABORT, so they all
   // agree; a replacement group is admitted only after that step's work.
   void NoteAbort(const std::vector<int>& live, int64_t vote_step);
+  // A preemption (trainer/preemption.h): AfterStep(steps_done) saves, synchronously, whatever
+  // the policy's period.
+  void SaveAfter(int64_t steps_done) { preempt_step_ = steps_done; }
   // Waits for an asynchronous save, then for rank 0's commit reports (each bounded by
   // checkpoint::Checkpointer::Options::report_backoff, 5 minutes from its commit).
   absl::Status Finish();
@@ -161,6 +164,7 @@ class TrainerCheckpointing {
   std::optional<std::pair<int64_t, int>> async_save_;
   // A step saved synchronously because the last asynchronous save's writers were lost; -1: none.
   int64_t resave_step_ = -1;
+  int64_t preempt_step_ = -1;  // SaveAfter
 };
 
 }  // namespace shardline::trainer

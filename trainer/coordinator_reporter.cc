@@ -27,6 +27,7 @@ CheckpointReport ReportOf(const CoordinatorReporterOptions& o, const checkpoint:
   r.set_manifest_committed(e.manifest_committed);
   r.set_expected_files(e.expected_files);
   r.set_size_bytes(e.size_bytes);
+  r.set_preempted(e.manifest_committed && o.saved_for_preemption && o.saved_for_preemption(e.step));
   return r;
 }
 

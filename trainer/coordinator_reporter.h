@@ -33,6 +33,9 @@ struct CoordinatorReporterOptions {
   // waits (up to 10 s) for the training thread to write that step's line, which it does right
   // after the save that the commit ends.
   std::function<bool(int64_t step)> step_is_logged;
+  // Whether checkpoint `step` was saved for a preemption (trainer/preemption.h): its commit
+  // report says so (CheckpointReport.preempted). Unset: never.
+  std::function<bool(int64_t step)> saved_for_preemption;
 };
 
 struct CoordinatorReporter {

@@ -24,11 +24,17 @@ using Clock = std::chrono::steady_clock;
 
 // Mean over all ranks of per-rank (sum, count) pairs. `sum` is a float64 scalar, on the model's
 // device in training (so that nothing is read back per micro-batch); the result comes to the host
-// in one read.
-absl::StatusOr<double> GlobalMean(TrainingBackend& backend, const at::Tensor& sum, double count) {
-  at::Tensor t = at::stack({sum.reshape({}), at::full({}, count, sum.options())});
+// in one read. With `preempt`: in, whether this rank was asked to stop for a preemption; out,
+// whether any rank was. The flag rides in the same all-reduce (a third element, which leaves the
+// sums as they were), so the ranks agree on the step without a collective of its own.
+absl::StatusOr<double> GlobalMean(TrainingBackend& backend, const at::Tensor& sum, double count,
+                                  bool* preempt = nullptr) {
+  std::vector<at::Tensor> parts = {sum.reshape({}), at::full({}, count, sum.options())};
+  if (preempt != nullptr) parts.push_back(at::full({}, *preempt ? 1.0 : 0.0, sum.options()));
+  at::Tensor t = at::stack(parts);
   RETURN_IF_ERROR(backend.AllReduceSum(t));
   const at::Tensor host = t.cpu();
+  if (preempt != nullptr) *preempt = host[2].item<double>() > 0;
   return host[0].item<double>() / host[1].item<double>();
 }
 
@@ -67,9 +73,20 @@ class Loop {
       }
       ASSIGN_OR_RETURN(at::Tensor local_loss, TrainStep());
       ASSIGN_OR_RETURN(double grad_norm, backend_.Step(lr));
-      ASSIGN_OR_RETURN(double loss, GlobalMean(backend_, local_loss, 1.0));
+      bool preempt = o_.preempt_requested && o_.preempt_requested();
+      ASSIGN_OR_RETURN(double loss, GlobalMean(backend_, local_loss, 1.0,
+                                               o_.preempt_requested ? &preempt : nullptr));
+      // The last step needs no preemption: the job ends anyway.
+      preempt = preempt && !LastStep(step);
+      if (preempt) o_.on_preempt(step + 1);  // Before the work after the update: it saves.
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       RETURN_IF_ERROR(FinishStep(step, lr, grad_norm, loss, seconds, summary));
+      if (preempt) {
+        summary.steps = step + 1;
+        summary.cursor = sampler_.cursor();
+        summary.preempted_after_step = step + 1;
+        return summary;
+      }
     }
     summary.steps = c_.steps;
     summary.cursor = sampler_.cursor();

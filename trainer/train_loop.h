@@ -12,6 +12,7 @@
 //     after_step: a checkpoint save (trainer/checkpointing.h) when it is due
 //     every log_every steps, with an evaluation and at the end: train loss averaged over
 //       ranks, metrics line
+//     a preemption agreed in that all-reduce (not at the last step): save, and end here
 //
 // The same loop drives the single-process and the FSDP backend (trainer/backend.h).
 //
@@ -82,6 +83,13 @@ struct TrainLoopOptions {
   // communication failure there breaks the gate instead of ending training, the rest of the
   // work is skipped, the vote aborts and the live groups do it again. Null: the plain loop.
   StepGate* gate = nullptr;
+  // Optional (the plain loop only; a gate's steps are voted on instead): whether this rank was
+  // asked to stop for a preemption (trainer/preemption.h). Polled every step; the ranks agree in
+  // the step's loss all-reduce. When any was, before the last step: on_preempt(steps_done)
+  // (required with it), which makes after_step save that step; then the loop ends after it
+  // (TrainSummary::preempted_after_step).
+  std::function<bool()> preempt_requested;
+  std::function<void(int64_t steps_done)> on_preempt;
 };
 
 struct TrainSummary {
@@ -91,6 +99,8 @@ struct TrainSummary {
   std::vector<std::pair<int64_t, double>> val_losses;  // (step, loss).
   std::string sample;       // Decoded sample text (or ids), "" when none.
   data::DataCursor cursor;  // Where the next step would read.
+  // > 0: the loop ended early after this step, saved for a preemption (preempt_requested).
+  int64_t preempted_after_step = 0;
 };
 
 // Whether step `step` (1-based) writes a metrics line: the last step, an evaluation step, every

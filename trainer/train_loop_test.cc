@@ -189,6 +189,44 @@ TEST(TrainLoop, StopsBetweenStepsWhenAsked) {
   EXPECT_EQ(summary.status().message(), "stopped by a signal after step 2");
 }
 
+// A preemption asked during step 3 is agreed in step 3's loss all-reduce: on_preempt(3) runs
+// before the work after its update (so after_step saves it) and the loop ends after it, with the
+// losses of an undisturbed run so far; at the last step it is ignored (the job ends anyway).
+TEST(TrainLoop, APreemptionEndsTheLoopAfterTheStepItWasAgreedIn) {
+  const TrainerConfig c = Config(OneProcess({"train.steps=6"}));
+  auto want = MakeRun(c, /*fsdp=*/true)->Train();
+  ASSERT_TRUE(want.ok()) << want.status();
+  auto run = MakeRun(c, /*fsdp=*/true);
+  int polls = 0;
+  std::vector<int64_t> preempted, saved;
+  TrainLoopOptions o;
+  o.preempt_requested = [&] { return ++polls >= 3; };
+  o.on_preempt = [&](int64_t step) { preempted.push_back(step); };
+  o.after_step = [&](int64_t done, const data::DataCursor&) {
+    if (!preempted.empty() && preempted.back() == done) saved.push_back(done);
+    return absl::OkStatus();
+  };
+  auto got = run->Train(o);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->preempted_after_step, 3);
+  EXPECT_EQ(got->steps, 3);
+  EXPECT_EQ(preempted, (std::vector<int64_t>{3}));
+  EXPECT_EQ(saved, (std::vector<int64_t>{3}));
+  ASSERT_EQ(got->train_losses.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(got->train_losses[i], want->train_losses[i]);
+  EXPECT_EQ(got->cursor.position, 3 * c.global_batch_size);
+
+  auto last = MakeRun(c, /*fsdp=*/true);
+  TrainLoopOptions at_end;
+  at_end.preempt_requested = [&] { return true; };
+  at_end.start_step = 5;
+  at_end.on_preempt = [&](int64_t step) { ADD_FAILURE() << "preempted at step " << step; };
+  auto ended = last->Train(at_end);
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->preempted_after_step, 0);
+  EXPECT_EQ(ended->steps, 6);
+}
+
 TEST(TrainLoop, DivergenceIsReportedWithTheStep) {
   const TrainerConfig c = Config(
       OneProcess({"train.steps=20", "optimizer.kind=SGD", "optimizer.lr=1e30",

@@ -16,7 +16,8 @@
 // fault_tolerance REPLICA_GROUPS (trainer/replica_fault_tolerance.h): every step is voted on
 // with the coordinator (StepVote); SHARDLINE_RANK_GENERATION >= 1 marks a replacement rank,
 // which resumes no checkpoint: it joins the running job and is healed from a live replica group.
-// A rank whose group was lost exits 7 (kExitLeftReplicaGroup).
+// A rank whose group was lost exits 7 (kExitLeftReplicaGroup). SIGUSR1 is a preemption
+// (trainer/preemption.h): save a checkpoint at the next step, then wait for the stop.
 //
 // The two test-only hooks below are read here with getenv, not through the launch contract: tests
 // set them on a worker daemon (whose trainers inherit them) or on a trainer; the daemon never
@@ -83,6 +84,8 @@
 #include "trainer/launch_env.h"
 #include "trainer/local_backend.h"
 #include "trainer/metrics.h"
+#include "trainer/preemption.h"
+#include "trainer/process_signals.h"
 #include "trainer/replica_fault_tolerance.h"
 #include "trainer/store.h"
 #include "trainer/tensorboard_writer.h"
@@ -90,10 +93,6 @@
 
 namespace shardline::trainer {
 namespace {
-
-std::atomic<int> g_stop_signal{0};
-
-void OnSignal(int signo) { g_stop_signal.store(signo); }
 
 constexpr char kUsage[] =
     "usage: trainer --spec FILE [--set path=value ...] [--metrics_out FILE]\n"
@@ -189,7 +188,7 @@ absl::StatusOr<TrainLoopOptions> LoopOptions(const TrainerConfig& c, const launc
   TrainLoopOptions loop;
   loop.rank = env.rank;
   loop.world_size = env.world_size;
-  loop.should_stop = [] { return g_stop_signal.load() != 0; };
+  loop.should_stop = [] { return StopSignal() != 0; };
   loop.peak_flops_per_rank = env.peak_flops.value_or(c.cuda ? 989e12 : 1e11);
   if (const char* pause = std::getenv(kTestPauseInSampleEnv); pause != nullptr && *pause != '\0') {
     const std::vector<std::string> parts = absl::StrSplit(pause, ':');
@@ -211,13 +210,10 @@ absl::StatusOr<TrainLoopOptions> LoopOptions(const TrainerConfig& c, const launc
   return loop;
 }
 
-// Process-wide settings: stop signals, CPU threads, deterministic kernels, TensorFloat-32.
+// Process-wide settings: stop and preemption signals, CPU threads, deterministic kernels, TF32.
 void ConfigureProcess(const TrainerConfig& c) {
-  const char* ignore_term = getenv("SHARDLINE_TEST_IGNORE_SIGTERM");  // tests only (see top)
-  const bool ignore = ignore_term != nullptr && std::string(ignore_term) == "1";
-  if (ignore) SL_LOG(WARNING) << "SHARDLINE_TEST_IGNORE_SIGTERM=1: ignoring SIGTERM (tests only)";
-  signal(SIGTERM, ignore ? SIG_IGN : OnSignal);
-  signal(SIGINT, OnSignal);
+  InstallStopSignals();
+  InstallPreemptionHandler();  // SIGUSR1, blocked by the worker daemon until now
   if (c.cpu_threads > 0) at::set_num_threads(c.cpu_threads);
   if (c.deterministic) {
     // cuBLAS is deterministic only with a fixed workspace (must be set before CUDA starts); on
@@ -554,6 +550,8 @@ int Main(int argc, char** argv) {
     if (!created.ok()) return Fail(launch::kExitBadSpec, "checkpoint", created.status());
     ckpt = *std::move(created);
   }
+  // A REPLICA_GROUPS job's steps are voted on; the coordinator never preempts one.
+  if (ckpt != nullptr && !c.replica_fault_tolerance) EnablePreemption(ckpt.get(), *loop);
   const bool joining = c.replica_fault_tolerance && env->rank_generation > 0;
   absl::Status restored = RestoreCheckpoint(ckpt.get(), *loop, joining);
   if (!restored.ok()) return FailRestore(restored);
@@ -567,16 +565,19 @@ int Main(int argc, char** argv) {
   if (joining) {
     absl::Status joined = JoinRunningJob(*env, **ft, *loop);
     if ((*ft)->left()) return Fail(launch::kExitLeftReplicaGroup, "fault tolerance", joined);
-    if (!joined.ok()) return FailTraining(joined, g_stop_signal.load());
+    if (!joined.ok()) return FailTraining(joined, StopSignal());
   }
   absl::StatusOr<TrainSummary> summary = RunTraining(c, **model, *b.backend, **dataset, *loop);
   if (*ft != nullptr && (*ft)->left()) {
     return Fail(launch::kExitLeftReplicaGroup, "fault tolerance", summary.status());
   }
   if (!summary.ok()) {
-    const int code = FailTraining(summary.status(), g_stop_signal.load());
+    const int code = FailTraining(summary.status(), StopSignal());
     if (c.cuda && IsCommError(summary.status())) EndAfterCommFailure(b.groups, code);
     return code;
+  }
+  if (int64_t at = summary->preempted_after_step; at > 0) {
+    return EndPreempted(ckpt.get(), at, StopSignal);
   }
   if (b.fsdp != nullptr) {
     SL_LOG(INFO) << b.fsdp->MemorySummary();

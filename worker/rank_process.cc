@@ -82,9 +82,13 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(const Options& o
     // by //tests/integration:elastic_grow_scenario_test: a stopped attempt trained on, and
     // saved, for the whole grace period). Dispositions stay as inherited (an ignored SIGPIPE
     // keeps a trainer's write to a dead peer an error, not a kill).
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
+    // SIGUSR1 (a preemption, Preempt) stays blocked: its default action kills, and the trainer
+    // installs its handler only after loading LibTorch (a second or more); a PREEMPT in that
+    // window waits, pending, until the trainer unblocks it.
+    sigset_t preempt_only;
+    sigemptyset(&preempt_only);
+    sigaddset(&preempt_only, SIGUSR1);
+    sigprocmask(SIG_SETMASK, &preempt_only, nullptr);
     dup2(log_fd, STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
     if (options.user.has_value() && DropToTrainerUser(*options.user) != 0) {
@@ -142,6 +146,11 @@ std::optional<int> RankProcess::WaitFor(absl::Duration timeout) {
 void RankProcess::Terminate() {
   if (exit_code_.has_value()) return;
   kill(-pid_, SIGTERM);
+}
+
+void RankProcess::Preempt() {
+  if (exit_code_.has_value()) return;
+  kill(pid_, SIGUSR1);
 }
 
 void RankProcess::Kill() {

@@ -70,6 +70,10 @@ class RankProcess {
   // SIGKILL to the process group and the process; returns at once (Poll reaps it). Nothing once
   // the process was reaped.
   void Kill();
+  // SIGUSR1 to the process alone (a preemption: the trainer saves and waits for its stop; its
+  // children would die of it). The child starts with SIGUSR1 blocked, the trainer unblocks it
+  // once its handler is in place. Nothing once the process was reaped.
+  void Preempt();
 
   // The last `max_bytes` of the log (whole lines, both files), for failure reports. After the
   // exit it first waits (up to a second) for the output still in the pipe.

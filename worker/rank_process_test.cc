@@ -105,6 +105,35 @@ TEST(RankProcess, SigtermReachesARankStartedFromAThreadThatBlocksIt) {
   EXPECT_EQ(*code, -SIGTERM);
 }
 
+// The hex signal set of `field` ("SigBlk", "ShdPnd") in /proc/<pid>/status.
+uint64_t SignalSet(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0)
+      return std::stoull(line.substr(field.size() + 1), nullptr, 16);
+  }
+  return 0;
+}
+
+TEST(RankProcess, APreemptBeforeTheTrainersHandlerWaitsPendingInsteadOfKillingIt) {
+  RankProcess::Options o;
+  o.argv = {"/bin/sleep", "60"};  // Never installs a handler: SIGUSR1's default would kill it.
+  o.log_path = TempPath("preempt.log");
+  auto p = RankProcess::Start(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::SleepFor(absl::Milliseconds(100));
+  const uint64_t usr1 = uint64_t{1} << (SIGUSR1 - 1);
+  EXPECT_NE(SignalSet((*p)->pid(), "SigBlk") & usr1, 0u);
+  (*p)->Preempt();
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_FALSE((*p)->Poll().has_value()) << "SIGUSR1 killed a rank that had no handler yet";
+  EXPECT_NE(SignalSet((*p)->pid(), "ShdPnd") & usr1, 0u);  // Pending, for the trainer.
+  EXPECT_EQ(SignalSet((*p)->pid(), "SigBlk") & (uint64_t{1} << (SIGTERM - 1)), 0u);
+  (*p)->Kill();
+  (*p)->WaitFor(absl::Seconds(5));
+}
+
 TEST(RankProcess, StopReachesGrandchildren) {
   RankProcess::Options o;
   const std::string pidfile = TempPath("grandchild.pid");

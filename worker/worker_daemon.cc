@@ -279,6 +279,20 @@ void WorkerDaemon::HandleAssignment(const Assignment& a) {
     StopWhereLocked(rank_up_to(a.generation()), grace);
     return;
   }
+  if (a.action() == Assignment::PREEMPT) {
+    int signalled = 0;
+    for (auto& [key, r] : ranks_) {
+      if (std::get<0>(key) != job_id || std::get<1>(key) != attempt || r.process == nullptr ||
+          r.process->Poll().has_value()) {
+        continue;
+      }
+      r.process->Preempt();
+      ++signalled;
+    }
+    SL_LOG(INFO) << "preempt " << job_id << " attempt " << attempt << ": SIGUSR1 to " << signalled
+                 << " rank(s) (save a checkpoint at the next step, then wait for the STOP)";
+    return;
+  }
   if (a.action() != Assignment::START) return;
   // A START delivered just before a stream broke is sent again on the new stream; the rank
   // already runs (or ran, or waits to run) here, so a second trainer must not start. Only a

@@ -21,6 +21,10 @@
 //             the STOP's arrival.
 //   STOP_RANK -> the same for one rank of the attempt, if the generation it runs is at most the
 //             assignment's (fault_tolerance REPLICA_GROUPS stops the rest of a lost group).
+//   PREEMPT -> SIGUSR1 to every running rank of the attempt (the trainer itself, not its
+//             group): they save a checkpoint at their next step and wait for the STOP. Started
+//             with SIGUSR1 blocked (rank_process.cc), so one that arrives before the trainer's
+//             handler is installed waits instead of killing it.
 // Generations (Assignment.generation): a rank's first process is generation 0. A START whose
 // generation is above the newest this daemon holds for (job, attempt, rank) starts the rank again
 // (a replacement: it joins the running job, SHARDLINE_RANK_GENERATION); an older process of that

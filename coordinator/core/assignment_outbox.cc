@@ -61,6 +61,15 @@ void AssignmentOutbox::PushStop(const std::string& worker_id, const std::string&
   Push(worker_id, std::move(stop));
 }
 
+void AssignmentOutbox::PushPreempt(const std::string& worker_id, const std::string& job_id,
+                                   int32_t attempt) {
+  Assignment preempt;
+  preempt.set_action(Assignment::PREEMPT);
+  preempt.set_job_id(job_id);
+  preempt.set_attempt(attempt);
+  Push(worker_id, std::move(preempt));
+}
+
 void AssignmentOutbox::PushStart(const JobRecord& rec, const AttemptStartInfo& info, int32_t rank) {
   for (auto& [worker_id, a] : Starts(rec, info, "")) {
     if (a.rank() == rank) Push(worker_id, std::move(a));

@@ -1,5 +1,5 @@
-// AssignmentOutbox: per-worker queues of START / STOP assignments and their delivery over the
-// worker's assignment stream.
+// AssignmentOutbox: per-worker queues of START / STOP / PREEMPT assignments and their delivery over
+// the worker's assignment stream.
 //
 // STARTs carry the rank's placement generation (fault_tolerance REPLICA_GROUPS replacements).
 // Each worker has at most one stream; Open() starts a new one (a new generation), which
@@ -10,7 +10,7 @@
 // the ChangeFeed (WorkerChanged), which wakes waiting streams.
 //
 // This is the one place that builds assignments: STARTs from a job record's placement, STOPs
-// from (job, attempt).
+// and PREEMPTs from (job, attempt).
 //
 // Thread safety: none of its own. CoordinatorCore owns one (with the ChangeFeed it reports to)
 // and calls it only under the core's mutex; NextLocked releases that mutex while it blocks.
@@ -57,6 +57,8 @@ class AssignmentOutbox {
   void PushStarts(const JobRecord& rec, const AttemptStartInfo& info);
   // Queues a STOP of every rank of (job_id, attempt) on `worker_id`.
   void PushStop(const std::string& worker_id, const std::string& job_id, int32_t attempt);
+  // Queues a PREEMPT of (job_id, attempt) on `worker_id`: its ranks save and wait to be stopped.
+  void PushPreempt(const std::string& worker_id, const std::string& job_id, int32_t attempt);
   // fault_tolerance REPLICA_GROUPS: queues the START of `rank` alone (a replacement, with its
   // placement's generation), and a STOP_RANK of `rank` (generation `generation` or older).
   void PushStart(const JobRecord& rec, const AttemptStartInfo& info, int32_t rank);

@@ -185,11 +185,17 @@ void CoordinatorCore::ScheduleLocked() {
     if (!free.count(kind)) free[kind] = registry_.FreeCapacity(kind);
   }
   std::set<Slot::Kind> failed;  // a start failed: later decisions of the kind assumed its slots
-  for (const Decision& d : Schedule(std::move(queue), std::move(free),
-                                    absl::ToUnixMillis(clock_->Now()), RankQuotaLocked())) {
+  for (const Decision& d :
+       Schedule(std::move(queue), std::move(free), absl::ToUnixMillis(clock_->Now()),
+                RankQuotaLocked(), PreemptibleLocked())) {
     if (failed.count(d.kind)) continue;
     JobRecord& job = jobs_.records().at(d.job_id);
-    if (d.action == Decision::kWait) {
+    if (d.action == Decision::kPreempt) {
+      for (const std::string& v : d.victims) {
+        if (auto victim = jobs_.Find(v); victim.ok()) PreemptLocked(**victim, job);
+      }
+    }
+    if (d.action == Decision::kWait || d.action == Decision::kPreempt) {
       if (job.status().message() != d.message) {
         // A quota wait is the user's to act on (cancel another job): it goes into the events
         // too, once per change of the message.
@@ -282,6 +288,9 @@ void CoordinatorCore::EndAttemptLocked(JobRecord& job, bool send_stop) {
     registry_.ReleaseJob(Namespace(job));
   }
   tracker_.EndAttempt(st.job_id());
+  job.clear_preempted_for();  // A preemption ends with the attempt, however it ends.
+  job.clear_preempt_requested_unix_ms();
+  job.clear_preempt_saved_step();
   if (quorums_.erase(st.job_id()) > 0) feed_.VotesChanged(st.job_id());  // waiting votes: LEAVE
   rendezvous_.Close(Namespace(job));
   attempt_credentials_.Remove(Namespace(job));  // late reports of this attempt find nothing
@@ -392,6 +401,9 @@ absl::Status CoordinatorCore::ReportCheckpointLocked(const CheckpointReport& r) 
     jobs_.Changed(*job);
     return absl::OkStatus();
   }
+  // The manifest's report (rank 0's) says whether the step was saved for a preemption; the
+  // step commits with it or with another rank's report after it.
+  if (r.preempted() && r.manifest_committed()) job->set_preempt_saved_step(r.step());
   ASSIGN_OR_RETURN(const CheckpointChange change,
                    ApplyCheckpointReport(r, job, &checkpoints_, clock_->Now(),
                                          options_.max_checkpoints_per_job));
@@ -399,6 +411,7 @@ absl::Status CoordinatorCore::ReportCheckpointLocked(const CheckpointReport& r) 
   for (const auto& [job_id, step] : change.retired) writer_->DeleteCheckpoint(job_id, step);
   if (change.committed) {
     jobs_.Changed(*job);
+    MaybeRequeuePreemptedLocked(*job, r.step());
     MaybeGrowLocked(*job, r.step());
   }
   return absl::OkStatus();

@@ -287,6 +287,7 @@ class CoordinatorCore {
     int64_t attempts_started = 0;
     int64_t attempts_failed = 0;
     int64_t restarts = 0;
+    int64_t preemptions = 0;  // attempts requeued for a higher-priority job
   };
   Counters counters() const;
 
@@ -309,6 +310,19 @@ class CoordinatorCore {
   // larger valid world, its attempt ends (STOP) and it goes back to PENDING (GROWING event) to
   // restart from that checkpoint at the larger world.
   void MaybeGrowLocked(JobRecord& job, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ---- preemption (coordinator_core_preemption.cc)
+  // The RUNNING attempts a higher-priority job may preempt, for the scheduler.
+  std::vector<RunningJob> PreemptibleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks `victim`'s ranks to save a checkpoint at their next step and stop (PREEMPTING event,
+  // PREEMPT to its workers) for `waiting`; once asked, nothing until it ends.
+  void PreemptLocked(JobRecord& victim, const JobRecord& waiting)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `job` committed checkpoint `step`: when it was saved for a preemption (the record's
+  // preempt_saved_step), ends the attempt and requeues the job (PREEMPTED).
+  void MaybeRequeuePreemptedLocked(JobRecord& job, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Preempted attempts that committed nothing within CoreOptions::preempt_timeout: stopped and
+  // requeued anyway.
+  void TickPreemptionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `worker` (on `node`) was declared dead: forgets its draining ranks and notes WORKER_LOST on
   // each of their jobs that is not finished (it may restart smaller without them).
   void NoteDrainingRanksLostLocked(const std::string& worker, const std::string& node)

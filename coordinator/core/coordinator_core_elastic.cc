@@ -43,7 +43,7 @@ void CoordinatorCore::MaybeGrowLocked(JobRecord& job, int64_t step) {
                                           now_world, " to ", target, " ranks (spec world_size ",
                                           spec.world_size(), ") from checkpoint step ", step);
   EndAttemptLocked(job, /*send_stop=*/true);
-  if (absl::Status s = JobStateMachine(&job, clock_->Now()).Grow(reason); !s.ok()) {
+  if (absl::Status s = JobStateMachine(&job, clock_->Now()).Requeue("GROWING", reason); !s.ok()) {
     SL_LOG(ERROR) << s;
     return;
   }

@@ -115,6 +115,19 @@ absl::StatusOr<int64_t> CoordinatorCore::OpenAssignmentStream(const std::string&
         resend.push_back(std::move(start));
       }
     }
+    // A PREEMPT may have been lost with the old stream; a second one is harmless (the ranks
+    // are already saving or waiting).
+    if (!job.preempted_for().empty()) {
+      for (const RankPlacement& p : job.status().placement()) {
+        if (p.worker_id() != worker_id) continue;
+        Assignment preempt;
+        preempt.set_action(Assignment::PREEMPT);
+        preempt.set_job_id(id);
+        preempt.set_attempt(job.status().attempt());
+        resend.push_back(std::move(preempt));
+        break;
+      }
+    }
   }
   return outbox_.Open(worker_id, std::move(resend));
 }
@@ -155,6 +168,7 @@ void CoordinatorCore::Tick() {
     // Ranks whose START was never acknowledged in time.
     ApplyFailuresLocked(tracker_.StartTimeouts(clock_->Now(), options_.rank_start_timeout));
     TickQuorumsLocked();
+    TickPreemptionsLocked();
     ScheduleLocked();
     CollectFinishedJobsLocked();
     // A job that just ended gets its series written at once, not a flush interval later: a

@@ -63,6 +63,9 @@ struct CoreOptions {
   // the alive workers' slots, N > 0 by N ranks, -1 (the default here: tests of the core submit
   // before they register workers) not at all. The server's default is 0.
   int max_world_size = -1;
+  // A preempted attempt (coordinator_core_preemption.cc) that commits no checkpoint this long
+  // after it was asked is stopped anyway and resumes from its last committed checkpoint.
+  absl::Duration preempt_timeout = absl::Minutes(5);
   // Per-user bounds (user_quota.h): pending jobs, running ranks, spec bytes, reason bytes.
   UserQuotas quotas;
   // Full job spec validation (spec::Validate); the core always applies

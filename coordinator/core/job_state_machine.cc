@@ -114,16 +114,19 @@ absl::StatusOr<bool> JobStateMachine::FailAttempt(absl::string_view kind, absl::
   return false;
 }
 
-absl::Status JobStateMachine::Grow(absl::string_view reason) {
+absl::Status JobStateMachine::Requeue(absl::string_view kind, absl::string_view reason) {
   JobStatus* st = rec_->mutable_status();
   if (st->state() != RUNNING) {
     return absl::FailedPreconditionError(absl::StrCat("job ", st->job_id(), ": illegal transition ",
-                                                      JobState_Name(st->state()), " -> grow"));
+                                                      JobState_Name(st->state()), " -> requeue"));
   }
   rec_->set_restart_not_before_unix_ms(absl::ToUnixMillis(now_));
+  rec_->clear_preempted_for();
+  rec_->clear_preempt_requested_unix_ms();
+  rec_->clear_preempt_saved_step();
   st->clear_placement();
   st->set_message(std::string(reason));
-  return Move(PENDING, "GROWING", reason);
+  return Move(PENDING, kind, reason);
 }
 
 absl::Status JobStateMachine::Fail(absl::string_view reason) {

@@ -5,6 +5,7 @@
 //      |                    |  \--attempt fails, none left------> FAILED
 //      |                    |  \--attempt fails, not restartable-> FAILED (restarts left or not)
 //      |                    |  \--elastic job grows back--------> PENDING (no restart counted)
+//      |                    |  \--preempted, checkpoint saved---> PENDING (no restart counted)
 //      +--cancel / fail--> CANCELLED / FAILED <--cancel--+
 //
 // Terminal states (SUCCEEDED, FAILED, CANCELLED) never change again. Every transition appends a
@@ -50,9 +51,11 @@ class JobStateMachine {
   absl::StatusOr<bool> FailAttempt(absl::string_view kind, absl::string_view reason,
                                    bool restartable = true);
 
-  // RUNNING -> PENDING for an elastic job that runs below its spec's world and can grow back
-  // (coordinator_core_elastic.cc): event GROWING with `reason`, no restart counted, no backoff.
-  absl::Status Grow(absl::string_view reason);
+  // RUNNING -> PENDING without a restart counted and without backoff, event `kind` with
+  // `reason`: GROWING for an elastic job that runs below its spec's world and can grow back
+  // (coordinator_core_elastic.cc), PREEMPTED for a job whose slots a higher-priority job takes
+  // (coordinator_core_preemption.cc). Clears the record's preemption fields.
+  absl::Status Requeue(absl::string_view kind, absl::string_view reason);
 
   // PENDING or RUNNING -> FAILED (e.g. a job that can never be placed), event FAILED.
   absl::Status Fail(absl::string_view reason);

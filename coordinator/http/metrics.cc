@@ -170,6 +170,8 @@ CoordinatorMetrics::CoordinatorMetrics()
                                          "Job attempts that failed.")),
       restarts_(UnlabelledCounter(*registry_, "shardline_restarts_total",
                                   "Failed attempts that restarted.")),
+      preemptions_(UnlabelledCounter(*registry_, "shardline_preemptions_total",
+                                     "Attempts requeued for a job of higher priority.")),
       job_gauges_(MakeJobGauges(*registry_)),
       job_peak_memory_(GaugeFamily(*registry_, "shardline_job_peak_memory_bytes",
                                    "Peak memory of each rank of the running job.")) {}
@@ -248,6 +250,7 @@ void CoordinatorMetrics::UpdateFromCoreLocked(const CoordinatorCore& core) {
   Mirror(attempts_started_, static_cast<double>(c.attempts_started));
   Mirror(attempts_failed_, static_cast<double>(c.attempts_failed));
   Mirror(restarts_, static_cast<double>(c.restarts));
+  Mirror(preemptions_, static_cast<double>(c.preemptions));
 
   const std::vector<CoordinatorCore::RunningJobMetrics> jobs = core.RunningJobs();
   const std::vector<JobGauge>& table = JobGauges();

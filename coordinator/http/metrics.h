@@ -83,6 +83,7 @@ class CoordinatorMetrics {
   prometheus::Counter& attempts_started_;
   prometheus::Counter& attempts_failed_;
   prometheus::Counter& restarts_;
+  prometheus::Counter& preemptions_;
   // One per entry of the per-job gauge table (metrics.cc), in its order.
   std::vector<std::unique_ptr<SyncedGauges>> job_gauges_ ABSL_GUARDED_BY(render_mu_);
   SyncedGauges job_peak_memory_ ABSL_GUARDED_BY(render_mu_);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "coordinator/placement/user_quota.h"
 
 namespace shardline::coordinator {
@@ -36,17 +37,101 @@ Slot::Kind SlotKindFor(const JobSpec& spec) {
 
 namespace {
 
+// `caps` with the slots `jobs` hold added: what is free once they stop.
+std::vector<NodeCapacity> WithSlotsOf(std::vector<NodeCapacity> caps,
+                                      const std::vector<const RunningJob*>& jobs) {
+  for (const RunningJob* j : jobs) {
+    for (const NodeCapacity& h : j->held) {
+      auto it = std::find_if(caps.begin(), caps.end(),
+                             [&](const NodeCapacity& c) { return c.worker_id == h.worker_id; });
+      if (it == caps.end()) {
+        caps.push_back(h);
+        continue;
+      }
+      it->free_slots.insert(it->free_slots.end(), h.free_slots.begin(), h.free_slots.end());
+      std::sort(it->free_slots.begin(), it->free_slots.end());
+    }
+  }
+  return caps;
+}
+
+// Whether `spec` places at its full world size on `caps`.
+bool PlacesOn(const JobSpec& spec, const std::vector<NodeCapacity>& caps) {
+  absl::StatusOr<fsdp::ParallelLayout> layout = LayoutFor(spec, spec.world_size());
+  return layout.ok() && PlanPlacement(*layout, caps).ok();
+}
+
+std::string JobList(const std::vector<const RunningJob*>& jobs) {
+  std::vector<std::string> ids;
+  for (const RunningJob* j : jobs) ids.push_back(j->job_id);
+  return absl::StrJoin(ids, ", ");
+}
+
 // One scheduling round: the free slots left, the kinds blocked so far, the owners' running ranks
 // and the decisions made.
 struct Round {
   std::map<Slot::Kind, std::vector<NodeCapacity>> free;
   int64_t now_unix_ms = 0;
   RankQuota quota;
+  std::vector<RunningJob> preemptible;
   std::set<Slot::Kind> blocked;
   std::vector<Decision> out;
 
   void Consider(const QueuedJob& job);
+  // `job` does not fit on `caps`: fills `d` with a kPreempt, or a kWait for jobs already
+  // preempting, and returns true; false when no preemption would place it.
+  bool Preempt(const QueuedJob& job, const std::vector<NodeCapacity>& caps, Decision* d);
 };
+
+bool Round::Preempt(const QueuedJob& job, const std::vector<NodeCapacity>& caps, Decision* d) {
+  const JobSpec& spec = *job.spec;
+  if (const int max = quota.MaxFor(job.owner);
+      max > 0 && quota.running[job.owner] + spec.world_size() > max) {
+    return false;  // It would wait for its quota even with the slots.
+  }
+  std::vector<const RunningJob*> stopping, candidates;
+  for (const RunningJob& r : preemptible) {
+    if (r.kind != d->kind || r.priority >= spec.priority()) continue;
+    (r.preempting ? stopping : candidates).push_back(&r);
+  }
+  if (!stopping.empty() && PlacesOn(spec, WithSlotsOf(caps, stopping))) {
+    d->action = Decision::kWait;
+    d->message = absl::StrCat("waiting for preempted job(s) ", JobList(stopping),
+                              " to save a checkpoint and stop");
+    return true;
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const RunningJob* a, const RunningJob* b) {
+    return a->priority != b->priority ? a->priority < b->priority
+                                      : a->started_unix_ms > b->started_unix_ms;
+  });
+  auto places_with = [&](const std::vector<const RunningJob*>& victims) {
+    std::vector<const RunningJob*> all = stopping;
+    all.insert(all.end(), victims.begin(), victims.end());
+    return PlacesOn(spec, WithSlotsOf(caps, all));
+  };
+  std::vector<const RunningJob*> victims;
+  for (const RunningJob* c : candidates) {
+    victims.push_back(c);
+    if (places_with(victims)) break;
+  }
+  if (victims.empty() || !places_with(victims)) return false;
+  // The fewest: a victim taken early (lowest priority) whose slots the later ones can spare
+  // stays (the last one taken is needed: without it the job did not place).
+  for (size_t i = 0; i + 1 < victims.size();) {
+    std::vector<const RunningJob*> without = victims;
+    without.erase(without.begin() + static_cast<std::ptrdiff_t>(i));
+    if (places_with(without)) {
+      victims = std::move(without);
+    } else {
+      ++i;
+    }
+  }
+  d->action = Decision::kPreempt;
+  for (const RunningJob* v : victims) d->victims.push_back(v->job_id);
+  d->message = absl::StrCat("preempting lower-priority job(s) ", JobList(victims),
+                            ": waiting for them to save a checkpoint and stop");
+  return true;
+}
 
 void Round::Consider(const QueuedJob& job) {
   if (job.restart_not_before_unix_ms > now_unix_ms) return;  // in restart backoff
@@ -63,6 +148,10 @@ void Round::Consider(const QueuedJob& job) {
                                : ElasticWorldSize(spec, slots);
   if (w == 0) {
     blocked.insert(d.kind);
+    if (Preempt(job, caps, &d)) {
+      out.push_back(std::move(d));
+      return;
+    }
     d.action = Decision::kWait;
     d.message = absl::StrCat("waiting for ", spec.world_size(), " ", Slot::Kind_Name(d.kind),
                              " slots (", slots, " free on ", caps.size(), " live workers)");
@@ -114,12 +203,13 @@ std::string RankQuota::SourceFor(const std::string& user) const {
 
 std::vector<Decision> Schedule(std::vector<QueuedJob> queue,
                                std::map<Slot::Kind, std::vector<NodeCapacity>> free,
-                               int64_t now_unix_ms, RankQuota quota) {
+                               int64_t now_unix_ms, RankQuota quota,
+                               std::vector<RunningJob> preemptible) {
   std::sort(queue.begin(), queue.end(), [](const QueuedJob& a, const QueuedJob& b) {
     const int32_t pa = a.spec->priority(), pb = b.spec->priority();
     return pa != pb ? pa > pb : a.seq < b.seq;
   });
-  Round round{std::move(free), now_unix_ms, std::move(quota), {}, {}};
+  Round round{std::move(free), now_unix_ms, std::move(quota), std::move(preemptible), {}, {}};
   // Higher priority first. Within one priority, fair between users: the next job is the oldest
   // of the owner who runs the fewest ranks now (counting this round's starts), so one user's
   // queue of jobs does not hold the slots from another's first one; ties by submission order.

@@ -1,7 +1,8 @@
 // Scheduler: which queued jobs start now and where, as a pure function of the queue and the free
 // slots.
 //
-// Queue order: higher spec.priority first, then submission order (seq). Strict per device kind:
+// Queue order: higher spec.priority first, then submission order (seq), fairly between users
+// of one priority. Strict per device kind:
 // when the first eligible job of a kind does not fit, later jobs of that kind wait too, so a
 // large job is not starved by a stream of small ones. A job in restart backoff is skipped without
 // blocking its kind. Gang scheduling: a job's first attempt gets all spec.world_size ranks or
@@ -51,13 +52,27 @@ struct RankQuota {
   std::string SourceFor(const std::string& user) const;
 };
 
+// One RUNNING attempt a waiting job of higher priority may preempt. The caller lists only the
+// attempts that can be (spec.scheduling.preemptible, checkpoint.dir set, fault_tolerance NONE):
+// they save a checkpoint at their next step and stop, and are requeued.
+struct RunningJob {
+  std::string job_id;
+  int32_t priority = 0;
+  Slot::Kind kind = Slot::CPU;
+  int64_t started_unix_ms = 0;     // its attempt's start: of one priority, the youngest goes first
+  std::vector<NodeCapacity> held;  // its slots, per worker
+  bool preempting = false;         // already asked to save and stop (its slots are coming free)
+};
+
 // What to do with one queued job, in the order they must be applied.
 struct Decision {
   enum Action {
-    kStart,    // start an attempt with `plan`
-    kWait,     // not enough slots, or the owner's rank quota: `message` says so (the job's
-               // status message; `quota` says which)
-    kUnplaced  // placement failed (`error`); the kind is blocked for this round
+    kStart,     // start an attempt with `plan`
+    kWait,      // not enough slots, or the owner's rank quota: `message` says so (the job's
+                // status message; `quota` says which)
+    kUnplaced,  // placement failed (`error`); the kind is blocked for this round
+    kPreempt    // not enough free slots, but enough once `victims` stop: ask them to save and
+                // stop (the job waits meanwhile, `message` says for whom; the kind is blocked)
   };
   Action action = kWait;
   std::string job_id;
@@ -66,14 +81,22 @@ struct Decision {
   std::string message;
   bool quota = false;  // a kWait for the owner's running-rank bound (RankQuota)
   absl::Status error;
+  std::vector<std::string> victims;  // kPreempt: the running jobs to preempt, in order
 };
 
 // Decisions for `queue` (any order) given the free slots of live workers per kind (as
 // WorkerRegistry::FreeCapacity returns them) at `now_unix_ms`. If the caller fails to apply a
 // kStart, it must skip the later decisions of that kind (they assumed those slots were taken).
+//
+// Preemption: when the first job of a kind that does not fit has a higher priority than some of
+// `preemptible`, it waits for those already preempting if their slots would place it (at its
+// spec's world size); otherwise it preempts the fewest more that would: candidates in order of
+// lowest priority, then youngest, taken until the job places, then each dropped again whose
+// slots the rest can spare (kPreempt). A job over its owner's rank quota preempts nothing.
 std::vector<Decision> Schedule(std::vector<QueuedJob> queue,
                                std::map<Slot::Kind, std::vector<NodeCapacity>> free,
-                               int64_t now_unix_ms, RankQuota quota = {});
+                               int64_t now_unix_ms, RankQuota quota = {},
+                               std::vector<RunningJob> preemptible = {});
 
 // A started plan as the job's status shows it: replaces `status`'s placement with one entry per
 // rank (worker, node, slot, local rank, shard and replicate group).

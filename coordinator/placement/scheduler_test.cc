@@ -214,6 +214,95 @@ TEST(Scheduler, AUsersOwnRankBoundReplacesTheFlagsForThatUser) {
   EXPECT_EQ(d[1].action, Decision::kStart);  // alice's bound is the flag's 8
 }
 
+// A running job holding `slots` slots of worker "w<node>" (slot indices from `first`).
+RunningJob Running(const std::string& id, int priority, int64_t started, int node, int first,
+                   int slots, bool preempting = false) {
+  RunningJob r;
+  r.job_id = id;
+  r.priority = priority;
+  r.started_unix_ms = started;
+  NodeCapacity h;
+  h.worker_id = absl::StrCat("w", node);
+  h.node_name = absl::StrCat("n", node);
+  for (int s = first; s < first + slots; ++s) h.free_slots.push_back(s);
+  r.held.push_back(h);
+  r.preempting = preempting;
+  return r;
+}
+
+TEST(Scheduler, AWaitingJobPreemptsTheFewestLowerPriorityJobsLowestThenYoungestFirst) {
+  // One node of 8 slots: 1 free; running: a (priority 0, 1 slot, young), b (priority 0, 4
+  // slots, old), c (priority 1, 2 slots). "high" (priority 5) needs 4.
+  const JobSpec high = Spec(4, 5);
+  std::vector<NodeCapacity> free = Nodes({8});
+  free[0].free_slots = {7};
+  const std::vector<RunningJob> running = {
+      Running("a", 0, 200, 0, 0, 1), Running("b", 0, 100, 0, 1, 4), Running("c", 1, 50, 0, 5, 2)};
+  std::vector<Decision> d =
+      Schedule({Queued("high", &high, 9)}, {{Slot::CPU, free}}, 0, {}, running);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].action, Decision::kPreempt);
+  // "a" (lowest priority, youngest) was taken first but b's 4 slots alone place the job: only b.
+  EXPECT_EQ(d[0].victims, (std::vector<std::string>{"b"}));
+  EXPECT_EQ(d[0].message,
+            "preempting lower-priority job(s) b: waiting for them to save a checkpoint and stop");
+
+  // Once b is preempting, the next round waits for it rather than preempting more.
+  std::vector<RunningJob> after = running;
+  after[1].preempting = true;
+  d = Schedule({Queued("high", &high, 9)}, {{Slot::CPU, free}}, 0, {}, after);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].action, Decision::kWait);
+  EXPECT_EQ(d[0].message, "waiting for preempted job(s) b to save a checkpoint and stop");
+
+  // Needing 6: a and b (lowest priority) before c.
+  const JobSpec six = Spec(6, 5);
+  d = Schedule({Queued("six", &six, 9)}, {{Slot::CPU, free}}, 0, {}, running);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].victims, (std::vector<std::string>{"a", "b"}));
+}
+
+TEST(Scheduler, NoPreemptionOfEqualOrHigherPriorityOrWhenItWouldNotPlaceTheJob) {
+  const JobSpec job = Spec(4, 1);
+  const std::vector<NodeCapacity> free;  // Every slot is held.
+  // Equal priority: a plain wait.
+  std::vector<Decision> d = Schedule({Queued("j", &job, 1)}, {{Slot::CPU, free}}, 0, {},
+                                     {Running("same", 1, 0, 0, 0, 4)});
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].action, Decision::kWait);
+  EXPECT_TRUE(d[0].victims.empty());
+  // Lower priority, but too few slots even with it: nothing is preempted for nothing.
+  d = Schedule({Queued("j", &job, 1)}, {{Slot::CPU, free}}, 0, {},
+               {Running("small", 0, 0, 0, 0, 2)});
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].action, Decision::kWait);
+  EXPECT_EQ(d[0].message, "waiting for 4 CPU slots (0 free on 0 live workers)");
+  // A job over its owner's quota preempts nothing.
+  RankQuota quota;
+  quota.max_per_user = 2;
+  QueuedJob q = Queued("j", &job, 1);
+  q.owner = "bob";
+  d = Schedule({q}, {{Slot::CPU, free}}, 0, quota, {Running("low", 0, 0, 0, 0, 4)});
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_NE(d[0].action, Decision::kPreempt);
+  // Another device kind's job is no candidate.
+  RunningJob gpu = Running("gpu", 0, 0, 0, 0, 4);
+  gpu.kind = Slot::CUDA;
+  d = Schedule({Queued("j", &job, 1)}, {{Slot::CPU, free}}, 0, {}, {gpu});
+  EXPECT_EQ(d[0].action, Decision::kWait);
+}
+
+TEST(Scheduler, APreemptingJobBlocksItsKindForLaterJobs) {
+  const JobSpec high = Spec(4, 5), small = Spec(1, 0);
+  std::vector<NodeCapacity> free = Nodes({1});
+  const std::vector<Decision> d =
+      Schedule({Queued("high", &high, 1), Queued("small", &small, 2)}, {{Slot::CPU, free}}, 0, {},
+               {Running("low", 0, 0, 0, 1, 3)});
+  ASSERT_EQ(d.size(), 1u);  // "small" may not take the free slot "high" counts on
+  EXPECT_EQ(d[0].action, Decision::kPreempt);
+  EXPECT_EQ(d[0].victims, (std::vector<std::string>{"low"}));
+}
+
 TEST(Scheduler, SpecWithoutAValidLayoutIsUnplacedAndBlocksItsKind) {
   JobSpec bad = Spec(4);
   bad.mutable_fsdp()->set_hybrid_shard_degree(3);
